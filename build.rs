@@ -1,0 +1,242 @@
+//! Build script: compiles every `.cu` under `csrc/` with nvcc (through `cc`) into the static
+//! library `libmamba_ssu.a`, generates the Rust FFI from `csrc/include/mamba_ssu.h` with bindgen,
+//! and links the C demo program that the C-ABI test runs.
+//!
+//! Environment (each one is a `rerun-if-env-changed`):
+//! - `MAMBA_SSU_CUDA_ROOT`: the CUDA toolkit root (with `bin/nvcc`); checked first.
+//! - `CUDA_PATH`, `CUDA_HOME`: the usual toolkit roots; then `nvcc` on `PATH`, `/usr/local/cuda`,
+//!   and last the project's own cached install (`scripts/setup.sh`).
+//! - `MAMBA_SSU_CUDA_ARCHS`: compute capabilities to build for, `;` or `,` separated
+//!   (default `90`; e.g. `90;100`). Machine code for each, plus PTX of the newest.
+//! - `MAMBA_SSU_CUDA_CACHE`: where `scripts/setup.sh` installed the toolkit.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const SETUP_HINT: &str = "run `bash scripts/setup.sh` (installs the pinned CUDA 13.0 compiler \
+wheels into ~/.cache/mamba-ssu), or set MAMBA_SSU_CUDA_ROOT to a CUDA toolkit root";
+
+fn main() {
+    for var in [
+        "MAMBA_SSU_CUDA_ROOT",
+        "CUDA_PATH",
+        "CUDA_HOME",
+        "MAMBA_SSU_CUDA_ARCHS",
+        "MAMBA_SSU_CUDA_CACHE",
+        "PATH",
+    ] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+
+    let root = match find_cuda_root() {
+        Some(r) => r,
+        None => {
+            eprintln!("error: no CUDA compiler (nvcc) found; {SETUP_HINT}");
+            std::process::exit(1);
+        }
+    };
+    let nvcc = root.join("bin").join("nvcc");
+    let include = root.join("include");
+    let lib_dir = ["lib64", "lib"]
+        .iter()
+        .map(|d| root.join(d))
+        .find(|d| d.join("libcudart_static.a").exists())
+        .unwrap_or_else(|| {
+            eprintln!(
+                "error: libcudart_static.a not found under {}/lib64 or /lib; {SETUP_HINT}",
+                root.display()
+            );
+            std::process::exit(1);
+        });
+
+    let sources = cuda_sources(Path::new("csrc"));
+    let archs = cuda_archs();
+
+    // cc finds nvcc through NVCC (setting it as the compiler would make cc treat it as gcc).
+    env::set_var("NVCC", &nvcc);
+    let mut build = cc::Build::new();
+    build
+        .cuda(true)
+        .cudart("static")
+        .include("csrc")
+        .include(&include)
+        .flag("-std=c++17")
+        .flag("-O3")
+        // The SSU math pins every fp32 operation explicitly; flush-to-zero matches FlashInfer's
+        // fast-math build, and no implicit contraction may change a rounding.
+        .flag("-ftz=true")
+        .flag("-fmad=false")
+        .flag("-Xcompiler=-fPIC")
+        .warnings(false)
+        .opt_level_str("3")
+        .debug(false);
+    for (i, arch) in archs.iter().enumerate() {
+        build.flag(format!("-gencode=arch=compute_{arch},code=sm_{arch}"));
+        if i + 1 == archs.len() {
+            // PTX of the newest architecture, for forward compatibility.
+            build.flag(format!("-gencode=arch=compute_{arch},code=compute_{arch}"));
+        }
+    }
+    for src in &sources {
+        if src.extension().is_some_and(|e| e == "cu") {
+            build.file(src);
+        }
+    }
+    build.compile("mamba_ssu");
+
+    let out_dir = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR is set by cargo"));
+    println!("cargo:rustc-link-search=native={}", lib_dir.display());
+    for lib in ["dl", "rt", "pthread"] {
+        println!("cargo:rustc-link-lib=dylib={lib}");
+    }
+    // For crates that link the C library themselves (`links = "mamba_ssu"`):
+    // DEP_MAMBA_SSU_LIB_DIR, DEP_MAMBA_SSU_INCLUDE, DEP_MAMBA_SSU_CUDART_DIR.
+    println!("cargo:lib_dir={}", out_dir.display());
+    println!(
+        "cargo:include={}",
+        Path::new("csrc/include").canonicalize().unwrap().display()
+    );
+    println!("cargo:cudart_dir={}", lib_dir.display());
+    println!("cargo:rustc-env=MAMBA_SSU_STATIC_LIB_DIR={}", out_dir.display());
+    println!("cargo:rustc-env=MAMBA_SSU_CUDART_LIB_DIR={}", lib_dir.display());
+
+    generate_bindings(&out_dir);
+    link_c_demo(&out_dir, &include, &lib_dir);
+}
+
+/// The first toolkit root with an executable `bin/nvcc`, in the documented order.
+fn find_cuda_root() -> Option<PathBuf> {
+    let has_nvcc = |p: &Path| p.join("bin").join("nvcc").is_file();
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    for var in ["MAMBA_SSU_CUDA_ROOT", "CUDA_PATH", "CUDA_HOME"] {
+        if let Some(v) = env::var_os(var).filter(|v| !v.is_empty()) {
+            candidates.push(PathBuf::from(v));
+        }
+    }
+    if let Some(path) = env::var_os("PATH") {
+        for dir in env::split_paths(&path) {
+            if dir.join("nvcc").is_file() {
+                if let Some(root) = dir.parent() {
+                    candidates.push(root.to_path_buf());
+                }
+            }
+        }
+    }
+    candidates.push(PathBuf::from("/usr/local/cuda"));
+    let cache = env::var_os("MAMBA_SSU_CUDA_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| {
+            env::var_os("XDG_CACHE_HOME")
+                .map(|c| PathBuf::from(c).join("mamba-ssu/cuda-13.0"))
+                .or_else(|| {
+                    env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/mamba-ssu/cuda-13.0"))
+                })
+        });
+    if let Some(cache) = cache {
+        candidates.push(cache.join("site/nvidia/cu13"));
+    }
+    candidates.into_iter().find(|c| has_nvcc(c))
+}
+
+/// Every `.cu`, `.cuh` and `.h` under `dir`, sorted; each one is a `rerun-if-changed`.
+fn cuda_sources(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        println!("cargo:rerun-if-changed={}", d.display());
+        let entries = std::fs::read_dir(&d).unwrap_or_else(|e| panic!("reading {d:?}: {e}"));
+        for entry in entries {
+            let path = entry.expect("directory entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path
+                .extension()
+                .is_some_and(|e| e == "cu" || e == "cuh" || e == "h" || e == "c")
+            {
+                println!("cargo:rerun-if-changed={}", path.display());
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Architectures from `MAMBA_SSU_CUDA_ARCHS` (default `90`), validated as numbers.
+fn cuda_archs() -> Vec<String> {
+    let spec = env::var("MAMBA_SSU_CUDA_ARCHS").unwrap_or_else(|_| "90".to_string());
+    let archs: Vec<String> = spec
+        .split([';', ',', ' '])
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.trim_start_matches("sm_").to_string())
+        .collect();
+    if archs.is_empty()
+        || archs
+            .iter()
+            .any(|a| !a.chars().all(|c| c.is_ascii_alphanumeric()))
+    {
+        eprintln!("error: MAMBA_SSU_CUDA_ARCHS={spec:?}: expected e.g. `90` or `90;100`");
+        std::process::exit(1);
+    }
+    archs
+}
+
+fn generate_bindings(out_dir: &Path) {
+    let bindings = bindgen::Builder::default()
+        .header("csrc/include/mamba_ssu.h")
+        .allowlist_function("mamba_ssu_.*")
+        .allowlist_type("mamba_ssu_.*")
+        .allowlist_var("MAMBA_SSU_.*")
+        .default_enum_style(bindgen::EnumVariation::Consts)
+        .prepend_enum_name(false)
+        .derive_default(true)
+        .derive_debug(true)
+        .layout_tests(true)
+        .generate()
+        .unwrap_or_else(|e| {
+            eprintln!("error: bindgen over csrc/include/mamba_ssu.h failed: {e}");
+            std::process::exit(1);
+        });
+    bindings
+        .write_to_file(out_dir.join("mamba_ssu_bindings.rs"))
+        .expect("writing the bindings");
+}
+
+/// Links `examples/c/seeds_demo.c` against the static library exactly as the README tells C
+/// users to, so the documented link line is exercised by every build; `tests/c_api.rs` embeds
+/// and runs the result.
+fn link_c_demo(out_dir: &Path, cuda_include: &Path, cudart_dir: &Path) {
+    let src = Path::new("examples/c/seeds_demo.c");
+    println!("cargo:rerun-if-changed={}", src.display());
+    let exe = out_dir.join("seeds_demo");
+    let compiler = cc::Build::new().cargo_metadata(false).get_compiler();
+    let status = Command::new(compiler.path())
+        .arg("-std=c11")
+        .arg("-O2")
+        .arg("-Wall")
+        .arg("-Werror")
+        .arg("-Icsrc/include")
+        .arg(format!("-I{}", cuda_include.display()))
+        .arg(src)
+        .arg("-o")
+        .arg(&exe)
+        .arg(format!("-L{}", out_dir.display()))
+        .arg(format!("-L{}", cudart_dir.display()))
+        .args([
+            "-lmamba_ssu",
+            "-lcudart_static",
+            "-lstdc++",
+            "-ldl",
+            "-lpthread",
+            "-lrt",
+        ])
+        .status()
+        .expect("running the C compiler for examples/c/seeds_demo.c");
+    if !status.success() {
+        eprintln!("error: linking examples/c/seeds_demo.c against libmamba_ssu.a failed");
+        std::process::exit(1);
+    }
+    println!("cargo:rustc-env=MAMBA_SSU_C_DEMO={}", exe.display());
+}

@@ -1,0 +1,207 @@
+/*
+ * mamba_ssu.h — the C ABI of mamba-ssu.
+ *
+ * Hand-written CUDA kernels for the Mamba-2 decode step:
+ *   - a batched Philox seed draw: N seeds bit-identical to N consecutive
+ *     `torch.randint(0, 2**32, (1,), device='cuda')` calls, in one launch;
+ *   - a FlashInfer-compatible selective-state-update (SSU) kernel that reads
+ *     its stochastic-rounding seed from device memory.
+ *
+ * Every launcher is asynchronous on the stream it is given, takes device
+ * pointers, launches nothing when an argument is invalid, and returns a
+ * mamba_ssu_status (0 = success). mamba_ssu_status_string() turns a code into
+ * a message; mamba_ssu_last_error_detail() gives the detail of the last error
+ * raised by this thread (e.g. the CUDA error text).
+ *
+ * The stream type is the driver's CUstream (the runtime's cudaStream_t is the
+ * same type); a NULL stream is the legacy default stream.
+ *
+ * Link: libmamba_ssu.a (built by `cargo build`, see README "C and C++"),
+ * plus -lcudart_static (or -lcudart), -lstdc++, -ldl, -lpthread, -lrt.
+ */
+#ifndef MAMBA_SSU_H
+#define MAMBA_SSU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Same type as CUstream / cudaStream_t, declared without including cuda.h. */
+typedef struct CUstream_st *mamba_ssu_stream_t;
+
+/* Status codes returned by every launcher. */
+typedef enum mamba_ssu_status {
+  MAMBA_SSU_SUCCESS = 0,
+  /* An argument is invalid (null pointer, size out of range, misaligned...). */
+  MAMBA_SSU_ERROR_INVALID_ARGUMENT = 1,
+  /* This combination of dtypes and sizes is not supported. */
+  MAMBA_SSU_ERROR_UNSUPPORTED = 2,
+  /* A CUDA runtime call or a kernel launch failed; see mamba_ssu_last_error_detail(). */
+  MAMBA_SSU_ERROR_CUDA = 3
+} mamba_ssu_status;
+
+/* A static message for a status code (never NULL). */
+const char *mamba_ssu_status_string(int status);
+
+/* Detail of the last error raised on this thread by a launcher (never NULL;
+ * "" when there was none). Valid until the next launcher call on this thread. */
+const char *mamba_ssu_last_error_detail(void);
+
+/* ------------------------------------------------------------------------ */
+/* Seeds: torch-identical Philox draws                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Most seeds one draw launch writes. */
+#define MAMBA_SSU_MAX_SEEDS_PER_DRAW (1u << 24)
+
+/* Device-resident generator state read by the graph-safe draws: what torch's
+ * CUDA generator writes to device memory before every CUDA-graph replay. */
+typedef struct mamba_ssu_generator_state {
+  uint64_t seed;
+  uint64_t offset; /* a multiple of 4 */
+} mamba_ssu_generator_state;
+
+/* Writes out[k] = value(seed, offset + 4k) for k < n: the k-th of n
+ * consecutive torch.randint(0, 2**32, (1,)) draws from generator state
+ * (seed, offset), as an int64 in [0, 2^32). One launch.
+ * out: device pointer to n int64 values (8-byte aligned).
+ * n: 1..MAMBA_SSU_MAX_SEEDS_PER_DRAW. offset: a multiple of 4. */
+int mamba_ssu_draw_seeds(mamba_ssu_stream_t stream, int64_t *out, uint32_t n,
+                         uint64_t seed, uint64_t offset);
+
+/* Graph-safe form: reads (seed, offset) from device memory when the kernel
+ * runs and draws from offset' = state->offset + intragraph_offset, so that a
+ * launch captured in a CUDA graph draws fresh values on every replay after the
+ * host rewrote *state. intragraph_offset: a multiple of 4 (fixed at capture). */
+int mamba_ssu_draw_seeds_graphsafe(mamba_ssu_stream_t stream, int64_t *out,
+                                   uint32_t n,
+                                   const mamba_ssu_generator_state *state,
+                                   uint64_t intragraph_offset);
+
+/* Writes (seed, offset) into the device-resident state with a kernel whose
+ * arguments carry the values (no host memory needs to outlive the call). */
+int mamba_ssu_set_generator_state(mamba_ssu_stream_t stream,
+                                  mamba_ssu_generator_state *state,
+                                  uint64_t seed, uint64_t offset);
+
+/* ------------------------------------------------------------------------ */
+/* Selective state update (single token), FlashInfer 0.7.2 compatible       */
+/* ------------------------------------------------------------------------ */
+
+/* Element types. */
+typedef enum mamba_ssu_dtype {
+  MAMBA_SSU_F32 = 0,
+  MAMBA_SSU_F16 = 1,
+  MAMBA_SSU_BF16 = 2,
+  MAMBA_SSU_I32 = 3,
+  MAMBA_SSU_I64 = 4
+} mamba_ssu_dtype;
+
+/* Which of FlashInfer's two kernels the results must match: it fixes the
+ * per-element random bits of stochastic rounding and the summation order of
+ * the output. AUTO is FlashInfer's rule: SIMPLE when batch * nheads <
+ * 2 * (number of SMs), else VERTICAL. */
+typedef enum mamba_ssu_algorithm {
+  MAMBA_SSU_ALGO_AUTO = 0,
+  MAMBA_SSU_ALGO_SIMPLE = 1,
+  MAMBA_SSU_ALGO_VERTICAL = 2
+} mamba_ssu_algorithm;
+
+/* Where the stochastic-rounding seed comes from. */
+typedef enum mamba_ssu_seed_source {
+  /* rand_seed points to one int64 in device memory (FlashInfer's contract). */
+  MAMBA_SSU_SEED_POINTER = 0,
+  /* Fused: the kernel derives the seed itself as the stock torch draw from
+   * generator_state at offset generator_state->offset + seed_offset, i.e.
+   * Philox4x32-10 word 1 (see mamba_ssu_draw_seeds). */
+  MAMBA_SSU_SEED_FROM_GENERATOR = 1
+} mamba_ssu_seed_source;
+
+/* Arguments of one selective-state-update call. All strides are in elements.
+ *
+ * Shapes (FlashInfer's):
+ *   state (cache_slots, nheads, dim, dstate): inner three dims contiguous,
+ *         slot stride state_stride_batch (>= nheads*dim*dstate).
+ *   x, z, out (batch, nheads, dim): [b*stride_batch + h*dim + d].
+ *   dt (batch, nheads, dim) with strides (dt_stride_batch, 1, 0): one value
+ *         per (batch, head): dt[b*dt_stride_batch + h].
+ *   A (nheads, dim, dstate), strides (1, 0, 0), fp32: A[h].
+ *   D, dt_bias (nheads, dim), strides (1, 0): D[h], dt_bias[h].
+ *   B, C (batch, ngroups, dstate): [b*stride_batch + g*dstate + n].
+ *   state_batch_indices / dst_state_batch_indices (batch,) or (batch, T):
+ *         element [b*stride] (column 0).
+ * Optional pointers (z, D, dt_bias, the index tensors) may be NULL. */
+typedef struct mamba_ssu_params {
+  int64_t batch;
+  int64_t nheads;
+  int64_t dim;
+  int64_t dstate;
+  int64_t ngroups;
+  int64_t state_cache_size; /* state.size(0): number of slots */
+
+  int64_t state_stride_batch;
+  int64_t x_stride_batch;
+  int64_t dt_stride_batch;
+  int64_t B_stride_batch;
+  int64_t C_stride_batch;
+  int64_t z_stride_batch;
+  int64_t out_stride_batch;
+  int64_t state_batch_indices_stride;
+  int64_t dst_state_batch_indices_stride;
+
+  /* A slot index equal to pad_slot_id marks a padded entry: state read as 0,
+   * out written, state untouched. */
+  int64_t pad_slot_id;
+
+  void *state;
+  const void *x;
+  const void *dt;
+  const void *dt_bias; /* optional */
+  const float *A;
+  const void *B;
+  const void *C;
+  const void *D; /* optional */
+  const void *z; /* optional */
+  void *out;
+  const void *state_batch_indices;     /* optional */
+  const void *dst_state_batch_indices; /* optional */
+
+  /* Seed: see mamba_ssu_seed_source. */
+  const int64_t *rand_seed;
+  const mamba_ssu_generator_state *generator_state;
+  uint64_t seed_offset;
+
+  int32_t state_dtype;  /* F16, BF16 or F32 */
+  int32_t input_dtype;  /* x, z, B, C, out: F16, BF16 or F32 */
+  int32_t weight_dtype; /* dt, D, dt_bias: F16, BF16 or F32 */
+  int32_t index_dtype;  /* I32 or I64 */
+  int32_t dt_softplus;  /* bool */
+  int32_t update_state; /* bool: 0 leaves the state untouched */
+  int32_t philox_rounds; /* 0 = round to nearest; 1..10 = stochastic rounding
+                            of an F16 state with that many Philox rounds */
+  int32_t algorithm;     /* mamba_ssu_algorithm */
+  int32_t seed_source;   /* mamba_ssu_seed_source */
+  int32_t num_sms;       /* for ALGO_AUTO; <= 0: query the current device */
+} mamba_ssu_params;
+
+/* Checks *params against the kernel's contract (the same checks the launcher
+ * makes) without launching anything. */
+int mamba_ssu_selective_state_update_check(const mamba_ssu_params *params);
+
+/* Enqueues one selective-state-update on stream. */
+int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
+                                     const mamba_ssu_params *params);
+
+/* The algorithm ALGO_AUTO resolves to for batch*nheads on a device with
+ * num_sms multiprocessors (SIMPLE or VERTICAL). */
+int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch,
+                                int64_t nheads, int32_t num_sms);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* MAMBA_SSU_H */

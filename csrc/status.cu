@@ -1,0 +1,47 @@
+// status.cu — status strings and the per-thread error detail of the C ABI.
+#include <cstdarg>
+#include <cstdio>
+
+#include "common.cuh"
+
+namespace mamba_ssu {
+namespace {
+thread_local char g_detail[512] = "";
+}
+
+int fail(int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(g_detail, sizeof(g_detail), fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+void clear_error() { g_detail[0] = '\0'; }
+
+int check_cuda(cudaError_t err, const char *what) {
+  if (err == cudaSuccess) return MAMBA_SSU_SUCCESS;
+  return fail(MAMBA_SSU_ERROR_CUDA, "%s: %s (%s)", what, cudaGetErrorString(err),
+              cudaGetErrorName(err));
+}
+
+int check_launch(const char *what) { return check_cuda(cudaGetLastError(), what); }
+
+}  // namespace mamba_ssu
+
+extern "C" const char *mamba_ssu_status_string(int status) {
+  switch (status) {
+    case MAMBA_SSU_SUCCESS:
+      return "success";
+    case MAMBA_SSU_ERROR_INVALID_ARGUMENT:
+      return "invalid argument";
+    case MAMBA_SSU_ERROR_UNSUPPORTED:
+      return "unsupported combination of dtypes or sizes";
+    case MAMBA_SSU_ERROR_CUDA:
+      return "CUDA error";
+    default:
+      return "unknown mamba_ssu status";
+  }
+}
+
+extern "C" const char *mamba_ssu_last_error_detail(void) { return mamba_ssu::g_detail; }

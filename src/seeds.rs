@@ -1,0 +1,114 @@
+//! Batched, torch-identical seed draws on the GPU.
+//!
+//! One launch writes `n` int64 seeds; seed `k` equals the `k`-th of `n` consecutive stock
+//! `torch.randint(0, 2**32, (1,), device='cuda')` draws (see [`crate::philox::torch_seed`]).
+//! Every function here is asynchronous on the stream it is given and validates its arguments
+//! before launching anything.
+
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceSlice};
+
+use crate::device::check_same_device;
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::generator::{Generator, GraphSeedState};
+
+/// Most seeds one launch draws (2^24).
+pub const MAX_SEEDS_PER_DRAW: usize = ffi::sys::MAMBA_SSU_MAX_SEEDS_PER_DRAW as usize;
+
+fn check_count<D: DeviceSlice<i64>>(out: &D, n: usize) -> Result<u32> {
+    if n == 0 || n > MAX_SEEDS_PER_DRAW {
+        return Err(Error::invalid(
+            "n",
+            format!("expected 1..={MAX_SEEDS_PER_DRAW}, got {n}"),
+        ));
+    }
+    if out.len() < n {
+        return Err(Error::invalid(
+            "out",
+            format!("buffer holds {} int64, {n} needed", out.len()),
+        ));
+    }
+    Ok(n as u32)
+}
+
+/// Draws `n` seeds from generator state `(seed, offset)` into `out[..n]`:
+/// `out[k] = torch_seed(seed, offset + 4k)`, as int64 in `[0, 2^32)`. One kernel on `stream`.
+///
+/// Errors (nothing launched): `n` is 0 or above [`MAX_SEEDS_PER_DRAW`]; `out` is shorter than
+/// `n`; `offset` is not a multiple of 4; `out` lives on another device than `stream`.
+pub fn draw_seeds<D>(stream: &CudaStream, out: &mut D, n: usize, seed: u64, offset: u64) -> Result<()>
+where
+    D: DevicePtrMut<i64>,
+{
+    let n32 = check_count(out, n)?;
+    if offset % 4 != 0 {
+        return Err(Error::invalid(
+            "offset",
+            format!("expected a multiple of 4, got {offset}"),
+        ));
+    }
+    check_same_device("out", stream, out.stream())?;
+    let (ptr, _guard) = out.device_ptr_mut(stream);
+    // SAFETY: `ptr` addresses at least `n` int64 on the stream's device (checked above) and
+    // stays allocated while `_guard` lives, i.e. until the kernel is enqueued; the launcher
+    // only writes out[0..n].
+    let status = unsafe {
+        ffi::sys::mamba_ssu_draw_seeds(ffi::stream_handle(stream), ptr as *mut i64, n32, seed, offset)
+    };
+    ffi::check(status)
+}
+
+/// Draws the next `n` seeds of `gen` into `out[..n]` and advances `gen` by `4 n`, like `n`
+/// consecutive stock calls. On error `gen` is left unchanged.
+pub fn draw_from<D>(stream: &CudaStream, gen: &mut Generator, out: &mut D, n: usize) -> Result<()>
+where
+    D: DevicePtrMut<i64>,
+{
+    let mut next = *gen;
+    let start = next.reserve(n as u64);
+    draw_seeds(stream, out, n, gen.seed(), start)?;
+    *gen = next;
+    Ok(())
+}
+
+/// Graph-safe draw: reads `(seed, offset)` from `state`'s device memory when the kernel runs
+/// and draws `out[k] = torch_seed(seed, offset + intragraph_offset + 4k)`. Captured in a CUDA
+/// graph, each replay draws from whatever state the host wrote before it
+/// ([`GraphSeedState::prepare_replay`]), exactly like torch's RNG kernels under capture.
+///
+/// Errors (nothing launched): as [`draw_seeds`], with `intragraph_offset` a multiple of 4.
+pub fn draw_seeds_graphsafe<D>(
+    stream: &CudaStream,
+    out: &mut D,
+    n: usize,
+    state: &GraphSeedState,
+    intragraph_offset: u64,
+) -> Result<()>
+where
+    D: DevicePtrMut<i64>,
+{
+    let n32 = check_count(out, n)?;
+    if intragraph_offset % 4 != 0 {
+        return Err(Error::invalid(
+            "intragraph_offset",
+            format!("expected a multiple of 4, got {intragraph_offset}"),
+        ));
+    }
+    check_same_device("out", stream, out.stream())?;
+    check_same_device("state", stream, state.device_state().stream())?;
+    let (state_ptr, _state_guard) = state.device_state().device_ptr(stream);
+    let (ptr, _guard) = out.device_ptr_mut(stream);
+    // SAFETY: `ptr` addresses at least `n` int64 and `state_ptr` two u64 (the
+    // `mamba_ssu_generator_state` layout: seed, offset), both on the stream's device and alive
+    // until the guards drop after the launch is enqueued.
+    let status = unsafe {
+        ffi::sys::mamba_ssu_draw_seeds_graphsafe(
+            ffi::stream_handle(stream),
+            ptr as *mut i64,
+            n32,
+            state_ptr as *const ffi::sys::mamba_ssu_generator_state,
+            intragraph_offset,
+        )
+    };
+    ffi::check(status)
+}
