@@ -98,8 +98,14 @@ fn main() {
         Path::new("csrc/include").canonicalize().unwrap().display()
     );
     println!("cargo:cudart_dir={}", lib_dir.display());
-    println!("cargo:rustc-env=MAMBA_SSU_STATIC_LIB_DIR={}", out_dir.display());
-    println!("cargo:rustc-env=MAMBA_SSU_CUDART_LIB_DIR={}", lib_dir.display());
+    println!(
+        "cargo:rustc-env=MAMBA_SSU_STATIC_LIB_DIR={}",
+        out_dir.display()
+    );
+    println!(
+        "cargo:rustc-env=MAMBA_SSU_CUDART_LIB_DIR={}",
+        lib_dir.display()
+    );
 
     generate_bindings(&out_dir);
     link_c_demo(&out_dir, &include, &lib_dir);

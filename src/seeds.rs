@@ -36,7 +36,13 @@ fn check_count<D: DeviceSlice<i64>>(out: &D, n: usize) -> Result<u32> {
 ///
 /// Errors (nothing launched): `n` is 0 or above [`MAX_SEEDS_PER_DRAW`]; `out` is shorter than
 /// `n`; `offset` is not a multiple of 4; `out` lives on another device than `stream`.
-pub fn draw_seeds<D>(stream: &CudaStream, out: &mut D, n: usize, seed: u64, offset: u64) -> Result<()>
+pub fn draw_seeds<D>(
+    stream: &CudaStream,
+    out: &mut D,
+    n: usize,
+    seed: u64,
+    offset: u64,
+) -> Result<()>
 where
     D: DevicePtrMut<i64>,
 {
@@ -53,7 +59,13 @@ where
     // stays allocated while `_guard` lives, i.e. until the kernel is enqueued; the launcher
     // only writes out[0..n].
     let status = unsafe {
-        ffi::sys::mamba_ssu_draw_seeds(ffi::stream_handle(stream), ptr as *mut i64, n32, seed, offset)
+        ffi::sys::mamba_ssu_draw_seeds(
+            ffi::stream_handle(stream),
+            ptr as *mut i64,
+            n32,
+            seed,
+            offset,
+        )
     };
     ffi::check(status)
 }

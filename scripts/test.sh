@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The one test command (README "Quick start"; .ci/run calls it):
+#   bash scripts/test.sh
+# Installs what is missing (pinned CUDA 13.0 compiler wheels into ~/.cache/mamba-ssu,
+# libclang-dev), builds, checks formatting and lints, and runs `cargo test`.
+# On a host with an NVIDIA driver and a GPU it also runs the GPU tests (--include-ignored),
+# with MAMBA_SSU_REQUIRE_GPU=1 so that a GPU test fails rather than skips.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+eval "$(bash scripts/setup.sh)"
+
+cargo fmt --check
+cargo clippy --all-targets --locked -- -D warnings
+
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  echo "test.sh: GPU found: running the CPU and GPU tests"
+  MAMBA_SSU_REQUIRE_GPU=1 cargo test --release --locked -- --include-ignored
+else
+  echo "test.sh: no GPU: running the CPU tests (GPU tests are ignored; see README 'GPU host')"
+  cargo test --locked
+fi
