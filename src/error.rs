@@ -44,7 +44,8 @@ pub enum Error {
         /// The launcher's detail (which argument, or the CUDA error text).
         detail: String,
     },
-    /// A forward scope was used against the prefetcher's contract.
+    /// A prefetcher's forward scope was used against its contract (e.g. a captured forward
+    /// that consumed fewer seeds than it drew); the streams are joined and usable.
     Scope(String),
 }
 

@@ -42,6 +42,9 @@ pub(crate) fn check(status: c_int) -> Result<()> {
                 .into_owned(),
         )
     };
+    if status == sys::MAMBA_SSU_ERROR_SCOPE as c_int {
+        return Err(Error::Scope(detail));
+    }
     Err(Error::Launcher {
         status,
         message,

@@ -54,6 +54,20 @@ impl Generator {
         start
     }
 
+    /// The C ABI's form of this state.
+    pub(crate) fn to_raw(self) -> ffi::sys::mamba_ssu_generator_state {
+        ffi::sys::mamba_ssu_generator_state {
+            seed: self.seed,
+            offset: self.offset,
+        }
+    }
+
+    /// Takes the offset (and seed) a C call advanced.
+    pub(crate) fn set_from_raw(&mut self, raw: &ffi::sys::mamba_ssu_generator_state) {
+        self.seed = raw.seed;
+        self.offset = raw.offset;
+    }
+
     /// Draws `n` seeds on the CPU (the reference), advancing the state like `n` stock calls.
     pub fn draw_cpu(&mut self, n: usize) -> Vec<u64> {
         let start = self.reserve(n as u64);

@@ -32,9 +32,13 @@
 pub mod device;
 pub mod error;
 mod ffi;
+pub mod filler;
 pub mod generator;
 pub mod philox;
+pub mod prefetch;
+pub mod reference;
 pub mod seeds;
+pub mod ssu;
 
 pub use error::{Error, Result};
 pub use generator::{Generator, GraphSeedState};

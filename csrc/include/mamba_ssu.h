@@ -40,7 +40,10 @@ typedef enum mamba_ssu_status {
   /* This combination of dtypes and sizes is not supported. */
   MAMBA_SSU_ERROR_UNSUPPORTED = 2,
   /* A CUDA runtime call or a kernel launch failed; see mamba_ssu_last_error_detail(). */
-  MAMBA_SSU_ERROR_CUDA = 3
+  MAMBA_SSU_ERROR_CUDA = 3,
+  /* A prefetcher's forward scope was misused (e.g. a captured forward that consumed fewer
+   * seeds than it drew); the streams are joined and usable. */
+  MAMBA_SSU_ERROR_SCOPE = 4
 } mamba_ssu_status;
 
 /* A static message for a status code (never NULL). */
@@ -117,7 +120,10 @@ typedef enum mamba_ssu_seed_source {
   /* Fused: the kernel derives the seed itself as the stock torch draw from
    * generator_state at offset generator_state->offset + seed_offset, i.e.
    * Philox4x32-10 word 1 (see mamba_ssu_draw_seeds). */
-  MAMBA_SSU_SEED_FROM_GENERATOR = 1
+  MAMBA_SSU_SEED_FROM_GENERATOR = 1,
+  /* Fused, eager: the kernel derives the seed as the stock torch draw from the values
+   * (generator_seed, seed_offset) passed in the parameters (no device memory read). */
+  MAMBA_SSU_SEED_FROM_VALUES = 2
 } mamba_ssu_seed_source;
 
 /* Arguments of one selective-state-update call. All strides are in elements.
@@ -172,7 +178,9 @@ typedef struct mamba_ssu_params {
   /* Seed: see mamba_ssu_seed_source. */
   const int64_t *rand_seed;
   const mamba_ssu_generator_state *generator_state;
-  uint64_t seed_offset;
+  uint64_t seed_offset;    /* FROM_GENERATOR: added to generator_state->offset;
+                              FROM_VALUES: the draw's offset (a multiple of 4) */
+  uint64_t generator_seed; /* FROM_VALUES: the generator's seed */
 
   int32_t state_dtype;  /* F16, BF16 or F32 */
   int32_t input_dtype;  /* x, z, B, C, out: F16, BF16 or F32 */
@@ -199,6 +207,96 @@ int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
  * num_sms multiprocessors (SIMPLE or VERTICAL). */
 int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch,
                                 int64_t nheads, int32_t num_sms);
+
+/* ------------------------------------------------------------------------ */
+/* Seed prefetcher: a forward's N seeds in one launch on a side stream       */
+/* ------------------------------------------------------------------------ */
+
+/* Opaque prefetcher: one per device. Not thread-safe: drive it from one thread. */
+typedef struct mamba_ssu_prefetcher mamba_ssu_prefetcher;
+
+/* When the batched draw of a forward is issued. */
+typedef enum mamba_ssu_prefetch_point {
+  /* At begin_forward: the draw overlaps the main stream's work before the first SSU. */
+  MAMBA_SSU_PREFETCH_AT_BEGIN = 0,
+  /* At the first seed request of the forward. */
+  MAMBA_SSU_PREFETCH_AT_FIRST_CALL = 1
+} mamba_ssu_prefetch_point;
+
+/* What a forward did, filled by end_forward. */
+typedef struct mamba_ssu_forward_summary {
+  uint32_t requested;  /* seed requests in the forward */
+  uint32_t prefetched; /* served from the batched draw */
+  uint32_t fallback;   /* served by an inline stock draw */
+  uint32_t drawn;      /* seeds drawn by the batched launch (0 or N) */
+  int32_t captured;    /* whether the forward was captured in a CUDA graph */
+} mamba_ssu_forward_summary;
+
+/* Creates a prefetcher on the current CUDA device for forwards of seeds_per_forward
+ * (N >= 1) stochastic-rounding layers: allocates its side stream (non-blocking), events and
+ * device buffers. *out receives the handle. */
+int mamba_ssu_prefetcher_create(mamba_ssu_prefetcher **out, uint32_t seeds_per_forward,
+                                int32_t prefetch_point);
+
+/* Destroys the prefetcher (synchronizes its side stream first). NULL is a no-op. */
+int mamba_ssu_prefetcher_destroy(mamba_ssu_prefetcher *p);
+
+/* Begins a forward on main: every seed of this forward must be requested on main.
+ * generator: the host generator state (torch's (seed, offset)), read here and advanced by
+ * mamba_ssu_prefetcher_seed in call order, 4 per seed, exactly as stock draws would; while
+ * main is being captured the host state is not advanced (the draws read the device state
+ * written by mamba_ssu_prefetcher_prepare_replay, as torch's RNG does under capture). */
+int mamba_ssu_prefetcher_begin_forward(mamba_ssu_prefetcher *p, mamba_ssu_stream_t main,
+                                       mamba_ssu_generator_state *generator);
+
+/* The seed of the next stochastic-rounding layer (layer = its index in the forward, which must
+ * equal the number of seeds requested so far in this forward): *seed_out receives a device
+ * pointer to one int64 that holds the stock draw for this call, readable by work enqueued on
+ * `stream` after this call (FlashInfer's rand_seed). Inside a forward, layers < N are served
+ * from the batched draw (main waits once on its event); other calls (layers >= N, calls with no
+ * forward, or a generator moved by someone else) draw the stock seed inline on `stream`.
+ * The pointer stays valid until 64 further inline draws or the next forward's batched draw
+ * has been enqueued, whichever comes first: consume it on `stream` before then. */
+int mamba_ssu_prefetcher_seed(mamba_ssu_prefetcher *p, mamba_ssu_stream_t stream,
+                              mamba_ssu_generator_state *generator, uint32_t layer,
+                              const int64_t **seed_out);
+
+/* The fused path: fills params->seed_source and its fields so that the SSU kernel derives the
+ * stock seed of this call itself (no seed kernel at all), and advances the generator like one
+ * stock draw. Eagerly the seed and offset are passed by value (MAMBA_SSU_SEED_FROM_VALUES);
+ * while `stream` is captured the kernel reads the prefetcher's device generator state plus the
+ * intragraph offset (MAMBA_SSU_SEED_FROM_GENERATOR), so replays draw fresh seeds after
+ * mamba_ssu_prefetcher_prepare_replay. Call it outside a forward scope (MAMBA_SSU_ERROR_SCOPE
+ * otherwise): the fused path draws nothing ahead. */
+int mamba_ssu_prefetcher_fused_seed(mamba_ssu_prefetcher *p, mamba_ssu_stream_t stream,
+                                    mamba_ssu_generator_state *generator,
+                                    mamba_ssu_params *params);
+
+/* Ends the forward begun on main and fills *summary (may be NULL). The side stream is always
+ * joined into main. Returns MAMBA_SSU_ERROR_SCOPE when no forward is open, or when a captured
+ * forward drew seeds it did not consume (the graph would advance the generator unlike stock);
+ * eagerly that case is allowed. */
+int mamba_ssu_prefetcher_end_forward(mamba_ssu_prefetcher *p,
+                                     mamba_ssu_forward_summary *summary);
+
+/* The total offset increment (4 per seed) recorded by the most recent CUDA-graph capture that
+ * used this prefetcher: what one replay of that graph advances the generator by. */
+int mamba_ssu_prefetcher_graph_increment(const mamba_ssu_prefetcher *p, uint64_t *increment);
+
+/* Before each replay of a captured graph: writes the host generator's (seed, offset) to the
+ * device state on stream (a kernel) and advances the host offset by graph_increment. */
+int mamba_ssu_prefetcher_prepare_replay(mamba_ssu_prefetcher *p, mamba_ssu_stream_t stream,
+                                        mamba_ssu_generator_state *generator,
+                                        uint64_t graph_increment);
+
+/* ------------------------------------------------------------------------ */
+/* Filler: a stand-in for a layer's other kernels (tests and benchmarks)     */
+/* ------------------------------------------------------------------------ */
+
+/* One kernel that reads and rewrites buf[0..n) `rounds` times (buf[i] = buf[i] * 0.5f + 1.0f
+ * per round): a memory-touching kernel of a chosen size, standing in for the conv1d update of
+ * a Mamba-2 layer in the decode-step benchmark and the prefetcher tests. n >= 1, rounds >= 1. */
+int mamba_ssu_filler(mamba_ssu_stream_t stream, float *buf, uint64_t n, uint32_t rounds);
 
 #ifdef __cplusplus
 } /* extern "C" */

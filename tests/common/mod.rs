@@ -865,3 +865,379 @@ pub fn regenerate_block(t: &TensorDesc, b: &Block) -> Option<Vec<u8>> {
     };
     Some(bytes)
 }
+
+// ---------------------------------------------------------------------------------------------
+// Device storages (cudarc only; the SSU launch adapter lives in `ssu_dev.rs`)
+// ---------------------------------------------------------------------------------------------
+
+/// A device buffer of one of the manifest's dtypes (typed, so it can back an SSU tensor).
+pub enum DevBuf {
+    /// fp16.
+    F16(cudarc::driver::CudaSlice<half::f16>),
+    /// bf16.
+    BF16(cudarc::driver::CudaSlice<half::bf16>),
+    /// fp32.
+    F32(cudarc::driver::CudaSlice<f32>),
+    /// int32.
+    I32(cudarc::driver::CudaSlice<i32>),
+    /// int64.
+    I64(cudarc::driver::CudaSlice<i64>),
+}
+
+/// Applies `$body` to the typed slice inside a [`DevBuf`].
+#[macro_export]
+macro_rules! with_devbuf {
+    ($buf:expr, $s:ident => $body:expr) => {
+        match $buf {
+            $crate::common::DevBuf::F16($s) => $body,
+            $crate::common::DevBuf::BF16($s) => $body,
+            $crate::common::DevBuf::F32($s) => $body,
+            $crate::common::DevBuf::I32($s) => $body,
+            $crate::common::DevBuf::I64($s) => $body,
+        }
+    };
+}
+
+impl DevBuf {
+    /// Allocates `elems` elements of `dtype` (contents undefined until written).
+    pub fn alloc(stream: &Arc<CudaStream>, dtype: &str, elems: usize) -> DevBuf {
+        let n = elems.max(1);
+        match dtype {
+            "float16" => DevBuf::F16(stream.alloc_zeros(n).expect("alloc")),
+            "bfloat16" => DevBuf::BF16(stream.alloc_zeros(n).expect("alloc")),
+            "float32" => DevBuf::F32(stream.alloc_zeros(n).expect("alloc")),
+            "int32" => DevBuf::I32(stream.alloc_zeros(n).expect("alloc")),
+            "int64" => DevBuf::I64(stream.alloc_zeros(n).expect("alloc")),
+            other => panic!("no device buffers of {other}"),
+        }
+    }
+
+    /// Wraps `elems` elements of `dtype` at a device address this crate does not own
+    /// (see [`SparseStorage`]); the slice must be leaked, never dropped.
+    ///
+    /// # Safety
+    /// `ptr` must address `elems` elements of `dtype` (mapped or not) that outlive the slice.
+    unsafe fn from_raw(stream: &Arc<CudaStream>, dtype: &str, ptr: u64, elems: usize) -> DevBuf {
+        match dtype {
+            "float16" => DevBuf::F16(stream.upgrade_device_ptr(ptr, elems)),
+            "bfloat16" => DevBuf::BF16(stream.upgrade_device_ptr(ptr, elems)),
+            "float32" => DevBuf::F32(stream.upgrade_device_ptr(ptr, elems)),
+            "int32" => DevBuf::I32(stream.upgrade_device_ptr(ptr, elems)),
+            "int64" => DevBuf::I64(stream.upgrade_device_ptr(ptr, elems)),
+            other => panic!("no device buffers of {other}"),
+        }
+    }
+
+    /// The buffer's dtype name.
+    pub fn dtype(&self) -> &'static str {
+        match self {
+            DevBuf::F16(_) => "float16",
+            DevBuf::BF16(_) => "bfloat16",
+            DevBuf::F32(_) => "float32",
+            DevBuf::I32(_) => "int32",
+            DevBuf::I64(_) => "int64",
+        }
+    }
+
+    /// Elements in the buffer.
+    pub fn len(&self) -> usize {
+        with_devbuf!(self, s => s.len())
+    }
+
+    /// Bytes per element.
+    pub fn elem_size(&self) -> usize {
+        dtype_size(self.dtype())
+    }
+
+    /// The device address of element `elem`, for raw byte copies.
+    fn raw_ptr(&mut self, stream: &CudaStream, elem: usize) -> u64 {
+        use cudarc::driver::DevicePtrMut;
+        let es = self.elem_size() as u64;
+        // The guard only records an event for cudarc's tracking; the copies below are
+        // enqueued on the same stream, so ordering is kept without it.
+        let base = with_devbuf!(self, s => s.device_ptr_mut(stream).0);
+        base + elem as u64 * es
+    }
+
+    /// Uploads `bytes` (little-endian elements) at element `elem` on `stream`.
+    pub fn write_bytes(&mut self, stream: &CudaStream, elem: usize, bytes: &[u8]) {
+        let es = self.elem_size();
+        assert_eq!(bytes.len() % es, 0);
+        assert!(
+            elem + bytes.len() / es <= self.len(),
+            "write past the buffer"
+        );
+        if bytes.is_empty() {
+            return;
+        }
+        let dst = self.raw_ptr(stream, elem);
+        // SAFETY: `dst..dst+len` lies inside this live allocation (checked above); the copy
+        // is synchronous with respect to the host buffer (stream synchronised right after).
+        unsafe {
+            cudarc::driver::result::memcpy_htod_async(dst, bytes, stream.cu_stream())
+                .expect("htod copy");
+        }
+        stream.synchronize().expect("sync after upload");
+    }
+
+    /// Downloads elements `[elem, elem + n)` as little-endian bytes.
+    pub fn read_bytes(&mut self, stream: &CudaStream, elem: usize, n: usize) -> Vec<u8> {
+        assert!(elem + n <= self.len(), "read past the buffer");
+        let mut out = vec![0u8; n * self.elem_size()];
+        if n == 0 {
+            return out;
+        }
+        stream.synchronize().expect("sync before download");
+        let src = self.raw_ptr(stream, elem);
+        // SAFETY: `src..src+len` lies inside this live allocation; the stream is synchronised
+        // before `out` is read.
+        unsafe {
+            cudarc::driver::result::memcpy_dtoh_async(&mut out, src, stream.cu_stream())
+                .expect("dtoh copy");
+        }
+        stream.synchronize().expect("sync after download");
+        out
+    }
+
+    /// Sets every byte of elements `[elem, elem + n)` to `byte`.
+    pub fn fill_bytes(&mut self, stream: &CudaStream, elem: usize, n: usize, byte: u8) {
+        assert!(elem + n <= self.len(), "fill past the buffer");
+        if n == 0 {
+            return;
+        }
+        let bytes = n * self.elem_size();
+        let dst = self.raw_ptr(stream, elem);
+        // SAFETY: `dst..dst+bytes` lies inside this live allocation.
+        unsafe {
+            cudarc::driver::result::memset_d8_async(dst, byte, bytes, stream.cu_stream())
+                .expect("memset");
+        }
+        stream.synchronize().expect("sync after fill");
+    }
+
+    /// A buffer holding `bytes` (little-endian elements of `dtype`).
+    pub fn from_bytes(stream: &Arc<CudaStream>, dtype: &str, bytes: &[u8]) -> DevBuf {
+        let mut b = DevBuf::alloc(stream, dtype, bytes.len() / dtype_size(dtype));
+        b.write_bytes(stream, 0, bytes);
+        b
+    }
+
+    /// The whole buffer as bytes.
+    pub fn download_all(&mut self, stream: &CudaStream) -> Vec<u8> {
+        let n = self.len();
+        self.read_bytes(stream, 0, n)
+    }
+}
+
+/// Storages above this size are mapped sparsely (only the pages of their blocks).
+pub const DENSE_LIMIT_BYTES: u64 = 8 << 30;
+
+/// A device storage of a manifest tensor: a dense allocation of `storage_elems`, or for huge
+/// sparse storages (a state with a slot stride near 2^32) a reserved virtual range of the whole
+/// storage with physical memory mapped only under the materialised blocks (CUDA virtual memory
+/// management), so the kernel sees the real addresses and strides without 8+ GiB allocations.
+/// An access outside the mapped pages faults (and fails the test).
+pub struct SparseStorage {
+    /// The buffer (a leaked view over the reserved range when sparse).
+    pub buf: Option<DevBuf>,
+    /// The mapped element ranges (the whole storage when dense).
+    pub mapped: Vec<(u64, u64)>,
+    vmm: Option<Vmm>,
+    stream: Arc<CudaStream>,
+}
+
+struct Vmm {
+    base: u64,
+    size: usize,
+    maps: Vec<(
+        u64,
+        usize,
+        cudarc::driver::sys::CUmemGenericAllocationHandle,
+    )>,
+}
+
+fn cu(r: cudarc::driver::sys::CUresult, what: &str) {
+    assert_eq!(
+        r,
+        cudarc::driver::sys::CUresult::CUDA_SUCCESS,
+        "{what} failed: {r:?}"
+    );
+}
+
+impl SparseStorage {
+    /// Allocates the storage of `t` and uploads `host` into it (gaps zero).
+    pub fn upload(
+        ctx: &Arc<CudaContext>,
+        stream: &Arc<CudaStream>,
+        t: &TensorDesc,
+        host: &HostStorage,
+    ) -> SparseStorage {
+        let es = t.elem_size() as u64;
+        let mut s = if t.storage_bytes() <= DENSE_LIMIT_BYTES {
+            let buf = DevBuf::alloc(stream, &t.dtype, t.storage_elems as usize);
+            SparseStorage {
+                buf: Some(buf),
+                mapped: vec![(0, t.storage_elems)],
+                vmm: None,
+                stream: stream.clone(),
+            }
+        } else {
+            let ranges: Vec<(u64, u64)> = host
+                .pieces
+                .iter()
+                .map(|(o, b)| (*o * es, *o * es + b.len() as u64))
+                .collect();
+            Self::sparse(ctx, stream, &t.dtype, t.storage_elems, &ranges)
+        };
+        let ranges = s.mapped.clone();
+        let buf = s.buf.as_mut().unwrap();
+        for (lo, hi) in ranges {
+            buf.fill_bytes(stream, lo as usize, (hi - lo) as usize, 0);
+        }
+        for (off, bytes) in &host.pieces {
+            buf.write_bytes(stream, *off as usize, bytes);
+        }
+        s
+    }
+
+    fn sparse(
+        ctx: &Arc<CudaContext>,
+        stream: &Arc<CudaStream>,
+        dtype: &str,
+        elems: u64,
+        byte_ranges: &[(u64, u64)],
+    ) -> SparseStorage {
+        use cudarc::driver::sys;
+        ctx.bind_to_thread().expect("bind context");
+        let es = dtype_size(dtype) as u64;
+        // SAFETY: plain-data driver structs; all-zero is a valid starting value.
+        let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+        prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = ctx.ordinal() as i32;
+        let mut gran = 0usize;
+        // SAFETY: valid pointers to live locals.
+        unsafe {
+            cu(
+                sys::cuMemGetAllocationGranularity(
+                    &mut gran,
+                    &prop,
+                    sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED,
+                ),
+                "cuMemGetAllocationGranularity",
+            );
+        }
+        let g = gran.max(1) as u64;
+        let size = (elems * es).div_ceil(g) * g;
+        let mut base = 0u64;
+        // SAFETY: reserves address space only.
+        unsafe {
+            cu(
+                sys::cuMemAddressReserve(&mut base, size as usize, g as usize, 0, 0),
+                "cuMemAddressReserve",
+            );
+        }
+        // Page-aligned ranges covering the blocks, merged.
+        let mut pages: Vec<(u64, u64)> = byte_ranges
+            .iter()
+            .map(|(lo, hi)| (lo / g * g, hi.div_ceil(g) * g))
+            .collect();
+        pages.sort();
+        let mut merged: Vec<(u64, u64)> = Vec::new();
+        for (lo, hi) in pages {
+            match merged.last_mut() {
+                Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+                _ => merged.push((lo, hi)),
+            }
+        }
+        let mut vmm = Vmm {
+            base,
+            size: size as usize,
+            maps: Vec::new(),
+        };
+        // SAFETY: all-zero is a valid access descriptor to fill in.
+        let mut access: sys::CUmemAccessDesc = unsafe { std::mem::zeroed() };
+        access.location = prop.location;
+        access.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        for (lo, hi) in &merged {
+            let len = (hi - lo) as usize;
+            let mut h: sys::CUmemGenericAllocationHandle = 0;
+            // SAFETY: maps fresh physical memory into our own reserved range.
+            unsafe {
+                cu(sys::cuMemCreate(&mut h, len, &prop, 0), "cuMemCreate");
+                cu(sys::cuMemMap(base + lo, len, 0, h, 0), "cuMemMap");
+                cu(
+                    sys::cuMemSetAccess(base + lo, len, &access, 1),
+                    "cuMemSetAccess",
+                );
+            }
+            vmm.maps.push((base + lo, len, h));
+        }
+        let mapped = merged
+            .iter()
+            .map(|(lo, hi)| (lo / es, (hi / es).min(elems)))
+            .collect();
+        eprintln!(
+            "  sparse storage: {:.1} GiB reserved, {:.1} MiB mapped in {} ranges",
+            size as f64 / (1u64 << 30) as f64,
+            merged.iter().map(|(l, h)| h - l).sum::<u64>() as f64 / (1u64 << 20) as f64,
+            merged.len()
+        );
+        // SAFETY: the reserved range holds `elems` elements; the slice is leaked in Drop.
+        let buf = unsafe { DevBuf::from_raw(stream, dtype, base, elems as usize) };
+        SparseStorage {
+            buf: Some(buf),
+            mapped,
+            vmm: Some(vmm),
+            stream: stream.clone(),
+        }
+    }
+
+    /// Whether the storage is mapped sparsely.
+    pub fn is_sparse(&self) -> bool {
+        self.vmm.is_some()
+    }
+
+    /// The buffer.
+    pub fn buf(&self) -> &DevBuf {
+        self.buf.as_ref().unwrap()
+    }
+
+    /// The buffer, mutably.
+    pub fn buf_mut(&mut self) -> &mut DevBuf {
+        self.buf.as_mut().unwrap()
+    }
+
+    /// Downloads every mapped range: `(elem_offset, bytes)`.
+    pub fn download(&mut self) -> Vec<(u64, Vec<u8>)> {
+        let stream = self.stream.clone();
+        let ranges = self.mapped.clone();
+        let buf = self.buf_mut();
+        ranges
+            .into_iter()
+            .map(|(lo, hi)| (lo, buf.read_bytes(&stream, lo as usize, (hi - lo) as usize)))
+            .collect()
+    }
+}
+
+impl Drop for SparseStorage {
+    fn drop(&mut self) {
+        let Some(vmm) = self.vmm.take() else {
+            return;
+        };
+        let _ = self.stream.synchronize();
+        if let Some(buf) = self.buf.take() {
+            with_devbuf!(buf, s => { s.leak(); });
+        }
+        use cudarc::driver::sys;
+        // SAFETY: unmaps and frees only what `sparse` mapped and reserved, after the stream
+        // (the only user) finished and the non-owning slice was leaked.
+        unsafe {
+            for (ptr, len, h) in &vmm.maps {
+                let _ = sys::cuMemUnmap(*ptr, *len);
+                let _ = sys::cuMemRelease(*h);
+            }
+            let _ = sys::cuMemAddressFree(vmm.base, vmm.size);
+        }
+    }
+}

@@ -1,0 +1,377 @@
+// prefetch.cu — the seed prefetcher: a forward's N stochastic-rounding seeds drawn in ONE
+// launch on a side stream, handed to the layers in call order, bit-identical to the stock
+// per-layer torch.randint draws, eagerly and under CUDA-graph capture.
+//
+// Ordering is by CUDA events only (no host synchronisation, no polling):
+//   begin (or first request):  main --record(fork)--> side waits fork --> batched draw
+//                               --> record(ready) on side
+//   first request of the forward: main waits ready (once: every later request of the forward
+//                               is on main too, so stream order covers it).
+//
+// Why one seed buffer is enough (reuse argument): forward F+1's batched draw is enqueued on the
+// side stream after a wait on F+1's fork event, which is recorded on main when F+1 begins. All
+// consumers of F's seeds were enqueued on main before F ended (a forward's seeds must be used
+// on its main stream, enforced by the stream check in mamba_ssu_prefetcher_seed), hence before
+// F+1's fork was recorded; so the draw that overwrites the buffer runs after every consumer of
+// F has completed. The same holds inside a captured graph, where the event record / wait pairs
+// become graph edges. Inline (fallback) draws go to a ring of slots on the requesting stream;
+// a slot is rewritten only 64 inline draws later, by then its consumer (enqueued on the same
+// stream before the next request, per the documented contract) is ordered before the rewrite.
+#include <cstdint>
+#include <new>
+
+#include "common.cuh"
+#include "philox.cuh"
+
+namespace mamba_ssu {
+namespace {
+
+constexpr uint32_t kFallbackSlots = 64;
+constexpr int kThreads = 256;
+
+__global__ void draw_kernel(int64_t *__restrict__ out, uint32_t n, uint64_t seed,
+                            uint64_t offset) {
+  const uint32_t k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k < n) out[k] = torch_seed_draw(seed, offset + 4ull * k);
+}
+
+__global__ void draw_graphsafe_kernel(int64_t *__restrict__ out, uint32_t n,
+                                      const mamba_ssu_generator_state *__restrict__ state,
+                                      uint64_t intragraph) {
+  const uint32_t k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k < n) out[k] = torch_seed_draw(state->seed, state->offset + intragraph + 4ull * k);
+}
+
+__global__ void write_state_kernel(mamba_ssu_generator_state *state, uint64_t seed,
+                                   uint64_t offset) {
+  state->seed = seed;
+  state->offset = offset;
+}
+
+}  // namespace
+}  // namespace mamba_ssu
+
+using namespace mamba_ssu;
+
+struct mamba_ssu_prefetcher {
+  int device = 0;
+  uint32_t n = 0;
+  int32_t point = MAMBA_SSU_PREFETCH_AT_BEGIN;
+  cudaStream_t side = nullptr;
+  cudaEvent_t fork = nullptr;
+  cudaEvent_t ready = nullptr;
+  int64_t *seeds = nullptr;     // n
+  int64_t *fallback = nullptr;  // kFallbackSlots
+  uint32_t fallback_next = 0;
+  mamba_ssu_generator_state *dev_state = nullptr;
+
+  // Capture bookkeeping: the intragraph offset runs per capture (identified by its id).
+  unsigned long long capture_id = 0;
+  bool capture_seen = false;
+  uint64_t intragraph = 0;
+
+  // The open forward.
+  bool in_forward = false;
+  cudaStream_t main = nullptr;
+  bool captured = false;
+  bool drawn = false;
+  bool joined = false;
+  uint64_t base = 0;  // eager: host offset of seed 0; captured: its intragraph offset
+  uint64_t seed = 0;  // eager: the generator seed the batch was drawn with
+  mamba_ssu_forward_summary summary{};
+};
+
+namespace {
+
+// Whether `stream` is capturing; updates the intragraph counter on a new capture.
+int capture_state(mamba_ssu_prefetcher *p, cudaStream_t stream, bool *capturing) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  if (int s = check_cuda(cudaStreamGetCaptureInfo(stream, &status, &id), "stream capture info"))
+    return s;
+  if (status == cudaStreamCaptureStatusInvalidated)
+    return fail(MAMBA_SSU_ERROR_CUDA, "stream: its capture has been invalidated");
+  *capturing = status == cudaStreamCaptureStatusActive;
+  if (*capturing && (!p->capture_seen || id != p->capture_id)) {
+    p->capture_seen = true;
+    p->capture_id = id;
+    p->intragraph = 0;
+  }
+  return MAMBA_SSU_SUCCESS;
+}
+
+int check_generator(const mamba_ssu_generator_state *g) {
+  if (g == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "generator: null pointer");
+  if (g->offset % 4 != 0)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                "generator: offset must be a multiple of 4, got %llu",
+                static_cast<unsigned long long>(g->offset));
+  return MAMBA_SSU_SUCCESS;
+}
+
+int set_device(const mamba_ssu_prefetcher *p) {
+  return check_cuda(cudaSetDevice(p->device), "cudaSetDevice");
+}
+
+// Forks the side stream off main and enqueues the batched draw of the forward.
+int issue_batched_draw(mamba_ssu_prefetcher *p, const mamba_ssu_generator_state *g) {
+  if (int s = check_cuda(cudaEventRecord(p->fork, p->main), "record fork event")) return s;
+  if (int s = check_cuda(cudaStreamWaitEvent(p->side, p->fork, 0), "side waits fork")) return s;
+  const unsigned blocks = (p->n + kThreads - 1) / kThreads;
+  if (p->captured) {
+    p->base = p->intragraph;  // the forward's first seed is the next intragraph draw
+    draw_graphsafe_kernel<<<blocks, kThreads, 0, p->side>>>(p->seeds, p->n, p->dev_state,
+                                                            p->base);
+  } else {
+    p->base = g->offset;
+    p->seed = g->seed;
+    draw_kernel<<<blocks, kThreads, 0, p->side>>>(p->seeds, p->n, g->seed, g->offset);
+  }
+  if (int s = check_launch("batched seed draw")) return s;
+  if (int s = check_cuda(cudaEventRecord(p->ready, p->side), "record ready event")) return s;
+  p->drawn = true;
+  p->summary.drawn = p->n;
+  return MAMBA_SSU_SUCCESS;
+}
+
+int join(mamba_ssu_prefetcher *p) {
+  if (p->drawn && !p->joined) {
+    if (int s = check_cuda(cudaStreamWaitEvent(p->main, p->ready, 0), "main waits ready"))
+      return s;
+    p->joined = true;
+  }
+  return MAMBA_SSU_SUCCESS;
+}
+
+// The stock draw inline on `stream`, into the next fallback slot.
+int inline_draw(mamba_ssu_prefetcher *p, cudaStream_t stream, mamba_ssu_generator_state *g,
+                bool capturing, const int64_t **out) {
+  int64_t *slot = p->fallback + (p->fallback_next++ % kFallbackSlots);
+  if (capturing) {
+    draw_graphsafe_kernel<<<1, 1, 0, stream>>>(slot, 1, p->dev_state, p->intragraph);
+    if (int s = check_launch("inline graph-safe seed draw")) return s;
+    p->intragraph += 4;
+  } else {
+    draw_kernel<<<1, 1, 0, stream>>>(slot, 1, g->seed, g->offset);
+    if (int s = check_launch("inline seed draw")) return s;
+    g->offset += 4;
+  }
+  *out = slot;
+  return MAMBA_SSU_SUCCESS;
+}
+
+// Common front of seed() and fused_seed(): checks, and whether this request is served by the
+// batched draw (then returns its index in *k and advances the generator).
+int take_request(mamba_ssu_prefetcher *p, cudaStream_t stream, mamba_ssu_generator_state *g,
+                 uint32_t layer, bool *capturing, bool *prefetched, uint32_t *k) {
+  if (p == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "prefetcher: null pointer");
+  if (int s = check_generator(g)) return s;
+  if (int s = set_device(p)) return s;
+  if (int s = capture_state(p, stream, capturing)) return s;
+  *prefetched = false;
+  if (!p->in_forward) return MAMBA_SSU_SUCCESS;
+  if (stream != p->main)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                "stream: a forward's seeds must be requested on the stream given to "
+                "begin_forward");
+  if (*capturing != p->captured)
+    return fail(MAMBA_SSU_ERROR_SCOPE,
+                "stream: capture began or ended inside a forward; end the forward first");
+  if (layer != p->summary.requested)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                "layer: expected %u (the number of seeds requested so far in this forward), "
+                "got %u",
+                p->summary.requested, layer);
+  p->summary.requested++;
+  const uint32_t idx = layer;
+  if (idx >= p->n) return MAMBA_SSU_SUCCESS;  // beyond N: stock fallback
+  if (!p->drawn) {
+    if (int s = issue_batched_draw(p, g)) return s;
+  }
+  // Eagerly the batch is valid only while the generator is exactly where stock would be:
+  // someone else drawing from it in between moves the sequence, and stock values follow it.
+  if (!p->captured && (g->seed != p->seed || g->offset != p->base + 4ull * idx))
+    return MAMBA_SSU_SUCCESS;
+  if (p->captured && p->intragraph != p->base + 4ull * idx) return MAMBA_SSU_SUCCESS;
+  if (int s = join(p)) return s;
+  if (p->captured) {
+    p->intragraph += 4;
+  } else {
+    g->offset += 4;
+  }
+  *prefetched = true;
+  *k = idx;
+  p->summary.prefetched++;
+  return MAMBA_SSU_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" int mamba_ssu_prefetcher_create(mamba_ssu_prefetcher **out,
+                                           uint32_t seeds_per_forward, int32_t prefetch_point) {
+  clear_error();
+  if (out == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "out: null pointer");
+  *out = nullptr;
+  if (seeds_per_forward == 0 || seeds_per_forward > MAMBA_SSU_MAX_SEEDS_PER_DRAW)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "seeds_per_forward: expected 1..=%u, got %u",
+                MAMBA_SSU_MAX_SEEDS_PER_DRAW, seeds_per_forward);
+  if (prefetch_point != MAMBA_SSU_PREFETCH_AT_BEGIN &&
+      prefetch_point != MAMBA_SSU_PREFETCH_AT_FIRST_CALL)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "prefetch_point: expected 0 or 1, got %d",
+                prefetch_point);
+  auto *p = new (std::nothrow) mamba_ssu_prefetcher();
+  if (p == nullptr) return fail(MAMBA_SSU_ERROR_CUDA, "out of host memory");
+  p->n = seeds_per_forward;
+  p->point = prefetch_point;
+  int s = check_cuda(cudaGetDevice(&p->device), "cudaGetDevice");
+  if (!s) s = check_cuda(cudaStreamCreateWithFlags(&p->side, cudaStreamNonBlocking), "side stream");
+  if (!s) s = check_cuda(cudaEventCreateWithFlags(&p->fork, cudaEventDisableTiming), "fork event");
+  if (!s) s = check_cuda(cudaEventCreateWithFlags(&p->ready, cudaEventDisableTiming), "ready event");
+  if (!s) s = check_cuda(cudaMalloc(&p->seeds, sizeof(int64_t) * p->n), "seed buffer");
+  if (!s) s = check_cuda(cudaMalloc(&p->fallback, sizeof(int64_t) * kFallbackSlots), "fallback");
+  if (!s) s = check_cuda(cudaMalloc(&p->dev_state, sizeof(mamba_ssu_generator_state)), "state");
+  if (!s) s = check_cuda(cudaMemset(p->dev_state, 0, sizeof(mamba_ssu_generator_state)), "state");
+  if (s) {
+    mamba_ssu_prefetcher_destroy(p);
+    return s;
+  }
+  *out = p;
+  return MAMBA_SSU_SUCCESS;
+}
+
+extern "C" int mamba_ssu_prefetcher_destroy(mamba_ssu_prefetcher *p) {
+  if (p == nullptr) return MAMBA_SSU_SUCCESS;
+  int s = set_device(p);
+  if (p->side != nullptr && !s) s = check_cuda(cudaStreamSynchronize(p->side), "sync side");
+  if (p->seeds) cudaFree(p->seeds);
+  if (p->fallback) cudaFree(p->fallback);
+  if (p->dev_state) cudaFree(p->dev_state);
+  if (p->fork) cudaEventDestroy(p->fork);
+  if (p->ready) cudaEventDestroy(p->ready);
+  if (p->side) cudaStreamDestroy(p->side);
+  delete p;
+  return s;
+}
+
+extern "C" int mamba_ssu_prefetcher_begin_forward(mamba_ssu_prefetcher *p,
+                                                  mamba_ssu_stream_t main_stream,
+                                                  mamba_ssu_generator_state *generator) {
+  clear_error();
+  if (p == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "prefetcher: null pointer");
+  if (p->in_forward)
+    return fail(MAMBA_SSU_ERROR_SCOPE, "begin_forward: a forward is already open; end it first");
+  if (int s = check_generator(generator)) return s;
+  if (int s = set_device(p)) return s;
+  const cudaStream_t main = reinterpret_cast<cudaStream_t>(main_stream);
+  bool capturing = false;
+  if (int s = capture_state(p, main, &capturing)) return s;
+  p->in_forward = true;
+  p->main = main;
+  p->captured = capturing;
+  p->drawn = false;
+  p->joined = false;
+  p->summary = mamba_ssu_forward_summary{};
+  p->summary.captured = capturing ? 1 : 0;
+  if (p->point == MAMBA_SSU_PREFETCH_AT_BEGIN) {
+    if (int s = issue_batched_draw(p, generator)) {
+      p->in_forward = false;
+      return s;
+    }
+  }
+  return MAMBA_SSU_SUCCESS;
+}
+
+extern "C" int mamba_ssu_prefetcher_seed(mamba_ssu_prefetcher *p, mamba_ssu_stream_t stream,
+                                         mamba_ssu_generator_state *generator, uint32_t layer,
+                                         const int64_t **seed_out) {
+  clear_error();
+  if (seed_out == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "seed_out: null pointer");
+  const cudaStream_t s_ = reinterpret_cast<cudaStream_t>(stream);
+  bool capturing = false, prefetched = false;
+  uint32_t k = 0;
+  if (int s = take_request(p, s_, generator, layer, &capturing, &prefetched, &k)) return s;
+  if (prefetched) {
+    *seed_out = p->seeds + k;
+    return MAMBA_SSU_SUCCESS;
+  }
+  if (p->in_forward) p->summary.fallback++;
+  return inline_draw(p, s_, generator, capturing, seed_out);
+}
+
+extern "C" int mamba_ssu_prefetcher_fused_seed(mamba_ssu_prefetcher *p, mamba_ssu_stream_t stream,
+                                               mamba_ssu_generator_state *generator,
+                                               mamba_ssu_params *params) {
+  clear_error();
+  if (params == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "params: null pointer");
+  if (p == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "prefetcher: null pointer");
+  if (p->in_forward)
+    return fail(MAMBA_SSU_ERROR_SCOPE,
+                "fused_seed: the fused path draws nothing ahead; call it outside a forward");
+  if (int s = check_generator(generator)) return s;
+  if (int s = set_device(p)) return s;
+  bool capturing = false;
+  if (int s = capture_state(p, reinterpret_cast<cudaStream_t>(stream), &capturing)) return s;
+  params->rand_seed = nullptr;
+  if (capturing) {
+    params->seed_source = MAMBA_SSU_SEED_FROM_GENERATOR;
+    params->generator_state = p->dev_state;
+    params->seed_offset = p->intragraph;
+    p->intragraph += 4;
+  } else {
+    params->seed_source = MAMBA_SSU_SEED_FROM_VALUES;
+    params->generator_state = nullptr;
+    params->generator_seed = generator->seed;
+    params->seed_offset = generator->offset;
+    generator->offset += 4;
+  }
+  return MAMBA_SSU_SUCCESS;
+}
+
+extern "C" int mamba_ssu_prefetcher_end_forward(mamba_ssu_prefetcher *p,
+                                                mamba_ssu_forward_summary *summary) {
+  clear_error();
+  if (p == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "prefetcher: null pointer");
+  if (!p->in_forward) return fail(MAMBA_SSU_ERROR_SCOPE, "end_forward: no forward is open");
+  int s = set_device(p);
+  // Always join the side stream into main: under capture an unjoined side stream would make
+  // the capture fail; eagerly it keeps the next forward's ordering argument simple.
+  if (!s) s = join(p);
+  p->in_forward = false;
+  if (summary != nullptr) *summary = p->summary;
+  if (s) return s;
+  if (p->captured && p->drawn && p->summary.prefetched < p->n)
+    return fail(MAMBA_SSU_ERROR_SCOPE,
+                "end_forward: the captured forward consumed %u of the %u seeds it drew; every "
+                "replay would advance the generator unlike stock (configure the prefetcher "
+                "with the number of stochastic-rounding layers)",
+                p->summary.prefetched, p->n);
+  return MAMBA_SSU_SUCCESS;
+}
+
+extern "C" int mamba_ssu_prefetcher_graph_increment(const mamba_ssu_prefetcher *p,
+                                                    uint64_t *increment) {
+  clear_error();
+  if (p == nullptr || increment == nullptr)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "prefetcher/increment: null pointer");
+  *increment = p->intragraph;
+  return MAMBA_SSU_SUCCESS;
+}
+
+extern "C" int mamba_ssu_prefetcher_prepare_replay(mamba_ssu_prefetcher *p,
+                                                   mamba_ssu_stream_t stream,
+                                                   mamba_ssu_generator_state *generator,
+                                                   uint64_t graph_increment) {
+  clear_error();
+  if (p == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "prefetcher: null pointer");
+  if (int s = check_generator(generator)) return s;
+  if (graph_increment % 4 != 0)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                "graph_increment: expected a multiple of 4, got %llu",
+                static_cast<unsigned long long>(graph_increment));
+  if (int s = set_device(p)) return s;
+  write_state_kernel<<<1, 1, 0, reinterpret_cast<cudaStream_t>(stream)>>>(
+      p->dev_state, generator->seed, generator->offset);
+  if (int s = check_launch("write generator state")) return s;
+  generator->offset += graph_increment;
+  return MAMBA_SSU_SUCCESS;
+}

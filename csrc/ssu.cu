@@ -1,0 +1,356 @@
+// ssu.cu — host side of the selective-state-update kernel: validation,
+// algorithm resolution and dispatch (device code: ssu.cuh).
+//
+// Dispatch: the hot kernels (HotConfig) serve fp16 state, bf16 x/z/B/C/out,
+// bf16 dt/D/dt_bias, dim 64, dstate 128 and 0, 5 or 10 Philox rounds, one per
+// (layout, rounds): 6 kernels. Everything else that passes the checks runs the
+// generic kernel (DynConfig). Index dtype, optional tensors and flags are run
+// time values in both.
+#include <limits>
+
+#include "common.cuh"
+#include "ssu.cuh"
+
+namespace mamba_ssu {
+namespace {
+
+using ssu::Args;
+using ssu::DynConfig;
+using ssu::HotConfig;
+
+constexpr int kMaxRowsPerWarp = 16;
+// Fewest rows a block can hold (generic kernel, 4 warps x 2 rows): bounds the
+// grid size in the checks, whatever rows per warp the launcher picks.
+constexpr int64_t kMinRowsPerBlock = ssu::kWarpsPerBlock * DynConfig::kRowsPerChunk;
+// Largest byte extent of any tensor: keeps every 64-bit offset far from overflow.
+constexpr __int128 kMaxExtentBytes = static_cast<__int128>(1) << 60;
+
+bool is_float_dtype(int32_t t) {
+  return t == MAMBA_SSU_F32 || t == MAMBA_SSU_F16 || t == MAMBA_SSU_BF16;
+}
+int float_bytes(int32_t t) { return t == MAMBA_SSU_F32 ? 4 : 2; }
+int index_bytes(int32_t t) { return t == MAMBA_SSU_I64 ? 8 : 4; }
+
+long long ll(int64_t v) { return static_cast<long long>(v); }
+
+int invalid(const char *fmt, long long a) { return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, fmt, a); }
+
+bool aligned(const void *p, size_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
+
+// A (batch, rows...) tensor with the given batch stride and inner extent must
+// stay below kMaxExtentBytes.
+bool extent_ok(int64_t batch, int64_t stride, int64_t inner, int bytes) {
+  const __int128 e = (static_cast<__int128>(batch) - 1) * stride + inner;
+  return e * bytes <= kMaxExtentBytes;
+}
+
+int check_pointer(const void *p, const char *name, size_t align) {
+  if (p == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "%s: null pointer", name);
+  if (!aligned(p, align))
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "%s: expected a %zu-byte aligned pointer",
+                name, align);
+  return MAMBA_SSU_SUCCESS;
+}
+
+// A batch stride (elements of `bytes` bytes) of a tensor whose base must be
+// 16-byte aligned: >= min_stride and a multiple of 16 bytes.
+int check_stride16(int64_t stride, const char *name, int bytes, int64_t min_stride) {
+  if (stride < min_stride)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "%s: expected >= %lld, got %lld", name,
+                ll(min_stride), ll(stride));
+  if ((stride * bytes) % 16 != 0)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                "%s: expected a multiple of %d (16-byte alignment), got %lld", name, 16 / bytes,
+                ll(stride));
+  return MAMBA_SSU_SUCCESS;
+}
+
+int check_index(const void *idx, int64_t stride, const char *name, const char *stride_name,
+                int32_t dtype) {
+  if (idx == nullptr) return MAMBA_SSU_SUCCESS;
+  if (!aligned(idx, index_bytes(dtype)))
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "%s: expected a %d-byte aligned pointer", name,
+                index_bytes(dtype));
+  if (stride < 0)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "%s: expected >= 0, got %lld", stride_name,
+                ll(stride));
+  return MAMBA_SSU_SUCCESS;
+}
+
+int check(const mamba_ssu_params *p) {
+  if (p == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "params: null pointer");
+  int s;
+
+  // Sizes. batch == 0 is rejected: FlashInfer never sees an empty batch, and
+  // an empty launch is not a valid CUDA launch.
+  if (p->batch < 1) return invalid("batch: expected >= 1, got %lld", ll(p->batch));
+  if (p->nheads < 1) return invalid("nheads: expected >= 1, got %lld", ll(p->nheads));
+  if (p->dim < 1 || p->dim > (int64_t{1} << 30))
+    return invalid("dim: expected 1..=1073741824, got %lld", ll(p->dim));
+  if (p->dstate != 64 && p->dstate != 128 && p->dstate != 256)
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "dstate: expected 64, 128 or 256, got %lld",
+                ll(p->dstate));
+  if (p->ngroups < 1 || p->nheads % p->ngroups != 0)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                "ngroups: expected a divisor of nheads (%lld), got %lld", ll(p->nheads),
+                ll(p->ngroups));
+  if (p->state_cache_size < 1)
+    return invalid("state_cache_size: expected >= 1, got %lld", ll(p->state_cache_size));
+  {
+    const __int128 blocks = static_cast<__int128>(p->batch) * p->nheads *
+                            ((p->dim + kMinRowsPerBlock - 1) / kMinRowsPerBlock);
+    if (blocks > std::numeric_limits<int32_t>::max())
+      return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
+                  "batch * nheads * ceil(dim / %lld): expected <= %d (grid size), got %lld x "
+                  "%lld x %lld",
+                  ll(kMinRowsPerBlock), std::numeric_limits<int32_t>::max(), ll(p->batch),
+                  ll(p->nheads), ll((p->dim + kMinRowsPerBlock - 1) / kMinRowsPerBlock));
+  }
+
+  // Enumerations.
+  if (!is_float_dtype(p->state_dtype))
+    return invalid("state_dtype: expected F32, F16 or BF16, got %lld", ll(p->state_dtype));
+  if (!is_float_dtype(p->input_dtype))
+    return invalid("input_dtype: expected F32, F16 or BF16, got %lld", ll(p->input_dtype));
+  if (!is_float_dtype(p->weight_dtype))
+    return invalid("weight_dtype: expected F32, F16 or BF16, got %lld", ll(p->weight_dtype));
+  const bool has_index = p->state_batch_indices != nullptr || p->dst_state_batch_indices != nullptr;
+  if (has_index && p->index_dtype != MAMBA_SSU_I32 && p->index_dtype != MAMBA_SSU_I64)
+    return invalid("index_dtype: expected I32 or I64, got %lld", ll(p->index_dtype));
+  if (p->algorithm != MAMBA_SSU_ALGO_AUTO && p->algorithm != MAMBA_SSU_ALGO_SIMPLE &&
+      p->algorithm != MAMBA_SSU_ALGO_VERTICAL)
+    return invalid("algorithm: expected AUTO (0), SIMPLE (1) or VERTICAL (2), got %lld",
+                   ll(p->algorithm));
+  if (p->seed_source != MAMBA_SSU_SEED_POINTER &&
+      p->seed_source != MAMBA_SSU_SEED_FROM_GENERATOR &&
+      p->seed_source != MAMBA_SSU_SEED_FROM_VALUES)
+    return invalid(
+        "seed_source: expected POINTER (0), FROM_GENERATOR (1) or FROM_VALUES (2), got %lld",
+        ll(p->seed_source));
+  if (p->philox_rounds < 0 || p->philox_rounds > 10)
+    return invalid("philox_rounds: expected 0..=10, got %lld", ll(p->philox_rounds));
+  if (p->philox_rounds > 0 && p->state_dtype != MAMBA_SSU_F16)
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
+                "philox_rounds: stochastic rounding (%d rounds) needs an F16 state, got "
+                "state_dtype %d",
+                p->philox_rounds, p->state_dtype);
+
+  // Pointers and alignment.
+  const int sb = float_bytes(p->state_dtype);
+  const int ib = float_bytes(p->input_dtype);
+  const int wb = float_bytes(p->weight_dtype);
+  if ((s = check_pointer(p->state, "state", 16))) return s;
+  if ((s = check_pointer(p->x, "x", 16))) return s;
+  if ((s = check_pointer(p->dt, "dt", wb))) return s;
+  if ((s = check_pointer(p->A, "A", 4))) return s;
+  if ((s = check_pointer(p->B, "B", 16))) return s;
+  if ((s = check_pointer(p->C, "C", 16))) return s;
+  if ((s = check_pointer(p->out, "out", 16))) return s;
+  if (p->z != nullptr && (s = check_pointer(p->z, "z", 16))) return s;
+  if (p->D != nullptr && (s = check_pointer(p->D, "D", wb))) return s;
+  if (p->dt_bias != nullptr && (s = check_pointer(p->dt_bias, "dt_bias", wb))) return s;
+  // The seed matters only with stochastic rounding.
+  if (p->philox_rounds > 0) {
+    if (p->seed_source == MAMBA_SSU_SEED_POINTER) {
+      if ((s = check_pointer(p->rand_seed, "rand_seed", 8))) return s;
+    } else {
+      if (p->seed_source == MAMBA_SSU_SEED_FROM_GENERATOR &&
+          (s = check_pointer(p->generator_state, "generator_state", 8)))
+        return s;
+      // Torch's offsets count 32-bit words in blocks of 4.
+      if (p->seed_offset % 4 != 0)
+        return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                    "seed_offset: expected a multiple of 4, got %llu",
+                    static_cast<unsigned long long>(p->seed_offset));
+    }
+  }
+  if ((s = check_index(p->state_batch_indices, p->state_batch_indices_stride,
+                       "state_batch_indices", "state_batch_indices_stride", p->index_dtype)))
+    return s;
+  if ((s = check_index(p->dst_state_batch_indices, p->dst_state_batch_indices_stride,
+                       "dst_state_batch_indices", "dst_state_batch_indices_stride",
+                       p->index_dtype)))
+    return s;
+
+  // Strides (elements) and extents.
+  const int64_t head_block = p->nheads * p->dim * p->dstate;  // < 2^69 / 2^31: no overflow
+  const int64_t row = p->nheads * p->dim;
+  const int64_t bc_row = p->ngroups * p->dstate;
+  if ((s = check_stride16(p->state_stride_batch, "state_stride_batch", sb, head_block))) return s;
+  if ((s = check_stride16(p->x_stride_batch, "x_stride_batch", ib, 0))) return s;
+  if ((s = check_stride16(p->B_stride_batch, "B_stride_batch", ib, 0))) return s;
+  if ((s = check_stride16(p->C_stride_batch, "C_stride_batch", ib, 0))) return s;
+  if (p->z != nullptr && (s = check_stride16(p->z_stride_batch, "z_stride_batch", ib, 0))) return s;
+  // Output rows of different batch entries must not overlap.
+  if ((s = check_stride16(p->out_stride_batch, "out_stride_batch", ib, p->batch > 1 ? row : 0)))
+    return s;
+  if (p->dt_stride_batch < 0)
+    return invalid("dt_stride_batch: expected >= 0, got %lld", ll(p->dt_stride_batch));
+  struct Extent {
+    const char *name;
+    bool present;
+    int64_t n, stride, inner;
+    int bytes;
+  };
+  const Extent extents[] = {
+      {"state", true, p->state_cache_size, p->state_stride_batch, head_block, sb},
+      {"x", true, p->batch, p->x_stride_batch, row, ib},
+      {"out", true, p->batch, p->out_stride_batch, row, ib},
+      {"z", p->z != nullptr, p->batch, p->z_stride_batch, row, ib},
+      {"B", true, p->batch, p->B_stride_batch, bc_row, ib},
+      {"C", true, p->batch, p->C_stride_batch, bc_row, ib},
+      {"dt", true, p->batch, p->dt_stride_batch, p->nheads, wb},
+      {"state_batch_indices", p->state_batch_indices != nullptr, p->batch,
+       p->state_batch_indices_stride, 1, 8},
+      {"dst_state_batch_indices", p->dst_state_batch_indices != nullptr, p->batch,
+       p->dst_state_batch_indices_stride, 1, 8},
+  };
+  for (const Extent &e : extents) {
+    if (e.present && !extent_ok(e.n, e.stride, e.inner, e.bytes))
+      return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "%s: extent above 2^60 bytes", e.name);
+  }
+  return MAMBA_SSU_SUCCESS;
+}
+
+int device_num_sms(int32_t given, int *out) {
+  if (given > 0) {
+    *out = given;
+    return MAMBA_SSU_SUCCESS;
+  }
+  int dev = 0;
+  if (int s = check_cuda(cudaGetDevice(&dev), "cudaGetDevice")) return s;
+  return check_cuda(cudaDeviceGetAttribute(out, cudaDevAttrMultiProcessorCount, dev),
+                    "cudaDeviceGetAttribute(MultiProcessorCount)");
+}
+
+// FlashInfer's rule (both for AUTO and for its tiled simple kernel).
+bool below_switch(int64_t batch, int64_t nheads, int num_sms) {
+  return static_cast<__int128>(batch) * nheads < 2 * static_cast<__int128>(num_sms);
+}
+
+// Rows per warp: grow from one chunk while at least 4 waves of 32 resident
+// warps per SM remain, up to 16.
+int pick_rows_per_warp(int64_t rows, int num_sms, int rows_per_chunk) {
+  int rpw = rows_per_chunk;
+  while (rpw < kMaxRowsPerWarp && rows / (2 * rpw) >= int64_t{128} * num_sms) rpw *= 2;
+  return rpw;
+}
+
+template <class Cfg>
+int launch(const Args &a, unsigned blocks, cudaStream_t stream) {
+  ssu::ssu_kernel<Cfg><<<blocks, ssu::kThreadsPerBlock, 0, stream>>>(a);
+  return check_launch("selective_state_update launch");
+}
+
+template <bool kSimple>
+int launch_hot(const Args &a, unsigned blocks, cudaStream_t stream) {
+  switch (a.philox_rounds) {
+  case 0: return launch<HotConfig<kSimple, 0>>(a, blocks, stream);
+  case 5: return launch<HotConfig<kSimple, 5>>(a, blocks, stream);
+  default: return launch<HotConfig<kSimple, 10>>(a, blocks, stream);
+  }
+}
+
+bool is_hot(const mamba_ssu_params *p) {
+  return p->state_dtype == MAMBA_SSU_F16 && p->input_dtype == MAMBA_SSU_BF16 &&
+         p->weight_dtype == MAMBA_SSU_BF16 && p->dim == 64 && p->dstate == 128 &&
+         (p->philox_rounds == 0 || p->philox_rounds == 5 || p->philox_rounds == 10);
+}
+
+}  // namespace
+}  // namespace mamba_ssu
+
+using namespace mamba_ssu;
+
+extern "C" int mamba_ssu_selective_state_update_check(const mamba_ssu_params *params) {
+  clear_error();
+  return check(params);
+}
+
+extern "C" int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch, int64_t nheads,
+                                           int32_t num_sms) {
+  // Returns MAMBA_SSU_ALGO_SIMPLE or MAMBA_SSU_ALGO_VERTICAL; on an invalid
+  // algorithm or a failed device query, minus the status (detail recorded).
+  clear_error();
+  if (algorithm == MAMBA_SSU_ALGO_SIMPLE || algorithm == MAMBA_SSU_ALGO_VERTICAL) return algorithm;
+  if (algorithm != MAMBA_SSU_ALGO_AUTO)
+    return -invalid("algorithm: expected AUTO (0), SIMPLE (1) or VERTICAL (2), got %lld",
+                    ll(algorithm));
+  int sms = 0;
+  if (int s = device_num_sms(num_sms, &sms)) return -s;
+  return below_switch(batch, nheads, sms) ? MAMBA_SSU_ALGO_SIMPLE : MAMBA_SSU_ALGO_VERTICAL;
+}
+
+extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
+                                                const mamba_ssu_params *params) {
+  clear_error();
+  if (int s = check(params)) return s;
+  const mamba_ssu_params &p = *params;
+
+  int num_sms = 0;
+  if (int s = device_num_sms(p.num_sms, &num_sms)) return s;
+  const bool below = below_switch(p.batch, p.nheads, num_sms);
+  const bool simple = p.algorithm == MAMBA_SSU_ALGO_SIMPLE ||
+                      (p.algorithm == MAMBA_SSU_ALGO_AUTO && below);
+  // First accumulate form of FlashInfer's build: with SR simple F0, vertical
+  // F1; without SR the tiled simple kernel (below the switch) F1, else F0.
+  const bool f1 = p.philox_rounds > 0 ? !simple : (simple && below);
+
+  const bool hot = is_hot(&p);
+  const int rows_per_chunk = hot ? HotConfig<true, 0>::kRowsPerChunk : DynConfig::kRowsPerChunk;
+  const int rpw = pick_rows_per_warp(p.batch * p.nheads * p.dim, num_sms, rows_per_chunk);
+  const int64_t rows_per_block = int64_t{ssu::kWarpsPerBlock} * rpw;
+  const int64_t blocks_per_head = (p.dim + rows_per_block - 1) / rows_per_block;
+  // <= INT32_MAX: check() bounds it for the fewest rows per block.
+  const int64_t blocks = p.batch * p.nheads * blocks_per_head;
+
+  Args a{};
+  a.x = p.x;
+  a.dt = p.dt;
+  a.dt_bias = p.dt_bias;
+  a.A = p.A;
+  a.B = p.B;
+  a.C = p.C;
+  a.D = p.D;
+  a.z = p.z;
+  a.out = p.out;
+  a.state = p.state;
+  a.state_batch_indices = p.state_batch_indices;
+  a.dst_state_batch_indices = p.dst_state_batch_indices;
+  a.rand_seed = p.rand_seed;
+  a.generator_state = p.generator_state;
+  a.seed_offset = p.seed_offset;
+  a.generator_seed = p.generator_seed;
+  a.state_stride_batch = p.state_stride_batch;
+  a.x_stride_batch = p.x_stride_batch;
+  a.dt_stride_batch = p.dt_stride_batch;
+  a.B_stride_batch = p.B_stride_batch;
+  a.C_stride_batch = p.C_stride_batch;
+  a.z_stride_batch = p.z_stride_batch;
+  a.out_stride_batch = p.out_stride_batch;
+  a.state_batch_indices_stride = p.state_batch_indices_stride;
+  a.dst_state_batch_indices_stride = p.dst_state_batch_indices_stride;
+  a.pad_slot_id = p.pad_slot_id;
+  a.state_cache_size = p.state_cache_size;
+  a.nheads = static_cast<uint32_t>(p.nheads);
+  a.heads_per_group = static_cast<uint32_t>(p.nheads / p.ngroups);
+  a.blocks_per_head = static_cast<uint32_t>(blocks_per_head);
+  a.rows_per_warp = rpw;
+  a.dim = static_cast<int32_t>(p.dim);
+  a.dstate = static_cast<int32_t>(p.dstate);
+  a.philox_rounds = p.philox_rounds;
+  a.simple = simple ? 1 : 0;
+  a.first_form_f1 = f1 ? 1 : 0;
+  a.state_dtype = p.state_dtype;
+  a.input_dtype = p.input_dtype;
+  a.weight_dtype = p.weight_dtype;
+  a.index_dtype = p.index_dtype;
+  a.dt_softplus = p.dt_softplus != 0;
+  a.update_state = p.update_state != 0;
+  a.seed_source = p.seed_source;
+
+  const auto st = reinterpret_cast<cudaStream_t>(stream);
+  const auto nblocks = static_cast<unsigned>(blocks);
+  if (!hot) return launch<DynConfig>(a, nblocks, st);
+  return simple ? launch_hot<true>(a, nblocks, st) : launch_hot<false>(a, nblocks, st);
+}

@@ -1,0 +1,710 @@
+// ssu.cuh — the single-token selective-state-update kernel (FlashInfer 0.7.2
+// compatible, bit for bit), as templated device code. Host launchers: ssu.cu.
+//
+// Work layout
+// -----------
+// One warp per state row (b, h, d): the 32 lanes are FlashInfer's 32 virtual
+// lanes, so lane l owns exactly the columns FlashInfer's lane l owns, and the
+// per-lane partial sums, the shuffle-down tree and the Philox counters follow
+// from that without any data exchange. Blocks are 4 warps (128 threads); a
+// block serves one (b, h) and 4 * rows_per_warp consecutive rows of it, each
+// warp a contiguous run of rows_per_warp rows (the host picks a multiple of
+// the chunk size up to 16, more when there is more work, see ssu.cu). Why:
+//   - everything per (b, h) — the slot indices, dt', dA, the seed, B*dt' and
+//     C for the lane's columns — is loaded/computed once per warp and
+//     amortised over its rows;
+//   - a warp walks its rows in chunks of kRowsPerChunk rows and issues the
+//     loads of the next chunk (state, x, z) before computing the current one,
+//     so every warp keeps 2 chunks of state in flight (memory-level
+//     parallelism without shared memory or barriers);
+//   - the rows of a chunk are reduced together (reduce_rows): 4 rows cost 6
+//     shuffles instead of 20, and the gate and the output store run once per
+//     chunk on 4 lanes instead of once per row;
+//   - the state stays in its packed storage form in registers until it is
+//     used (2 words per row and lane for the fp16 / dstate 128 hot path), so
+//     the prefetch buffer is cheap;
+//   - no block-level synchronisation at all: warps are independent.
+// With stochastic rounding the kernel is bound by the integer pipe (Philox
+// multiplies and the SR bit manipulation), so those paths are written to
+// keep the SASS instruction count low: the Philox key schedule is computed
+// once per warp, the SR conversion is 9 integer instructions per element
+// and two results are packed with their signs in 3.
+// Each lane reads its state elements before it writes them, and the rows a
+// warp reads from the read slot are written to the write slot by the same
+// lane, so a call whose read and write slots coincide is race-free. As in
+// FlashInfer, a write slot of one batch entry that is the read slot of another
+// batch entry is a caller error (blocks run in any order).
+//
+// Numerics: every fp32 operation is pinned (__fmul_rn, __fadd_rn, __fmaf_rn;
+// the build flushes subnormals with -ftz=true) and ex2 / lg2 / rcp are the
+// approximate PTX instructions, which is what FlashInfer's -use_fast_math
+// build executes. See ../shared/docs/flashinfer-ssu.md for the operations,
+// the stochastic-rounding (SR) conversion and the Philox-to-column mapping.
+//
+// The body is written once (ssu_body) over a config type:
+//   - HotConfig<kSimple, kRounds>: fp16 state, bf16 inputs and weights, dim 64,
+//     dstate 128, all sizes constexpr, vector loads;
+//   - DynConfig: every dtype, dim, dstate and round count at run time, scalar
+//     loads, per-lane arrays sized for dstate 256 with guarded unrolled loops.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "include/mamba_ssu.h"
+#include "philox.cuh"
+
+namespace mamba_ssu {
+namespace ssu {
+
+constexpr int kWarpsPerBlock = 4;
+constexpr int kThreadsPerBlock = 32 * kWarpsPerBlock;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// Everything the kernel reads, filled and validated by the host launcher.
+// Strides in elements; pointers as given in mamba_ssu_params.
+struct Args {
+  const void *x;
+  const void *dt;
+  const void *dt_bias; // optional
+  const float *A;
+  const void *B;
+  const void *C;
+  const void *D; // optional
+  const void *z; // optional
+  void *out;
+  void *state;
+  const void *state_batch_indices;     // optional
+  const void *dst_state_batch_indices; // optional
+  const int64_t *rand_seed;
+  const mamba_ssu_generator_state *generator_state;
+  uint64_t seed_offset;
+  uint64_t generator_seed;
+
+  int64_t state_stride_batch;
+  int64_t x_stride_batch;
+  int64_t dt_stride_batch;
+  int64_t B_stride_batch;
+  int64_t C_stride_batch;
+  int64_t z_stride_batch;
+  int64_t out_stride_batch;
+  int64_t state_batch_indices_stride;
+  int64_t dst_state_batch_indices_stride;
+  int64_t pad_slot_id;
+  int64_t state_cache_size;
+
+  uint32_t nheads;
+  uint32_t heads_per_group;  // nheads / ngroups
+  uint32_t blocks_per_head;  // blocks per (b, h)
+  int32_t rows_per_warp;     // a multiple of the config's kRowsPerChunk
+  int32_t dim;               // read by DynConfig only
+  int32_t dstate;            // read by DynConfig only
+  int32_t philox_rounds;     // read by DynConfig only
+  int32_t simple;            // layout, read by DynConfig only
+  int32_t first_form_f1;     // 1: lane partials start with form F1, 0: F0
+  int32_t state_dtype;       // read by DynConfig only
+  int32_t input_dtype;       // read by DynConfig only
+  int32_t weight_dtype;      // read by DynConfig only
+  int32_t index_dtype;
+  int32_t dt_softplus;
+  int32_t update_state;
+  int32_t seed_source;
+};
+
+// ---------------------------------------------------------------------------
+// Exact fp32 helpers
+// ---------------------------------------------------------------------------
+
+constexpr float kL2E = 1.4426950408889634f; // log2(e)
+constexpr float kLN2 = 0.6931471805599453f; // ln(2)
+
+__device__ __forceinline__ float ex2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float lg2_approx(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float rcp_approx(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// dt' = log(1 + exp(dt')) the way FlashInfer computes it.
+__device__ __forceinline__ float softplus(float v) {
+  return __fmul_rn(lg2_approx(__fadd_rn(ex2_approx(__fmul_rn(v, kL2E)), 1.0f)), kLN2);
+}
+
+// y * (z * sigmoid(z)).
+__device__ __forceinline__ float gate(float y, float z) {
+  const float sig =
+      rcp_approx(__fadd_rn(ex2_approx(__fmul_rn(__fsub_rn(0.0f, z), kL2E)), 1.0f));
+  return __fmul_rn(y, __fmul_rn(z, sig));
+}
+
+// ---------------------------------------------------------------------------
+// Stochastic rounding fp32 -> fp16 (software, as FlashInfer does on sm_90)
+// ---------------------------------------------------------------------------
+
+// The reference, for v with bits b and 13 random bits r: a = (b & 0x7FFFFFFF)
+// + r (u32); e = (a >> 23) & 0xFF, m = a & 0x7FFFFF; e == 255: NaN 0x7E00 if
+// m != 0 else Inf 0x7C00; e > 142: Inf; e < 113: 0; else ((e - 112) << 10) |
+// (m >> 13); then the sign bit of b as bit 15.
+//
+// Computed here on a2 = (b + r) << 1 = (2a) mod 2^32: the carry out of the
+// magnitude (a NaN near 0x7FFFFFFF, e.g. the canonical NaN, plus r) falls off
+// the top exactly as the reference's & 0xFF drops it, e = a2 >> 24 and
+// a2 >> 14 = (e << 10) | (m >> 13). So, comparing a2 unsigned:
+//   a2 < 113 << 24 -> 0; a2 > 0xFF000000 (e == 255, m != 0) -> 0x7E00;
+//   otherwise min((a2 >> 14) - (112 << 10), 0x7C00) (e > 142 gives >= 0x7C00).
+// Returns the magnitude bits (the sign is merged when two are packed).
+__device__ __forceinline__ uint32_t sr_fp16_magnitude(float v, uint32_t r13) {
+  // The shift as PTX keeps the compiler from splitting a2 >> 14 into
+  // ((b + r) >> 13) & 0x3FFFF, which costs one more instruction.
+  uint32_t a2;
+  asm("shl.b32 %0, %1, 1;" : "=r"(a2) : "r"(__float_as_uint(v) + r13));
+  int32_t h = static_cast<int32_t>(a2 >> 14) - (112 << 10);
+  h = min(h, 0x7c00);
+  h = a2 < (113u << 24) ? 0 : h;
+  h = a2 > 0xff000000u ? 0x7e00 : h;
+  return static_cast<uint32_t>(h);
+}
+
+// Two stochastically rounded fp16 values (magnitudes h0, h1 of v0, v1) as
+// one word, v0 in the low half, with the signs of v0 and v1.
+__device__ __forceinline__ uint32_t sr_pack(uint32_t h0, uint32_t h1, float v0, float v1) {
+  const uint32_t signs = __byte_perm(__float_as_uint(v0), __float_as_uint(v1), 0x7632);
+  return __byte_perm(h0, h1, 0x5410) | (signs & 0x80008000u);
+}
+
+// ---------------------------------------------------------------------------
+// Element conversions
+// ---------------------------------------------------------------------------
+
+__device__ __forceinline__ float half_bits_to_float(uint32_t bits16) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits16)));
+}
+
+__device__ __forceinline__ float bf16_bits_to_float(uint32_t bits16) {
+  return __uint_as_float(bits16 << 16);
+}
+
+__device__ __forceinline__ uint32_t float_to_half_bits_rn(float v) {
+  return __half_as_ushort(__float2half_rn(v));
+}
+
+__device__ __forceinline__ uint32_t float_to_bf16_bits_rn(float v) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
+// Element idx of a tensor of the given float dtype, widened to fp32.
+__device__ __forceinline__ float load_float(const void *p, int64_t idx, int32_t dtype) {
+  if (dtype == MAMBA_SSU_F32) return static_cast<const float *>(p)[idx];
+  const uint32_t bits = static_cast<const unsigned short *>(p)[idx];
+  return dtype == MAMBA_SSU_F16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits);
+}
+
+// v rounded to nearest into element idx of a tensor of the given float dtype.
+__device__ __forceinline__ void store_float(void *p, int64_t idx, int32_t dtype, float v) {
+  if (dtype == MAMBA_SSU_F32) {
+    static_cast<float *>(p)[idx] = v;
+  } else {
+    const uint32_t bits =
+        dtype == MAMBA_SSU_F16 ? float_to_half_bits_rn(v) : float_to_bf16_bits_rn(v);
+    static_cast<unsigned short *>(p)[idx] = static_cast<unsigned short>(bits);
+  }
+}
+
+__device__ __forceinline__ int64_t load_index(const void *p, int64_t idx, int32_t dtype) {
+  return dtype == MAMBA_SSU_I64 ? static_cast<const int64_t *>(p)[idx]
+                                : static_cast<int64_t>(static_cast<const int32_t *>(p)[idx]);
+}
+
+// ---------------------------------------------------------------------------
+// Configs
+// ---------------------------------------------------------------------------
+//
+// A config provides (constexpr where it can):
+//   kMaxCols, kRowsPerChunk, Raw (a row's packed storage for one lane);
+//   dim(), dstate(), ncols() (= dstate / 32), rounds(), sr_group() (columns
+//   per Philox call), run() (contiguous columns per lane run: lane l owns
+//   columns l*run + 32*run*(i / run) + i % run, i = 0..ncols-1);
+//   kFullChunks (every warp has rows_per_warp rows, all chunks full);
+//   state_bytes(); load_state / state_value / store_state (state element
+//   bits in the low bits of a u32) / round_nearest; load_cols (B, C);
+//   load_input / load_weight / store_out; Key, make_key(seed), philox(c, key).
+
+// Hot path: fp16 state, bf16 x/z/B/C/out and dt/D/dt_bias, dim 64, dstate 128.
+// A row of one lane is 4 two-byte elements, held as 2 words: element i in
+// bits 16*(i%2) of word i/2. Simple: columns 4l..4l+3, one 8-byte access.
+// Vertical: columns 2l, 2l+1, 64+2l, 65+2l, two 4-byte accesses.
+template <bool kSimple, int kRounds>
+struct HotConfig {
+  static constexpr int kMaxCols = 4;
+  static constexpr int kRowsPerChunk = 4;
+  // dim 64 is a multiple of 4 warps x rows_per_warp (4, 8 or 16).
+  static constexpr bool kFullChunks = true;
+  // Occupancy floor (measured on the H200): 8 blocks (64 registers) for 5
+  // rounds; 6 blocks (80 registers, no spills) for 0 and 10 rounds, which
+  // spill at 64 registers.
+  static constexpr int kMinBlocksPerSM = kRounds == 5 ? 8 : 6;
+  struct Raw {
+    uint32_t w[2];
+  };
+
+  __device__ explicit HotConfig(const Args &) {}
+
+  __device__ static constexpr int dim() { return 64; }
+  __device__ static constexpr int dstate() { return 128; }
+  __device__ static constexpr int ncols() { return 4; }
+  __device__ static constexpr int rounds() { return kRounds; }
+  __device__ static constexpr int sr_group() { return kSimple ? 4 : 2; }
+  __device__ static constexpr int run() { return kSimple ? 4 : 2; }
+  __device__ static constexpr int state_bytes() { return 2; }
+  __device__ static constexpr int input_bytes() { return 2; }
+  __device__ static constexpr int col(int lane, int i) {
+    return lane * run() + 32 * run() * (i / run()) + i % run();
+  }
+
+  // Two-byte elements of the lane's 4 columns of a 128-column row.
+  __device__ static void load_pairs(const void *row, int lane, Raw &r) {
+    const char *p = static_cast<const char *>(row);
+    if (kSimple) {
+      const uint2 v = *reinterpret_cast<const uint2 *>(p + 8 * lane);
+      r.w[0] = v.x;
+      r.w[1] = v.y;
+    } else {
+      r.w[0] = *reinterpret_cast<const uint32_t *>(p + 4 * lane);
+      r.w[1] = *reinterpret_cast<const uint32_t *>(p + 128 + 4 * lane);
+    }
+  }
+  __device__ static uint32_t pair_elem(const Raw &r, int i) {
+    return (r.w[i / 2] >> (16 * (i % 2))) & 0xffffu;
+  }
+
+  __device__ static void load_state(const void *row, int lane, Raw &r) { load_pairs(row, lane, r); }
+  __device__ static float state_value(const Raw &r, int i) {
+    return half_bits_to_float(pair_elem(r, i));
+  }
+  __device__ static void store_state(void *row, int lane, const uint32_t (&bits)[kMaxCols]) {
+    char *p = static_cast<char *>(row);
+    const uint32_t w0 = bits[0] | (bits[1] << 16);
+    const uint32_t w1 = bits[2] | (bits[3] << 16);
+    if (kSimple) {
+      *reinterpret_cast<uint2 *>(p + 8 * lane) = make_uint2(w0, w1);
+    } else {
+      *reinterpret_cast<uint32_t *>(p + 4 * lane) = w0;
+      *reinterpret_cast<uint32_t *>(p + 128 + 4 * lane) = w1;
+    }
+  }
+  __device__ static uint32_t round_nearest(float v) { return float_to_half_bits_rn(v); }
+
+  // B or C (bf16) at the lane's columns of a 128-column row.
+  __device__ static void load_cols(const void *row, int lane, float (&v)[kMaxCols]) {
+    Raw r;
+    load_pairs(row, lane, r);
+#pragma unroll
+    for (int i = 0; i < kMaxCols; ++i) v[i] = bf16_bits_to_float(pair_elem(r, i));
+  }
+
+  __device__ static float load_input(const void *p, int64_t idx) {
+    return bf16_bits_to_float(static_cast<const unsigned short *>(p)[idx]);
+  }
+  __device__ static float load_weight(const void *p, int64_t idx) { return load_input(p, idx); }
+  __device__ static void store_out(void *p, int64_t idx, float v) {
+    static_cast<unsigned short *>(p)[idx] = static_cast<unsigned short>(float_to_bf16_bits_rn(v));
+  }
+
+  // The Philox key schedule, computed once per warp. Left to itself the
+  // compiler re-derives the per-round key words (2 adds per round) at every
+  // call; passing them through a volatile shared-memory load makes them
+  // opaque, so they are loaded once and stay in registers.
+  static constexpr int kKeyRounds = kRounds > 0 ? kRounds : 1;
+  struct Key {
+    uint32_t k0[kKeyRounds], k1[kKeyRounds];
+  };
+  __device__ static Key make_key(uint64_t seed) {
+    if constexpr (kRounds == 0) return Key{};  // no stochastic rounding
+    __shared__ uint32_t schedule[kWarpsPerBlock][2 * kKeyRounds];
+    uint32_t *mine = schedule[threadIdx.x >> 5];
+    const int lane = threadIdx.x & 31;
+    if (lane < kKeyRounds) {
+      mine[lane] = static_cast<uint32_t>(seed) + static_cast<uint32_t>(lane) * kPhiloxW0;
+      mine[kKeyRounds + lane] =
+          static_cast<uint32_t>(seed >> 32) + static_cast<uint32_t>(lane) * kPhiloxW1;
+    }
+    __syncwarp();
+    Key k;
+#pragma unroll
+    for (int r = 0; r < kKeyRounds; ++r) {
+      asm volatile("ld.volatile.shared.u32 %0, [%1];"
+                   : "=r"(k.k0[r])
+                   : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(mine + r))));
+      asm volatile("ld.volatile.shared.u32 %0, [%1];"
+                   : "=r"(k.k1[r])
+                   : "r"(static_cast<uint32_t>(
+                       __cvta_generic_to_shared(mine + kKeyRounds + r))));
+    }
+    return k;
+  }
+  __device__ static U32x4 philox(U32x4 c, const Key &k) {
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r) c = philox_round(c, k.k0[r], k.k1[r]);
+    return c;
+  }
+};
+
+// Generic path: everything at run time. A row of one lane is up to 8
+// elements, one per word (fp32 bits, or fp16/bf16 bits in the low half).
+struct DynConfig {
+  static constexpr int kMaxCols = 8;
+  static constexpr int kRowsPerChunk = 2;
+  static constexpr bool kFullChunks = false;
+  static constexpr int kMinBlocksPerSM = 1;
+  struct Raw {
+    uint32_t w[kMaxCols];
+  };
+
+  int dim_, dstate_, ncols_, rounds_, group_, run_log2_, state_bytes_;
+  int32_t state_dtype_, input_dtype_, weight_dtype_;
+
+  __device__ explicit DynConfig(const Args &a)
+      : dim_(a.dim), dstate_(a.dstate), ncols_(a.dstate / 32), rounds_(a.philox_rounds),
+        state_dtype_(a.state_dtype), input_dtype_(a.input_dtype), weight_dtype_(a.weight_dtype) {
+    state_bytes_ = a.state_dtype == MAMBA_SSU_F32 ? 4 : 2;
+    // Simple: run = min(16 / element size, dstate / 32); vertical: 4 bytes.
+    // SR groups (fp16 state only): simple min(4, dstate / 32), vertical 2.
+    const int run = a.simple ? min(16 / state_bytes_, ncols_) : 4 / state_bytes_;
+    run_log2_ = __ffs(run) - 1;
+    group_ = a.simple ? min(4, ncols_) : 2;
+  }
+
+  __device__ int dim() const { return dim_; }
+  __device__ int dstate() const { return dstate_; }
+  __device__ int ncols() const { return ncols_; }
+  __device__ int rounds() const { return rounds_; }
+  __device__ int sr_group() const { return group_; }
+  __device__ int run() const { return 1 << run_log2_; }
+  __device__ int state_bytes() const { return state_bytes_; }
+  __device__ int input_bytes() const { return input_dtype_ == MAMBA_SSU_F32 ? 4 : 2; }
+
+  __device__ int col(int lane, int i) const {
+    return (lane << run_log2_) + ((i >> run_log2_) << (run_log2_ + 5)) + (i & (run() - 1));
+  }
+
+  __device__ void load_state(const void *row, int lane, Raw &r) const {
+#pragma unroll
+    for (int i = 0; i < kMaxCols; ++i) {
+      if (i < ncols_) {
+        const int n = col(lane, i);
+        r.w[i] = state_bytes_ == 4 ? static_cast<const uint32_t *>(row)[n]
+                                   : static_cast<const unsigned short *>(row)[n];
+      }
+    }
+  }
+  __device__ float state_value(const Raw &r, int i) const {
+    if (state_dtype_ == MAMBA_SSU_F32) return __uint_as_float(r.w[i]);
+    return state_dtype_ == MAMBA_SSU_F16 ? half_bits_to_float(r.w[i])
+                                         : bf16_bits_to_float(r.w[i]);
+  }
+  __device__ void store_state(void *row, int lane, const uint32_t (&bits)[kMaxCols]) const {
+#pragma unroll
+    for (int i = 0; i < kMaxCols; ++i) {
+      if (i < ncols_) {
+        const int n = col(lane, i);
+        if (state_bytes_ == 4)
+          static_cast<uint32_t *>(row)[n] = bits[i];
+        else
+          static_cast<unsigned short *>(row)[n] = static_cast<unsigned short>(bits[i]);
+      }
+    }
+  }
+  __device__ uint32_t round_nearest(float v) const {
+    if (state_dtype_ == MAMBA_SSU_F32) return __float_as_uint(v);
+    return state_dtype_ == MAMBA_SSU_F16 ? float_to_half_bits_rn(v) : float_to_bf16_bits_rn(v);
+  }
+
+  __device__ void load_cols(const void *row, int lane, float (&v)[kMaxCols]) const {
+#pragma unroll
+    for (int i = 0; i < kMaxCols; ++i)
+      v[i] = i < ncols_ ? load_float(row, col(lane, i), input_dtype_) : 0.0f;
+  }
+
+  __device__ float load_input(const void *p, int64_t idx) const {
+    return load_float(p, idx, input_dtype_);
+  }
+  __device__ float load_weight(const void *p, int64_t idx) const {
+    return load_float(p, idx, weight_dtype_);
+  }
+  __device__ void store_out(void *p, int64_t idx, float v) const {
+    store_float(p, idx, input_dtype_, v);
+  }
+
+  struct Key {
+    uint32_t k0, k1;
+  };
+  __device__ static Key make_key(uint64_t seed) {
+    return Key{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+  }
+  __device__ U32x4 philox(U32x4 c, const Key &k) const {
+    return philox4x32_dyn(c, k.k0, k.k1, rounds_);
+  }
+};
+
+// ---------------------------------------------------------------------------
+// The body
+// ---------------------------------------------------------------------------
+
+// The rows of a chunk are reduced together (see reduce_rows), and after the
+// reduction lane l holds the output of row chunk_row(l) of the chunk when
+// l is a multiple of 32 / U.
+template <int U>
+__device__ __forceinline__ int chunk_row(int lane) {
+  int row = 0;
+#pragma unroll
+  for (int j = 0; (1 << j) < U; ++j) row |= ((lane >> (4 - j)) & 1) << j;
+  return row;
+}
+
+// The 32-lane shuffle-down tree sum (v = v + other, offsets 16, 8, 4, 2, 1,
+// lane 0's value) of U rows at once, bit for bit: at the first log2(U)
+// offsets o each lane keeps the value of one row of a pair and sends the
+// other's, so a lane computes exactly the addition (up to the operand order
+// of the commutative fp32 add) that lane (l mod o) computes in the one-row
+// tree; the remaining offsets are the plain tree inside groups of 32 / U
+// lanes. Row chunk_row(l) ends in lane l = its group's first lane. U shuffles
+// per chunk (plus 5 - log2(U) tail ones) instead of 5 per row.
+template <int U>
+__device__ __forceinline__ float reduce_rows(float (&v)[U], int lane) {
+#pragma unroll
+  for (int j = 0, n = U; n > 1; ++j, n /= 2) {
+    const int off = 16 >> j;
+    const bool upper = (lane & off) != 0;
+#pragma unroll
+    for (int m = 0; m < n / 2; ++m) {
+      const float keep = upper ? v[2 * m + 1] : v[2 * m];
+      const float send = upper ? v[2 * m] : v[2 * m + 1];
+      v[m] = __fadd_rn(keep, __shfl_xor_sync(kFullMask, send, off));
+    }
+  }
+  float acc = v[0];
+#pragma unroll
+  for (int off = 32 / U / 2; off >= 1; off /= 2)
+    acc = __fadd_rn(acc, __shfl_down_sync(kFullMask, acc, off));
+  return acc;
+}
+
+// One chunk of rows of one warp: the packed state and x of each row, and the
+// z of the row whose output this lane computes (chunk_row).
+template <class Cfg>
+struct Chunk {
+  typename Cfg::Raw state[Cfg::kRowsPerChunk];
+  float x[Cfg::kRowsPerChunk];
+  float z;
+};
+
+template <class Cfg>
+__device__ __forceinline__ void load_chunk(const Cfg &cfg, const Args &a, Chunk<Cfg> &c, int d0,
+                                           int d_end, int lane, const char *read_head,
+                                           int64_t x_row, int64_t z_row, bool pad) {
+  constexpr int U = Cfg::kRowsPerChunk;
+#pragma unroll
+  for (int r = 0; r < U; ++r) {
+    const int d = d0 + r;
+    if (Cfg::kFullChunks || d < d_end) {
+      c.x[r] = cfg.load_input(a.x, x_row + d);
+      if (!pad) {
+        cfg.load_state(read_head + static_cast<int64_t>(d) * cfg.dstate() * cfg.state_bytes(),
+                       lane, c.state[r]);
+      }
+    }
+  }
+  const int dz = d0 + chunk_row<U>(lane);
+  if (a.z != nullptr && (Cfg::kFullChunks || dz < d_end)) c.z = cfg.load_input(a.z, z_row + dz);
+}
+
+template <class Cfg>
+__device__ __forceinline__ void ssu_body(const Args &a) {
+  constexpr int K = Cfg::kMaxCols;
+  constexpr int U = Cfg::kRowsPerChunk;
+  const Cfg cfg(a);
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+
+  const uint32_t bh = blockIdx.x / a.blocks_per_head;
+  const uint32_t part = blockIdx.x - bh * a.blocks_per_head;
+  const uint32_t b32 = bh / a.nheads;
+  const int64_t b = b32;
+  const int64_t h = bh - b32 * a.nheads;
+  const int dim = cfg.dim();
+  const int dstate = cfg.dstate();
+  const int d_begin = (static_cast<int>(part) * kWarpsPerBlock + warp) * a.rows_per_warp;
+  if (!Cfg::kFullChunks && d_begin >= dim) return;  // warp-uniform; no block barrier follows
+  const int d_end = Cfg::kFullChunks ? d_begin + a.rows_per_warp : min(dim, d_begin + a.rows_per_warp);
+
+  // Slots. Out-of-range slots are treated like pads (never dereferenced).
+  const int64_t read_slot =
+      a.state_batch_indices != nullptr
+          ? load_index(a.state_batch_indices, b * a.state_batch_indices_stride, a.index_dtype)
+          : b;
+  const bool pad =
+      read_slot == a.pad_slot_id || read_slot < 0 || read_slot >= a.state_cache_size;
+  const int64_t write_slot =
+      a.dst_state_batch_indices != nullptr
+          ? load_index(a.dst_state_batch_indices, b * a.dst_state_batch_indices_stride,
+                       a.index_dtype)
+          : read_slot;
+  const bool write = a.update_state != 0 && !pad && write_slot != a.pad_slot_id &&
+                     write_slot >= 0 && write_slot < a.state_cache_size;
+
+  // Per (b, h) scalars.
+  float dt = cfg.load_weight(a.dt, b * a.dt_stride_batch + h);
+  if (a.dt_bias != nullptr) dt = __fadd_rn(dt, cfg.load_weight(a.dt_bias, h));
+  if (a.dt_softplus != 0 && dt <= 20.0f) dt = softplus(dt);  // NaN skips
+  const float dA = ex2_approx(__fmul_rn(__fmul_rn(a.A[h], dt), kL2E));
+  const float D = a.D != nullptr ? cfg.load_weight(a.D, h) : 0.0f;
+  const float sel = lane == 0 ? 1.0f : 0.0f;
+  const bool f1 = a.first_form_f1 != 0;
+
+  // B * dt' and C at the lane's columns.
+  const int64_t g = h / a.heads_per_group;
+  float Bdt[K], Cv[K];
+  {
+    const int bytes = cfg.input_bytes();
+    const char *Brow = static_cast<const char *>(a.B) + (b * a.B_stride_batch + g * dstate) * bytes;
+    const char *Crow = static_cast<const char *>(a.C) + (b * a.C_stride_batch + g * dstate) * bytes;
+    cfg.load_cols(Brow, lane, Bdt);
+    cfg.load_cols(Crow, lane, Cv);
+#pragma unroll
+    for (int i = 0; i < K; ++i) Bdt[i] = __fmul_rn(Bdt[i], dt);
+  }
+
+  // Philox key (only when this warp writes a stochastically rounded state).
+  const bool sr = cfg.rounds() > 0 && write;
+  uint64_t seed = 0;
+  if (sr) {
+    if (a.seed_source == MAMBA_SSU_SEED_POINTER)
+      seed = static_cast<uint64_t>(*a.rand_seed);
+    else if (a.seed_source == MAMBA_SSU_SEED_FROM_GENERATOR)
+      seed = static_cast<uint64_t>(torch_seed_draw(
+          a.generator_state->seed, a.generator_state->offset + a.seed_offset));
+    else  // FROM_VALUES
+      seed = static_cast<uint64_t>(torch_seed_draw(a.generator_seed, a.seed_offset));
+  }
+  const typename Cfg::Key key = cfg.make_key(seed);
+
+  const int64_t head_elems = h * dim * dstate;
+  const int esize = cfg.state_bytes();
+  char *const state = static_cast<char *>(a.state);
+  const char *read_head =
+      pad ? nullptr : state + (read_slot * a.state_stride_batch + head_elems) * esize;
+  char *write_head =
+      write ? state + (write_slot * a.state_stride_batch + head_elems) * esize : nullptr;
+  // Philox element offset of the head block: READ slot, 64-bit wrap-around.
+  const uint64_t sr_head =
+      static_cast<uint64_t>(read_slot) * static_cast<uint64_t>(a.state_stride_batch) +
+      static_cast<uint64_t>(head_elems);
+  const int64_t x_row = b * a.x_stride_batch + h * dim;
+  const int64_t z_row = b * a.z_stride_batch + h * dim;
+  const int64_t out_row = b * a.out_stride_batch + h * dim;
+  const int my_row = chunk_row<U>(lane);  // the row whose output this lane may hold
+  const bool out_lane = (lane & (32 / U - 1)) == 0;
+
+  Chunk<Cfg> cur = {};
+  load_chunk(cfg, a, cur, d_begin, d_end, lane, read_head, x_row, z_row, pad);
+
+  for (int d0 = d_begin; d0 < d_end; d0 += U) {
+    // Issue the next chunk's loads before computing this one.
+    Chunk<Cfg> next = {};
+    if (d0 + U < d_end) load_chunk(cfg, a, next, d0 + U, d_end, lane, read_head, x_row, z_row, pad);
+
+    // s' = dA * s + x * (B * dt') in fp32 (rows past d_end compute garbage
+    // that is neither stored nor output), and the lane partials of y.
+    float s[U][K];
+    float part_y[U];
+#pragma unroll
+    for (int r = 0; r < U; ++r) {
+      const float x = cur.x[r];
+#pragma unroll
+      for (int i = 0; i < K; ++i) {
+        if (i < cfg.ncols())
+          s[r][i] = __fmaf_rn(dA, cfg.state_value(cur.state[r], i), __fmul_rn(x, Bdt[i]));
+      }
+      const float Dx = __fmul_rn(D, x);
+      float acc = f1 ? __fmaf_rn(Cv[0], s[r][0], __fmul_rn(sel, Dx))
+                     : __fmaf_rn(sel, Dx, __fmul_rn(Cv[0], s[r][0]));
+#pragma unroll
+      for (int i = 1; i < K; ++i) {
+        if (i < cfg.ncols()) acc = __fmaf_rn(Cv[i], s[r][i], acc);
+      }
+      part_y[r] = acc;
+    }
+
+    // y of row my_row, gated, rounded into out.
+    {
+      const float y = reduce_rows<U>(part_y, lane);
+      const int d = d0 + my_row;
+      if (out_lane && (Cfg::kFullChunks || d < d_end))
+        cfg.store_out(a.out, out_row + d, a.z != nullptr ? gate(y, cur.z) : y);
+    }
+
+    if (write) {
+#pragma unroll
+      for (int r = 0; r < U; ++r) {
+        const int d = d0 + r;
+        if (!Cfg::kFullChunks && d >= d_end) break;  // warp-uniform
+        uint32_t bits[K] = {};
+        if (sr) {
+          // Column n takes word (n mod G) of Philox(counter at the first column
+          // of its group of G); a lane's G consecutive elements are one group.
+          const uint64_t sr_row = sr_head + static_cast<uint64_t>(d) * dstate;
+          uint32_t rnd[K] = {};
+#pragma unroll
+          for (int i = 0; i < K; i += 2) {
+            if (i < cfg.ncols() && i % cfg.sr_group() == 0) {
+              const U32x4 w = cfg.philox(
+                  philox_counter(sr_row + static_cast<uint64_t>(cfg.col(lane, i))), key);
+              rnd[i] = w.x;
+              rnd[i + 1] = w.y;
+              if (i + 3 < K && cfg.sr_group() == 4) {
+                rnd[i + 2] = w.z;
+                rnd[i + 3] = w.w;
+              }
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < K; i += 2) {
+            if (i < cfg.ncols()) {
+              const uint32_t word = sr_pack(sr_fp16_magnitude(s[r][i], rnd[i] & 0x1fffu),
+                                            sr_fp16_magnitude(s[r][i + 1], rnd[i + 1] & 0x1fffu),
+                                            s[r][i], s[r][i + 1]);
+              bits[i] = word & 0xffffu;
+              bits[i + 1] = word >> 16;
+            }
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < K; ++i)
+            if (i < cfg.ncols()) bits[i] = cfg.round_nearest(s[r][i]);
+        }
+        cfg.store_state(write_head + static_cast<int64_t>(d) * dstate * esize, lane, bits);
+      }
+    }
+    cur = next;
+  }
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(kThreadsPerBlock, Cfg::kMinBlocksPerSM) ssu_kernel(const Args a) {
+  ssu_body<Cfg>(a);
+}
+
+}  // namespace ssu
+}  // namespace mamba_ssu

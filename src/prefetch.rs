@@ -1,0 +1,370 @@
+//! The seed prefetcher: a forward's N stochastic-rounding seeds drawn in ONE launch on a side
+//! stream, handed to the layers in call order, bit-identical to the stock per-layer
+//! `torch.randint(0, 2**32, (1,))` draws — eagerly and under CUDA-graph capture.
+//!
+//! Safe layer over the C prefetcher of `csrc/prefetch.cu` (the same object C++ engines drive
+//! through `mamba_ssu.h`). Ordering is by CUDA events only: a fork event recorded on the main
+//! stream, the side stream waiting on it, the batched draw, a ready event that the main stream
+//! waits on before the first consumer. No host synchronisation, no polling.
+//!
+//! The three seed paths for one Mamba-2 layer:
+//! - stock: [`Prefetcher::seed`] outside a forward — one single-seed kernel on the stream;
+//! - prefetch: [`Prefetcher::forward`] then [`Forward::seed`] per layer — pointers into the
+//!   batched draw (layers beyond N, or a generator moved by someone else, fall back to stock);
+//! - fused: [`Prefetcher::fused_seed`] — the SSU kernel derives the seed itself.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), mamba_ssu::Error> {
+//! use mamba_ssu::{device, prefetch::Prefetcher, Generator};
+//! let ctx = device::open(0)?;
+//! let main = ctx.new_stream()?;
+//! let mut gen = Generator::new(42, 0)?;
+//! let mut prefetcher = Prefetcher::new(&ctx, 40)?;
+//! let mut fwd = prefetcher.forward(&main, &mut gen)?; // draws 40 seeds on the side stream
+//! for _layer in 0..40 {
+//!     let seed = fwd.seed()?;            // device pointer to this layer's int64 seed
+//!     let _ = seed.device_ptr();         // e.g. FlashInfer's rand_seed, or SeedSource::Prefetched
+//! }
+//! let summary = fwd.end()?;              // joins the side stream
+//! assert_eq!(summary.prefetched, 40);
+//! assert_eq!(gen.offset(), 160);          // advanced exactly like 40 stock draws
+//! # Ok(()) }
+//! ```
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaStream};
+
+use crate::error::{Error, Result};
+use crate::ffi::{self, sys};
+use crate::generator::Generator;
+
+/// When the batched draw of a forward is issued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum PrefetchPoint {
+    /// At the start of the forward: the draw overlaps the main stream's work before the first
+    /// stochastic-rounding layer (the default: it keeps the draw off the critical path).
+    #[default]
+    AtBegin,
+    /// At the first seed request of the forward.
+    AtFirstCall,
+}
+
+/// A device pointer to one int64 seed, valid for work enqueued on the requesting stream
+/// before the next forward's batched draw or 64 further inline draws (see
+/// [`Prefetcher::seed`]). It is exactly what FlashInfer's SSU reads as `rand_seed`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SeedPtr {
+    ptr: u64,
+}
+
+impl SeedPtr {
+    /// The raw device address (a `CUdeviceptr`) of the int64 seed.
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+}
+
+/// The seed fields of an SSU call on the fused path (see [`Prefetcher::fused_seed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FusedSeed {
+    pub(crate) source: i32,
+    pub(crate) generator_state: u64,
+    pub(crate) generator_seed: u64,
+    pub(crate) seed_offset: u64,
+}
+
+impl FusedSeed {
+    /// The stock value this call's seed equals, when it is known on the host (eager calls):
+    /// `Some(torch_seed(seed, offset))`; `None` under capture (decided at replay).
+    pub fn eager_value(&self) -> Option<u64> {
+        (self.source == sys::MAMBA_SSU_SEED_FROM_VALUES as i32)
+            .then(|| crate::philox::torch_seed(self.generator_seed, self.seed_offset))
+    }
+}
+
+/// What a forward did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ForwardSummary {
+    /// Seed requests in the forward.
+    pub requested: u32,
+    /// Served from the batched draw.
+    pub prefetched: u32,
+    /// Served by an inline stock draw (layers beyond N, or the generator moved).
+    pub fallback: u32,
+    /// Seeds drawn by the batched launch (0 or N).
+    pub drawn: u32,
+    /// Whether the forward was captured in a CUDA graph.
+    pub captured: bool,
+}
+
+/// One prefetcher per device: its side stream, events, seed buffer and device generator state.
+///
+/// Not `Sync`: drive it from one thread (its C object keeps per-forward state).
+pub struct Prefetcher {
+    raw: NonNull<sys::mamba_ssu_prefetcher>,
+    ctx: Arc<CudaContext>,
+    seeds_per_forward: u32,
+    open: bool,
+}
+
+// SAFETY: the C object is owned exclusively by this value and only touched through `&mut self`
+// (or `&self` for the read-only increment); moving it to another thread is fine since every call
+// first binds the CUDA context of its device to the calling thread.
+unsafe impl Send for Prefetcher {}
+
+impl Prefetcher {
+    /// A prefetcher on `ctx`'s device for forwards of `seeds_per_forward` stochastic-rounding
+    /// layers (N >= 1), drawing at the start of each forward.
+    pub fn new(ctx: &Arc<CudaContext>, seeds_per_forward: usize) -> Result<Self> {
+        Self::with_point(ctx, seeds_per_forward, PrefetchPoint::AtBegin)
+    }
+
+    /// As [`Prefetcher::new`], choosing when the batched draw is issued.
+    pub fn with_point(
+        ctx: &Arc<CudaContext>,
+        seeds_per_forward: usize,
+        point: PrefetchPoint,
+    ) -> Result<Self> {
+        let n = u32::try_from(seeds_per_forward)
+            .ok()
+            .filter(|&n| n >= 1 && n as usize <= crate::seeds::MAX_SEEDS_PER_DRAW)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "seeds_per_forward",
+                    format!(
+                        "expected 1..={}, got {seeds_per_forward}",
+                        crate::seeds::MAX_SEEDS_PER_DRAW
+                    ),
+                )
+            })?;
+        ctx.bind_to_thread()?;
+        let mut raw = std::ptr::null_mut();
+        let point = match point {
+            PrefetchPoint::AtBegin => sys::MAMBA_SSU_PREFETCH_AT_BEGIN,
+            PrefetchPoint::AtFirstCall => sys::MAMBA_SSU_PREFETCH_AT_FIRST_CALL,
+        } as i32;
+        // SAFETY: `raw` is a valid out-pointer; the context is current on this thread, so the
+        // runtime allocates on the same device (primary context) as cudarc.
+        ffi::check(unsafe { sys::mamba_ssu_prefetcher_create(&mut raw, n, point) })?;
+        let raw = NonNull::new(raw).ok_or_else(|| Error::Launcher {
+            status: -1,
+            message: "prefetcher_create returned no object".into(),
+            detail: String::new(),
+        })?;
+        Ok(Self {
+            raw,
+            ctx: ctx.clone(),
+            seeds_per_forward: n,
+            open: false,
+        })
+    }
+
+    /// N, the seeds drawn per forward.
+    pub fn seeds_per_forward(&self) -> usize {
+        self.seeds_per_forward as usize
+    }
+
+    fn check_stream(&self, argument: &'static str, stream: &CudaStream) -> Result<()> {
+        crate::device::check_same_device(argument, stream, &self.ctx.default_stream())
+    }
+
+    /// Opens a forward on `main` (explicit form of [`Prefetcher::forward`]): with
+    /// [`PrefetchPoint::AtBegin`] the N seeds are drawn now on the side stream, from `gen`'s
+    /// current state eagerly or from the device state under capture.
+    pub fn begin_forward(&mut self, main: &CudaStream, gen: &Generator) -> Result<()> {
+        self.check_stream("main", main)?;
+        self.ctx.bind_to_thread()?;
+        let mut g = gen.to_raw();
+        // SAFETY: `self.raw` is a live prefetcher; `g` is a valid generator state; the stream
+        // handle comes from a live cudarc stream of the same device.
+        ffi::check(unsafe {
+            sys::mamba_ssu_prefetcher_begin_forward(
+                self.raw.as_ptr(),
+                ffi::stream_handle(main),
+                &mut g,
+            )
+        })?;
+        self.open = true;
+        Ok(())
+    }
+
+    /// The seed of the next stochastic-rounding layer, requested on `stream`.
+    ///
+    /// Inside a forward: `layer` must equal the number of seeds requested so far in it, and
+    /// `stream` must be the forward's main stream; layers `< N` are served from the batched draw,
+    /// others by an inline stock draw. Outside a forward: an inline stock draw on `stream`.
+    /// Either way `gen` advances by 4 (not under capture, where the device state is used), and
+    /// the value equals the stock draw of this call. Consume the pointer on `stream`.
+    pub fn seed(
+        &mut self,
+        stream: &CudaStream,
+        gen: &mut Generator,
+        layer: u32,
+    ) -> Result<SeedPtr> {
+        self.check_stream("stream", stream)?;
+        self.ctx.bind_to_thread()?;
+        let mut g = gen.to_raw();
+        let mut out: *const i64 = std::ptr::null();
+        // SAFETY: live prefetcher, valid generator and out-pointers, stream of the same device.
+        let status = unsafe {
+            sys::mamba_ssu_prefetcher_seed(
+                self.raw.as_ptr(),
+                ffi::stream_handle(stream),
+                &mut g,
+                layer,
+                &mut out,
+            )
+        };
+        ffi::check(status)?;
+        gen.set_from_raw(&g);
+        Ok(SeedPtr { ptr: out as u64 })
+    }
+
+    /// The fused path: the seed fields that make the SSU kernel derive this call's stock seed
+    /// itself (pass them as [`crate::ssu::SeedSource::Fused`]); `gen` advances like one stock
+    /// draw (eagerly). Call outside a forward.
+    pub fn fused_seed(&mut self, stream: &CudaStream, gen: &mut Generator) -> Result<FusedSeed> {
+        self.check_stream("stream", stream)?;
+        self.ctx.bind_to_thread()?;
+        let mut g = gen.to_raw();
+        let mut params = sys::mamba_ssu_params::default();
+        // SAFETY: live prefetcher, valid generator and params pointers.
+        ffi::check(unsafe {
+            sys::mamba_ssu_prefetcher_fused_seed(
+                self.raw.as_ptr(),
+                ffi::stream_handle(stream),
+                &mut g,
+                &mut params,
+            )
+        })?;
+        gen.set_from_raw(&g);
+        Ok(FusedSeed {
+            source: params.seed_source,
+            generator_state: params.generator_state as u64,
+            generator_seed: params.generator_seed,
+            seed_offset: params.seed_offset,
+        })
+    }
+
+    /// Ends the open forward: joins the side stream into the main stream and returns what the
+    /// forward did. Under capture, a forward that drew N seeds but consumed fewer returns
+    /// [`Error::Launcher`] with status `MAMBA_SSU_ERROR_SCOPE` (the streams are joined, the
+    /// capture can be ended normally); eagerly that case is allowed.
+    pub fn end_forward(&mut self) -> Result<ForwardSummary> {
+        self.ctx.bind_to_thread()?;
+        let mut s = sys::mamba_ssu_forward_summary::default();
+        // SAFETY: live prefetcher, valid summary pointer.
+        let status = unsafe { sys::mamba_ssu_prefetcher_end_forward(self.raw.as_ptr(), &mut s) };
+        self.open = false;
+        ffi::check(status)?;
+        Ok(ForwardSummary {
+            requested: s.requested,
+            prefetched: s.prefetched,
+            fallback: s.fallback,
+            drawn: s.drawn,
+            captured: s.captured != 0,
+        })
+    }
+
+    /// Opens a forward and returns its scope guard (ended on drop if not ended explicitly).
+    pub fn forward<'a>(
+        &'a mut self,
+        main: &'a CudaStream,
+        gen: &'a mut Generator,
+    ) -> Result<Forward<'a>> {
+        self.begin_forward(main, gen)?;
+        Ok(Forward {
+            prefetcher: self,
+            main,
+            gen,
+            layer: 0,
+            ended: false,
+        })
+    }
+
+    /// The generator increment of one replay of the most recently captured graph that used
+    /// this prefetcher (4 per seed the graph draws).
+    pub fn graph_increment(&self) -> u64 {
+        let mut inc = 0u64;
+        // SAFETY: live prefetcher, valid out-pointer; the call only reads host state.
+        let status =
+            unsafe { sys::mamba_ssu_prefetcher_graph_increment(self.raw.as_ptr(), &mut inc) };
+        debug_assert_eq!(status, 0);
+        inc
+    }
+
+    /// Before each replay of a captured graph, on the replay stream: writes `gen`'s state to the
+    /// device state (a kernel) and advances `gen` by `graph_increment`.
+    pub fn prepare_replay(
+        &mut self,
+        stream: &CudaStream,
+        gen: &mut Generator,
+        graph_increment: u64,
+    ) -> Result<()> {
+        self.check_stream("stream", stream)?;
+        self.ctx.bind_to_thread()?;
+        let mut g = gen.to_raw();
+        // SAFETY: live prefetcher, valid generator, stream of the same device.
+        ffi::check(unsafe {
+            sys::mamba_ssu_prefetcher_prepare_replay(
+                self.raw.as_ptr(),
+                ffi::stream_handle(stream),
+                &mut g,
+                graph_increment,
+            )
+        })?;
+        gen.set_from_raw(&g);
+        Ok(())
+    }
+}
+
+impl Drop for Prefetcher {
+    fn drop(&mut self) {
+        if self.open {
+            let _ = self.end_forward();
+        }
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: `raw` came from prefetcher_create and is destroyed exactly once, here.
+        let _ = unsafe { sys::mamba_ssu_prefetcher_destroy(self.raw.as_ptr()) };
+    }
+}
+
+/// A forward scope: hands out the layers' seeds in order; ends the forward on drop (errors are
+/// then ignored — call [`Forward::end`] to see them).
+pub struct Forward<'a> {
+    prefetcher: &'a mut Prefetcher,
+    main: &'a CudaStream,
+    gen: &'a mut Generator,
+    layer: u32,
+    ended: bool,
+}
+
+impl Forward<'_> {
+    /// The next layer's seed (see [`Prefetcher::seed`]).
+    pub fn seed(&mut self) -> Result<SeedPtr> {
+        let s = self.prefetcher.seed(self.main, self.gen, self.layer)?;
+        self.layer += 1;
+        Ok(s)
+    }
+
+    /// The generator (its offset follows the seeds handed out, eagerly).
+    pub fn generator(&self) -> &Generator {
+        self.gen
+    }
+
+    /// Ends the forward (see [`Prefetcher::end_forward`]).
+    pub fn end(mut self) -> Result<ForwardSummary> {
+        self.ended = true;
+        self.prefetcher.end_forward()
+    }
+}
+
+impl Drop for Forward<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            let _ = self.prefetcher.end_forward();
+        }
+    }
+}

@@ -1,0 +1,358 @@
+//! Stochastic rounding of the fp16 SSM state, as FlashInfer 0.7.2 does it in software on the
+//! H200 (no hardware `cvt.rs` there), and the mapping from a state element to its 13 random
+//! bits. See `shared/docs/flashinfer-ssu.md`, "Stochastic rounding" and "Which random bits".
+
+use crate::error::{Error, Result};
+use crate::philox::{counter_of, key_of, philox4x32, MAX_ROUNDS};
+use crate::ssu::{Algorithm, SUPPORTED_DSTATE};
+
+/// Mask of the 13 random bits one element uses.
+pub const SR_BITS_MASK: u32 = 0x1FFF;
+
+/// Stochastically rounds `x` to fp16 with the random number `r13` (its low 13 bits are used),
+/// returning the fp16 bits.
+///
+/// With `a` the bits of `|x|`: `a += r` (a plain integer add whose carries propagate into the
+/// exponent); `e = (a >> 23) & 0xFF`, `m = a & 0x7FFFFF`; `e == 255` gives NaN (`0x7E00`) when
+/// `m != 0`, else Inf (`0x7C00`); `e > 142` gives Inf; `e < 113` gives zero (no fp16
+/// subnormals); otherwise `((e - 112) << 10) | (m >> 13)`. The sign of `x` is ORed back in.
+/// Over all 8192 values of `r` the mean of the result is exactly `x` (for finite `x` in the
+/// normal fp16 range): it rounds up in magnitude with probability `(a & 0x1FFF) / 8192`.
+pub fn sr_f16_bits(x: f32, r13: u32) -> u16 {
+    let bits = x.to_bits();
+    let sign = ((bits >> 16) & 0x8000) as u16;
+    let a = (bits & 0x7FFF_FFFF).wrapping_add(r13 & SR_BITS_MASK);
+    let e = (a >> 23) & 0xFF;
+    let m = a & 0x7F_FFFF;
+    let mag: u16 = if e == 255 {
+        if m != 0 {
+            0x7E00
+        } else {
+            0x7C00
+        }
+    } else if e > 142 {
+        0x7C00
+    } else if e < 113 {
+        0
+    } else {
+        (((e - 112) << 10) | (m >> 13)) as u16
+    };
+    sign | mag
+}
+
+/// Which 13 random bits each state element gets, for one call's layout and seed.
+///
+/// With `base = read_slot * slot_stride + h * dim * dstate` (the READ slot; u64 wrapping
+/// arithmetic throughout), key `(lo32(seed), hi32(seed))` and counter `(lo32(o), hi32(o), 0, 0)`:
+/// - simple kernel: column `n` of row `d` uses word `n % G` of Philox(`o = base + d * dstate +
+///   G * floor(n / G)`) with `G = min(4, dstate / 32)`;
+/// - vertical kernel: word `n % 2` of Philox(`o = base + d * dstate + 2 * floor(n / 2)`);
+///
+/// and `r = word & 0x1FFF`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SrMapping {
+    algorithm: Algorithm,
+    slot_stride: u64,
+    dim: u64,
+    dstate: u64,
+    key: [u32; 2],
+    rounds: u32,
+    group: u64,
+}
+
+impl SrMapping {
+    /// The mapping of a state with slot stride `slot_stride` (elements), `dim` rows and `dstate`
+    /// columns per head, for `seed` and `rounds` Philox rounds, under `algorithm`.
+    ///
+    /// Errors: `algorithm` is [`Algorithm::Auto`] (resolve it first with
+    /// [`Algorithm::resolve`]); `dstate` not in {64, 128, 256}; `rounds` not in 1..=10.
+    pub fn new(
+        algorithm: Algorithm,
+        slot_stride: usize,
+        dim: usize,
+        dstate: usize,
+        seed: u64,
+        rounds: u32,
+    ) -> Result<Self> {
+        let group =
+            match algorithm {
+                Algorithm::Auto => return Err(Error::invalid(
+                    "algorithm",
+                    "expected Simple or Vertical (resolve Auto with Algorithm::resolve), got Auto",
+                )),
+                Algorithm::Simple => (dstate / 32).min(4),
+                Algorithm::Vertical => 2,
+            };
+        if !SUPPORTED_DSTATE.contains(&dstate) {
+            return Err(Error::invalid(
+                "dstate",
+                format!("expected 64, 128 or 256, got {dstate}"),
+            ));
+        }
+        if !(1..=MAX_ROUNDS).contains(&rounds) {
+            return Err(Error::invalid(
+                "philox_rounds",
+                format!("expected 1..={MAX_ROUNDS}, got {rounds}"),
+            ));
+        }
+        Ok(Self {
+            algorithm,
+            slot_stride: slot_stride as u64,
+            dim: dim as u64,
+            dstate: dstate as u64,
+            key: key_of(seed),
+            rounds,
+            group: group as u64,
+        })
+    }
+
+    /// The kernel layout ([`Algorithm::Simple`] or [`Algorithm::Vertical`]).
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// Columns fed by one Philox call (`G`).
+    pub fn group(&self) -> usize {
+        self.group as usize
+    }
+
+    /// Rows per head.
+    pub fn dim(&self) -> usize {
+        self.dim as usize
+    }
+
+    /// Columns per row.
+    pub fn dstate(&self) -> usize {
+        self.dstate as usize
+    }
+
+    /// The state's slot stride in elements.
+    pub fn slot_stride(&self) -> usize {
+        self.slot_stride as usize
+    }
+
+    /// The Philox offset `o` and the output word index that element `(read_slot, h, d, n)` uses.
+    pub fn philox_offset(&self, read_slot: i64, h: usize, d: usize, n: usize) -> (u64, usize) {
+        let base = (read_slot as u64)
+            .wrapping_mul(self.slot_stride)
+            .wrapping_add((h as u64).wrapping_mul(self.dim).wrapping_mul(self.dstate));
+        let n = n as u64;
+        let o = base
+            .wrapping_add((d as u64).wrapping_mul(self.dstate))
+            .wrapping_add(self.group * (n / self.group));
+        (o, (n % self.group) as usize)
+    }
+
+    /// The 13-bit random number of element `(read_slot, h, d, n)` (`read_slot` is the slot the
+    /// state is read from, not the destination slot).
+    pub fn random_bits(&self, read_slot: i64, h: usize, d: usize, n: usize) -> u32 {
+        let (o, word) = self.philox_offset(read_slot, h, d, n);
+        philox4x32(counter_of(o), self.key, self.rounds)[word] & SR_BITS_MASK
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::f16;
+
+    fn sr(x: f32, r: u32) -> u16 {
+        sr_f16_bits(x, r)
+    }
+
+    #[test]
+    fn primitive_checks() {
+        // The doc's and FlashInfer's primitive checks.
+        let one_plus = 1.0f32 + 2f32.powi(-11);
+        assert_eq!(sr(one_plus, 4095), 0x3c00);
+        assert_eq!(sr(one_plus, 4096), 0x3c01);
+        assert_eq!(sr(3e-5, 0), 0);
+        assert_eq!(sr(65519.0, 0), 0x7bff);
+        assert_eq!(sr(65535.0, 8191), 0x7c00);
+        assert_eq!(sr(f32::INFINITY, 1), 0x7e00);
+        assert_eq!(sr(-0.1, 100), 0xae66);
+        assert_eq!(sr(f32::NAN, 0), 0x7e00);
+        assert_eq!(sr(f32::NAN, 8191), 0x7e00);
+        assert_eq!(sr(2f32.powi(-14), 0), 0x0400);
+        assert_eq!(sr(2f32.powi(-14), 8191), 0x0400);
+    }
+
+    #[test]
+    fn infinity_and_nan() {
+        assert_eq!(sr(f32::INFINITY, 0), 0x7c00);
+        assert_eq!(sr(f32::NEG_INFINITY, 0), 0xfc00);
+        // Any r != 0 turns +-Inf into NaN (the sign is kept).
+        assert_eq!(sr(f32::NEG_INFINITY, 5), 0xfe00);
+        assert_eq!(sr(-f32::NAN, 3), 0xfe00);
+        // Only the low 13 bits of r count.
+        assert_eq!(sr(f32::INFINITY, 0x2000), 0x7c00);
+        // Values reaching 2^16 after the add overflow to Inf; the largest finite fp16 stays.
+        assert_eq!(sr(65504.0, 0), 0x7bff);
+        assert_eq!(sr(65504.0, 8191), 0x7bff);
+        assert_eq!(sr(65520.0, 0x0FFF), 0x7bff);
+        assert_eq!(sr(65520.0, 0x1000), 0x7c00);
+        assert_eq!(sr(1e30, 0), 0x7c00);
+        assert_eq!(sr(-1e30, 0), 0xfc00);
+    }
+
+    #[test]
+    fn carry_into_the_exponent() {
+        // fp16 mantissa all ones plus half an ulp (low 13 bits 0x1000).
+        let x = f32::from_bits(0x3FFF_F000);
+        assert_eq!(sr(x, 0x0FFF), 0x3fff);
+        assert_eq!(sr(x, 0x1000), 0x4000); // carries into the exponent: 2.0
+                                           // Just below 2^-14: rounds up into the smallest normal, or down to zero.
+        let y = f32::from_bits(0x387F_F000);
+        assert_eq!(sr(y, 0x0FFF), 0);
+        assert_eq!(sr(y, 0x1000), 0x0400);
+        assert_eq!(sr(-y, 0x1000), 0x8400);
+    }
+
+    #[test]
+    fn below_the_smallest_normal_is_signed_zero() {
+        assert_eq!(sr(3e-5, 8191), 0);
+        assert_eq!(sr(-3e-5, 8191), 0x8000);
+        assert_eq!(sr(1e-40, 8191), 0); // fp32 subnormal
+        assert_eq!(sr(0.0, 8191), 0);
+        assert_eq!(sr(-0.0, 0), 0x8000);
+    }
+
+    #[test]
+    fn sign_is_symmetric() {
+        for x in [0.1f32, 1.0, 3.75, 1234.567, 6.1e-5, 65519.0] {
+            for r in [0u32, 1, 4095, 4096, 8191] {
+                assert_eq!(sr(-x, r), sr(x, r) | 0x8000, "x {x} r {r}");
+            }
+        }
+    }
+
+    #[test]
+    fn exact_values_never_move() {
+        for bits in [0x3c00u16, 0x3555, 0x0400, 0x7bff, 0xc000, 0x1234] {
+            let x = f16::from_bits(bits).to_f32();
+            for r in [0u32, 1, 8191] {
+                assert_eq!(sr(x, r), bits, "{bits:#x} r {r}");
+            }
+        }
+    }
+
+    #[test]
+    fn unbiased_over_the_full_r_range() {
+        // For each x the sum of the 8192 outcomes equals 8192 * x exactly (every term is an
+        // fp16 value, the sum is exact in f64), i.e. the mean is x as a rational.
+        let xs = [
+            1.0f32 + 2f32.powi(-11),
+            0.1,
+            -0.1,
+            -3.7,
+            1000.3,
+            2047.9,
+            1.5 * 2f32.powi(-14),
+            f32::from_bits(0x3FFF_F123),
+            f32::from_bits(0x387F_F001), // just below 2^-14
+            30000.7,
+        ];
+        for &x in &xs {
+            let sum: f64 = (0..8192u32)
+                .map(|r| f16::from_bits(sr(x, r)).to_f64())
+                .sum();
+            if x.abs() < 2f32.powi(-14) {
+                // Below the smallest normal the lower neighbour is zero, not x truncated:
+                // the rounding is biased there (no subnormals).
+                assert_ne!(sum, 8192.0 * f64::from(x));
+            } else {
+                assert_eq!(sum, 8192.0 * f64::from(x), "x = {x:e}");
+            }
+        }
+    }
+
+    #[test]
+    fn flashinfer_seed42_mapping() {
+        // Element (slot 0, h 0, d 0, n 0..3), simple, dstate 128: one Philox call at o = 0;
+        // FlashInfer's device Philox for seed 42, 10 rounds gives
+        // [0x9ceaf053, 0x77f5493b, 0x12bf50ad, 0x5742b3d7].
+        let m = SrMapping::new(Algorithm::Simple, 1 << 20, 64, 128, 42, 10).unwrap();
+        let got: Vec<u32> = (0..4).map(|n| m.random_bits(0, 0, 0, n)).collect();
+        assert_eq!(got, [0x1053, 0x093b, 0x10ad, 0x13d7]);
+        // Vertical: columns 0 and 1 share o = 0 (words 0, 1); columns 2, 3 use o = 2.
+        let v = SrMapping::new(Algorithm::Vertical, 1 << 20, 64, 128, 42, 10).unwrap();
+        assert_eq!(v.random_bits(0, 0, 0, 0), 0x1053);
+        assert_eq!(v.random_bits(0, 0, 0, 1), 0x093b);
+        assert_eq!(v.philox_offset(0, 0, 0, 3), (2, 1));
+    }
+
+    #[test]
+    fn offsets_by_hand() {
+        let (slot_stride, dim, dstate) = (40_000usize, 64usize, 128usize);
+        let seed = 0x1234_5678_9abc_def0u64;
+        let s = SrMapping::new(Algorithm::Simple, slot_stride, dim, dstate, seed, 5).unwrap();
+        let v = SrMapping::new(Algorithm::Vertical, slot_stride, dim, dstate, seed, 5).unwrap();
+        assert_eq!((s.group(), v.group()), (4, 2));
+        let base = 3 * slot_stride as u64 + 5 * (dim * dstate) as u64 + 7 * dstate as u64;
+        assert_eq!(s.philox_offset(3, 5, 7, 0), (base, 0));
+        assert_eq!(s.philox_offset(3, 5, 7, 6), (base + 4, 2));
+        assert_eq!(s.philox_offset(3, 5, 7, 127), (base + 124, 3));
+        assert_eq!(v.philox_offset(3, 5, 7, 6), (base + 6, 0));
+        assert_eq!(v.philox_offset(3, 5, 7, 127), (base + 126, 1));
+        let words = philox4x32(counter_of(base + 4), key_of(seed), 5);
+        assert_eq!(s.random_bits(3, 5, 7, 5), words[1] & 0x1FFF);
+        assert_eq!(s.random_bits(3, 5, 7, 7), words[3] & 0x1FFF);
+        assert_eq!(v.random_bits(3, 5, 7, 5), words[1] & 0x1FFF);
+        let words6 = philox4x32(counter_of(base + 6), key_of(seed), 5);
+        assert_eq!(v.random_bits(3, 5, 7, 6), words6[0] & 0x1FFF);
+        // dstate 64: the simple kernel's G is 2, the same mapping as vertical.
+        let s64 = SrMapping::new(Algorithm::Simple, slot_stride, dim, 64, seed, 10).unwrap();
+        let v64 = SrMapping::new(Algorithm::Vertical, slot_stride, dim, 64, seed, 10).unwrap();
+        assert_eq!(s64.group(), 2);
+        for n in 0..64 {
+            assert_eq!(s64.random_bits(1, 2, 3, n), v64.random_bits(1, 2, 3, n));
+        }
+        // dstate 256: G stays 4.
+        assert_eq!(
+            SrMapping::new(Algorithm::Simple, 0, 1, 256, 0, 1)
+                .unwrap()
+                .group(),
+            4
+        );
+    }
+
+    #[test]
+    fn offsets_wrap_in_u64() {
+        let m = SrMapping::new(Algorithm::Simple, usize::MAX, 64, 128, 1, 10).unwrap();
+        let (o, _) = m.philox_offset(2, 0, 0, 0);
+        assert_eq!(o, (usize::MAX as u64).wrapping_mul(2));
+        let (o, _) = m.philox_offset(-1, 0, 1, 0); // never a written slot, but must not panic
+        assert_eq!(o, (usize::MAX as u64).wrapping_neg().wrapping_add(128));
+        assert!(m.random_bits(i64::MAX, 31, 63, 127) <= 0x1FFF);
+    }
+
+    #[test]
+    fn mapping_rejects_bad_arguments() {
+        let e = SrMapping::new(Algorithm::Auto, 0, 64, 128, 0, 10).unwrap_err();
+        assert!(matches!(
+            e,
+            Error::InvalidArgument {
+                argument: "algorithm",
+                ..
+            }
+        ));
+        let e = SrMapping::new(Algorithm::Simple, 0, 64, 96, 0, 10).unwrap_err();
+        assert!(matches!(
+            e,
+            Error::InvalidArgument {
+                argument: "dstate",
+                ..
+            }
+        ));
+        for rounds in [0, 11] {
+            let e = SrMapping::new(Algorithm::Vertical, 0, 64, 128, 0, rounds).unwrap_err();
+            assert!(matches!(
+                e,
+                Error::InvalidArgument {
+                    argument: "philox_rounds",
+                    ..
+                }
+            ));
+        }
+    }
+}

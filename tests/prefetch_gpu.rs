@@ -1,0 +1,283 @@
+//! GPU tests of the seed prefetcher: the seeds it hands out equal the stock sequence, eagerly
+//! (with filler kernels interleaved, calls beyond N, calls outside a scope, back-to-back
+//! forwards, two prefetchers on two streams) and under CUDA-graph capture and replay; the
+//! under-capture scope error leaves the stream usable.
+
+mod common;
+
+use std::sync::Arc;
+
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut};
+use mamba_ssu::philox::torch_seeds;
+use mamba_ssu::prefetch::{PrefetchPoint, Prefetcher, SeedPtr};
+use mamba_ssu::{filler::filler, Error, Generator};
+
+const N: usize = 40;
+
+/// Copies the int64 behind `seed` into `results[k]` on `stream` (a consumer on the stream, like
+/// the SSU kernel reading `rand_seed`).
+fn consume(stream: &CudaStream, seed: SeedPtr, results: &mut CudaSlice<i64>, k: usize) {
+    let (dst, _g) = results.device_ptr_mut(stream);
+    // SAFETY: `dst + 8k` is inside `results` (k < len, checked by the callers' sizes), `seed`
+    // points to one int64 valid for work enqueued on `stream` now; both on the stream's device.
+    unsafe {
+        cudarc::driver::result::memcpy_dtod_async(
+            dst + 8 * k as u64,
+            seed.device_ptr(),
+            8,
+            stream.cu_stream(),
+        )
+        .unwrap();
+    }
+}
+
+fn download(stream: &Arc<CudaStream>, results: &CudaSlice<i64>) -> Vec<u64> {
+    stream
+        .clone_dtoh(results)
+        .unwrap()
+        .iter()
+        .map(|&v| v as u64)
+        .collect()
+}
+
+struct Setup {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    filler_buf: CudaSlice<f32>,
+}
+
+fn setup() -> Option<Setup> {
+    let (ctx, stream) = common::gpu()?;
+    // SAFETY: every buffer in these tests is used on the stream it was allocated on, or ordered
+    // by the prefetcher's own events; cudarc's per-buffer tracking is not needed and would
+    // interfere with capture.
+    unsafe { ctx.disable_event_tracking() };
+    // ~4 MB of filler work between layers: long enough that a race would show.
+    let filler_buf = stream.alloc_zeros::<f32>(1 << 20).unwrap();
+    Some(Setup {
+        ctx,
+        stream,
+        filler_buf,
+    })
+}
+
+/// One forward of `layers` SR layers through the prefetcher, filler work before each layer.
+fn run_forward(
+    s: &mut Setup,
+    p: &mut Prefetcher,
+    gen: &mut Generator,
+    layers: usize,
+    results: &mut CudaSlice<i64>,
+) -> mamba_ssu::prefetch::ForwardSummary {
+    let stream = s.stream.clone();
+    let mut fwd = p.forward(&stream, gen).unwrap();
+    for k in 0..layers {
+        filler(&stream, &mut s.filler_buf, 8).unwrap();
+        let seed = fwd.seed().unwrap();
+        consume(&stream, seed, results, k);
+    }
+    fwd.end().unwrap()
+}
+
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn eager_prefetch_equals_stock_with_filler_between_layers() {
+    let Some(mut s) = setup() else { return };
+    for point in [PrefetchPoint::AtBegin, PrefetchPoint::AtFirstCall] {
+        let mut p = Prefetcher::with_point(&s.ctx, N, point).unwrap();
+        let mut gen = Generator::new(0xDEAD_BEEF, 4000).unwrap();
+        let mut results = s.stream.alloc_zeros::<i64>(N).unwrap();
+        let summary = run_forward(&mut s, &mut p, &mut gen, N, &mut results);
+        assert_eq!(
+            download(&s.stream, &results),
+            torch_seeds(0xDEAD_BEEF, 4000, N)
+        );
+        assert_eq!(gen.offset(), 4000 + 4 * N as u64);
+        assert_eq!(
+            (summary.prefetched, summary.fallback, summary.drawn),
+            (40, 0, 40)
+        );
+        assert!(!summary.captured);
+    }
+}
+
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn calls_beyond_n_and_outside_a_scope_fall_back_to_stock() {
+    let Some(mut s) = setup() else { return };
+    let mut p = Prefetcher::new(&s.ctx, N).unwrap();
+    let mut gen = Generator::new(7, 1 << 34).unwrap();
+    let start = gen.offset();
+    let mut results = s.stream.alloc_zeros::<i64>(N + 5 + 3).unwrap();
+    let summary = run_forward(&mut s, &mut p, &mut gen, N + 5, &mut results);
+    assert_eq!((summary.prefetched, summary.fallback), (40, 5));
+    // Three calls with no forward scope: stock draws inline.
+    let stream = s.stream.clone();
+    for k in 0..3 {
+        filler(&stream, &mut s.filler_buf, 4).unwrap();
+        let seed = p.seed(&stream, &mut gen, 0).unwrap();
+        consume(&stream, seed, &mut results, N + 5 + k);
+    }
+    assert_eq!(download(&s.stream, &results), torch_seeds(7, start, N + 8));
+    assert_eq!(gen.offset(), start + 4 * (N as u64 + 8));
+}
+
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn back_to_back_forwards_and_a_moved_generator() {
+    let Some(mut s) = setup() else { return };
+    let mut p = Prefetcher::new(&s.ctx, N).unwrap();
+    let mut gen = Generator::new(u64::MAX, 12).unwrap();
+    let mut a = s.stream.alloc_zeros::<i64>(N).unwrap();
+    let mut b = s.stream.alloc_zeros::<i64>(N).unwrap();
+    // Forward 1 uses fewer layers than N (allowed eagerly), forward 2 all of them; no host sync
+    // in between: forward 2's draw must wait for forward 1's consumers.
+    let s1 = run_forward(&mut s, &mut p, &mut gen, 30, &mut a);
+    assert_eq!((s1.prefetched, s1.drawn), (30, 40));
+    let s2 = run_forward(&mut s, &mut p, &mut gen, N, &mut b);
+    assert_eq!(s2.prefetched, 40);
+    let all = torch_seeds(u64::MAX, 12, 70);
+    assert_eq!(download(&s.stream, &a)[..30], all[..30]);
+    assert_eq!(download(&s.stream, &b), all[30..]);
+    // Someone else draws from the generator mid-forward (explicit scope API): stock follows
+    // the moved generator, and so does the prefetcher, by falling back to inline draws.
+    let stream = s.stream.clone();
+    let start = gen.offset();
+    let mut c = stream.alloc_zeros::<i64>(6).unwrap();
+    p.begin_forward(&stream, &gen).unwrap();
+    for k in 0..3u32 {
+        let seed = p.seed(&stream, &mut gen, k).unwrap();
+        consume(&stream, seed, &mut c, k as usize);
+    }
+    let other_consumer = gen.next_cpu(); // e.g. a sampler on the same generator
+    for k in 3..6u32 {
+        let seed = p.seed(&stream, &mut gen, k).unwrap();
+        consume(&stream, seed, &mut c, k as usize);
+    }
+    let summary = p.end_forward().unwrap();
+    assert_eq!((summary.prefetched, summary.fallback), (3, 3));
+    let stock = torch_seeds(u64::MAX, start, 7);
+    assert_eq!(other_consumer, stock[3]);
+    let got = download(&stream, &c);
+    assert_eq!(got[..3], stock[..3]);
+    assert_eq!(got[3..], stock[4..]);
+    assert_eq!(gen.offset(), start + 28);
+}
+
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn two_prefetchers_on_two_streams() {
+    let Some(mut s) = setup() else { return };
+    let other = s.ctx.new_stream().unwrap();
+    let mut p1 = Prefetcher::new(&s.ctx, N).unwrap();
+    let mut p2 = Prefetcher::new(&s.ctx, N).unwrap();
+    let mut g1 = Generator::new(1, 0).unwrap();
+    let mut g2 = Generator::new(2, 400).unwrap();
+    let mut r1 = s.stream.alloc_zeros::<i64>(N).unwrap();
+    let mut r2 = other.alloc_zeros::<i64>(N).unwrap();
+    let mut buf2 = other.alloc_zeros::<f32>(1 << 20).unwrap();
+    let main = s.stream.clone();
+    let mut f1 = p1.forward(&main, &mut g1).unwrap();
+    let mut f2 = p2.forward(&other, &mut g2).unwrap();
+    for k in 0..N {
+        filler(&main, &mut s.filler_buf, 4).unwrap();
+        filler(&other, &mut buf2, 4).unwrap();
+        let a = f1.seed().unwrap();
+        consume(&main, a, &mut r1, k);
+        let b = f2.seed().unwrap();
+        consume(&other, b, &mut r2, k);
+    }
+    f1.end().unwrap();
+    f2.end().unwrap();
+    assert_eq!(download(&main, &r1), torch_seeds(1, 0, N));
+    assert_eq!(download(&other, &r2), torch_seeds(2, 400, N));
+    // A forward's seeds must be requested on its main stream.
+    let mut f = p1.forward(&main, &mut g1).unwrap();
+    f.seed().unwrap();
+    let err = p2.seed(&main, &mut g2, 0); // p2 has no forward: stock, allowed
+    assert!(err.is_ok());
+    drop(f);
+}
+
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn captured_forward_replays_fresh_stock_seeds() {
+    let Some(mut s) = setup() else { return };
+    let mut p = Prefetcher::new(&s.ctx, N).unwrap();
+    let mut gen = Generator::new(2024, 12).unwrap();
+    let mut results = s.stream.alloc_zeros::<i64>(N + 2).unwrap();
+    let stream = s.stream.clone();
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    let summary = run_forward(&mut s, &mut p, &mut gen, N + 2, &mut results);
+    let graph = stream
+        .end_capture(CUgraphInstantiate_flags(0))
+        .unwrap()
+        .expect("a graph");
+    assert!(summary.captured);
+    assert_eq!((summary.prefetched, summary.fallback), (40, 2));
+    assert_eq!(
+        gen.offset(),
+        12,
+        "capture does not advance the host generator"
+    );
+    let inc = p.graph_increment();
+    assert_eq!(inc, 4 * (N as u64 + 2));
+    let mut previous = None;
+    for _ in 0..3 {
+        let before = gen.offset();
+        p.prepare_replay(&stream, &mut gen, inc).unwrap();
+        graph.launch().unwrap();
+        let got = download(&stream, &results);
+        assert_eq!(
+            got,
+            torch_seeds(2024, before, N + 2),
+            "replay from {before}"
+        );
+        assert_ne!(Some(&got), previous.as_ref());
+        previous = Some(got);
+        // The host moves between replays like torch (other draws happen eagerly).
+        gen.next_cpu();
+    }
+}
+
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn captured_forward_consuming_fewer_than_n_is_a_typed_error() {
+    let Some(mut s) = setup() else { return };
+    let mut p = Prefetcher::new(&s.ctx, N).unwrap();
+    let mut gen = Generator::new(5, 0).unwrap();
+    let stream = s.stream.clone();
+    let mut results = stream.alloc_zeros::<i64>(N).unwrap();
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    let mut fwd = p.forward(&stream, &mut gen).unwrap();
+    for k in 0..10 {
+        filler(&stream, &mut s.filler_buf, 2).unwrap();
+        let seed = fwd.seed().unwrap();
+        consume(&stream, seed, &mut results, k);
+    }
+    match fwd.end() {
+        Err(Error::Scope(msg)) => assert!(msg.contains("10 of the 40"), "{msg}"),
+        other => panic!("expected a scope error, got {other:?}"),
+    }
+    // The side stream was joined: the capture ends cleanly and the graph runs.
+    let graph = stream
+        .end_capture(CUgraphInstantiate_flags(0))
+        .unwrap()
+        .expect("a graph");
+    let inc = p.graph_increment();
+    p.prepare_replay(&stream, &mut gen, inc).unwrap();
+    graph.launch().unwrap();
+    stream.synchronize().unwrap();
+    // The stream is usable afterwards, eagerly.
+    let mut g2 = Generator::new(5, 0).unwrap();
+    let s1 = run_forward(&mut s, &mut p, &mut g2, N, &mut results);
+    assert_eq!(s1.prefetched, 40);
+    assert_eq!(download(&stream, &results), torch_seeds(5, 0, N));
+    // Misuse of scopes is typed too.
+    assert!(matches!(p.end_forward(), Err(Error::Scope(_))));
+}
