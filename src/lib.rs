@@ -29,6 +29,7 @@
 
 #![warn(missing_docs)]
 
+pub mod decode;
 pub mod device;
 pub mod error;
 mod ffi;

@@ -31,6 +31,7 @@
 //! # Ok(()) }
 //! ```
 
+use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -51,36 +52,68 @@ pub enum PrefetchPoint {
     AtFirstCall,
 }
 
-/// A device pointer to one int64 seed, valid for work enqueued on the requesting stream
-/// before the next forward's batched draw or 64 further inline draws (see
-/// [`Prefetcher::seed`]). It is exactly what FlashInfer's SSU reads as `rand_seed`.
+/// A device pointer to one int64 seed, borrowed from the [`Prefetcher`] that handed it out (so
+/// it cannot outlive its buffers). Its value is valid for work enqueued on the requesting stream
+/// before the next forward's batched draw or 64 further inline draws (see [`Prefetcher::seed`]).
+/// It is exactly what FlashInfer's SSU reads as `rand_seed`; pass it to this crate's SSU as
+/// [`crate::ssu::SeedSource::Prefetched`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SeedPtr {
+pub struct SeedPtr<'p> {
     ptr: u64,
+    ordinal: usize,
+    _prefetcher: PhantomData<&'p Prefetcher>,
 }
 
-impl SeedPtr {
+impl SeedPtr<'_> {
     /// The raw device address (a `CUdeviceptr`) of the int64 seed.
     pub fn device_ptr(&self) -> u64 {
         self.ptr
     }
+
+    /// The device the seed lives on.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
 }
 
-/// The seed fields of an SSU call on the fused path (see [`Prefetcher::fused_seed`]).
+/// The seed fields of an SSU call on the fused path (see [`Prefetcher::fused_seed`]); pass it
+/// as [`crate::ssu::SeedSource::Fused`]. Borrowed from the prefetcher, whose device generator
+/// state a captured call reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FusedSeed {
-    pub(crate) source: i32,
-    pub(crate) generator_state: u64,
-    pub(crate) generator_seed: u64,
-    pub(crate) seed_offset: u64,
+pub struct FusedSeed<'p> {
+    generator_state: u64,
+    generator_seed: u64,
+    seed_offset: u64,
+    ordinal: usize,
+    _prefetcher: PhantomData<&'p Prefetcher>,
 }
 
-impl FusedSeed {
+impl FusedSeed<'_> {
     /// The stock value this call's seed equals, when it is known on the host (eager calls):
     /// `Some(torch_seed(seed, offset))`; `None` under capture (decided at replay).
     pub fn eager_value(&self) -> Option<u64> {
-        (self.source == sys::MAMBA_SSU_SEED_FROM_VALUES as i32)
+        (self.generator_state == 0)
             .then(|| crate::philox::torch_seed(self.generator_seed, self.seed_offset))
+    }
+
+    /// The device generator state a captured call reads (`None` eagerly).
+    pub(crate) fn generator_state(&self) -> Option<u64> {
+        (self.generator_state != 0).then_some(self.generator_state)
+    }
+
+    /// Eagerly the generator seed; unused under capture.
+    pub(crate) fn generator_seed(&self) -> u64 {
+        self.generator_seed
+    }
+
+    /// Eagerly the draw's offset; under capture the intragraph offset.
+    pub(crate) fn seed_offset(&self) -> u64 {
+        self.seed_offset
+    }
+
+    /// The device of the generator state.
+    pub(crate) fn ordinal(&self) -> usize {
+        self.ordinal
     }
 }
 
@@ -202,7 +235,7 @@ impl Prefetcher {
         stream: &CudaStream,
         gen: &mut Generator,
         layer: u32,
-    ) -> Result<SeedPtr> {
+    ) -> Result<SeedPtr<'_>> {
         self.check_stream("stream", stream)?;
         self.ctx.bind_to_thread()?;
         let mut g = gen.to_raw();
@@ -219,13 +252,21 @@ impl Prefetcher {
         };
         ffi::check(status)?;
         gen.set_from_raw(&g);
-        Ok(SeedPtr { ptr: out as u64 })
+        Ok(SeedPtr {
+            ptr: out as u64,
+            ordinal: self.ctx.ordinal(),
+            _prefetcher: PhantomData,
+        })
     }
 
     /// The fused path: the seed fields that make the SSU kernel derive this call's stock seed
     /// itself (pass them as [`crate::ssu::SeedSource::Fused`]); `gen` advances like one stock
     /// draw (eagerly). Call outside a forward.
-    pub fn fused_seed(&mut self, stream: &CudaStream, gen: &mut Generator) -> Result<FusedSeed> {
+    pub fn fused_seed(
+        &mut self,
+        stream: &CudaStream,
+        gen: &mut Generator,
+    ) -> Result<FusedSeed<'_>> {
         self.check_stream("stream", stream)?;
         self.ctx.bind_to_thread()?;
         let mut g = gen.to_raw();
@@ -241,10 +282,11 @@ impl Prefetcher {
         })?;
         gen.set_from_raw(&g);
         Ok(FusedSeed {
-            source: params.seed_source,
             generator_state: params.generator_state as u64,
             generator_seed: params.generator_seed,
             seed_offset: params.seed_offset,
+            ordinal: self.ctx.ordinal(),
+            _prefetcher: PhantomData,
         })
     }
 
@@ -343,7 +385,7 @@ pub struct Forward<'a> {
 
 impl Forward<'_> {
     /// The next layer's seed (see [`Prefetcher::seed`]).
-    pub fn seed(&mut self) -> Result<SeedPtr> {
+    pub fn seed(&mut self) -> Result<SeedPtr<'_>> {
         let s = self.prefetcher.seed(self.main, self.gen, self.layer)?;
         self.layer += 1;
         Ok(s)

@@ -84,6 +84,7 @@ use crate::device::check_same_device;
 use crate::error::{Error, Result};
 use crate::ffi::{self, sys};
 use crate::generator::GraphSeedState;
+use crate::prefetch::{FusedSeed, SeedPtr};
 
 /// Most dimensions a [`TensorLayout`] has.
 pub const MAX_RANK: usize = 4;
@@ -329,6 +330,17 @@ pub struct TensorLayout {
 }
 
 impl TensorLayout {
+    /// One int64 (a seed in device memory).
+    const fn one_i64() -> Self {
+        Self {
+            dtype: DType::I64,
+            rank: 1,
+            shape: [1, 0, 0, 0],
+            strides: [1, 0, 0, 0],
+            len: 1,
+        }
+    }
+
     /// A layout of the given shape and strides (elements) over a buffer of `len` elements.
     ///
     /// Errors: more than [`MAX_RANK`] dimensions (`shape`); `strides` of another length than
@@ -686,6 +698,13 @@ pub enum SeedSource<'a> {
         /// The draw's generator offset (a multiple of 4).
         offset: u64,
     },
+    /// A seed handed out by the [`crate::prefetch::Prefetcher`] (prefetched from its batched
+    /// draw, or drawn inline by the stock path): one int64 in the prefetcher's device memory.
+    Prefetched(SeedPtr<'a>),
+    /// The fused path from [`crate::prefetch::Prefetcher::fused_seed`]: the kernel derives the
+    /// stock seed itself (from values eagerly, from the prefetcher's device generator state
+    /// under capture).
+    Fused(FusedSeed<'a>),
 }
 
 impl fmt::Debug for SeedSource<'_> {
@@ -701,6 +720,8 @@ impl fmt::Debug for SeedSource<'_> {
                 .field("seed", seed)
                 .field("offset", offset)
                 .finish(),
+            SeedSource::Prefetched(p) => f.debug_tuple("Prefetched").field(p).finish(),
+            SeedSource::Fused(p) => f.debug_tuple("Fused").field(p).finish(),
         }
     }
 }
@@ -867,6 +888,16 @@ impl<'a> SsuArgs<'a> {
                 SeedSource::FromValues { seed, offset } => SeedSpec::FromValues {
                     seed: *seed,
                     offset: *offset,
+                },
+                SeedSource::Prefetched(_) => SeedSpec::Pointer(PREFETCHED_SEED_LAYOUT),
+                SeedSource::Fused(f) => match f.generator_state() {
+                    Some(_) => SeedSpec::FromGenerator {
+                        offset: f.seed_offset(),
+                    },
+                    None => SeedSpec::FromValues {
+                        seed: f.generator_seed(),
+                        offset: f.seed_offset(),
+                    },
                 },
             }),
         }
@@ -1441,6 +1472,21 @@ fn fill_params(
     })
 }
 
+/// The layout of a prefetched seed: one int64.
+const PREFETCHED_SEED_LAYOUT: TensorLayout = TensorLayout::one_i64();
+
+fn check_ordinal(argument: &'static str, stream: &CudaStream, got: usize) -> Result<()> {
+    let expected = stream.context().ordinal();
+    if expected != got {
+        return Err(Error::WrongDevice {
+            argument,
+            expected,
+            got,
+        });
+    }
+    Ok(())
+}
+
 /// The pointer of an optional tensor's `(pointer, guard)`, 0 when absent.
 fn raw(p: &Option<(CUdeviceptr, SyncOnDrop<'_>)>) -> CUdeviceptr {
     p.as_ref().map_or(0, |(ptr, _)| *ptr)
@@ -1499,6 +1545,8 @@ pub fn selective_state_update(stream: &CudaStream, args: &mut SsuArgs<'_>) -> Re
             Some(SeedSource::FromGenerator { state, .. }) => {
                 check_same_device("generator_state", stream, state.device_state().stream())?
             }
+            Some(SeedSource::Prefetched(p)) => check_ordinal("rand_seed", stream, p.ordinal())?,
+            Some(SeedSource::Fused(f)) => check_ordinal("generator_state", stream, f.ordinal())?,
             // No device memory; a missing seed was rejected by validate.
             Some(SeedSource::FromValues { .. }) | None => {}
         }
@@ -1571,6 +1619,12 @@ pub fn selective_state_update(stream: &CudaStream, args: &mut SsuArgs<'_>) -> Re
             params.generator_state = raw(&seed) as *const sys::mamba_ssu_generator_state;
         }
         Some(SeedSource::Pointer(_)) if sr => params.rand_seed = raw(&seed) as *const i64,
+        Some(SeedSource::Prefetched(p)) if sr => params.rand_seed = p.device_ptr() as *const i64,
+        Some(SeedSource::Fused(f)) if sr => {
+            if let Some(state) = f.generator_state() {
+                params.generator_state = state as *const sys::mamba_ssu_generator_state;
+            }
+        }
         _ => {}
     }
 

@@ -1,0 +1,328 @@
+//! `decode-step`: the decode-step benchmark (the README's main job).
+//!
+//! Simulates a Nemotron-H decode step on the GPU (40 layers, each a filler kernel for the
+//! conv1d update plus the SSU at tensor-parallel-4 shapes: 32 heads, dim 64, dstate 128,
+//! 8 groups, fp16 state with stochastic rounding, 5 Philox rounds) for each seed mode (stock,
+//! prefetch, fused, fixed) and batch size, eagerly and as CUDA graphs. Prints step-time medians,
+//! each mode's ratio to stock and the seed overhead removed, (stock - mode) / (stock - fixed);
+//! writes the figures as JSON (`--json PATH`). Before timing, it checks that stock, prefetch and
+//! fused give bit-identical states and outputs.
+//!
+//! ```text
+//! decode-step [--batch 1,2,4,8,16,32,64] [--steps N] [--json PATH] [--quick] [--nvtx-only]
+//! ```
+//! `--nvtx-only` runs one eager step per mode (for `ncu --nvtx` range checks).
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaContext, CudaGraph, CudaStream};
+use mamba_ssu::decode::{DecodeShape, DecodeStep, SeedMode};
+use mamba_ssu::prefetch::Prefetcher;
+use mamba_ssu::{device, Generator};
+
+type AnyResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+struct Opts {
+    batches: Vec<usize>,
+    steps: usize,
+    json: Option<String>,
+    nvtx_only: bool,
+}
+
+fn parse() -> Result<Opts, String> {
+    let mut o = Opts {
+        batches: vec![1, 2, 4, 8, 16, 32, 64],
+        steps: 200,
+        json: None,
+        nvtx_only: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--batch" => {
+                let v = it.next().ok_or("--batch: missing value")?;
+                o.batches = v
+                    .split(',')
+                    .map(|s| s.trim().parse::<usize>().map_err(|_| format!("--batch: bad `{s}`")))
+                    .collect::<Result<_, _>>()?;
+                if o.batches.contains(&0) {
+                    return Err("--batch: sizes must be >= 1".into());
+                }
+            }
+            "--steps" => {
+                let v = it.next().ok_or("--steps: missing value")?;
+                o.steps = v.parse().map_err(|_| format!("--steps: bad `{v}`"))?;
+                if o.steps == 0 {
+                    return Err("--steps: must be >= 1".into());
+                }
+            }
+            "--json" => o.json = Some(it.next().ok_or("--json: missing value")?),
+            "--quick" => {
+                o.batches = vec![1, 8, 64];
+                o.steps = 50;
+            }
+            "--nvtx-only" => o.nvtx_only = true,
+            "-h" | "--help" => {
+                return Err(
+                    "usage: decode-step [--batch 1,2,..] [--steps N] [--json PATH] [--quick] [--nvtx-only]"
+                        .into(),
+                )
+            }
+            other => return Err(format!("unexpected argument `{other}`")),
+        }
+    }
+    Ok(o)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+struct Timer {
+    start: cudarc::driver::CudaEvent,
+    stop: cudarc::driver::CudaEvent,
+}
+
+impl Timer {
+    fn new(ctx: &Arc<CudaContext>) -> AnyResult<Self> {
+        Ok(Self {
+            start: ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
+            stop: ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
+        })
+    }
+
+    /// Median microseconds of `steps` runs of `work` (after 5 warm-ups), each between events.
+    fn median_us(
+        &self,
+        stream: &Arc<CudaStream>,
+        steps: usize,
+        mut before: impl FnMut() -> AnyResult<()>,
+        mut work: impl FnMut() -> AnyResult<()>,
+    ) -> AnyResult<f64> {
+        for _ in 0..5 {
+            before()?;
+            work()?;
+        }
+        stream.synchronize()?;
+        let mut samples = Vec::with_capacity(steps);
+        for _ in 0..steps {
+            before()?;
+            self.start.record(stream)?;
+            work()?;
+            self.stop.record(stream)?;
+            self.stop.synchronize()?;
+            samples.push(f64::from(self.start.elapsed_ms(&self.stop)?) * 1000.0);
+        }
+        Ok(median(samples))
+    }
+}
+
+/// Stock, prefetch and fused must produce bit-identical states and outputs from one generator
+/// state, eagerly and in a graph replay; fixed is the lower bound only.
+fn check_identical(
+    step: &mut DecodeStep,
+    prefetcher: &mut Prefetcher,
+    stream: &Arc<CudaStream>,
+) -> AnyResult<()> {
+    let mut reference = None;
+    for mode in [SeedMode::Stock, SeedMode::Prefetch, SeedMode::Fused] {
+        step.reset_states()?;
+        let mut gen = Generator::new(0xC0FFEE, 4096)?;
+        step.run(mode, prefetcher, &mut gen)?;
+        let got = step.download()?;
+        match &reference {
+            None => reference = Some(got),
+            Some(r) if *r != got => {
+                return Err(format!("{} differs from stock (eager)", mode.name()).into())
+            }
+            Some(_) => {}
+        }
+        // And in a CUDA graph: capture, replay once from the same generator state.
+        step.reset_states()?;
+        let mut gen = Generator::new(0xC0FFEE, 4096)?;
+        let graph = capture(step, prefetcher, stream, mode, &mut gen)?;
+        let inc = prefetcher.graph_increment();
+        prefetcher.prepare_replay(stream, &mut gen, inc)?;
+        graph.launch()?;
+        if step.download()? != *reference.as_ref().unwrap() {
+            return Err(format!("{} differs from stock (graph replay)", mode.name()).into());
+        }
+    }
+    stream.synchronize()?;
+    Ok(())
+}
+
+fn capture(
+    step: &mut DecodeStep,
+    prefetcher: &mut Prefetcher,
+    stream: &Arc<CudaStream>,
+    mode: SeedMode,
+    gen: &mut Generator,
+) -> AnyResult<CudaGraph> {
+    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+    let r = step.run(mode, prefetcher, gen);
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0))?;
+    r?;
+    let graph = graph.ok_or("capture produced no graph")?;
+    graph.upload()?;
+    Ok(graph)
+}
+
+#[derive(Default)]
+struct Row {
+    eager: BTreeMap<&'static str, f64>,
+    graph: BTreeMap<&'static str, f64>,
+}
+
+fn run() -> AnyResult<()> {
+    let opts = match parse() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("decode-step: {e}");
+            std::process::exit(2)
+        }
+    };
+    let ctx = match device::open(0) {
+        Ok(c) => c,
+        Err(e) if e.is_no_gpu() => {
+            println!("no CUDA GPU here ({e}); the decode-step benchmark needs one");
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    // SAFETY: every buffer is used on `stream` only (the prefetcher orders its side stream with
+    // its own events), so cudarc's per-buffer event tracking is not needed; it would also break
+    // stream capture.
+    unsafe { ctx.disable_event_tracking() };
+    let stream = ctx.new_stream()?;
+    let timer = Timer::new(&ctx)?;
+    let mut prefetcher = Prefetcher::new(&ctx, 40)?;
+    let device_name = ctx.name()?;
+
+    if opts.nvtx_only {
+        let mut step = DecodeStep::new(&stream, DecodeShape::nemotron_h_tp4(opts.batches[0]))?;
+        let mut gen = Generator::new(1, 0)?;
+        for mode in SeedMode::ALL {
+            step.run(mode, &mut prefetcher, &mut gen)?;
+        }
+        stream.synchronize()?;
+        println!("one eager step per mode done (NVTX ranges: decode step / layer)");
+        return Ok(());
+    }
+
+    let mut rows: Vec<(usize, Row)> = Vec::new();
+    for &batch in &opts.batches {
+        let shape = DecodeShape::nemotron_h_tp4(batch);
+        let mut step = DecodeStep::new(&stream, shape)?;
+        check_identical(&mut step, &mut prefetcher, &stream)?;
+        let mut row = Row::default();
+        let mut gen = Generator::new(42, 0)?;
+        for mode in SeedMode::ALL {
+            let t = timer.median_us(
+                &stream,
+                opts.steps,
+                || Ok(()),
+                || {
+                    step.run(mode, &mut prefetcher, &mut gen)?;
+                    Ok(())
+                },
+            )?;
+            row.eager.insert(mode.name(), t);
+        }
+        for mode in SeedMode::ALL {
+            let graph = capture(&mut step, &mut prefetcher, &stream, mode, &mut gen)?;
+            let inc = prefetcher.graph_increment();
+            let uses_generator = mode != SeedMode::Fixed;
+            let t = timer.median_us(
+                &stream,
+                opts.steps,
+                || {
+                    if uses_generator {
+                        prefetcher.prepare_replay(&stream, &mut gen, inc)?;
+                    }
+                    Ok(())
+                },
+                || Ok(graph.launch()?),
+            )?;
+            row.graph.insert(mode.name(), t);
+        }
+        eprintln!("batch {batch}: done");
+        rows.push((batch, row));
+    }
+
+    let removed = |m: &BTreeMap<&str, f64>, mode: &str| {
+        let (s, f, x) = (m["stock"], m["fixed"], m[mode]);
+        if s > f {
+            100.0 * (s - x) / (s - f)
+        } else {
+            f64::NAN
+        }
+    };
+    println!(
+        "\nDecode step, Nemotron-H TP4 shapes (40 layers x [filler + SSU 32x64x128, fp16 SR, 5 rounds]) on {device_name}; median of {} steps (us)",
+        opts.steps
+    );
+    for (label, pick) in [("CUDA graph", true), ("eager", false)] {
+        println!("\n{label}:\n");
+        println!("| batch | stock | prefetch | fused | fixed | prefetch/stock | fused/stock | fused/fixed | overhead removed: prefetch | fused |");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
+        for (batch, row) in &rows {
+            let m = if pick { &row.graph } else { &row.eager };
+            println!(
+                "| {batch} | {:.1} | {:.1} | {:.1} | {:.1} | {:.3} | {:.3} | {:.3} | {:.1}% | {:.1}% |",
+                m["stock"],
+                m["prefetch"],
+                m["fused"],
+                m["fixed"],
+                m["prefetch"] / m["stock"],
+                m["fused"] / m["stock"],
+                m["fused"] / m["fixed"],
+                removed(m, "prefetch"),
+                removed(m, "fused"),
+            );
+        }
+    }
+    if let Some(path) = opts.json {
+        let mut s = format!(
+            "{{\"device\":\"{device_name}\",\"steps\":{},\"layers\":40,\"nheads\":32,\"dim\":64,\"dstate\":128,\"ngroups\":8,\"philox_rounds\":5,\"rows\":[",
+            opts.steps
+        );
+        for (i, (batch, row)) in rows.iter().enumerate() {
+            let obj = |m: &BTreeMap<&str, f64>| {
+                let parts: Vec<String> = m.iter().map(|(k, v)| format!("\"{k}\":{v:.3}")).collect();
+                format!("{{{}}}", parts.join(","))
+            };
+            s += &format!(
+                "{}{{\"batch\":{batch},\"eager_us\":{},\"graph_us\":{},\"graph_overhead_removed_pct\":{{\"prefetch\":{:.2},\"fused\":{:.2}}}}}",
+                if i > 0 { "," } else { "" },
+                obj(&row.eager),
+                obj(&row.graph),
+                removed(&row.graph, "prefetch"),
+                removed(&row.graph, "fused")
+            );
+        }
+        s += "]}\n";
+        std::fs::write(&path, s)?;
+        println!("\nJSON written to {path}");
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("decode-step: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

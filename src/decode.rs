@@ -1,0 +1,299 @@
+//! A simulated Mamba-2 decode step (Nemotron-H class) for the benchmark binary and the tests:
+//! L layers, each a filler kernel standing in for the conv1d update, then the SSU with an fp16
+//! state and stochastic rounding, its seed taken by one of four [`SeedMode`]s. It is also a
+//! worked example of wiring the prefetcher into an engine's layer loop.
+//!
+//! Every step is enqueued on one stream, asynchronously; NVTX ranges name the step (with its
+//! mode and batch) and each layer, so an Nsight Systems timeline shows the paths.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream};
+use half::{bf16, f16};
+
+use crate::error::{Error, Result};
+use crate::filler::filler;
+use crate::generator::Generator;
+use crate::prefetch::Prefetcher;
+use crate::ssu::{selective_state_update, Algorithm, SeedSource, SsuArgs, Tensor, TensorMut};
+
+/// Where each layer's stochastic-rounding seed comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SeedMode {
+    /// A single-seed draw kernel on the main stream before each SSU (what engines do today).
+    Stock,
+    /// The prefetcher: one batched draw per step on a side stream, events only.
+    Prefetch,
+    /// The SSU kernel derives its seed itself: no seed kernel at all.
+    Fused,
+    /// A fixed seed in device memory, no draw: the lower bound (not stock-identical).
+    Fixed,
+}
+
+impl SeedMode {
+    /// All modes, in table order.
+    pub const ALL: [SeedMode; 4] = [
+        SeedMode::Stock,
+        SeedMode::Prefetch,
+        SeedMode::Fused,
+        SeedMode::Fixed,
+    ];
+
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SeedMode::Stock => "stock",
+            SeedMode::Prefetch => "prefetch",
+            SeedMode::Fused => "fused",
+            SeedMode::Fixed => "fixed",
+        }
+    }
+}
+
+/// Sizes of the simulated step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeShape {
+    /// Stochastic-rounding (Mamba-2) layers per step.
+    pub layers: usize,
+    /// Sequences in the batch (one token each).
+    pub batch: usize,
+    /// SSM heads per GPU.
+    pub nheads: usize,
+    /// Head dimension.
+    pub dim: usize,
+    /// State size.
+    pub dstate: usize,
+    /// B/C groups.
+    pub ngroups: usize,
+    /// Philox rounds of the stochastic rounding.
+    pub philox_rounds: u32,
+    /// f32 elements the filler kernel rewrites per layer per sequence.
+    pub filler_elems_per_seq: usize,
+}
+
+impl DecodeShape {
+    /// Nemotron-H at tensor parallelism 4: 40 layers, 32 heads, dim 64, dstate 128, 8 groups,
+    /// 5 Philox rounds; the filler touches a conv1d state's worth of data (conv_dim 4096 x 4).
+    pub fn nemotron_h_tp4(batch: usize) -> Self {
+        Self {
+            layers: 40,
+            batch,
+            nheads: 32,
+            dim: 64,
+            dstate: 128,
+            ngroups: 8,
+            philox_rounds: 5,
+            filler_elems_per_seq: 4096 * 4,
+        }
+    }
+}
+
+struct Layer {
+    state: CudaSlice<f16>,
+    out: CudaSlice<bf16>,
+}
+
+/// Every layer's state and output as raw 16-bit patterns (fp16 state, bf16 output), layer by
+/// layer: what bit-exact comparisons between seed modes compare.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepSnapshot {
+    /// Per layer, the state cache's fp16 bits.
+    pub states: Vec<Vec<u16>>,
+    /// Per layer, the output's bf16 bits.
+    pub outs: Vec<Vec<u16>>,
+}
+
+/// The device buffers of a simulated decode step.
+pub struct DecodeStep {
+    shape: DecodeShape,
+    stream: Arc<CudaStream>,
+    layers: Vec<Layer>,
+    initial_state: CudaSlice<f16>,
+    x: CudaSlice<bf16>,
+    dt: CudaSlice<bf16>,
+    a: CudaSlice<f32>,
+    b: CudaSlice<bf16>,
+    c: CudaSlice<bf16>,
+    d: CudaSlice<bf16>,
+    dt_bias: CudaSlice<bf16>,
+    indices: CudaSlice<i32>,
+    fixed_seed: CudaSlice<i64>,
+    filler: CudaSlice<f32>,
+}
+
+/// Deterministic pseudo-random values in [-1, 1) (SplitMix64).
+fn values(n: usize, salt: u64) -> impl Iterator<Item = f32> {
+    (0..n as u64).map(move |i| {
+        let mut z = (i ^ salt.rotate_left(17))
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(salt);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    })
+}
+
+impl DecodeStep {
+    /// Allocates and fills the buffers on `stream` (inputs shared by the layers, one state cache
+    /// of `batch` slots per layer).
+    pub fn new(stream: &Arc<CudaStream>, shape: DecodeShape) -> Result<Self> {
+        let DecodeShape {
+            batch,
+            nheads,
+            dim,
+            dstate,
+            ngroups,
+            ..
+        } = shape;
+        if shape.layers == 0 || batch == 0 {
+            return Err(Error::invalid("shape", "layers and batch must be >= 1"));
+        }
+        let bf = |n, salt, scale: f32| -> Vec<bf16> {
+            values(n, salt).map(|v| bf16::from_f32(v * scale)).collect()
+        };
+        let state_elems = batch * nheads * dim * dstate;
+        let init: Vec<f16> = values(state_elems, 1)
+            .map(|v| f16::from_f32(v * 0.5))
+            .collect();
+        let initial_state = stream.clone_htod(&init)?;
+        let mut layers = Vec::with_capacity(shape.layers);
+        for _ in 0..shape.layers {
+            layers.push(Layer {
+                state: stream.clone_dtod(&initial_state)?,
+                out: stream.alloc_zeros::<bf16>(batch * nheads * dim)?,
+            });
+        }
+        let a: Vec<f32> = values(nheads, 5).map(|v| -1.0 - 3.0 * v.abs()).collect();
+        let dt: Vec<bf16> = values(batch * nheads, 3)
+            .map(|v| bf16::from_f32(v - 1.0))
+            .collect();
+        let indices: Vec<i32> = (0..batch as i32).collect();
+        Ok(Self {
+            shape,
+            stream: stream.clone(),
+            layers,
+            initial_state,
+            x: stream.clone_htod(&bf(batch * nheads * dim, 2, 1.0))?,
+            dt: stream.clone_htod(&dt)?,
+            a: stream.clone_htod(&a)?,
+            b: stream.clone_htod(&bf(batch * ngroups * dstate, 6, 0.3))?,
+            c: stream.clone_htod(&bf(batch * ngroups * dstate, 7, 0.3))?,
+            d: stream.clone_htod(&bf(nheads, 8, 1.0))?,
+            dt_bias: stream.clone_htod(&bf(nheads, 4, 0.25))?,
+            indices: stream.clone_htod(&indices)?,
+            fixed_seed: stream.clone_htod(&[0x5EED_i64])?,
+            filler: stream.alloc_zeros::<f32>(batch * shape.filler_elems_per_seq)?,
+        })
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &DecodeShape {
+        &self.shape
+    }
+
+    /// Restores every layer's state to the initial values (on the stream).
+    pub fn reset_states(&mut self) -> Result<()> {
+        for layer in &mut self.layers {
+            self.stream
+                .memcpy_dtod(&self.initial_state, &mut layer.state)?;
+        }
+        Ok(())
+    }
+
+    /// Downloads every layer's state and output (raw bits), for bit-exact comparisons.
+    pub fn download(&self) -> Result<StepSnapshot> {
+        let mut states = Vec::new();
+        let mut outs = Vec::new();
+        for layer in &self.layers {
+            states.push(
+                self.stream
+                    .clone_dtoh(&layer.state)?
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect(),
+            );
+            outs.push(
+                self.stream
+                    .clone_dtoh(&layer.out)?
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect(),
+            );
+        }
+        Ok(StepSnapshot { states, outs })
+    }
+
+    /// Enqueues one decode step on the stream with seeds from `mode`. `gen` advances by 4 per
+    /// layer (eagerly) for every mode but [`SeedMode::Fixed`], exactly like stock.
+    pub fn run(
+        &mut self,
+        mode: SeedMode,
+        prefetcher: &mut Prefetcher,
+        gen: &mut Generator,
+    ) -> Result<()> {
+        let DecodeShape {
+            batch,
+            nheads,
+            dim,
+            dstate,
+            ngroups,
+            philox_rounds,
+            ..
+        } = self.shape;
+        let stream = self.stream.clone();
+        nvtx::range_push!("decode step: {} b{}", mode.name(), batch);
+        let result = (|| -> Result<()> {
+            if mode == SeedMode::Prefetch {
+                prefetcher.begin_forward(&stream, gen)?;
+            }
+            for l in 0..self.shape.layers {
+                nvtx::range_push!("layer {l} ({})", mode.name());
+                let r = (|| -> Result<()> {
+                    filler(&stream, &mut self.filler, 1)?;
+                    let seed_ptr;
+                    let fused;
+                    let seed = match mode {
+                        SeedMode::Stock | SeedMode::Prefetch => {
+                            seed_ptr = prefetcher.seed(&stream, gen, l as u32)?;
+                            SeedSource::Prefetched(seed_ptr)
+                        }
+                        SeedMode::Fused => {
+                            fused = prefetcher.fused_seed(&stream, gen)?;
+                            SeedSource::Fused(fused)
+                        }
+                        SeedMode::Fixed => {
+                            SeedSource::Pointer(Tensor::contiguous(&self.fixed_seed, &[1])?)
+                        }
+                    };
+                    let layer = &mut self.layers[l];
+                    let mut args = SsuArgs::new(
+                        TensorMut::contiguous(&mut layer.state, &[batch, nheads, dim, dstate])?,
+                        Tensor::contiguous(&self.x, &[batch, nheads, dim])?,
+                        Tensor::new(&self.dt, &[batch, nheads, dim], &[nheads, 1, 0])?,
+                        Tensor::new(&self.a, &[nheads, dim, dstate], &[1, 0, 0])?,
+                        Tensor::contiguous(&self.b, &[batch, ngroups, dstate])?,
+                        Tensor::contiguous(&self.c, &[batch, ngroups, dstate])?,
+                        TensorMut::contiguous(&mut layer.out, &[batch, nheads, dim])?,
+                    )
+                    .d(Tensor::new(&self.d, &[nheads, dim], &[1, 0])?)
+                    .dt_bias(Tensor::new(&self.dt_bias, &[nheads, dim], &[1, 0])?)
+                    .state_batch_indices(Tensor::contiguous(&self.indices, &[batch])?)
+                    .pad_slot_id(-1)
+                    .dt_softplus(true)
+                    .algorithm(Algorithm::Auto)
+                    .stochastic_rounding(seed, philox_rounds);
+                    selective_state_update(&stream, &mut args)
+                })();
+                nvtx::range_pop!();
+                r?;
+            }
+            if mode == SeedMode::Prefetch {
+                prefetcher.end_forward()?;
+            }
+            Ok(())
+        })();
+        nvtx::range_pop!();
+        result
+    }
+}
