@@ -9,6 +9,8 @@
 //! - `MAMBA_SSU_CUDA_ARCHS`: compute capabilities to build for, `;` or `,` separated
 //!   (default `90`; e.g. `90;100`). Machine code for each, plus PTX of the newest.
 //! - `MAMBA_SSU_CUDA_CACHE`: where `scripts/setup.sh` installed the toolkit.
+//! - `MAMBA_SSU_NVCC_FLAGS`: extra nvcc flags, space separated (tuning experiments, e.g.
+//!   `-DMAMBA_SSU_RPW_WARPS_PER_SM=64`).
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -24,6 +26,7 @@ fn main() {
         "CUDA_HOME",
         "MAMBA_SSU_CUDA_ARCHS",
         "MAMBA_SSU_CUDA_CACHE",
+        "MAMBA_SSU_NVCC_FLAGS",
         "PATH",
     ] {
         println!("cargo:rerun-if-env-changed={var}");
@@ -76,6 +79,11 @@ fn main() {
         if i + 1 == archs.len() {
             // PTX of the newest architecture, for forward compatibility.
             build.flag(format!("-gencode=arch=compute_{arch},code=compute_{arch}"));
+        }
+    }
+    if let Ok(extra) = env::var("MAMBA_SSU_NVCC_FLAGS") {
+        for flag in extra.split_whitespace() {
+            build.flag(flag);
         }
     }
     for src in &sources {

@@ -228,11 +228,17 @@ bool below_switch(int64_t batch, int64_t nheads, int num_sms) {
   return static_cast<__int128>(batch) * nheads < 2 * static_cast<__int128>(num_sms);
 }
 
-// Rows per warp: grow from one chunk while at least 4 waves of 32 resident
-// warps per SM remain, up to 16.
+// Rows per warp: grow from one chunk while at least MAMBA_SSU_RPW_WARPS_PER_SM
+// warps per SM (after doubling) remain, up to 16. The threshold is a build-time tuning knob
+// (e.g. MAMBA_SSU_NVCC_FLAGS=-DMAMBA_SSU_RPW_WARPS_PER_SM=64) for benchmark experiments.
+#ifndef MAMBA_SSU_RPW_WARPS_PER_SM
+#define MAMBA_SSU_RPW_WARPS_PER_SM 128
+#endif
 int pick_rows_per_warp(int64_t rows, int num_sms, int rows_per_chunk) {
   int rpw = rows_per_chunk;
-  while (rpw < kMaxRowsPerWarp && rows / (2 * rpw) >= int64_t{128} * num_sms) rpw *= 2;
+  while (rpw < kMaxRowsPerWarp &&
+         rows / (2 * rpw) >= int64_t{MAMBA_SSU_RPW_WARPS_PER_SM} * num_sms)
+    rpw *= 2;
   return rpw;
 }
 

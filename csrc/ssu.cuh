@@ -530,6 +530,28 @@ __device__ __forceinline__ void load_chunk(const Cfg &cfg, const Args &a, Chunk<
   if (a.z != nullptr && (Cfg::kFullChunks || dz < d_end)) c.z = cfg.load_input(a.z, z_row + dz);
 }
 
+// The fused seed: the stock torch draw at the generator offset (Philox4x32-10, word 1).
+// With full chunks every warp of the block reaches this point (a block serves one (b, h), so
+// `sr` is block-uniform), and one thread derives the seed for the whole block: 10 Philox
+// rounds once per block instead of once per warp. Otherwise each warp derives it.
+template <class Cfg>
+__device__ __forceinline__ uint64_t derive_seed(const Args &a) {
+  const auto draw = [&a]() {
+    return a.seed_source == MAMBA_SSU_SEED_FROM_GENERATOR
+               ? static_cast<uint64_t>(torch_seed_draw(
+                     a.generator_state->seed, a.generator_state->offset + a.seed_offset))
+               : static_cast<uint64_t>(torch_seed_draw(a.generator_seed, a.seed_offset));
+  };
+  if constexpr (Cfg::kFullChunks) {
+    __shared__ uint64_t block_seed;
+    if (threadIdx.x == 0) block_seed = draw();
+    __syncthreads();
+    return block_seed;
+  } else {
+    return draw();
+  }
+}
+
 template <class Cfg>
 __device__ __forceinline__ void ssu_body(const Args &a) {
   constexpr int K = Cfg::kMaxCols;
@@ -564,6 +586,28 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
   const bool write = a.update_state != 0 && !pad && write_slot != a.pad_slot_id &&
                      write_slot >= 0 && write_slot < a.state_cache_size;
 
+  const int64_t head_elems = h * dim * dstate;
+  const int esize = cfg.state_bytes();
+  char *const state = static_cast<char *>(a.state);
+  const char *read_head =
+      pad ? nullptr : state + (read_slot * a.state_stride_batch + head_elems) * esize;
+  char *write_head =
+      write ? state + (write_slot * a.state_stride_batch + head_elems) * esize : nullptr;
+  // Philox element offset of the head block: READ slot, 64-bit wrap-around.
+  const uint64_t sr_head =
+      static_cast<uint64_t>(read_slot) * static_cast<uint64_t>(a.state_stride_batch) +
+      static_cast<uint64_t>(head_elems);
+  const int64_t x_row = b * a.x_stride_batch + h * dim;
+  const int64_t z_row = b * a.z_stride_batch + h * dim;
+  const int64_t out_row = b * a.out_stride_batch + h * dim;
+  const int my_row = chunk_row<U>(lane);  // the row whose output this lane may hold
+  const bool out_lane = (lane & (32 / U - 1)) == 0;
+
+  // The first chunk's loads go out before anything else: the scalars, B, C and the
+  // Philox key below are computed while they are in flight.
+  Chunk<Cfg> cur = {};
+  load_chunk(cfg, a, cur, d_begin, d_end, lane, read_head, x_row, z_row, pad);
+
   // Per (b, h) scalars.
   float dt = cfg.load_weight(a.dt, b * a.dt_stride_batch + h);
   if (a.dt_bias != nullptr) dt = __fadd_rn(dt, cfg.load_weight(a.dt_bias, h));
@@ -592,33 +636,11 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
   if (sr) {
     if (a.seed_source == MAMBA_SSU_SEED_POINTER)
       seed = static_cast<uint64_t>(*a.rand_seed);
-    else if (a.seed_source == MAMBA_SSU_SEED_FROM_GENERATOR)
-      seed = static_cast<uint64_t>(torch_seed_draw(
-          a.generator_state->seed, a.generator_state->offset + a.seed_offset));
-    else  // FROM_VALUES
-      seed = static_cast<uint64_t>(torch_seed_draw(a.generator_seed, a.seed_offset));
+    else
+      seed = derive_seed<Cfg>(a);
   }
   const typename Cfg::Key key = cfg.make_key(seed);
 
-  const int64_t head_elems = h * dim * dstate;
-  const int esize = cfg.state_bytes();
-  char *const state = static_cast<char *>(a.state);
-  const char *read_head =
-      pad ? nullptr : state + (read_slot * a.state_stride_batch + head_elems) * esize;
-  char *write_head =
-      write ? state + (write_slot * a.state_stride_batch + head_elems) * esize : nullptr;
-  // Philox element offset of the head block: READ slot, 64-bit wrap-around.
-  const uint64_t sr_head =
-      static_cast<uint64_t>(read_slot) * static_cast<uint64_t>(a.state_stride_batch) +
-      static_cast<uint64_t>(head_elems);
-  const int64_t x_row = b * a.x_stride_batch + h * dim;
-  const int64_t z_row = b * a.z_stride_batch + h * dim;
-  const int64_t out_row = b * a.out_stride_batch + h * dim;
-  const int my_row = chunk_row<U>(lane);  // the row whose output this lane may hold
-  const bool out_lane = (lane & (32 / U - 1)) == 0;
-
-  Chunk<Cfg> cur = {};
-  load_chunk(cfg, a, cur, d_begin, d_end, lane, read_head, x_row, z_row, pad);
 
   for (int d0 = d_begin; d0 < d_end; d0 += U) {
     // Issue the next chunk's loads before computing this one.
