@@ -229,10 +229,12 @@ bool below_switch(int64_t batch, int64_t nheads, int num_sms) {
 }
 
 // Rows per warp: grow from one chunk while at least MAMBA_SSU_RPW_WARPS_PER_SM
-// warps per SM (after doubling) remain, up to 16. The threshold is a build-time tuning knob
+// warps per SM (after doubling) remain, up to 16. 8 was the best of {8, 32, 128} on the H200
+// across the benchmark's sizes (BENCHMARKS.md): fewer, longer-lived warps with two chunks in
+// flight beat many one-chunk warps. The threshold is a build-time tuning knob
 // (e.g. MAMBA_SSU_NVCC_FLAGS=-DMAMBA_SSU_RPW_WARPS_PER_SM=64) for benchmark experiments.
 #ifndef MAMBA_SSU_RPW_WARPS_PER_SM
-#define MAMBA_SSU_RPW_WARPS_PER_SM 128
+#define MAMBA_SSU_RPW_WARPS_PER_SM 8
 #endif
 int pick_rows_per_warp(int64_t rows, int num_sms, int rows_per_chunk) {
   int rpw = rows_per_chunk;
@@ -354,6 +356,8 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   a.dt_softplus = p.dt_softplus != 0;
   a.update_state = p.update_state != 0;
   a.seed_source = p.seed_source;
+  // Fused seeds once per block on large grids (measured: BENCHMARKS.md, decode step).
+  a.block_seed = below ? 0 : 1;
 
   const auto st = reinterpret_cast<cudaStream_t>(stream);
   const auto nblocks = static_cast<unsigned>(blocks);

@@ -110,6 +110,7 @@ struct Args {
   int32_t dt_softplus;
   int32_t update_state;
   int32_t seed_source;
+  int32_t block_seed;        // fused seeds: derived once per block (1) or per warp (0)
 };
 
 // ---------------------------------------------------------------------------
@@ -532,8 +533,10 @@ __device__ __forceinline__ void load_chunk(const Cfg &cfg, const Args &a, Chunk<
 
 // The fused seed: the stock torch draw at the generator offset (Philox4x32-10, word 1).
 // With full chunks every warp of the block reaches this point (a block serves one (b, h), so
-// `sr` is block-uniform), and one thread derives the seed for the whole block: 10 Philox
-// rounds once per block instead of once per warp. Otherwise each warp derives it.
+// `sr` is block-uniform), and when a.block_seed is set one thread derives the seed for the
+// whole block: 10 Philox rounds once per block instead of once per warp, which pays off on
+// large grids; on small ones the barrier's latency costs more than the rounds it saves, so
+// each warp derives it (the host sets block_seed from the grid size).
 template <class Cfg>
 __device__ __forceinline__ uint64_t derive_seed(const Args &a) {
   const auto draw = [&a]() {
@@ -543,13 +546,14 @@ __device__ __forceinline__ uint64_t derive_seed(const Args &a) {
                : static_cast<uint64_t>(torch_seed_draw(a.generator_seed, a.seed_offset));
   };
   if constexpr (Cfg::kFullChunks) {
-    __shared__ uint64_t block_seed;
-    if (threadIdx.x == 0) block_seed = draw();
-    __syncthreads();
-    return block_seed;
-  } else {
-    return draw();
+    if (a.block_seed != 0) {  // grid-uniform
+      __shared__ uint64_t block_seed;
+      if (threadIdx.x == 0) block_seed = draw();
+      __syncthreads();
+      return block_seed;
+    }
   }
+  return draw();
 }
 
 template <class Cfg>
