@@ -116,7 +116,12 @@ fn main() {
     );
 
     generate_bindings(&out_dir);
-    link_c_demo(&out_dir, &include, &lib_dir);
+    for (name, env_var) in [
+        ("seeds_demo", "MAMBA_SSU_C_DEMO"),
+        ("prefetch_demo", "MAMBA_SSU_C_PREFETCH_DEMO"),
+    ] {
+        link_c_demo(name, env_var, &out_dir, &include, &lib_dir);
+    }
 }
 
 /// The first toolkit root with an executable `bin/nvcc`, in the documented order.
@@ -218,13 +223,13 @@ fn generate_bindings(out_dir: &Path) {
         .expect("writing the bindings");
 }
 
-/// Links `examples/c/seeds_demo.c` against the static library exactly as the README tells C
-/// users to, so the documented link line is exercised by every build; `tests/c_api.rs` embeds
-/// and runs the result.
-fn link_c_demo(out_dir: &Path, cuda_include: &Path, cudart_dir: &Path) {
-    let src = Path::new("examples/c/seeds_demo.c");
+/// Links `examples/c/<name>.c` against the static library exactly as the README tells C users
+/// to, so the documented link line is exercised by every build; `tests/c_api.rs` embeds and
+/// runs the result (its path is in the env var `env_var` at compile time).
+fn link_c_demo(name: &str, env_var: &str, out_dir: &Path, cuda_include: &Path, cudart_dir: &Path) {
+    let src = PathBuf::from(format!("examples/c/{name}.c"));
     println!("cargo:rerun-if-changed={}", src.display());
-    let exe = out_dir.join("seeds_demo");
+    let exe = out_dir.join(name);
     let compiler = cc::Build::new().cargo_metadata(false).get_compiler();
     let status = Command::new(compiler.path())
         .arg("-std=c11")
@@ -233,7 +238,7 @@ fn link_c_demo(out_dir: &Path, cuda_include: &Path, cudart_dir: &Path) {
         .arg("-Werror")
         .arg("-Icsrc/include")
         .arg(format!("-I{}", cuda_include.display()))
-        .arg(src)
+        .arg(&src)
         .arg("-o")
         .arg(&exe)
         .arg(format!("-L{}", out_dir.display()))
@@ -247,10 +252,13 @@ fn link_c_demo(out_dir: &Path, cuda_include: &Path, cudart_dir: &Path) {
             "-lrt",
         ])
         .status()
-        .expect("running the C compiler for examples/c/seeds_demo.c");
+        .expect("running the C compiler for the C demos");
     if !status.success() {
-        eprintln!("error: linking examples/c/seeds_demo.c against libmamba_ssu.a failed");
+        eprintln!(
+            "error: linking {} against libmamba_ssu.a failed",
+            src.display()
+        );
         std::process::exit(1);
     }
-    println!("cargo:rustc-env=MAMBA_SSU_C_DEMO={}", exe.display());
+    println!("cargo:rustc-env={env_var}={}", exe.display());
 }

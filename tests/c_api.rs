@@ -1,6 +1,7 @@
-//! The C ABI from C: `examples/c/seeds_demo.c`, linked by build.rs against `libmamba_ssu.a`
-//! exactly as the README tells C users to, is embedded here and run. On a GPU host it must
-//! print the torch-identical seeds; without a GPU it must say so (exit 77).
+//! The C ABI from C: `examples/c/seeds_demo.c` and `examples/c/prefetch_demo.c`, linked by
+//! build.rs against `libmamba_ssu.a` exactly as the README tells C users to, are embedded here
+//! and run. On a GPU host they must print the torch-identical seeds; without a GPU they must say
+//! so (exit 77).
 
 mod common;
 
@@ -11,15 +12,15 @@ use std::sync::OnceLock;
 use mamba_ssu::philox::torch_seeds;
 
 const DEMO: &[u8] = include_bytes!(env!("MAMBA_SSU_C_DEMO"));
+const PREFETCH_DEMO: &[u8] = include_bytes!(env!("MAMBA_SSU_C_PREFETCH_DEMO"));
 
-/// Writes the embedded program to a temporary file once per process.
-fn demo_path() -> PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
+/// Writes an embedded program to a temporary file once per process.
+fn write_once(cell: &'static OnceLock<PathBuf>, name: &str, bytes: &[u8]) -> PathBuf {
+    cell.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("mamba-ssu-c-demo-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("seeds_demo");
-        std::fs::write(&path, DEMO).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
@@ -31,10 +32,19 @@ fn demo_path() -> PathBuf {
 }
 
 fn run(args: &[&str]) -> Output {
-    Command::new(demo_path())
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    Command::new(write_once(&PATH, "seeds_demo", DEMO))
         .args(args)
         .output()
         .expect("running the C demo")
+}
+
+fn run_prefetch(args: &[&str]) -> Output {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    Command::new(write_once(&PATH, "prefetch_demo", PREFETCH_DEMO))
+        .args(args)
+        .output()
+        .expect("running the C prefetch demo")
 }
 
 #[test]
@@ -84,4 +94,57 @@ fn c_program_draws_torch_seeds_or_reports_no_gpu() {
             ),
         }
     }
+}
+
+/// The prefetcher driven from C: N = 40 layers prefetched, 3 more served inline, all equal to
+/// 43 consecutive stock draws, the generator advanced by 4 per seed.
+#[test]
+fn c_program_drives_the_prefetcher() {
+    for (seed, offset, n, layers) in [(42u64, 0u64, 40usize, 43usize), (u64::MAX, 1 << 34, 8, 8)] {
+        let out = run_prefetch(&[
+            &seed.to_string(),
+            &offset.to_string(),
+            &n.to_string(),
+            &layers.to_string(),
+        ]);
+        match out.status.code() {
+            Some(77) => {
+                assert!(
+                    !common::gpu_required(),
+                    "MAMBA_SSU_REQUIRE_GPU=1 but the C prefetch demo found no CUDA device"
+                );
+                eprintln!("skipped: the C prefetch demo found no CUDA device");
+                return;
+            }
+            Some(0) => {
+                let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                let draws: Vec<u64> = v["draws"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_u64().unwrap())
+                    .collect();
+                assert_eq!(draws, torch_seeds(seed, offset, layers));
+                assert_eq!(
+                    v["offset_after"].as_u64(),
+                    Some(offset.wrapping_add(4 * layers as u64))
+                );
+                assert_eq!(v["prefetched"].as_u64(), Some(n.min(layers) as u64));
+                assert_eq!(
+                    v["fallback"].as_u64(),
+                    Some(layers.saturating_sub(n) as u64)
+                );
+            }
+            other => panic!(
+                "C prefetch demo exited {other:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        }
+    }
+}
+
+#[test]
+fn c_prefetch_demo_bad_arguments_exit_2() {
+    assert_eq!(run_prefetch(&["1", "0", "0", "4"]).status.code(), Some(2));
+    assert_eq!(run_prefetch(&["1", "0", "4"]).status.code(), Some(2));
 }
