@@ -21,33 +21,10 @@
 #include <new>
 
 #include "common.cuh"
-#include "philox.cuh"
 
 namespace mamba_ssu {
 namespace {
-
 constexpr uint32_t kFallbackSlots = 64;
-constexpr int kThreads = 256;
-
-__global__ void draw_kernel(int64_t *__restrict__ out, uint32_t n, uint64_t seed,
-                            uint64_t offset) {
-  const uint32_t k = blockIdx.x * blockDim.x + threadIdx.x;
-  if (k < n) out[k] = torch_seed_draw(seed, offset + 4ull * k);
-}
-
-__global__ void draw_graphsafe_kernel(int64_t *__restrict__ out, uint32_t n,
-                                      const mamba_ssu_generator_state *__restrict__ state,
-                                      uint64_t intragraph) {
-  const uint32_t k = blockIdx.x * blockDim.x + threadIdx.x;
-  if (k < n) out[k] = torch_seed_draw(state->seed, state->offset + intragraph + 4ull * k);
-}
-
-__global__ void write_state_kernel(mamba_ssu_generator_state *state, uint64_t seed,
-                                   uint64_t offset) {
-  state->seed = seed;
-  state->offset = offset;
-}
-
 }  // namespace
 }  // namespace mamba_ssu
 
@@ -117,17 +94,17 @@ int set_device(const mamba_ssu_prefetcher *p) {
 int issue_batched_draw(mamba_ssu_prefetcher *p, const mamba_ssu_generator_state *g) {
   if (int s = check_cuda(cudaEventRecord(p->fork, p->main), "record fork event")) return s;
   if (int s = check_cuda(cudaStreamWaitEvent(p->side, p->fork, 0), "side waits fork")) return s;
-  const unsigned blocks = (p->n + kThreads - 1) / kThreads;
+  const auto side = reinterpret_cast<mamba_ssu_stream_t>(p->side);
+  int s = MAMBA_SSU_SUCCESS;
   if (p->captured) {
     p->base = p->intragraph;  // the forward's first seed is the next intragraph draw
-    draw_graphsafe_kernel<<<blocks, kThreads, 0, p->side>>>(p->seeds, p->n, p->dev_state,
-                                                            p->base);
+    s = mamba_ssu_draw_seeds_graphsafe(side, p->seeds, p->n, p->dev_state, p->base);
   } else {
     p->base = g->offset;
     p->seed = g->seed;
-    draw_kernel<<<blocks, kThreads, 0, p->side>>>(p->seeds, p->n, g->seed, g->offset);
+    s = mamba_ssu_draw_seeds(side, p->seeds, p->n, g->seed, g->offset);
   }
-  if (int s = check_launch("batched seed draw")) return s;
+  if (s) return s;
   if (int s = check_cuda(cudaEventRecord(p->ready, p->side), "record ready event")) return s;
   p->drawn = true;
   p->summary.drawn = p->n;
@@ -147,13 +124,13 @@ int join(mamba_ssu_prefetcher *p) {
 int inline_draw(mamba_ssu_prefetcher *p, cudaStream_t stream, mamba_ssu_generator_state *g,
                 bool capturing, const int64_t **out) {
   int64_t *slot = p->fallback + (p->fallback_next++ % kFallbackSlots);
+  const auto s_ = reinterpret_cast<mamba_ssu_stream_t>(stream);
   if (capturing) {
-    draw_graphsafe_kernel<<<1, 1, 0, stream>>>(slot, 1, p->dev_state, p->intragraph);
-    if (int s = check_launch("inline graph-safe seed draw")) return s;
+    if (int s = mamba_ssu_draw_seeds_graphsafe(s_, slot, 1, p->dev_state, p->intragraph))
+      return s;
     p->intragraph += 4;
   } else {
-    draw_kernel<<<1, 1, 0, stream>>>(slot, 1, g->seed, g->offset);
-    if (int s = check_launch("inline seed draw")) return s;
+    if (int s = mamba_ssu_draw_seeds(s_, slot, 1, g->seed, g->offset)) return s;
     g->offset += 4;
   }
   *out = slot;
@@ -369,9 +346,9 @@ extern "C" int mamba_ssu_prefetcher_prepare_replay(mamba_ssu_prefetcher *p,
                 "graph_increment: expected a multiple of 4, got %llu",
                 static_cast<unsigned long long>(graph_increment));
   if (int s = set_device(p)) return s;
-  write_state_kernel<<<1, 1, 0, reinterpret_cast<cudaStream_t>(stream)>>>(
-      p->dev_state, generator->seed, generator->offset);
-  if (int s = check_launch("write generator state")) return s;
+  if (int s = mamba_ssu_set_generator_state(stream, p->dev_state, generator->seed,
+                                            generator->offset))
+    return s;
   generator->offset += graph_increment;
   return MAMBA_SSU_SUCCESS;
 }

@@ -42,8 +42,12 @@ pub(crate) fn check_same_device(
     stream: &CudaStream,
     buffer_stream: &CudaStream,
 ) -> Result<()> {
+    check_ordinal(argument, stream, buffer_stream.context().ordinal())
+}
+
+/// Checks that memory on device `got` may be used on `stream`.
+pub(crate) fn check_ordinal(argument: &'static str, stream: &CudaStream, got: usize) -> Result<()> {
     let expected = stream.context().ordinal();
-    let got = buffer_stream.context().ordinal();
     if expected != got {
         return Err(Error::WrongDevice {
             argument,

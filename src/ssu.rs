@@ -80,7 +80,7 @@ use cudarc::driver::{
 };
 use half::{bf16, f16};
 
-use crate::device::check_same_device;
+use crate::device::{check_ordinal, check_same_device};
 use crate::error::{Error, Result};
 use crate::ffi::{self, sys};
 use crate::generator::GraphSeedState;
@@ -1474,18 +1474,6 @@ fn fill_params(
 
 /// The layout of a prefetched seed: one int64.
 const PREFETCHED_SEED_LAYOUT: TensorLayout = TensorLayout::one_i64();
-
-fn check_ordinal(argument: &'static str, stream: &CudaStream, got: usize) -> Result<()> {
-    let expected = stream.context().ordinal();
-    if expected != got {
-        return Err(Error::WrongDevice {
-            argument,
-            expected,
-            got,
-        });
-    }
-    Ok(())
-}
 
 /// The pointer of an optional tensor's `(pointer, guard)`, 0 when absent.
 fn raw(p: &Option<(CUdeviceptr, SyncOnDrop<'_>)>) -> CUdeviceptr {
