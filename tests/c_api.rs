@@ -14,37 +14,51 @@ use mamba_ssu::philox::torch_seeds;
 const DEMO: &[u8] = include_bytes!(env!("MAMBA_SSU_C_DEMO"));
 const PREFETCH_DEMO: &[u8] = include_bytes!(env!("MAMBA_SSU_C_PREFETCH_DEMO"));
 
-/// Writes an embedded program to a temporary file once per process.
-fn write_once(cell: &'static OnceLock<PathBuf>, name: &str, bytes: &[u8]) -> PathBuf {
-    cell.get_or_init(|| {
+/// The embedded programs, written to a temporary folder once per process, both inside one
+/// initialisation: no test spawns a process while a file is still open for writing (a child
+/// forked meanwhile would inherit the descriptor and make the exec fail with ETXTBSY).
+fn programs() -> &'static (PathBuf, PathBuf) {
+    static PATHS: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    PATHS.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("mamba-ssu-c-demo-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(name);
-        std::fs::write(&path, bytes).unwrap();
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        }
-        path
+        let write = |name: &str, bytes: &[u8]| {
+            let path = dir.join(name);
+            std::fs::write(&path, bytes).unwrap();
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+            }
+            path
+        };
+        (
+            write("seeds_demo", DEMO),
+            write("prefetch_demo", PREFETCH_DEMO),
+        )
     })
-    .clone()
+}
+
+/// Runs `program`, retrying briefly if the kernel still reports the file busy (another test
+/// binary's fork may hold a descriptor for a moment).
+fn spawn(program: &PathBuf, args: &[&str]) -> Output {
+    for attempt in 0.. {
+        match Command::new(program).args(args).output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && attempt < 50 => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other.expect("running a C demo"),
+        }
+    }
+    unreachable!()
 }
 
 fn run(args: &[&str]) -> Output {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    Command::new(write_once(&PATH, "seeds_demo", DEMO))
-        .args(args)
-        .output()
-        .expect("running the C demo")
+    spawn(&programs().0, args)
 }
 
 fn run_prefetch(args: &[&str]) -> Output {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    Command::new(write_once(&PATH, "prefetch_demo", PREFETCH_DEMO))
-        .args(args)
-        .output()
-        .expect("running the C prefetch demo")
+    spawn(&programs().1, args)
 }
 
 #[test]
