@@ -25,7 +25,20 @@
 //! ```
 //!
 //! Layers: `csrc/` (kernels and the C ABI `mamba_ssu.h`) → a private FFI module (bindgen) →
-//! the safe modules below, named by domain.
+//! the safe modules below, named by domain:
+//! - [`philox`], [`generator`]: the CPU reference of torch's seed formula and the generator
+//!   state (host, and device-resident for CUDA graphs);
+//! - [`seeds`]: batched and graph-safe seed draws on the GPU;
+//! - [`prefetch`]: the seed prefetcher (side stream, events, forward scopes, stock fallback,
+//!   fused seeds) — the crate's reason to exist;
+//! - [`ssu`]: the FlashInfer-compatible selective-state-update kernel with validation;
+//! - [`reference`](mod@reference): CPU references the GPU tests hold the kernels to (SSU in f64, stochastic
+//!   rounding, FlashInfer's random mapping);
+//! - [`decode`], [`filler`]: a simulated decode step for benchmarks and tests;
+//! - [`device`], [`error`]: opening a device without panicking; the error type.
+//!
+//! Every GPU function is asynchronous on the stream it is given and validates its arguments
+//! before launching anything: invalid input is an [`Error`], never a panic or a bad launch.
 
 #![warn(missing_docs)]
 

@@ -200,7 +200,7 @@ impl Prefetcher {
     }
 
     fn check_stream(&self, argument: &'static str, stream: &CudaStream) -> Result<()> {
-        crate::device::check_same_device(argument, stream, &self.ctx.default_stream())
+        crate::device::check_ordinal(argument, stream, self.ctx.ordinal())
     }
 
     /// Opens a forward on `main` (explicit form of [`Prefetcher::forward`]): with
