@@ -313,3 +313,246 @@ fn flashinfer_reference_bit_exact() {
         failed.len()
     );
 }
+
+/// The hidden manifests include a state whose slot stride is near 2^32, so that the Philox
+/// element offsets of stochastic rounding exceed 2^32 (the counter's high word matters) and the
+/// state storage spans tens of GiB. This runs such a layout through the sparse storage path of
+/// the harness (virtual memory, only the used head blocks mapped) and checks the kernel's fp16
+/// state against the CPU prediction (f64 reference, FlashInfer's random mapping at the real
+/// offsets, software SR) for both layouts, and `out` against the f64 reference.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn slot_stride_near_2_pow_32_sparse_state() {
+    use common::gen;
+    use mamba_ssu::reference::ssu::{selective_state_update_f64, HostTensor, SsuHostArgs};
+    use mamba_ssu::reference::{sr_f16_bits, SrMapping};
+    use mamba_ssu::ssu::Algorithm;
+
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let (nheads, dim, dstate, ngroups, batch, slots) = (8usize, 64usize, 128usize, 2usize, 2, 3);
+    let head_block = nheads * dim * dstate;
+    let stride: u64 = (1 << 32) - 32768; // elements; slot 2 starts beyond 2^33
+    let read_slots = [2i32, 1];
+    let seed: i64 = 0x1_2345_6789_ABCD; // above 2^32: the key's high word matters too
+    let rounds = 10u32;
+    let gseed = 0x5EED_2024u64;
+
+    // Inputs from the manifest generator, rounded to their storage dtypes.
+    let bf = |tag, n| gen::to_dtype_bytes(&gen::values_f32(gseed, tag, 0, n), "bfloat16");
+    let to_f64_bf16 = |bytes: &[u8]| -> Vec<f64> {
+        common::as_u16(bytes)
+            .iter()
+            .map(|b| f64::from(half::bf16::from_bits(*b).to_f32()))
+            .collect()
+    };
+    let x = bf(gen::TAG_X, batch * nheads * dim);
+    let dt = bf(gen::TAG_DT, batch * nheads);
+    let dt_bias = bf(gen::TAG_DT_BIAS, nheads);
+    let d = bf(gen::TAG_D, nheads);
+    let b = bf(gen::TAG_B, batch * ngroups * dstate);
+    let c = bf(gen::TAG_C, batch * ngroups * dstate);
+    let a = gen::values_f32(gseed, gen::TAG_A, 0, nheads);
+    let a_bytes: Vec<u8> = a.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let idx_bytes: Vec<u8> = read_slots.iter().flat_map(|v| v.to_le_bytes()).collect();
+    // Initial state of the two used slots (fp16), also as a compact host copy.
+    let mut compact_bits = vec![0u16; slots * head_block];
+    let mut blocks: Vec<(u64, Vec<u8>)> = Vec::new();
+    for &slot in &read_slots {
+        let start = slot as u64 * stride;
+        let bytes = gen::to_dtype_bytes(
+            &gen::values_f32(gseed, gen::TAG_STATE, start, head_block),
+            "float16",
+        );
+        let bits = common::as_u16(&bytes);
+        compact_bits[slot as usize * head_block..(slot as usize + 1) * head_block]
+            .copy_from_slice(&bits);
+        blocks.push((start, bytes));
+    }
+    let compact: Vec<f64> = compact_bits
+        .iter()
+        .map(|b| f64::from(half::f16::from_bits(*b).to_f32()))
+        .collect();
+
+    // The f64 reference on the compact layout (the offsets only matter to the random bits).
+    let (xf, dtf, dbf, df, bfv, cf) = (
+        to_f64_bf16(&x),
+        to_f64_bf16(&dt),
+        to_f64_bf16(&dt_bias),
+        to_f64_bf16(&d),
+        to_f64_bf16(&b),
+        to_f64_bf16(&c),
+    );
+    let af: Vec<f64> = a.iter().map(|v| f64::from(*v)).collect();
+    let idx64: Vec<i64> = read_slots.iter().map(|v| i64::from(*v)).collect();
+    let reference = selective_state_update_f64(&SsuHostArgs {
+        state: HostTensor::contiguous(&compact, &[slots, nheads, dim, dstate]),
+        x: HostTensor::contiguous(&xf, &[batch, nheads, dim]),
+        dt: HostTensor::new(&dtf, &[batch, nheads, dim], &[nheads, 1, 0]),
+        a: HostTensor::new(&af, &[nheads, dim, dstate], &[1, 0, 0]),
+        b: HostTensor::contiguous(&bfv, &[batch, ngroups, dstate]),
+        c: HostTensor::contiguous(&cf, &[batch, ngroups, dstate]),
+        d: Some(HostTensor::new(&df, &[nheads, dim], &[1, 0])),
+        z: None,
+        dt_bias: Some(HostTensor::new(&dbf, &[nheads, dim], &[1, 0])),
+        state_batch_indices: Some(HostTensor::contiguous(&idx64, &[batch])),
+        dst_state_batch_indices: None,
+        pad_slot_id: -1,
+        dt_softplus: true,
+        update_state: true,
+    })
+    .unwrap();
+
+    let byte_ranges: Vec<(u64, u64)> = blocks
+        .iter()
+        .map(|(o, bytes)| (o * 2, o * 2 + bytes.len() as u64))
+        .collect();
+    let mut state = SparseStorage::sparse(
+        &ctx,
+        &stream,
+        "float16",
+        slots as u64 * stride,
+        &byte_ranges,
+    );
+    assert!(
+        state.is_sparse(),
+        "a {} GiB storage must be mapped sparsely",
+        (3 * stride * 2) >> 30
+    );
+    let bufs: BTreeMap<&str, DevBuf> = [
+        ("x", DevBuf::from_bytes(&stream, "bfloat16", &x)),
+        ("dt", DevBuf::from_bytes(&stream, "bfloat16", &dt)),
+        ("dt_bias", DevBuf::from_bytes(&stream, "bfloat16", &dt_bias)),
+        ("D", DevBuf::from_bytes(&stream, "bfloat16", &d)),
+        ("B", DevBuf::from_bytes(&stream, "bfloat16", &b)),
+        ("C", DevBuf::from_bytes(&stream, "bfloat16", &c)),
+        ("A", DevBuf::from_bytes(&stream, "float32", &a_bytes)),
+        ("idx", DevBuf::from_bytes(&stream, "int32", &idx_bytes)),
+        (
+            "seed",
+            DevBuf::from_bytes(&stream, "int64", &seed.to_le_bytes()),
+        ),
+    ]
+    .into_iter()
+    .collect();
+    let input = |name: &str, shape: &[usize], strides: &[usize]| ssu_dev::In {
+        buf: &bufs[name],
+        shape: shape.to_vec(),
+        strides: strides.to_vec(),
+    };
+
+    for (alg, algorithm, other) in [
+        ("simple", Algorithm::Simple, Algorithm::Vertical),
+        ("vertical", Algorithm::Vertical, Algorithm::Simple),
+    ] {
+        let mut mapped = state.mapped.clone();
+        for (lo, hi) in mapped.drain(..) {
+            state
+                .buf_mut()
+                .fill_bytes(&stream, lo as usize, (hi - lo) as usize, 0);
+        }
+        for (off, bytes) in &blocks {
+            state.buf_mut().write_bytes(&stream, *off as usize, bytes);
+        }
+        let mut out = DevBuf::alloc(&stream, "bfloat16", batch * nheads * dim);
+        out.fill_bytes(&stream, 0, batch * nheads * dim, 0xFF);
+        let mut call = ssu_dev::Call {
+            state: ssu_dev::Out {
+                buf: state.buf_mut(),
+                shape: vec![slots, nheads, dim, dstate],
+                strides: vec![stride as usize, dim * dstate, dstate, 1],
+            },
+            x: input("x", &[batch, nheads, dim], &[nheads * dim, dim, 1]),
+            dt: input("dt", &[batch, nheads, dim], &[nheads, 1, 0]),
+            a: input("A", &[nheads, dim, dstate], &[1, 0, 0]),
+            b: input(
+                "B",
+                &[batch, ngroups, dstate],
+                &[ngroups * dstate, dstate, 1],
+            ),
+            c: input(
+                "C",
+                &[batch, ngroups, dstate],
+                &[ngroups * dstate, dstate, 1],
+            ),
+            d: Some(input("D", &[nheads, dim], &[1, 0])),
+            z: None,
+            dt_bias: Some(input("dt_bias", &[nheads, dim], &[1, 0])),
+            out: ssu_dev::Out {
+                buf: &mut out,
+                shape: vec![batch, nheads, dim],
+                strides: vec![nheads * dim, dim, 1],
+            },
+            state_batch_indices: Some(input("idx", &[batch], &[1])),
+            dst_state_batch_indices: None,
+            seed: Some(input("seed", &[1], &[1])),
+            flags: ssu_dev::Flags {
+                pad_slot_id: -1,
+                dt_softplus: true,
+                update_state: true,
+                philox_rounds: rounds,
+                algorithm: alg,
+            },
+        };
+        ssu_dev::launch(&stream, &mut call).expect("launch");
+        drop(call);
+        stream.synchronize().expect("kernel");
+        let pieces = state.download();
+        let got_out = common::as_u16(&out.download_all(&stream));
+
+        let own =
+            SrMapping::new(algorithm, stride as usize, dim, dstate, seed as u64, rounds).unwrap();
+        let wrong =
+            SrMapping::new(other, stride as usize, dim, dstate, seed as u64, rounds).unwrap();
+        let (mut agree, mut agree_other, mut total) = (0usize, 0usize, 0usize);
+        for &slot in &read_slots {
+            let base = slot as u64 * stride;
+            let got = common::as_u16(
+                piece_slice(&pieces, 2, base, head_block as u64).expect("the slot's block"),
+            );
+            for h in 0..nheads {
+                for dd in 0..dim {
+                    for n in 0..dstate {
+                        let v = reference.state[reference.state_index(slot as usize, h, dd, n)];
+                        let e = (h * dim + dd) * dstate + n;
+                        let p = sr_f16_bits(v as f32, own.random_bits(i64::from(slot), h, dd, n));
+                        let q = sr_f16_bits(v as f32, wrong.random_bits(i64::from(slot), h, dd, n));
+                        agree += usize::from(got[e] == p);
+                        agree_other += usize::from(got[e] == q);
+                        total += 1;
+                    }
+                }
+            }
+        }
+        let (fa, fo) = (
+            agree as f64 / total as f64,
+            agree_other as f64 / total as f64,
+        );
+        eprintln!(
+            "{alg}: slot stride {stride}, offsets up to {:#x}: SR bits agree with the \
+             prediction on {fa:.5} of {total} (other layout's mapping: {fo:.5})",
+            2 * stride + head_block as u64
+        );
+        assert!(
+            fa > 0.99,
+            "{alg}: the random mapping at offsets beyond 2^32 is wrong"
+        );
+        assert!(fo < 0.97, "{alg}: the check cannot tell the layouts apart");
+        // out against the f64 reference.
+        for bb in 0..batch {
+            for h in 0..nheads {
+                for dd in 0..dim {
+                    let g = f64::from(
+                        half::bf16::from_bits(got_out[(bb * nheads + h) * dim + dd]).to_f32(),
+                    );
+                    let r = reference.out_at(bb, h, dd);
+                    assert!(
+                        (g - r).abs() <= 1e-3 + 1e-2 * r.abs(),
+                        "{alg}: out[{bb},{h},{dd}] = {g} vs {r}"
+                    );
+                }
+            }
+        }
+    }
+}

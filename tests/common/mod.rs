@@ -1100,7 +1100,9 @@ impl SparseStorage {
         s
     }
 
-    fn sparse(
+    /// A sparse storage of `elems` elements of `dtype` with physical memory under
+    /// `byte_ranges` only (zero-filled by the caller).
+    pub fn sparse(
         ctx: &Arc<CudaContext>,
         stream: &Arc<CudaStream>,
         dtype: &str,
