@@ -185,6 +185,30 @@ __device__ __forceinline__ uint32_t sr_pack(uint32_t h0, uint32_t h1, float v0, 
   return __byte_perm(h0, h1, 0x5410) | (signs & 0x80008000u);
 }
 
+// Two stochastically rounded fp16 values of v0 (low half) and v1 with random
+// bits r0, r1, equal to sr_pack(sr_fp16_magnitude(..), ..) for every input,
+// with most of the work on the conversion unit instead of the integer ALU.
+// a = b + r keeps b's sign, and for 2^-14 <= |a| < 65504 the reference is
+// exactly a truncated to fp16 (e in 113..142: ((e - 112) << 10) | (m >> 13)),
+// i.e. cvt.rz.f16x2.f32 of a. Every other result takes the exact path: a
+// truncated magnitude below 0x0400 (zero, fp16-subnormal: the reference
+// flushes to 0; also a NaN whose + r carried into the sign bit) or at least
+// 0x7BFF (65504, where truncation saturates but the reference may give Inf;
+// Inf and NaN). Both halves are tested at once: adding 0x0401 to a half sets
+// its bit 15 iff it is >= 0x7BFF, adding 0x7C00 leaves bit 15 clear iff it is
+// < 0x0400 (no carry crosses halves: every half is <= 0x7FFF).
+__device__ __forceinline__ uint32_t sr_pair(float v0, float v1, uint32_t r0, uint32_t r1) {
+  const float a0 = __uint_as_float(__float_as_uint(v0) + r0);
+  const float a1 = __uint_as_float(__float_as_uint(v1) + r1);
+  uint32_t h;
+  asm("cvt.rz.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(a1), "f"(a0));  // a1 -> upper half
+  const uint32_t m = h & 0x7fff7fffu;
+  const uint32_t special = ((m + 0x04010401u) | ~(m + 0x7c007c00u)) & 0x80008000u;
+  if (special != 0)
+    return sr_pack(sr_fp16_magnitude(v0, r0), sr_fp16_magnitude(v1, r1), v0, v1);
+  return h;
+}
+
 // ---------------------------------------------------------------------------
 // Element conversions
 // ---------------------------------------------------------------------------
@@ -708,9 +732,8 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
 #pragma unroll
           for (int i = 0; i < K; i += 2) {
             if (i < cfg.ncols()) {
-              const uint32_t word = sr_pack(sr_fp16_magnitude(s[r][i], rnd[i] & 0x1fffu),
-                                            sr_fp16_magnitude(s[r][i + 1], rnd[i + 1] & 0x1fffu),
-                                            s[r][i], s[r][i + 1]);
+              const uint32_t word =
+                  sr_pair(s[r][i], s[r][i + 1], rnd[i] & 0x1fffu, rnd[i + 1] & 0x1fffu);
               bits[i] = word & 0xffffu;
               bits[i + 1] = word >> 16;
             }
