@@ -26,9 +26,11 @@
 //   - no block-level synchronisation at all: warps are independent.
 // With stochastic rounding the kernel is bound by the integer pipe (Philox
 // multiplies and the SR bit manipulation), so those paths are written to
-// keep the SASS instruction count low: the Philox key schedule is computed
-// once per warp, the SR conversion is 9 integer instructions per element
-// and two results are packed with their signs in 3.
+// keep the integer instruction count low: the Philox key schedule is computed
+// once per warp, and a pair of elements is rounded by one cvt.rz.f16x2.f32 on
+// the conversion unit plus a few integer checks (sr_pair), with the exact
+// integer formula (sr_fp16_magnitude, 9 instructions per element) only for
+// the rare zero / subnormal / saturated / Inf / NaN results.
 // Each lane reads its state elements before it writes them, and the rows a
 // warp reads from the read slot are written to the write slot by the same
 // lane, so a call whose read and write slots coincide is race-free. As in
