@@ -34,6 +34,7 @@ struct mamba_ssu_prefetcher {
   int device = 0;
   uint32_t n = 0;
   int32_t point = MAMBA_SSU_PREFETCH_AT_BEGIN;
+  int32_t capture_layout = MAMBA_SSU_CAPTURE_BRANCH;
   cudaStream_t side = nullptr;
   cudaEvent_t fork = nullptr;
   cudaEvent_t ready = nullptr;
@@ -92,6 +93,18 @@ int set_device(const mamba_ssu_prefetcher *p) {
 
 // Forks the side stream off main and enqueues the batched draw of the forward.
 int issue_batched_draw(mamba_ssu_prefetcher *p, const mamba_ssu_generator_state *g) {
+  if (p->captured && p->capture_layout == MAMBA_SSU_CAPTURE_INLINE) {
+    // One node on main at the fork point: stream order alone covers every consumer of this
+    // forward, and the next forward's draw is ordered after them on main as well.
+    p->base = p->intragraph;
+    if (int s = mamba_ssu_draw_seeds_graphsafe(reinterpret_cast<mamba_ssu_stream_t>(p->main),
+                                               p->seeds, p->n, p->dev_state, p->base))
+      return s;
+    p->drawn = true;
+    p->joined = true;  // nothing to join
+    p->summary.drawn = p->n;
+    return MAMBA_SSU_SUCCESS;
+  }
   if (int s = check_cuda(cudaEventRecord(p->fork, p->main), "record fork event")) return s;
   if (int s = check_cuda(cudaStreamWaitEvent(p->side, p->fork, 0), "side waits fork")) return s;
   const auto side = reinterpret_cast<mamba_ssu_stream_t>(p->side);
@@ -213,6 +226,20 @@ extern "C" int mamba_ssu_prefetcher_create(mamba_ssu_prefetcher **out,
     return s;
   }
   *out = p;
+  return MAMBA_SSU_SUCCESS;
+}
+
+extern "C" int mamba_ssu_prefetcher_set_capture_layout(mamba_ssu_prefetcher *p, int32_t layout) {
+  clear_error();
+  if (p == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "prefetcher: null pointer");
+  if (layout != MAMBA_SSU_CAPTURE_BRANCH && layout != MAMBA_SSU_CAPTURE_INLINE)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                "layout: expected MAMBA_SSU_CAPTURE_BRANCH (0) or MAMBA_SSU_CAPTURE_INLINE (1), "
+                "got %d",
+                layout);
+  if (p->in_forward)
+    return fail(MAMBA_SSU_ERROR_SCOPE, "set_capture_layout: a forward is open; end it first");
+  p->capture_layout = layout;
   return MAMBA_SSU_SUCCESS;
 }
 

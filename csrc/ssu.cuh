@@ -113,6 +113,7 @@ struct Args {
   int32_t update_state;
   int32_t seed_source;
   int32_t block_seed;        // fused seeds: derived once per block (1) or per warp (0)
+  int32_t pdl;               // launched with programmatic dependent launch
 };
 
 // ---------------------------------------------------------------------------
@@ -582,6 +583,14 @@ __device__ __forceinline__ uint64_t derive_seed(const Args &a) {
   return draw();
 }
 
+// Programmatic dependent launch: blocks until the stream predecessor grid has completed and
+// its memory is visible (returns at once when the kernel was launched without it).
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 template <class Cfg>
 __device__ __forceinline__ void ssu_body(const Args &a) {
   constexpr int K = Cfg::kMaxCols;
@@ -598,6 +607,16 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
   const int dim = cfg.dim();
   const int dstate = cfg.dstate();
   const int d_begin = (static_cast<int>(part) * kWarpsPerBlock + warp) * a.rows_per_warp;
+
+  // Launched with programmatic dependent launch, the kernel may be running while its stream
+  // predecessor drains: only the fused seed (generator state and 10 Philox rounds, no tensor)
+  // is worked out before the wait, so its latency leaves the critical path.
+  uint64_t early_seed = 0;
+  if (a.pdl != 0) {  // grid-uniform
+    if (cfg.rounds() > 0 && a.seed_source != MAMBA_SSU_SEED_POINTER)
+      early_seed = derive_seed<Cfg>(a);
+    grid_dependency_wait();
+  }
   if (!Cfg::kFullChunks && d_begin >= dim) return;  // warp-uniform; no block barrier follows
   const int d_end = Cfg::kFullChunks ? d_begin + a.rows_per_warp : min(dim, d_begin + a.rows_per_warp);
 
@@ -667,7 +686,7 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
     if (a.seed_source == MAMBA_SSU_SEED_POINTER)
       seed = static_cast<uint64_t>(*a.rand_seed);
     else
-      seed = derive_seed<Cfg>(a);
+      seed = a.pdl != 0 ? early_seed : derive_seed<Cfg>(a);
   }
   const typename Cfg::Key key = cfg.make_key(seed);
 

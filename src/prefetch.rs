@@ -52,6 +52,19 @@ pub enum PrefetchPoint {
     AtFirstCall,
 }
 
+/// How a captured forward's batched draw enters the CUDA graph (eager forwards always use the
+/// side stream).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum CaptureLayout {
+    /// As eagerly: the draw on the side stream, joined by events — in the graph a parallel
+    /// branch and a join edge.
+    #[default]
+    Branch,
+    /// The draw as one node on the main stream at the fork point (no branch, no events): one
+    /// kernel boundary on the critical path instead of a branch join.
+    Inline,
+}
+
 /// A device pointer to one int64 seed, borrowed from the [`Prefetcher`] that handed it out (so
 /// it cannot outlive its buffers). Its value is valid for work enqueued on the requesting stream
 /// before the next forward's batched draw or 64 further inline draws (see [`Prefetcher::seed`]).
@@ -191,6 +204,19 @@ impl Prefetcher {
             ctx: ctx.clone(),
             seeds_per_forward: n,
             open: false,
+        })
+    }
+
+    /// Chooses how captured forwards place their batched draw. Returns
+    /// [`Error::Launcher`] with status `MAMBA_SSU_ERROR_SCOPE` while a forward is open.
+    pub fn set_capture_layout(&mut self, layout: CaptureLayout) -> Result<()> {
+        let layout = match layout {
+            CaptureLayout::Branch => sys::MAMBA_SSU_CAPTURE_BRANCH,
+            CaptureLayout::Inline => sys::MAMBA_SSU_CAPTURE_INLINE,
+        } as i32;
+        // SAFETY: `self.raw` is a live prefetcher; the call only stores the value.
+        ffi::check(unsafe {
+            sys::mamba_ssu_prefetcher_set_capture_layout(self.raw.as_ptr(), layout)
         })
     }
 

@@ -1,12 +1,13 @@
 //! GPU tests of the three seed paths through the SSU: after a 40-layer decode step the states
 //! and outputs are bit-identical across stock, prefetch and fused, eagerly and in CUDA-graph
-//! replays (each replay equal to an eager stock step at that replay's generator offset).
+//! replays (each replay equal to an eager stock step at that replay's generator offset), with
+//! plain and programmatic-dependent SSU launches and both capture layouts of the prefetcher.
 
 mod common;
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use mamba_ssu::decode::{DecodeShape, DecodeStep, SeedMode, StepSnapshot};
-use mamba_ssu::prefetch::Prefetcher;
+use mamba_ssu::prefetch::{CaptureLayout, Prefetcher};
 use mamba_ssu::Generator;
 
 type Snapshot = StepSnapshot;
@@ -23,7 +24,18 @@ fn stock_prefetch_and_fused_are_bit_identical_eagerly() {
     for batch in [1usize, 5] {
         let mut step = DecodeStep::new(&stream, DecodeShape::nemotron_h_tp4(batch)).unwrap();
         let mut snaps: Vec<Snapshot> = Vec::new();
-        for mode in [SeedMode::Stock, SeedMode::Prefetch, SeedMode::Fused] {
+        // Plain launches first (stock among them is the reference), then every mode again with
+        // programmatic dependent launch.
+        let runs = [
+            (SeedMode::Stock, false),
+            (SeedMode::Prefetch, false),
+            (SeedMode::Fused, false),
+            (SeedMode::Stock, true),
+            (SeedMode::Prefetch, true),
+            (SeedMode::Fused, true),
+        ];
+        for (mode, pdl) in runs {
+            step.set_programmatic_launch(pdl);
             step.reset_states().unwrap();
             let mut gen = Generator::new(0xDEAD_BEEF_CAFE, 1 << 34).unwrap();
             // Two steps back to back: the second forward's seeds continue the sequence.
@@ -32,14 +44,13 @@ fn stock_prefetch_and_fused_are_bit_identical_eagerly() {
             assert_eq!(gen.offset(), (1 << 34) + 2 * 160, "{mode:?}");
             snaps.push(step.download().unwrap());
         }
-        assert!(
-            snaps[0] == snaps[1],
-            "prefetch differs from stock (batch {batch})"
-        );
-        assert!(
-            snaps[0] == snaps[2],
-            "fused differs from stock (batch {batch})"
-        );
+        for (i, (mode, pdl)) in runs.iter().enumerate().skip(1) {
+            assert!(
+                snaps[0] == snaps[i],
+                "{mode:?} (programmatic launch {pdl}) differs from stock (batch {batch})"
+            );
+        }
+        step.set_programmatic_launch(false);
         // The fixed seed is a different sequence: the comparison can fail.
         step.reset_states().unwrap();
         let mut gen = Generator::new(0xDEAD_BEEF_CAFE, 1 << 34).unwrap();
@@ -62,8 +73,20 @@ fn captured_steps_replay_like_eager_stock_at_each_offset() {
     unsafe { ctx.disable_event_tracking() };
     let mut p = Prefetcher::new(&ctx, 40).unwrap();
     let mut step = DecodeStep::new(&stream, DecodeShape::nemotron_h_tp4(3)).unwrap();
-    for mode in [SeedMode::Stock, SeedMode::Prefetch, SeedMode::Fused] {
+    let configs = [
+        (SeedMode::Stock, CaptureLayout::Branch, false),
+        (SeedMode::Prefetch, CaptureLayout::Branch, false),
+        (SeedMode::Prefetch, CaptureLayout::Inline, false),
+        (SeedMode::Fused, CaptureLayout::Branch, false),
+        (SeedMode::Stock, CaptureLayout::Branch, true),
+        (SeedMode::Prefetch, CaptureLayout::Branch, true),
+        (SeedMode::Prefetch, CaptureLayout::Inline, true),
+        (SeedMode::Fused, CaptureLayout::Branch, true),
+    ];
+    for (mode, layout, pdl) in configs {
+        p.set_capture_layout(layout).unwrap();
         let mut gen = Generator::new(2024, 12).unwrap();
+        step.set_programmatic_launch(pdl);
         stream
             .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .unwrap();
@@ -73,6 +96,7 @@ fn captured_steps_replay_like_eager_stock_at_each_offset() {
             .unwrap()
             .expect("a graph");
         r.unwrap();
+        step.set_programmatic_launch(false); // the eager reference steps below: plain launches
         assert_eq!(gen.offset(), 12, "capture leaves the host generator");
         let inc = p.graph_increment();
         assert_eq!(inc, 160, "{mode:?}");
@@ -92,12 +116,12 @@ fn captured_steps_replay_like_eager_stock_at_each_offset() {
             let eager = step.download().unwrap();
             assert!(
                 replayed == eager,
-                "{mode:?}: replay from {} differs",
+                "{mode:?} {layout:?} pdl {pdl}: replay from {} differs",
                 before.offset()
             );
             assert!(
                 Some(&replayed) != previous.as_ref(),
-                "{mode:?}: replays must differ"
+                "{mode:?} {layout:?} pdl {pdl}: replays must differ"
             );
             previous = Some(replayed);
             gen.next_cpu(); // the host moves on between replays

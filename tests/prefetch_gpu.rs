@@ -10,7 +10,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut};
 use mamba_ssu::philox::torch_seeds;
-use mamba_ssu::prefetch::{PrefetchPoint, Prefetcher, SeedPtr};
+use mamba_ssu::prefetch::{CaptureLayout, PrefetchPoint, Prefetcher, SeedPtr};
 use mamba_ssu::{filler::filler, Error, Generator};
 
 const N: usize = 40;
@@ -203,8 +203,15 @@ fn two_prefetchers_on_two_streams() {
 #[test]
 #[ignore = "requires a CUDA GPU"]
 fn captured_forward_replays_fresh_stock_seeds() {
+    for layout in [CaptureLayout::Branch, CaptureLayout::Inline] {
+        captured_forward_replays_fresh_stock_seeds_with(layout);
+    }
+}
+
+fn captured_forward_replays_fresh_stock_seeds_with(layout: CaptureLayout) {
     let Some(mut s) = setup() else { return };
     let mut p = Prefetcher::new(&s.ctx, N).unwrap();
+    p.set_capture_layout(layout).unwrap();
     let mut gen = Generator::new(2024, 12).unwrap();
     let mut results = s.stream.alloc_zeros::<i64>(N + 2).unwrap();
     let stream = s.stream.clone();
@@ -234,7 +241,7 @@ fn captured_forward_replays_fresh_stock_seeds() {
         assert_eq!(
             got,
             torch_seeds(2024, before, N + 2),
-            "replay from {before}"
+            "{layout:?}: replay from {before}"
         );
         assert_ne!(Some(&got), previous.as_ref());
         previous = Some(got);
@@ -246,8 +253,15 @@ fn captured_forward_replays_fresh_stock_seeds() {
 #[test]
 #[ignore = "requires a CUDA GPU"]
 fn captured_forward_consuming_fewer_than_n_is_a_typed_error() {
+    for layout in [CaptureLayout::Branch, CaptureLayout::Inline] {
+        captured_forward_consuming_fewer_than_n_is_a_typed_error_with(layout);
+    }
+}
+
+fn captured_forward_consuming_fewer_than_n_is_a_typed_error_with(layout: CaptureLayout) {
     let Some(mut s) = setup() else { return };
     let mut p = Prefetcher::new(&s.ctx, N).unwrap();
+    p.set_capture_layout(layout).unwrap();
     let mut gen = Generator::new(5, 0).unwrap();
     let stream = s.stream.clone();
     let mut results = stream.alloc_zeros::<i64>(N).unwrap();
@@ -280,4 +294,10 @@ fn captured_forward_consuming_fewer_than_n_is_a_typed_error() {
     assert_eq!(download(&stream, &results), torch_seeds(5, 0, N));
     // Misuse of scopes is typed too.
     assert!(matches!(p.end_forward(), Err(Error::Scope(_))));
+    p.begin_forward(&stream, &g2).unwrap();
+    assert!(matches!(
+        p.set_capture_layout(CaptureLayout::Branch),
+        Err(Error::Scope(_))
+    ));
+    p.end_forward().unwrap();
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaContext, CudaGraph, CudaStream};
 use mamba_ssu::decode::{DecodeShape, DecodeStep, SeedMode};
-use mamba_ssu::prefetch::Prefetcher;
+use mamba_ssu::prefetch::{CaptureLayout, Prefetcher};
 use mamba_ssu::{device, Generator};
 
 type AnyResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -177,6 +177,79 @@ fn capture(
     Ok(graph)
 }
 
+/// One measured configuration: a seed mode, the prefetcher's capture layout (prefetch only)
+/// and whether the SSUs use programmatic dependent launch.
+#[derive(Clone, Copy)]
+struct Variant {
+    label: &'static str,
+    mode: SeedMode,
+    inline: bool,
+    pdl: bool,
+}
+
+const VARIANTS: [Variant; 10] = [
+    Variant {
+        label: "stock",
+        mode: SeedMode::Stock,
+        inline: false,
+        pdl: false,
+    },
+    Variant {
+        label: "prefetch",
+        mode: SeedMode::Prefetch,
+        inline: false,
+        pdl: false,
+    },
+    Variant {
+        label: "prefetch-inline",
+        mode: SeedMode::Prefetch,
+        inline: true,
+        pdl: false,
+    },
+    Variant {
+        label: "fused",
+        mode: SeedMode::Fused,
+        inline: false,
+        pdl: false,
+    },
+    Variant {
+        label: "fixed",
+        mode: SeedMode::Fixed,
+        inline: false,
+        pdl: false,
+    },
+    Variant {
+        label: "stock+pdl",
+        mode: SeedMode::Stock,
+        inline: false,
+        pdl: true,
+    },
+    Variant {
+        label: "prefetch+pdl",
+        mode: SeedMode::Prefetch,
+        inline: false,
+        pdl: true,
+    },
+    Variant {
+        label: "prefetch-inline+pdl",
+        mode: SeedMode::Prefetch,
+        inline: true,
+        pdl: true,
+    },
+    Variant {
+        label: "fused+pdl",
+        mode: SeedMode::Fused,
+        inline: false,
+        pdl: true,
+    },
+    Variant {
+        label: "fixed+pdl",
+        mode: SeedMode::Fixed,
+        inline: false,
+        pdl: true,
+    },
+];
+
 #[derive(Default)]
 struct Row {
     eager: BTreeMap<&'static str, f64>,
@@ -205,14 +278,17 @@ fn run() -> AnyResult<()> {
     unsafe { ctx.disable_event_tracking() };
     let stream = ctx.new_stream()?;
     let timer = Timer::new(&ctx)?;
-    let mut prefetcher = Prefetcher::new(&ctx, 40)?;
+    let mut branch = Prefetcher::new(&ctx, 40)?;
+    branch.set_capture_layout(CaptureLayout::Branch)?;
+    let mut inline = Prefetcher::new(&ctx, 40)?;
+    inline.set_capture_layout(CaptureLayout::Inline)?;
     let device_name = ctx.name()?;
 
     if opts.nvtx_only {
         let mut step = DecodeStep::new(&stream, DecodeShape::nemotron_h_tp4(opts.batches[0]))?;
         let mut gen = Generator::new(1, 0)?;
         for mode in SeedMode::ALL {
-            step.run(mode, &mut prefetcher, &mut gen)?;
+            step.run(mode, &mut branch, &mut gen)?;
         }
         stream.synchronize()?;
         println!("one eager step per mode done (NVTX ranges: decode step / layer)");
@@ -223,44 +299,66 @@ fn run() -> AnyResult<()> {
     for &batch in &opts.batches {
         let shape = DecodeShape::nemotron_h_tp4(batch);
         let mut step = DecodeStep::new(&stream, shape)?;
-        check_identical(&mut step, &mut prefetcher, &stream)?;
+        for pdl in [false, true] {
+            step.set_programmatic_launch(pdl);
+            check_identical(&mut step, &mut branch, &stream)?;
+            check_identical(&mut step, &mut inline, &stream)?;
+        }
         let mut row = Row::default();
         let mut gen = Generator::new(42, 0)?;
-        for mode in SeedMode::ALL {
+        for v in VARIANTS {
+            step.set_programmatic_launch(v.pdl);
+            let pf = if v.inline { &mut inline } else { &mut branch };
             let t = timer.median_us(
                 &stream,
                 opts.steps,
                 || Ok(()),
                 || {
-                    step.run(mode, &mut prefetcher, &mut gen)?;
+                    step.run(v.mode, pf, &mut gen)?;
                     Ok(())
                 },
             )?;
-            row.eager.insert(mode.name(), t);
+            row.eager.insert(v.label, t);
         }
-        for mode in SeedMode::ALL {
-            let graph = capture(&mut step, &mut prefetcher, &stream, mode, &mut gen)?;
-            let inc = prefetcher.graph_increment();
-            let uses_generator = mode != SeedMode::Fixed;
-            let t = timer.median_us(
-                &stream,
-                opts.steps,
-                || {
-                    if uses_generator {
-                        prefetcher.prepare_replay(&stream, &mut gen, inc)?;
-                    }
-                    Ok(())
-                },
-                || Ok(graph.launch()?),
-            )?;
-            row.graph.insert(mode.name(), t);
+        // Graphs: capture every variant, then time their replays interleaved (one replay of
+        // each per round), so that clock and thermal drift hit all variants alike.
+        let mut graphs = Vec::new();
+        for v in VARIANTS {
+            step.set_programmatic_launch(v.pdl);
+            let pf = if v.inline { &mut inline } else { &mut branch };
+            let graph = capture(&mut step, pf, &stream, v.mode, &mut gen)?;
+            graphs.push((v, graph, pf.graph_increment()));
+        }
+        let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(opts.steps); graphs.len()];
+        for round in 0..opts.steps + 5 {
+            for (i, (v, graph, inc)) in graphs.iter().enumerate() {
+                if v.mode != SeedMode::Fixed {
+                    let pf = if v.inline { &mut inline } else { &mut branch };
+                    pf.prepare_replay(&stream, &mut gen, *inc)?;
+                }
+                timer.start.record(&stream)?;
+                graph.launch()?;
+                timer.stop.record(&stream)?;
+                timer.stop.synchronize()?;
+                if round >= 5 {
+                    samples[i].push(f64::from(timer.start.elapsed_ms(&timer.stop)?) * 1000.0);
+                }
+            }
+        }
+        for ((v, _, _), s) in graphs.iter().zip(samples) {
+            row.graph.insert(v.label, median(s));
         }
         eprintln!("batch {batch}: done");
         rows.push((batch, row));
     }
 
-    let removed = |m: &BTreeMap<&str, f64>, mode: &str| {
-        let (s, f, x) = (m["stock"], m["fixed"], m[mode]);
+    // (stock - mode) / (stock - fixed), all three with the same launch kind.
+    let removed = |m: &BTreeMap<&str, f64>, mode: &str, sfx: &str| {
+        let (s, f, x) = (
+            m[&*format!("stock{sfx}")],
+            m[&*format!("fixed{sfx}")],
+            m[&*format!("{mode}{sfx}")],
+        );
         if s > f {
             100.0 * (s - x) / (s - f)
         } else {
@@ -272,23 +370,32 @@ fn run() -> AnyResult<()> {
         opts.steps
     );
     for (label, pick) in [("CUDA graph", true), ("eager", false)] {
-        println!("\n{label}:\n");
-        println!("| batch | stock | prefetch | fused | fixed | prefetch/stock | fused/stock | fused/fixed | overhead removed: prefetch | fused |");
-        println!("|---|---|---|---|---|---|---|---|---|---|");
-        for (batch, row) in &rows {
-            let m = if pick { &row.graph } else { &row.eager };
-            println!(
-                "| {batch} | {:.1} | {:.1} | {:.1} | {:.1} | {:.3} | {:.3} | {:.3} | {:.1}% | {:.1}% |",
-                m["stock"],
-                m["prefetch"],
-                m["fused"],
-                m["fixed"],
-                m["prefetch"] / m["stock"],
-                m["fused"] / m["stock"],
-                m["fused"] / m["fixed"],
-                removed(m, "prefetch"),
-                removed(m, "fused"),
-            );
+        for (launch, sfx) in [
+            ("plain SSU launches", ""),
+            ("SSUs with programmatic dependent launch", "+pdl"),
+        ] {
+            println!("\n{label}, {launch}:\n");
+            println!("| batch | stock | prefetch (branch) | prefetch (inline) | fused | fixed | prefetch/stock | fused/stock | fused/fixed | removed: prefetch branch | inline | fused |");
+            println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+            for (batch, row) in &rows {
+                let m = if pick { &row.graph } else { &row.eager };
+                let g = |k: &str| m[&*format!("{k}{sfx}")];
+                let best_prefetch = g("prefetch").min(g("prefetch-inline"));
+                println!(
+                    "| {batch} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.3} | {:.3} | {:.3} | {:.1}% | {:.1}% | {:.1}% |",
+                    g("stock"),
+                    g("prefetch"),
+                    g("prefetch-inline"),
+                    g("fused"),
+                    g("fixed"),
+                    best_prefetch / g("stock"),
+                    g("fused") / g("stock"),
+                    g("fused") / g("fixed"),
+                    removed(m, "prefetch", sfx),
+                    removed(m, "prefetch-inline", sfx),
+                    removed(m, "fused", sfx),
+                );
+            }
         }
     }
     if let Some(path) = opts.json {
@@ -301,13 +408,21 @@ fn run() -> AnyResult<()> {
                 let parts: Vec<String> = m.iter().map(|(k, v)| format!("\"{k}\":{v:.3}")).collect();
                 format!("{{{}}}", parts.join(","))
             };
+            let mut pct = Vec::new();
+            for sfx in ["", "+pdl"] {
+                for mode in ["prefetch", "prefetch-inline", "fused"] {
+                    pct.push(format!(
+                        "\"{mode}{sfx}\":{:.2}",
+                        removed(&row.graph, mode, sfx)
+                    ));
+                }
+            }
             s += &format!(
-                "{}{{\"batch\":{batch},\"eager_us\":{},\"graph_us\":{},\"graph_overhead_removed_pct\":{{\"prefetch\":{:.2},\"fused\":{:.2}}}}}",
+                "{}{{\"batch\":{batch},\"eager_us\":{},\"graph_us\":{},\"graph_overhead_removed_pct\":{{{}}}}}",
                 if i > 0 { "," } else { "" },
                 obj(&row.eager),
                 obj(&row.graph),
-                removed(&row.graph, "prefetch"),
-                removed(&row.graph, "fused")
+                pct.join(",")
             );
         }
         s += "]}\n";

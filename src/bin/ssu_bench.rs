@@ -384,6 +384,7 @@ fn enqueue(
         } else {
             None
         },
+        programmatic_launch: false,
     };
     ssu::selective_state_update(stream, &mut args)?;
     Ok(())
