@@ -7,6 +7,11 @@
 //                               --> record(ready) on side
 //   first request of the forward: main waits ready (once: every later request of the forward
 //                               is on main too, so stream order covers it).
+// Under CUDA-graph capture the default layout (MAMBA_SSU_CAPTURE_INLINE) puts the batched draw
+// on main itself at the fork point: in a graph the side-stream branch and its join cost the
+// executor more than one extra kernel boundary (on the H200 the branch removed 88-97 % of the
+// stock seed overhead per decode step, inline 96-100 %: BENCHMARKS.md); stream order then
+// covers every consumer. MAMBA_SSU_CAPTURE_BRANCH keeps the eager layout under capture.
 //
 // Why one seed buffer is enough (reuse argument): forward F+1's batched draw is enqueued on the
 // side stream after a wait on F+1's fork event, which is recorded on main when F+1 begins. All
@@ -34,7 +39,7 @@ struct mamba_ssu_prefetcher {
   int device = 0;
   uint32_t n = 0;
   int32_t point = MAMBA_SSU_PREFETCH_AT_BEGIN;
-  int32_t capture_layout = MAMBA_SSU_CAPTURE_BRANCH;
+  int32_t capture_layout = MAMBA_SSU_CAPTURE_INLINE;
   cudaStream_t side = nullptr;
   cudaEvent_t fork = nullptr;
   cudaEvent_t ready = nullptr;

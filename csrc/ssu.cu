@@ -129,9 +129,6 @@ int check(const mamba_ssu_params *p) {
         ll(p->seed_source));
   if (p->philox_rounds < 0 || p->philox_rounds > 10)
     return invalid("philox_rounds: expected 0..=10, got %lld", ll(p->philox_rounds));
-  if ((p->launch_flags & ~int32_t{MAMBA_SSU_LAUNCH_PDL}) != 0)
-    return invalid("launch_flags: unknown bits 0x%llx (known: MAMBA_SSU_LAUNCH_PDL = 1)",
-                   ll(p->launch_flags & ~int32_t{MAMBA_SSU_LAUNCH_PDL}));
   if (p->philox_rounds > 0 && p->state_dtype != MAMBA_SSU_F16)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "philox_rounds: stochastic rounding (%d rounds) needs an F16 state, got "
@@ -249,41 +246,8 @@ int pick_rows_per_warp(int64_t rows, int num_sms, int rows_per_chunk) {
 
 template <class Cfg>
 int launch(const Args &a, unsigned blocks, cudaStream_t stream) {
-  if (a.pdl == 0) {
-    ssu::ssu_kernel<Cfg><<<blocks, ssu::kThreadsPerBlock, 0, stream>>>(a);
-    return check_launch("selective_state_update launch");
-  }
-  // Programmatic dependent launch: the kernel waits (griddepcontrol.wait) before its first
-  // tensor access, so it may start while its stream predecessor drains.
-  cudaLaunchAttribute attr[1] = {};
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(blocks);
-  config.blockDim = dim3(ssu::kThreadsPerBlock);
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  if (int s = check_cuda(cudaLaunchKernelEx(&config, ssu::ssu_kernel<Cfg>, a),
-                         "selective_state_update launch (programmatic dependent launch)"))
-    return s;
+  ssu::ssu_kernel<Cfg><<<blocks, ssu::kThreadsPerBlock, 0, stream>>>(a);
   return check_launch("selective_state_update launch");
-}
-
-// Programmatic dependent launch needs compute capability 9.0+.
-int check_pdl_device() {
-  int dev = 0, major = 0;
-  if (int s = check_cuda(cudaGetDevice(&dev), "cudaGetDevice")) return s;
-  if (int s = check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
-                         "cudaDeviceGetAttribute(ComputeCapabilityMajor)"))
-    return s;
-  if (major < 9)
-    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
-                "launch_flags: MAMBA_SSU_LAUNCH_PDL needs compute capability 9.0 or newer, the "
-                "device has %d.x",
-                major);
-  return MAMBA_SSU_SUCCESS;
 }
 
 template <bool kSimple>
@@ -333,10 +297,6 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
 
   int num_sms = 0;
   if (int s = device_num_sms(p.num_sms, &num_sms)) return s;
-  const bool pdl = (p.launch_flags & MAMBA_SSU_LAUNCH_PDL) != 0;
-  if (pdl) {
-    if (int s = check_pdl_device()) return s;
-  }
   const bool below = below_switch(p.batch, p.nheads, num_sms);
   const bool simple = p.algorithm == MAMBA_SSU_ALGO_SIMPLE ||
                       (p.algorithm == MAMBA_SSU_ALGO_AUTO && below);
@@ -398,7 +358,6 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   a.seed_source = p.seed_source;
   // Fused seeds once per block on large grids (measured: BENCHMARKS.md, decode step).
   a.block_seed = below ? 0 : 1;
-  a.pdl = pdl ? 1 : 0;
 
   const auto st = reinterpret_cast<cudaStream_t>(stream);
   const auto nblocks = static_cast<unsigned>(blocks);

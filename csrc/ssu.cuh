@@ -113,7 +113,6 @@ struct Args {
   int32_t update_state;
   int32_t seed_source;
   int32_t block_seed;        // fused seeds: derived once per block (1) or per warp (0)
-  int32_t pdl;               // launched with programmatic dependent launch
 };
 
 // ---------------------------------------------------------------------------
@@ -583,12 +582,33 @@ __device__ __forceinline__ uint64_t derive_seed(const Args &a) {
   return draw();
 }
 
-// Programmatic dependent launch: blocks until the stream predecessor grid has completed and
-// its memory is visible (returns at once when the kernel was launched without it).
-__device__ __forceinline__ void grid_dependency_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+// Experiment switch (build flag): compute each chunk's stochastic-rounding random words before
+// its state arrives instead of after the state math.
+#ifndef MAMBA_SSU_SR_HOIST
+#define MAMBA_SSU_SR_HOIST 0
 #endif
+
+// The stochastic-rounding random words of one state row (Philox element offset sr_row of its
+// first column) at this lane's columns: column n takes word (n mod G) of Philox(counter at the
+// first column of its group of G); a lane's G consecutive elements are one group.
+template <class Cfg>
+__device__ __forceinline__ void sr_words(const Cfg &cfg, const typename Cfg::Key &key,
+                                         uint64_t sr_row, int lane,
+                                         uint32_t (&rnd)[Cfg::kMaxCols]) {
+  constexpr int K = Cfg::kMaxCols;
+#pragma unroll
+  for (int i = 0; i < K; i += 2) {
+    if (i < cfg.ncols() && i % cfg.sr_group() == 0) {
+      const U32x4 w =
+          cfg.philox(philox_counter(sr_row + static_cast<uint64_t>(cfg.col(lane, i))), key);
+      rnd[i] = w.x;
+      rnd[i + 1] = w.y;
+      if (i + 3 < K && cfg.sr_group() == 4) {
+        rnd[i + 2] = w.z;
+        rnd[i + 3] = w.w;
+      }
+    }
+  }
 }
 
 template <class Cfg>
@@ -607,16 +627,6 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
   const int dim = cfg.dim();
   const int dstate = cfg.dstate();
   const int d_begin = (static_cast<int>(part) * kWarpsPerBlock + warp) * a.rows_per_warp;
-
-  // Launched with programmatic dependent launch, the kernel may be running while its stream
-  // predecessor drains: only the fused seed (generator state and 10 Philox rounds, no tensor)
-  // is worked out before the wait, so its latency leaves the critical path.
-  uint64_t early_seed = 0;
-  if (a.pdl != 0) {  // grid-uniform
-    if (cfg.rounds() > 0 && a.seed_source != MAMBA_SSU_SEED_POINTER)
-      early_seed = derive_seed<Cfg>(a);
-    grid_dependency_wait();
-  }
   if (!Cfg::kFullChunks && d_begin >= dim) return;  // warp-uniform; no block barrier follows
   const int d_end = Cfg::kFullChunks ? d_begin + a.rows_per_warp : min(dim, d_begin + a.rows_per_warp);
 
@@ -686,7 +696,7 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
     if (a.seed_source == MAMBA_SSU_SEED_POINTER)
       seed = static_cast<uint64_t>(*a.rand_seed);
     else
-      seed = a.pdl != 0 ? early_seed : derive_seed<Cfg>(a);
+      seed = derive_seed<Cfg>(a);
   }
   const typename Cfg::Key key = cfg.make_key(seed);
 
@@ -695,6 +705,18 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
     // Issue the next chunk's loads before computing this one.
     Chunk<Cfg> next = {};
     if (d0 + U < d_end) load_chunk(cfg, a, next, d0 + U, d_end, lane, read_head, x_row, z_row, pad);
+#if MAMBA_SSU_SR_HOIST
+    // This chunk's random words do not depend on the state: work them out while its loads
+    // are in flight (a fused seed's derivation then overlaps them too).
+    uint32_t rnd_h[U][K] = {};
+    if (sr) {
+#pragma unroll
+      for (int r = 0; r < U; ++r) {
+        if (Cfg::kFullChunks || d0 + r < d_end)
+          sr_words(cfg, key, sr_head + static_cast<uint64_t>(d0 + r) * dstate, lane, rnd_h[r]);
+      }
+    }
+#endif
 
     // s' = dA * s + x * (B * dt') in fp32 (rows past d_end compute garbage
     // that is neither stored nor output), and the lane partials of y.
@@ -733,23 +755,12 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
         if (!Cfg::kFullChunks && d >= d_end) break;  // warp-uniform
         uint32_t bits[K] = {};
         if (sr) {
-          // Column n takes word (n mod G) of Philox(counter at the first column
-          // of its group of G); a lane's G consecutive elements are one group.
-          const uint64_t sr_row = sr_head + static_cast<uint64_t>(d) * dstate;
+#if MAMBA_SSU_SR_HOIST
+          const uint32_t *rnd = rnd_h[r];
+#else
           uint32_t rnd[K] = {};
-#pragma unroll
-          for (int i = 0; i < K; i += 2) {
-            if (i < cfg.ncols() && i % cfg.sr_group() == 0) {
-              const U32x4 w = cfg.philox(
-                  philox_counter(sr_row + static_cast<uint64_t>(cfg.col(lane, i))), key);
-              rnd[i] = w.x;
-              rnd[i + 1] = w.y;
-              if (i + 3 < K && cfg.sr_group() == 4) {
-                rnd[i + 2] = w.z;
-                rnd[i + 3] = w.w;
-              }
-            }
-          }
+          sr_words(cfg, key, sr_head + static_cast<uint64_t>(d) * dstate, lane, rnd);
+#endif
 #pragma unroll
           for (int i = 0; i < K; i += 2) {
             if (i < cfg.ncols()) {

@@ -119,7 +119,6 @@ pub struct DecodeStep {
     indices: CudaSlice<i32>,
     fixed_seed: CudaSlice<i64>,
     filler: CudaSlice<f32>,
-    programmatic_launch: bool,
 }
 
 /// Deterministic pseudo-random values in [-1, 1) (SplitMix64).
@@ -185,14 +184,7 @@ impl DecodeStep {
             indices: stream.clone_htod(&indices)?,
             fixed_seed: stream.clone_htod(&[0x5EED_i64])?,
             filler: stream.alloc_zeros::<f32>(batch * shape.filler_elems_per_seq)?,
-            programmatic_launch: false,
         })
-    }
-
-    /// Launches the SSUs of later steps with programmatic dependent launch (every mode; see
-    /// [`SsuArgs::programmatic_launch`]).
-    pub fn set_programmatic_launch(&mut self, on: bool) {
-        self.programmatic_launch = on;
     }
 
     /// The shape.
@@ -290,7 +282,6 @@ impl DecodeStep {
                     .pad_slot_id(-1)
                     .dt_softplus(true)
                     .algorithm(Algorithm::Auto)
-                    .programmatic_launch(self.programmatic_launch)
                     .stochastic_rounding(seed, philox_rounds);
                     selective_state_update(&stream, &mut args)
                 })();

@@ -5,7 +5,9 @@
 //! Safe layer over the C prefetcher of `csrc/prefetch.cu` (the same object C++ engines drive
 //! through `mamba_ssu.h`). Ordering is by CUDA events only: a fork event recorded on the main
 //! stream, the side stream waiting on it, the batched draw, a ready event that the main stream
-//! waits on before the first consumer. No host synchronisation, no polling.
+//! waits on before the first consumer. No host synchronisation, no polling. Under CUDA-graph
+//! capture the draw is by default one node on the main stream instead ([`CaptureLayout`]): in a
+//! graph a side branch and its join cost more than one kernel boundary.
 //!
 //! The three seed paths for one Mamba-2 layer:
 //! - stock: [`Prefetcher::seed`] outside a forward — one single-seed kernel on the stream;
@@ -58,10 +60,11 @@ pub enum PrefetchPoint {
 pub enum CaptureLayout {
     /// As eagerly: the draw on the side stream, joined by events — in the graph a parallel
     /// branch and a join edge.
-    #[default]
     Branch,
-    /// The draw as one node on the main stream at the fork point (no branch, no events): one
-    /// kernel boundary on the critical path instead of a branch join.
+    /// The default: the draw as one node on the main stream at the fork point (no branch, no
+    /// events): one kernel boundary on the critical path instead of a branch join, which
+    /// measured cheaper on the H200 (BENCHMARKS.md, decode step).
+    #[default]
     Inline,
 }
 

@@ -767,15 +767,6 @@ pub struct SsuArgs<'a> {
     pub algorithm: Algorithm,
     /// The stochastic-rounding seed; ignored when `philox_rounds == 0`.
     pub seed: Option<SeedSource<'a>>,
-    /// Launch with programmatic dependent launch (default false; compute capability 9.0+,
-    /// else [`Error::Launcher`] with status `MAMBA_SSU_ERROR_UNSUPPORTED`): the kernel may start
-    /// while the previous kernel on the stream drains and waits for its results before touching
-    /// any tensor; only a fused seed ([`SeedSource::Fused`], [`SeedSource::FromGenerator`]) is
-    /// derived before that wait, which takes the derivation off the critical path. Contract: a
-    /// [`SeedSource::FromGenerator`] state must not be written by the kernel launched just
-    /// before this one on the stream (the header's `MAMBA_SSU_LAUNCH_PDL` has the full rule);
-    /// [`crate::prefetch::Prefetcher::prepare_replay`] meets it.
-    pub programmatic_launch: bool,
 }
 
 impl<'a> SsuArgs<'a> {
@@ -809,7 +800,6 @@ impl<'a> SsuArgs<'a> {
             philox_rounds: 0,
             algorithm: Algorithm::Auto,
             seed: None,
-            programmatic_launch: false,
         }
     }
 
@@ -864,12 +854,6 @@ impl<'a> SsuArgs<'a> {
     /// Sets the algorithm.
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
         self.algorithm = algorithm;
-        self
-    }
-
-    /// Sets [`SsuArgs::programmatic_launch`].
-    pub fn programmatic_launch(mut self, on: bool) -> Self {
-        self.programmatic_launch = on;
         self
     }
 
@@ -1567,9 +1551,6 @@ pub fn selective_state_update(stream: &CudaStream, args: &mut SsuArgs<'_>) -> Re
     let ctx = stream.context();
     ctx.bind_to_thread()?;
     params.num_sms = num_sms(ctx)? as i32;
-    if args.programmatic_launch {
-        params.launch_flags = sys::MAMBA_SSU_LAUNCH_PDL as i32;
-    }
 
     // Device pointers; every guard lives until the launcher has returned.
     let (state_ptr, _state_guard) = args.state.device_ptr_mut(stream);

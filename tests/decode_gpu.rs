@@ -1,7 +1,7 @@
 //! GPU tests of the three seed paths through the SSU: after a 40-layer decode step the states
 //! and outputs are bit-identical across stock, prefetch and fused, eagerly and in CUDA-graph
 //! replays (each replay equal to an eager stock step at that replay's generator offset), with
-//! plain and programmatic-dependent SSU launches and both capture layouts of the prefetcher.
+//! both capture layouts of the prefetcher.
 
 mod common;
 
@@ -15,6 +15,7 @@ type Snapshot = StepSnapshot;
 #[test]
 #[ignore = "requires a CUDA GPU"]
 fn stock_prefetch_and_fused_are_bit_identical_eagerly() {
+    let _serial = common::serial(); // captures: see common::serial
     let Some((ctx, stream)) = common::gpu() else {
         return;
     };
@@ -24,18 +25,8 @@ fn stock_prefetch_and_fused_are_bit_identical_eagerly() {
     for batch in [1usize, 5] {
         let mut step = DecodeStep::new(&stream, DecodeShape::nemotron_h_tp4(batch)).unwrap();
         let mut snaps: Vec<Snapshot> = Vec::new();
-        // Plain launches first (stock among them is the reference), then every mode again with
-        // programmatic dependent launch.
-        let runs = [
-            (SeedMode::Stock, false),
-            (SeedMode::Prefetch, false),
-            (SeedMode::Fused, false),
-            (SeedMode::Stock, true),
-            (SeedMode::Prefetch, true),
-            (SeedMode::Fused, true),
-        ];
-        for (mode, pdl) in runs {
-            step.set_programmatic_launch(pdl);
+        let runs = [SeedMode::Stock, SeedMode::Prefetch, SeedMode::Fused];
+        for mode in runs {
             step.reset_states().unwrap();
             let mut gen = Generator::new(0xDEAD_BEEF_CAFE, 1 << 34).unwrap();
             // Two steps back to back: the second forward's seeds continue the sequence.
@@ -44,13 +35,12 @@ fn stock_prefetch_and_fused_are_bit_identical_eagerly() {
             assert_eq!(gen.offset(), (1 << 34) + 2 * 160, "{mode:?}");
             snaps.push(step.download().unwrap());
         }
-        for (i, (mode, pdl)) in runs.iter().enumerate().skip(1) {
+        for (i, mode) in runs.iter().enumerate().skip(1) {
             assert!(
                 snaps[0] == snaps[i],
-                "{mode:?} (programmatic launch {pdl}) differs from stock (batch {batch})"
+                "{mode:?} differs from stock (batch {batch})"
             );
         }
-        step.set_programmatic_launch(false);
         // The fixed seed is a different sequence: the comparison can fail.
         step.reset_states().unwrap();
         let mut gen = Generator::new(0xDEAD_BEEF_CAFE, 1 << 34).unwrap();
@@ -66,6 +56,7 @@ fn stock_prefetch_and_fused_are_bit_identical_eagerly() {
 #[test]
 #[ignore = "requires a CUDA GPU"]
 fn captured_steps_replay_like_eager_stock_at_each_offset() {
+    let _serial = common::serial(); // captures: see common::serial
     let Some((ctx, stream)) = common::gpu() else {
         return;
     };
@@ -74,19 +65,14 @@ fn captured_steps_replay_like_eager_stock_at_each_offset() {
     let mut p = Prefetcher::new(&ctx, 40).unwrap();
     let mut step = DecodeStep::new(&stream, DecodeShape::nemotron_h_tp4(3)).unwrap();
     let configs = [
-        (SeedMode::Stock, CaptureLayout::Branch, false),
-        (SeedMode::Prefetch, CaptureLayout::Branch, false),
-        (SeedMode::Prefetch, CaptureLayout::Inline, false),
-        (SeedMode::Fused, CaptureLayout::Branch, false),
-        (SeedMode::Stock, CaptureLayout::Branch, true),
-        (SeedMode::Prefetch, CaptureLayout::Branch, true),
-        (SeedMode::Prefetch, CaptureLayout::Inline, true),
-        (SeedMode::Fused, CaptureLayout::Branch, true),
+        (SeedMode::Stock, CaptureLayout::Inline),
+        (SeedMode::Prefetch, CaptureLayout::Inline),
+        (SeedMode::Prefetch, CaptureLayout::Branch),
+        (SeedMode::Fused, CaptureLayout::Inline),
     ];
-    for (mode, layout, pdl) in configs {
+    for (mode, layout) in configs {
         p.set_capture_layout(layout).unwrap();
         let mut gen = Generator::new(2024, 12).unwrap();
-        step.set_programmatic_launch(pdl);
         stream
             .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .unwrap();
@@ -96,7 +82,6 @@ fn captured_steps_replay_like_eager_stock_at_each_offset() {
             .unwrap()
             .expect("a graph");
         r.unwrap();
-        step.set_programmatic_launch(false); // the eager reference steps below: plain launches
         assert_eq!(gen.offset(), 12, "capture leaves the host generator");
         let inc = p.graph_increment();
         assert_eq!(inc, 160, "{mode:?}");
@@ -116,12 +101,12 @@ fn captured_steps_replay_like_eager_stock_at_each_offset() {
             let eager = step.download().unwrap();
             assert!(
                 replayed == eager,
-                "{mode:?} {layout:?} pdl {pdl}: replay from {} differs",
+                "{mode:?} {layout:?}: replay from {} differs",
                 before.offset()
             );
             assert!(
                 Some(&replayed) != previous.as_ref(),
-                "{mode:?} {layout:?} pdl {pdl}: replays must differ"
+                "{mode:?} {layout:?}: replays must differ"
             );
             previous = Some(replayed);
             gen.next_cpu(); // the host moves on between replays

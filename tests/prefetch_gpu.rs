@@ -45,9 +45,12 @@ struct Setup {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     filler_buf: CudaSlice<f32>,
+    // Last: released after the buffers and streams above are dropped.
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
 
 fn setup() -> Option<Setup> {
+    let serial = common::serial(); // captures: see common::serial
     let (ctx, stream) = common::gpu()?;
     // SAFETY: every buffer in these tests is used on the stream it was allocated on, or ordered
     // by the prefetcher's own events; cudarc's per-buffer tracking is not needed and would
@@ -59,6 +62,7 @@ fn setup() -> Option<Setup> {
         ctx,
         stream,
         filler_buf,
+        _serial: serial,
     })
 }
 

@@ -34,6 +34,7 @@ fn time_seed() -> u64 {
 #[test]
 #[ignore = "requires a CUDA GPU"]
 fn kernel_equals_cpu_reference_for_any_seed_and_offset() {
+    let _serial = common::serial(); // captures: see common::serial
     let Some((_ctx, stream)) = common::gpu() else {
         return;
     };
@@ -94,6 +95,7 @@ fn kernel_equals_cpu_reference_for_any_seed_and_offset() {
 #[test]
 #[ignore = "requires a CUDA GPU"]
 fn draw_from_generator_advances_like_stock_calls() {
+    let _serial = common::serial(); // captures: see common::serial
     let Some((_ctx, stream)) = common::gpu() else {
         return;
     };
@@ -115,6 +117,7 @@ fn draw_from_generator_advances_like_stock_calls() {
 #[test]
 #[ignore = "requires a CUDA GPU"]
 fn graphsafe_draw_replays_like_torch() {
+    let _serial = common::serial(); // captures: see common::serial
     let Some((ctx, stream)) = common::gpu() else {
         return;
     };
@@ -184,6 +187,7 @@ fn graphsafe_draw_replays_like_torch() {
 #[test]
 #[ignore = "requires a CUDA GPU"]
 fn graphsafe_replays_at_extreme_state() {
+    let _serial = common::serial(); // captures: see common::serial
     let Some((ctx, stream)) = common::gpu() else {
         return;
     };
@@ -219,6 +223,7 @@ fn graphsafe_replays_at_extreme_state() {
 #[test]
 #[ignore = "requires a CUDA GPU"]
 fn invalid_arguments_are_typed_errors_and_launch_nothing() {
+    let _serial = common::serial(); // captures: see common::serial
     let Some((_ctx, stream)) = common::gpu() else {
         return;
     };
@@ -269,6 +274,7 @@ fn invalid_arguments_are_typed_errors_and_launch_nothing() {
 #[test]
 #[ignore = "requires a CUDA GPU"]
 fn foreign_device_buffer_is_refused() {
+    let _serial = common::serial(); // captures: see common::serial
     let Some((_ctx, stream)) = common::gpu() else {
         return;
     };

@@ -129,7 +129,6 @@ fn outside_blocks_changed(
     changed
 }
 
-#[allow(clippy::too_many_arguments)]
 fn run_one(
     ctx: &std::sync::Arc<cudarc::driver::CudaContext>,
     stream: &std::sync::Arc<cudarc::driver::CudaStream>,
@@ -138,18 +137,9 @@ fn run_one(
     hosts: &BTreeMap<String, common::HostStorage>,
     r: &ResultEntry,
     device_sms: u64,
-    pdl: bool,
 ) -> Outcome {
     let alg = r.algorithm_requested.as_str();
-    let label = format!(
-        "| {:<28} | {:<8} |",
-        case.name,
-        if pdl {
-            format!("{alg}+pdl")
-        } else {
-            alg.to_string()
-        }
-    );
+    let label = format!("| {:<28} | {:<8} |", case.name, alg);
     if alg == "auto" && rule(case.batch, case.nheads, device_sms) != r.algorithm_used_by_rule {
         return Outcome {
             line: format!(
@@ -217,7 +207,6 @@ fn run_one(
                 "vertical" => "vertical",
                 _ => "auto",
             },
-            programmatic_launch: pdl,
         },
     };
     if let Err(e) = ssu_dev::launch(stream, &mut call) {
@@ -308,20 +297,12 @@ fn flashinfer_reference_bit_exact() {
             .iter()
             .map(|t| (t.name.clone(), m.input_storage(t)))
             .collect();
-        // Every result plain and with programmatic dependent launch (same bits expected).
-        for pdl in [false, true] {
-            for r in &case.results {
-                let o = run_one(&ctx, &stream, &m, case, &hosts, r, device_sms, pdl);
-                println!("{}", o.line);
-                runs += 1;
-                if o.failed {
-                    failed.push(format!(
-                        "{}/{}{}",
-                        case.name,
-                        r.algorithm_requested,
-                        if pdl { "+pdl" } else { "" }
-                    ));
-                }
+        for r in &case.results {
+            let o = run_one(&ctx, &stream, &m, case, &hosts, r, device_sms);
+            println!("{}", o.line);
+            runs += 1;
+            if o.failed {
+                failed.push(format!("{}/{}", case.name, r.algorithm_requested));
             }
         }
     }
@@ -512,7 +493,6 @@ fn slot_stride_near_2_pow_32_sparse_state() {
                 update_state: true,
                 philox_rounds: rounds,
                 algorithm: alg,
-                programmatic_launch: false,
             },
         };
         ssu_dev::launch(&stream, &mut call).expect("launch");

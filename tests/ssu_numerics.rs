@@ -406,8 +406,6 @@ fn call<'a>(p: &Problem, dev: &'a mut Dev, algorithm: &'static str) -> ssu_dev::
             update_state: c.update_state,
             philox_rounds: c.rounds,
             algorithm,
-            // Half of the stochastic-rounding runs go through programmatic dependent launch.
-            programmatic_launch: c.rounds % 2 == 1,
         },
     }
 }

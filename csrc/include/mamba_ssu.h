@@ -126,21 +126,6 @@ typedef enum mamba_ssu_seed_source {
   MAMBA_SSU_SEED_FROM_VALUES = 2
 } mamba_ssu_seed_source;
 
-/* Launch options: bits of mamba_ssu_params.launch_flags. */
-typedef enum mamba_ssu_launch_flag {
-  /* Programmatic dependent launch (compute capability 9.0+): the kernel may start while the
-   * kernel before it on the stream is finishing, and waits for that kernel's results (and
-   * memory) before it reads any tensor or writes anything. Only the seed work comes before
-   * the wait: with MAMBA_SSU_SEED_FROM_GENERATOR the kernel reads generator_state there and
-   * derives the seed while the previous kernel drains, so the fused seed costs nothing on the
-   * critical path. Contract: generator_state must not be written by the kernel launched just
-   * before this one on the stream (nor, if that kernel was itself launched with programmatic
-   * dependent launch, by its predecessors); a copy or kernel that completed before the
-   * previous kernel began is fine (mamba_ssu_prefetcher_prepare_replay writes it before the
-   * graph launch). Inside a CUDA-graph capture the dependency becomes a programmatic edge. */
-  MAMBA_SSU_LAUNCH_PDL = 1
-} mamba_ssu_launch_flag;
-
 /* Arguments of one selective-state-update call. All strides are in elements.
  *
  * Shapes (FlashInfer's):
@@ -208,7 +193,6 @@ typedef struct mamba_ssu_params {
   int32_t algorithm;     /* mamba_ssu_algorithm */
   int32_t seed_source;   /* mamba_ssu_seed_source */
   int32_t num_sms;       /* for ALGO_AUTO; <= 0: query the current device */
-  int32_t launch_flags;  /* mamba_ssu_launch_flag bits; 0 = a plain launch */
 } mamba_ssu_params;
 
 /* Checks *params against the kernel's contract (the same checks the launcher
@@ -239,14 +223,15 @@ typedef enum mamba_ssu_prefetch_point {
   MAMBA_SSU_PREFETCH_AT_FIRST_CALL = 1
 } mamba_ssu_prefetch_point;
 
-/* How a captured forward's batched draw enters the CUDA graph. */
+/* How a captured forward's batched draw enters the CUDA graph (eager forwards always use the
+ * side stream and events). */
 typedef enum mamba_ssu_capture_layout {
   /* As eagerly: the draw on the side stream, joined into main by events, which in the graph
    * become a parallel branch and its join edge. */
   MAMBA_SSU_CAPTURE_BRANCH = 0,
-  /* The draw as one node on main at the fork point (no branch, no events): one kernel
-   * boundary on the critical path instead of a branch join. Eager forwards still use the
-   * side stream. */
+  /* The default: the draw as one node on main at the fork point (no branch, no events): one
+   * kernel boundary on the critical path instead of a branch join, which measured cheaper on
+   * the H200 (BENCHMARKS.md, decode step). */
   MAMBA_SSU_CAPTURE_INLINE = 1
 } mamba_ssu_capture_layout;
 
@@ -266,7 +251,7 @@ int mamba_ssu_prefetcher_create(mamba_ssu_prefetcher **out, uint32_t seeds_per_f
                                 int32_t prefetch_point);
 
 /* Chooses how captured forwards place their batched draw (mamba_ssu_capture_layout; the
- * default after create is MAMBA_SSU_CAPTURE_BRANCH). Not allowed while a forward is open
+ * default after create is MAMBA_SSU_CAPTURE_INLINE). Not allowed while a forward is open
  * (MAMBA_SSU_ERROR_SCOPE). */
 int mamba_ssu_prefetcher_set_capture_layout(mamba_ssu_prefetcher *p, int32_t layout);
 

@@ -177,76 +177,39 @@ fn capture(
     Ok(graph)
 }
 
-/// One measured configuration: a seed mode, the prefetcher's capture layout (prefetch only)
-/// and whether the SSUs use programmatic dependent launch.
+/// One measured configuration: a seed mode and, for prefetch, the capture layout.
 #[derive(Clone, Copy)]
 struct Variant {
     label: &'static str,
     mode: SeedMode,
-    inline: bool,
-    pdl: bool,
+    branch: bool,
 }
 
-const VARIANTS: [Variant; 10] = [
+const VARIANTS: [Variant; 5] = [
     Variant {
         label: "stock",
         mode: SeedMode::Stock,
-        inline: false,
-        pdl: false,
+        branch: false,
     },
     Variant {
         label: "prefetch",
         mode: SeedMode::Prefetch,
-        inline: false,
-        pdl: false,
+        branch: false,
     },
     Variant {
-        label: "prefetch-inline",
+        label: "prefetch-branch",
         mode: SeedMode::Prefetch,
-        inline: true,
-        pdl: false,
+        branch: true,
     },
     Variant {
         label: "fused",
         mode: SeedMode::Fused,
-        inline: false,
-        pdl: false,
+        branch: false,
     },
     Variant {
         label: "fixed",
         mode: SeedMode::Fixed,
-        inline: false,
-        pdl: false,
-    },
-    Variant {
-        label: "stock+pdl",
-        mode: SeedMode::Stock,
-        inline: false,
-        pdl: true,
-    },
-    Variant {
-        label: "prefetch+pdl",
-        mode: SeedMode::Prefetch,
-        inline: false,
-        pdl: true,
-    },
-    Variant {
-        label: "prefetch-inline+pdl",
-        mode: SeedMode::Prefetch,
-        inline: true,
-        pdl: true,
-    },
-    Variant {
-        label: "fused+pdl",
-        mode: SeedMode::Fused,
-        inline: false,
-        pdl: true,
-    },
-    Variant {
-        label: "fixed+pdl",
-        mode: SeedMode::Fixed,
-        inline: false,
-        pdl: true,
+        branch: false,
     },
 ];
 
@@ -278,17 +241,18 @@ fn run() -> AnyResult<()> {
     unsafe { ctx.disable_event_tracking() };
     let stream = ctx.new_stream()?;
     let timer = Timer::new(&ctx)?;
+    // The default prefetcher (inline capture layout) and one that captures its draw as a
+    // side-stream branch, for comparison.
+    let mut inline = Prefetcher::new(&ctx, 40)?;
     let mut branch = Prefetcher::new(&ctx, 40)?;
     branch.set_capture_layout(CaptureLayout::Branch)?;
-    let mut inline = Prefetcher::new(&ctx, 40)?;
-    inline.set_capture_layout(CaptureLayout::Inline)?;
     let device_name = ctx.name()?;
 
     if opts.nvtx_only {
         let mut step = DecodeStep::new(&stream, DecodeShape::nemotron_h_tp4(opts.batches[0]))?;
         let mut gen = Generator::new(1, 0)?;
         for mode in SeedMode::ALL {
-            step.run(mode, &mut branch, &mut gen)?;
+            step.run(mode, &mut inline, &mut gen)?;
         }
         stream.synchronize()?;
         println!("one eager step per mode done (NVTX ranges: decode step / layer)");
@@ -299,16 +263,12 @@ fn run() -> AnyResult<()> {
     for &batch in &opts.batches {
         let shape = DecodeShape::nemotron_h_tp4(batch);
         let mut step = DecodeStep::new(&stream, shape)?;
-        for pdl in [false, true] {
-            step.set_programmatic_launch(pdl);
-            check_identical(&mut step, &mut branch, &stream)?;
-            check_identical(&mut step, &mut inline, &stream)?;
-        }
+        check_identical(&mut step, &mut inline, &stream)?;
+        check_identical(&mut step, &mut branch, &stream)?;
         let mut row = Row::default();
         let mut gen = Generator::new(42, 0)?;
         for v in VARIANTS {
-            step.set_programmatic_launch(v.pdl);
-            let pf = if v.inline { &mut inline } else { &mut branch };
+            let pf = if v.branch { &mut branch } else { &mut inline };
             let t = timer.median_us(
                 &stream,
                 opts.steps,
@@ -321,21 +281,25 @@ fn run() -> AnyResult<()> {
             row.eager.insert(v.label, t);
         }
         // Graphs: capture every variant, then time their replays interleaved (one replay of
-        // each per round), so that clock and thermal drift hit all variants alike.
+        // each per round), so that clock and thermal drift hit all variants alike. Every replay,
+        // fixed included, is preceded by the generator-state write (untimed), so that all
+        // variants start from the same stream state.
         let mut graphs = Vec::new();
         for v in VARIANTS {
-            step.set_programmatic_launch(v.pdl);
-            let pf = if v.inline { &mut inline } else { &mut branch };
+            let pf = if v.branch { &mut branch } else { &mut inline };
             let graph = capture(&mut step, pf, &stream, v.mode, &mut gen)?;
-            graphs.push((v, graph, pf.graph_increment()));
+            let inc = if v.mode == SeedMode::Fixed {
+                0
+            } else {
+                pf.graph_increment()
+            };
+            graphs.push((v, graph, inc));
         }
         let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(opts.steps); graphs.len()];
         for round in 0..opts.steps + 5 {
             for (i, (v, graph, inc)) in graphs.iter().enumerate() {
-                if v.mode != SeedMode::Fixed {
-                    let pf = if v.inline { &mut inline } else { &mut branch };
-                    pf.prepare_replay(&stream, &mut gen, *inc)?;
-                }
+                let pf = if v.branch { &mut branch } else { &mut inline };
+                pf.prepare_replay(&stream, &mut gen, *inc)?;
                 timer.start.record(&stream)?;
                 graph.launch()?;
                 timer.stop.record(&stream)?;
@@ -352,13 +316,9 @@ fn run() -> AnyResult<()> {
         rows.push((batch, row));
     }
 
-    // (stock - mode) / (stock - fixed), all three with the same launch kind.
-    let removed = |m: &BTreeMap<&str, f64>, mode: &str, sfx: &str| {
-        let (s, f, x) = (
-            m[&*format!("stock{sfx}")],
-            m[&*format!("fixed{sfx}")],
-            m[&*format!("{mode}{sfx}")],
-        );
+    // (stock - mode) / (stock - fixed).
+    let removed = |m: &BTreeMap<&str, f64>, mode: &str| {
+        let (s, f, x) = (m["stock"], m["fixed"], m[mode]);
         if s > f {
             100.0 * (s - x) / (s - f)
         } else {
@@ -370,32 +330,25 @@ fn run() -> AnyResult<()> {
         opts.steps
     );
     for (label, pick) in [("CUDA graph", true), ("eager", false)] {
-        for (launch, sfx) in [
-            ("plain SSU launches", ""),
-            ("SSUs with programmatic dependent launch", "+pdl"),
-        ] {
-            println!("\n{label}, {launch}:\n");
-            println!("| batch | stock | prefetch (branch) | prefetch (inline) | fused | fixed | prefetch/stock | fused/stock | fused/fixed | removed: prefetch branch | inline | fused |");
-            println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
-            for (batch, row) in &rows {
-                let m = if pick { &row.graph } else { &row.eager };
-                let g = |k: &str| m[&*format!("{k}{sfx}")];
-                let best_prefetch = g("prefetch").min(g("prefetch-inline"));
-                println!(
-                    "| {batch} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.3} | {:.3} | {:.3} | {:.1}% | {:.1}% | {:.1}% |",
-                    g("stock"),
-                    g("prefetch"),
-                    g("prefetch-inline"),
-                    g("fused"),
-                    g("fixed"),
-                    best_prefetch / g("stock"),
-                    g("fused") / g("stock"),
-                    g("fused") / g("fixed"),
-                    removed(m, "prefetch", sfx),
-                    removed(m, "prefetch-inline", sfx),
-                    removed(m, "fused", sfx),
-                );
-            }
+        println!("\n{label}:\n");
+        println!("| batch | stock | prefetch | prefetch (branch) | fused | fixed | prefetch/stock | fused/stock | fused/fixed | removed: prefetch | prefetch (branch) | fused |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for (batch, row) in &rows {
+            let m = if pick { &row.graph } else { &row.eager };
+            println!(
+                "| {batch} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.3} | {:.3} | {:.3} | {:.1}% | {:.1}% | {:.1}% |",
+                m["stock"],
+                m["prefetch"],
+                m["prefetch-branch"],
+                m["fused"],
+                m["fixed"],
+                m["prefetch"] / m["stock"],
+                m["fused"] / m["stock"],
+                m["fused"] / m["fixed"],
+                removed(m, "prefetch"),
+                removed(m, "prefetch-branch"),
+                removed(m, "fused"),
+            );
         }
     }
     if let Some(path) = opts.json {
@@ -408,21 +361,14 @@ fn run() -> AnyResult<()> {
                 let parts: Vec<String> = m.iter().map(|(k, v)| format!("\"{k}\":{v:.3}")).collect();
                 format!("{{{}}}", parts.join(","))
             };
-            let mut pct = Vec::new();
-            for sfx in ["", "+pdl"] {
-                for mode in ["prefetch", "prefetch-inline", "fused"] {
-                    pct.push(format!(
-                        "\"{mode}{sfx}\":{:.2}",
-                        removed(&row.graph, mode, sfx)
-                    ));
-                }
-            }
             s += &format!(
-                "{}{{\"batch\":{batch},\"eager_us\":{},\"graph_us\":{},\"graph_overhead_removed_pct\":{{{}}}}}",
+                "{}{{\"batch\":{batch},\"eager_us\":{},\"graph_us\":{},\"graph_overhead_removed_pct\":{{\"prefetch\":{:.2},\"prefetch-branch\":{:.2},\"fused\":{:.2}}}}}",
                 if i > 0 { "," } else { "" },
                 obj(&row.eager),
                 obj(&row.graph),
-                pct.join(",")
+                removed(&row.graph, "prefetch"),
+                removed(&row.graph, "prefetch-branch"),
+                removed(&row.graph, "fused")
             );
         }
         s += "]}\n";

@@ -11,7 +11,9 @@
 //! divided by K. Bytes = state read + write + x, out, B, C, dt, A, D, dt_bias, indices;
 //! bandwidth as % of a device-to-device copy of 1 GiB timed in the same run.
 //!
-//! Usage: `ssu_bench [--quick] [--nheads 32,128] [--batch 1,2,4] [--json PATH]`.
+//! Usage: `ssu_bench [--quick] [--nheads 32,128] [--batch 1,2,4] [--json PATH] [--seed-sources]`.
+//! `--seed-sources` instead compares, with 5 rounds and the auto layout, the seed read from a
+//! pointer against the fused seed derived from a device generator state (as in a CUDA graph).
 //! Without a GPU it prints one line and exits 0.
 
 use std::error::Error;
@@ -21,6 +23,7 @@ use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptu
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use half::{bf16, f16};
 use mamba_ssu::ssu::{self, Algorithm, SeedSource, SsuArgs, Tensor, TensorMut};
+use mamba_ssu::GraphSeedState;
 
 type Res<T> = Result<T, Box<dyn Error>>;
 
@@ -283,6 +286,9 @@ struct Setup {
     out: CudaSlice<bf16>,
     seed: CudaSlice<i64>,
     indices: Vec<CudaSlice<i32>>,
+    /// Device generator state for the fused variant (`Some`: the kernel derives its seed from
+    /// it, as a captured fused call does).
+    fused: Option<GraphSeedState>,
 }
 
 impl Setup {
@@ -343,6 +349,7 @@ fn setup(stream: &Arc<CudaStream>, nheads: usize, batch: usize) -> Res<Setup> {
         out: stream.alloc_zeros(batch * nheads * DIM)?,
         seed: stream.clone_htod(&[0x5DEA_DBEEF_i64])?,
         indices,
+        fused: None,
     })
 }
 
@@ -380,11 +387,16 @@ fn enqueue(
         philox_rounds: rounds,
         algorithm: alg,
         seed: if rounds > 0 {
-            Some(SeedSource::Pointer(Tensor::new(&s.seed, &[1], &[1])?))
+            Some(match &s.fused {
+                Some(state) => SeedSource::FromGenerator {
+                    state,
+                    offset: 4 * k as u64,
+                },
+                None => SeedSource::Pointer(Tensor::new(&s.seed, &[1], &[1])?),
+            })
         } else {
             None
         },
-        programmatic_launch: false,
     };
     ssu::selective_state_update(stream, &mut args)?;
     Ok(())
@@ -436,6 +448,7 @@ struct Opts {
     nheads: Vec<usize>,
     batches: Vec<usize>,
     json: Option<String>,
+    seed_sources: bool,
 }
 
 fn parse_list(s: &str) -> Res<Vec<usize>> {
@@ -453,6 +466,7 @@ fn parse_args() -> Res<Opts> {
         nheads: vec![32, 128],
         batches: vec![1, 2, 4, 8, 16, 32, 64, 128, 256],
         json: None,
+        seed_sources: false,
     };
     let mut quick = false;
     let (mut nh, mut bt) = (None, None);
@@ -463,9 +477,10 @@ fn parse_args() -> Res<Opts> {
             "--nheads" => nh = Some(parse_list(&args.next().ok_or("--nheads needs a value")?)?),
             "--batch" => bt = Some(parse_list(&args.next().ok_or("--batch needs a value")?)?),
             "--json" => o.json = Some(args.next().ok_or("--json needs a path")?),
+            "--seed-sources" => o.seed_sources = true,
             "-h" | "--help" => {
                 println!(
-                    "usage: ssu_bench [--quick] [--nheads 32,128] [--batch 1,2,4] [--json PATH]"
+                    "usage: ssu_bench [--quick] [--nheads 32,128] [--batch 1,2,4] [--json PATH] [--seed-sources]"
                 );
                 std::process::exit(0);
             }
@@ -512,6 +527,29 @@ fn run() -> Res<()> {
         .and_then(Json::num)
         .unwrap_or(f64::NAN);
 
+    if opts.seed_sources {
+        println!("| nheads | batch | pointer µs | fused µs | fused/pointer |");
+        println!("|---|---|---|---|---|");
+        for &nheads in &opts.nheads {
+            for &batch in &opts.batches {
+                let mut s = setup(&stream, nheads, batch)?;
+                let pointer = time_config(&ctx, &stream, &mut s, 5, Algorithm::Auto)?;
+                let mut state = GraphSeedState::new(&stream)?;
+                state.write(&stream, 0x5EED_1234_ABCD, 1 << 20)?;
+                s.fused = Some(state);
+                let fused = time_config(&ctx, &stream, &mut s, 5, Algorithm::Auto)?;
+                // Pointer again, so drift between the two shows up as a spread.
+                s.fused = None;
+                let pointer2 = time_config(&ctx, &stream, &mut s, 5, Algorithm::Auto)?;
+                let p = 0.5 * (pointer + pointer2);
+                println!(
+                    "| {nheads} | {batch} | {pointer:.3} / {pointer2:.3} | {fused:.3} | {:.3} |",
+                    fused / p
+                );
+            }
+        }
+        return Ok(());
+    }
     let copy_gbps = copy_bandwidth(&ctx, &stream)?;
     println!(
         "device-to-device copy: {copy_gbps:.1} GB/s (read + write; FlashInfer's run: {fi_copy:.1})\n"

@@ -30,6 +30,14 @@ pub fn gpu_required() -> bool {
     std::env::var("MAMBA_SSU_REQUIRE_GPU").is_ok_and(|v| v.trim() == "1")
 }
 
+/// Serializes the GPU tests of one test binary: a stream capture in one test thread is
+/// invalidated by stream creation or allocation in another, so tests that capture (and those
+/// running next to them) hold this lock for their whole body.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Device 0 and a fresh stream, or `None` (with a skip line on stderr) where there is no GPU.
 ///
 /// # Panics

@@ -44,8 +44,6 @@ pub struct Flags {
     pub philox_rounds: u32,
     /// `auto`, `simple`, `vertical`.
     pub algorithm: &'static str,
-    /// Launch with programmatic dependent launch.
-    pub programmatic_launch: bool,
 }
 
 /// One SSU call.
@@ -125,7 +123,6 @@ pub fn launch(stream: &Arc<CudaStream>, call: &mut Call<'_>) -> mamba_ssu::Resul
         philox_rounds: call.flags.philox_rounds,
         algorithm: algorithm(call.flags.algorithm),
         seed,
-        programmatic_launch: call.flags.programmatic_launch,
     };
     ssu::selective_state_update(stream, &mut args)
 }
