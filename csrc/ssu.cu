@@ -357,7 +357,10 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   a.update_state = p.update_state != 0;
   a.seed_source = p.seed_source;
   // Fused seeds once per block on large grids (measured: BENCHMARKS.md, decode step).
-  a.block_seed = below ? 0 : 1;
+#ifndef MAMBA_SSU_BLOCK_SEED
+#define MAMBA_SSU_BLOCK_SEED 1  // build-time tuning knob: 0 = every warp derives its seed
+#endif
+  a.block_seed = (MAMBA_SSU_BLOCK_SEED != 0 && !below) ? 1 : 0;
 
   const auto st = reinterpret_cast<cudaStream_t>(stream);
   const auto nblocks = static_cast<unsigned>(blocks);

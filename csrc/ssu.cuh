@@ -557,36 +557,24 @@ __device__ __forceinline__ void load_chunk(const Cfg &cfg, const Args &a, Chunk<
   if (a.z != nullptr && (Cfg::kFullChunks || dz < d_end)) c.z = cfg.load_input(a.z, z_row + dz);
 }
 
-// The fused seed: the stock torch draw at the generator offset (Philox4x32-10, word 1).
-// With full chunks every warp of the block reaches this point (a block serves one (b, h), so
-// `sr` is block-uniform), and when a.block_seed is set one thread derives the seed for the
-// whole block: 10 Philox rounds once per block instead of once per warp, which pays off on
-// large grids; on small ones the barrier's latency costs more than the rounds it saves, so
-// each warp derives it (the host sets block_seed from the grid size).
+// The fused seed: the stock torch draw at generator state (seed, offset) (Philox4x32-10,
+// word 1), both preloaded by the caller. With full chunks every warp of the block reaches this
+// point (a block serves one (b, h), so `sr` is block-uniform), and when a.block_seed is set one
+// thread derives the seed for the whole block: 10 Philox rounds once per block instead of once
+// per warp, which pays off on large grids; on small ones the barrier's latency costs more than
+// the rounds it saves, so each warp derives it (the host sets block_seed from the grid size).
 template <class Cfg>
-__device__ __forceinline__ uint64_t derive_seed(const Args &a) {
-  const auto draw = [&a]() {
-    return a.seed_source == MAMBA_SSU_SEED_FROM_GENERATOR
-               ? static_cast<uint64_t>(torch_seed_draw(
-                     a.generator_state->seed, a.generator_state->offset + a.seed_offset))
-               : static_cast<uint64_t>(torch_seed_draw(a.generator_seed, a.seed_offset));
-  };
+__device__ __forceinline__ uint64_t derive_seed(const Args &a, uint64_t seed, uint64_t offset) {
   if constexpr (Cfg::kFullChunks) {
     if (a.block_seed != 0) {  // grid-uniform
       __shared__ uint64_t block_seed;
-      if (threadIdx.x == 0) block_seed = draw();
+      if (threadIdx.x == 0) block_seed = static_cast<uint64_t>(torch_seed_draw(seed, offset));
       __syncthreads();
       return block_seed;
     }
   }
-  return draw();
+  return static_cast<uint64_t>(torch_seed_draw(seed, offset));
 }
-
-// Experiment switch (build flag): compute each chunk's stochastic-rounding random words before
-// its state arrives instead of after the state math.
-#ifndef MAMBA_SSU_SR_HOIST
-#define MAMBA_SSU_SR_HOIST 0
-#endif
 
 // The stochastic-rounding random words of one state row (Philox element offset sr_row of its
 // first column) at this lane's columns: column n takes word (n mod G) of Philox(counter at the
@@ -618,6 +606,23 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
   const Cfg cfg(a);
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
+
+  // The seed's inputs do not depend on the slot: their loads go out first, so that their
+  // latency (and, for a fused seed, the 10 Philox rounds after them) overlaps the slot-index
+  // and state loads instead of following them. The launcher checked the pointers whenever
+  // rounds > 0 (grid-uniform).
+  uint64_t seed_in = 0, seed_offset_in = 0;
+  if (cfg.rounds() > 0) {
+    if (a.seed_source == MAMBA_SSU_SEED_POINTER) {
+      seed_in = static_cast<uint64_t>(*a.rand_seed);
+    } else if (a.seed_source == MAMBA_SSU_SEED_FROM_GENERATOR) {
+      seed_in = a.generator_state->seed;
+      seed_offset_in = a.generator_state->offset + a.seed_offset;
+    } else {
+      seed_in = a.generator_seed;
+      seed_offset_in = a.seed_offset;
+    }
+  }
 
   const uint32_t bh = blockIdx.x / a.blocks_per_head;
   const uint32_t part = blockIdx.x - bh * a.blocks_per_head;
@@ -693,10 +698,8 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
   const bool sr = cfg.rounds() > 0 && write;
   uint64_t seed = 0;
   if (sr) {
-    if (a.seed_source == MAMBA_SSU_SEED_POINTER)
-      seed = static_cast<uint64_t>(*a.rand_seed);
-    else
-      seed = derive_seed<Cfg>(a);
+    seed = a.seed_source == MAMBA_SSU_SEED_POINTER ? seed_in
+                                                    : derive_seed<Cfg>(a, seed_in, seed_offset_in);
   }
   const typename Cfg::Key key = cfg.make_key(seed);
 
@@ -705,18 +708,6 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
     // Issue the next chunk's loads before computing this one.
     Chunk<Cfg> next = {};
     if (d0 + U < d_end) load_chunk(cfg, a, next, d0 + U, d_end, lane, read_head, x_row, z_row, pad);
-#if MAMBA_SSU_SR_HOIST
-    // This chunk's random words do not depend on the state: work them out while its loads
-    // are in flight (a fused seed's derivation then overlaps them too).
-    uint32_t rnd_h[U][K] = {};
-    if (sr) {
-#pragma unroll
-      for (int r = 0; r < U; ++r) {
-        if (Cfg::kFullChunks || d0 + r < d_end)
-          sr_words(cfg, key, sr_head + static_cast<uint64_t>(d0 + r) * dstate, lane, rnd_h[r]);
-      }
-    }
-#endif
 
     // s' = dA * s + x * (B * dt') in fp32 (rows past d_end compute garbage
     // that is neither stored nor output), and the lane partials of y.
@@ -755,12 +746,8 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
         if (!Cfg::kFullChunks && d >= d_end) break;  // warp-uniform
         uint32_t bits[K] = {};
         if (sr) {
-#if MAMBA_SSU_SR_HOIST
-          const uint32_t *rnd = rnd_h[r];
-#else
           uint32_t rnd[K] = {};
           sr_words(cfg, key, sr_head + static_cast<uint64_t>(d) * dstate, lane, rnd);
-#endif
 #pragma unroll
           for (int i = 0; i < K; i += 2) {
             if (i < cfg.ncols()) {
