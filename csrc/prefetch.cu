@@ -13,6 +13,11 @@
 // stock seed overhead per decode step, inline 96-100 %: BENCHMARKS.md); stream order then
 // covers every consumer. MAMBA_SSU_CAPTURE_BRANCH keeps the eager layout under capture.
 //
+// Fused forwards (begin_fused_forward) chain their calls through a second buffer: call k's
+// kernel stores call k+1's seed from one extra thread block, call k+1 reads it. Writer and
+// reader are consecutive launches on main, so stream order covers them; the next forward's
+// writes to the same slots come after this forward's readers on main as well.
+//
 // Why one seed buffer is enough (reuse argument): forward F+1's batched draw is enqueued on the
 // side stream after a wait on F+1's fork event, which is recorded on main when F+1 begins. All
 // consumers of F's seeds were enqueued on main before F ended (a forward's seeds must be used
@@ -44,6 +49,7 @@ struct mamba_ssu_prefetcher {
   cudaEvent_t fork = nullptr;
   cudaEvent_t ready = nullptr;
   int64_t *seeds = nullptr;     // n
+  int64_t *chain = nullptr;     // n: the fused chain's links (seed of call k, written by k-1)
   int64_t *fallback = nullptr;  // kFallbackSlots
   uint32_t fallback_next = 0;
   mamba_ssu_generator_state *dev_state = nullptr;
@@ -55,6 +61,10 @@ struct mamba_ssu_prefetcher {
 
   // The open forward.
   bool in_forward = false;
+  bool fused = false;           // opened by begin_fused_forward
+  bool link_ready = false;      // the previous fused call stores the next call's seed
+  uint64_t link_seed = 0;       // eager: the generator seed that link was drawn with
+  uint64_t link_position = 0;   // its offset (eager) or intragraph offset (captured)
   cudaStream_t main = nullptr;
   bool captured = false;
   bool drawn = false;
@@ -172,6 +182,9 @@ int take_request(mamba_ssu_prefetcher *p, cudaStream_t stream, mamba_ssu_generat
   if (*capturing != p->captured)
     return fail(MAMBA_SSU_ERROR_SCOPE,
                 "stream: capture began or ended inside a forward; end the forward first");
+  if (p->fused)
+    return fail(MAMBA_SSU_ERROR_SCOPE,
+                "seed: this forward is a fused one (begin_fused_forward); request fused seeds");
   if (layer != p->summary.requested)
     return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
                 "layer: expected %u (the number of seeds requested so far in this forward), "
@@ -223,6 +236,7 @@ extern "C" int mamba_ssu_prefetcher_create(mamba_ssu_prefetcher **out,
   if (!s) s = check_cuda(cudaEventCreateWithFlags(&p->fork, cudaEventDisableTiming), "fork event");
   if (!s) s = check_cuda(cudaEventCreateWithFlags(&p->ready, cudaEventDisableTiming), "ready event");
   if (!s) s = check_cuda(cudaMalloc(&p->seeds, sizeof(int64_t) * p->n), "seed buffer");
+  if (!s) s = check_cuda(cudaMalloc(&p->chain, sizeof(int64_t) * p->n), "chain buffer");
   if (!s) s = check_cuda(cudaMalloc(&p->fallback, sizeof(int64_t) * kFallbackSlots), "fallback");
   if (!s) s = check_cuda(cudaMalloc(&p->dev_state, sizeof(mamba_ssu_generator_state)), "state");
   if (!s) s = check_cuda(cudaMemset(p->dev_state, 0, sizeof(mamba_ssu_generator_state)), "state");
@@ -253,6 +267,7 @@ extern "C" int mamba_ssu_prefetcher_destroy(mamba_ssu_prefetcher *p) {
   int s = set_device(p);
   if (p->side != nullptr && !s) s = check_cuda(cudaStreamSynchronize(p->side), "sync side");
   if (p->seeds) cudaFree(p->seeds);
+  if (p->chain) cudaFree(p->chain);
   if (p->fallback) cudaFree(p->fallback);
   if (p->dev_state) cudaFree(p->dev_state);
   if (p->fork) cudaEventDestroy(p->fork);
@@ -275,6 +290,8 @@ extern "C" int mamba_ssu_prefetcher_begin_forward(mamba_ssu_prefetcher *p,
   bool capturing = false;
   if (int s = capture_state(p, main, &capturing)) return s;
   p->in_forward = true;
+  p->fused = false;
+  p->link_ready = false;
   p->main = main;
   p->captured = capturing;
   p->drawn = false;
@@ -287,6 +304,31 @@ extern "C" int mamba_ssu_prefetcher_begin_forward(mamba_ssu_prefetcher *p,
       return s;
     }
   }
+  return MAMBA_SSU_SUCCESS;
+}
+
+extern "C" int mamba_ssu_prefetcher_begin_fused_forward(mamba_ssu_prefetcher *p,
+                                                        mamba_ssu_stream_t main_stream,
+                                                        mamba_ssu_generator_state *generator) {
+  clear_error();
+  if (p == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "prefetcher: null pointer");
+  if (p->in_forward)
+    return fail(MAMBA_SSU_ERROR_SCOPE,
+                "begin_fused_forward: a forward is already open; end it first");
+  if (int s = check_generator(generator)) return s;
+  if (int s = set_device(p)) return s;
+  const cudaStream_t main = reinterpret_cast<cudaStream_t>(main_stream);
+  bool capturing = false;
+  if (int s = capture_state(p, main, &capturing)) return s;
+  p->in_forward = true;
+  p->fused = true;
+  p->link_ready = false;
+  p->main = main;
+  p->captured = capturing;
+  p->drawn = false;
+  p->joined = true;  // no side stream in a fused forward
+  p->summary = mamba_ssu_forward_summary{};
+  p->summary.captured = capturing ? 1 : 0;
   return MAMBA_SSU_SUCCESS;
 }
 
@@ -313,24 +355,64 @@ extern "C" int mamba_ssu_prefetcher_fused_seed(mamba_ssu_prefetcher *p, mamba_ss
   clear_error();
   if (params == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "params: null pointer");
   if (p == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "prefetcher: null pointer");
-  if (p->in_forward)
+  if (p->in_forward && !p->fused)
     return fail(MAMBA_SSU_ERROR_SCOPE,
-                "fused_seed: the fused path draws nothing ahead; call it outside a forward");
+                "fused_seed: a prefetching forward is open (its seeds come from seed()); fused "
+                "seeds are requested outside a forward or in a fused one");
   if (int s = check_generator(generator)) return s;
   if (int s = set_device(p)) return s;
+  const cudaStream_t s_ = reinterpret_cast<cudaStream_t>(stream);
   bool capturing = false;
-  if (int s = capture_state(p, reinterpret_cast<cudaStream_t>(stream), &capturing)) return s;
+  if (int s = capture_state(p, s_, &capturing)) return s;
+  const bool chained_forward = p->in_forward;  // a fused forward
+  if (chained_forward) {
+    if (s_ != p->main)
+      return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                  "stream: a forward's seeds must be requested on the stream given to "
+                  "begin_fused_forward");
+    if (capturing != p->captured)
+      return fail(MAMBA_SSU_ERROR_SCOPE,
+                  "stream: capture began or ended inside a forward; end the forward first");
+  }
+  // This call's draw position: the device state plus the intragraph offset under capture,
+  // the host generator's values eagerly.
+  const uint64_t position = capturing ? p->intragraph : generator->offset;
   params->rand_seed = nullptr;
+  params->seed_next = nullptr;
   if (capturing) {
     params->seed_source = MAMBA_SSU_SEED_FROM_GENERATOR;
     params->generator_state = p->dev_state;
-    params->seed_offset = p->intragraph;
-    p->intragraph += 4;
+    params->generator_seed = 0;
+    params->seed_offset = position;
   } else {
     params->seed_source = MAMBA_SSU_SEED_FROM_VALUES;
     params->generator_state = nullptr;
     params->generator_seed = generator->seed;
-    params->seed_offset = generator->offset;
+    params->seed_offset = position;
+  }
+  if (chained_forward) {
+    const uint32_t k = p->summary.requested++;
+    // The link stored by the previous call is this call's seed only if the generator is
+    // exactly where that call left it (someone else drawing in between moves the sequence).
+    const bool linked = k > 0 && k < p->n && p->link_ready && position == p->link_position &&
+                        (capturing || generator->seed == p->link_seed);
+    if (linked) {
+      params->seed_source = MAMBA_SSU_SEED_POINTER;
+      params->rand_seed = p->chain + k;
+      p->summary.prefetched++;
+    } else {
+      p->summary.fallback++;
+    }
+    p->link_ready = k + 1 < p->n;
+    if (p->link_ready) {
+      params->seed_next = p->chain + k + 1;
+      p->link_position = position + 4;
+      p->link_seed = capturing ? 0 : generator->seed;
+    }
+  }
+  if (capturing) {
+    p->intragraph += 4;
+  } else {
     generator->offset += 4;
   }
   return MAMBA_SSU_SUCCESS;
@@ -346,6 +428,8 @@ extern "C" int mamba_ssu_prefetcher_end_forward(mamba_ssu_prefetcher *p,
   // the capture fail; eagerly it keeps the next forward's ordering argument simple.
   if (!s) s = join(p);
   p->in_forward = false;
+  p->fused = false;
+  p->link_ready = false;
   if (summary != nullptr) *summary = p->summary;
   if (s) return s;
   if (p->captured && p->drawn && p->summary.prefetched < p->n)

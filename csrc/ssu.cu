@@ -150,6 +150,16 @@ int check(const mamba_ssu_params *p) {
   if (p->D != nullptr && (s = check_pointer(p->D, "D", wb))) return s;
   if (p->dt_bias != nullptr && (s = check_pointer(p->dt_bias, "dt_bias", wb))) return s;
   // The seed matters only with stochastic rounding.
+  if (p->seed_next != nullptr) {
+    if ((s = check_pointer(p->seed_next, "seed_next", 8))) return s;
+    if (p->generator_state != nullptr &&
+        (s = check_pointer(p->generator_state, "generator_state", 8)))
+      return s;
+    if (p->seed_offset % 4 != 0)
+      return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                  "seed_offset: expected a multiple of 4 (seed_next is set), got %llu",
+                  static_cast<unsigned long long>(p->seed_offset));
+  }
   if (p->philox_rounds > 0) {
     if (p->seed_source == MAMBA_SSU_SEED_POINTER) {
       if ((s = check_pointer(p->rand_seed, "rand_seed", 8))) return s;
@@ -361,9 +371,13 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
 #define MAMBA_SSU_BLOCK_SEED 1  // build-time tuning knob: 0 = every warp derives its seed
 #endif
   a.block_seed = (MAMBA_SSU_BLOCK_SEED != 0 && !below) ? 1 : 0;
+  a.seed_next = p.seed_next;
 
   const auto st = reinterpret_cast<cudaStream_t>(stream);
-  const auto nblocks = static_cast<unsigned>(blocks);
+  // One extra block stores a fused chain's next seed.
+  if (p.seed_next != nullptr && blocks + 1 > INT32_MAX)
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "seed_next: the grid has no room for its block");
+  const auto nblocks = static_cast<unsigned>(blocks + (p.seed_next != nullptr ? 1 : 0));
   if (!hot) return launch<DynConfig>(a, nblocks, st);
   return simple ? launch_hot<true>(a, nblocks, st) : launch_hot<false>(a, nblocks, st);
 }

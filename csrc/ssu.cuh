@@ -113,6 +113,7 @@ struct Args {
   int32_t update_state;
   int32_t seed_source;
   int32_t block_seed;        // fused seeds: derived once per block (1) or per warp (0)
+  int64_t *seed_next;        // optional: the extra last block stores the next call's seed
 };
 
 // ---------------------------------------------------------------------------
@@ -606,6 +607,20 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
   const Cfg cfg(a);
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
+
+  // A fused chain's next link: the grid's extra last block stores the stock draw that follows
+  // this call's position (the next call's seed) and does nothing else, off the critical path.
+  if (a.seed_next != nullptr && blockIdx.x == gridDim.x - 1) {  // block-uniform
+    if (threadIdx.x == 0) {
+      uint64_t seed = a.generator_seed, offset = a.seed_offset;
+      if (a.generator_state != nullptr) {
+        seed = a.generator_state->seed;
+        offset += a.generator_state->offset;
+      }
+      *a.seed_next = torch_seed_draw(seed, offset + 4);
+    }
+    return;
+  }
 
   // The seed's inputs do not depend on the slot: their loads go out first, so that their
   // latency (and, for a fused seed, the 10 Philox rounds after them) overlaps the slot-index

@@ -24,18 +24,23 @@ pub enum SeedMode {
     Stock,
     /// The prefetcher: one batched draw per step on a side stream, events only.
     Prefetch,
-    /// The SSU kernel derives its seed itself: no seed kernel at all.
+    /// Fused, chained ([`Prefetcher::fused_forward`]): no seed kernel at all; layer 0's SSU
+    /// derives its seed and every SSU also stores the next layer's.
     Fused,
+    /// Fused, per call ([`Prefetcher::fused_seed`] outside a forward): every SSU derives its
+    /// own seed (10 Philox rounds on each layer's critical path).
+    FusedPerCall,
     /// A fixed seed in device memory, no draw: the lower bound (not stock-identical).
     Fixed,
 }
 
 impl SeedMode {
     /// All modes, in table order.
-    pub const ALL: [SeedMode; 4] = [
+    pub const ALL: [SeedMode; 5] = [
         SeedMode::Stock,
         SeedMode::Prefetch,
         SeedMode::Fused,
+        SeedMode::FusedPerCall,
         SeedMode::Fixed,
     ];
 
@@ -45,6 +50,7 @@ impl SeedMode {
             SeedMode::Stock => "stock",
             SeedMode::Prefetch => "prefetch",
             SeedMode::Fused => "fused",
+            SeedMode::FusedPerCall => "fused-per-call",
             SeedMode::Fixed => "fixed",
         }
     }
@@ -244,8 +250,10 @@ impl DecodeStep {
         let stream = self.stream.clone();
         nvtx::range_push!("decode step: {} b{}", mode.name(), batch);
         let result = (|| -> Result<()> {
-            if mode == SeedMode::Prefetch {
-                prefetcher.begin_forward(&stream, gen)?;
+            match mode {
+                SeedMode::Prefetch => prefetcher.begin_forward(&stream, gen)?,
+                SeedMode::Fused => prefetcher.begin_fused_forward(&stream, gen)?,
+                _ => {}
             }
             for l in 0..self.shape.layers {
                 nvtx::range_push!("layer {l} ({})", mode.name());
@@ -258,7 +266,7 @@ impl DecodeStep {
                             seed_ptr = prefetcher.seed(&stream, gen, l as u32)?;
                             SeedSource::Prefetched(seed_ptr)
                         }
-                        SeedMode::Fused => {
+                        SeedMode::Fused | SeedMode::FusedPerCall => {
                             fused = prefetcher.fused_seed(&stream, gen)?;
                             SeedSource::Fused(fused)
                         }
@@ -288,7 +296,7 @@ impl DecodeStep {
                 nvtx::range_pop!();
                 r?;
             }
-            if mode == SeedMode::Prefetch {
+            if matches!(mode, SeedMode::Prefetch | SeedMode::Fused) {
                 prefetcher.end_forward()?;
             }
             Ok(())

@@ -13,7 +13,10 @@
 //! - stock: [`Prefetcher::seed`] outside a forward — one single-seed kernel on the stream;
 //! - prefetch: [`Prefetcher::forward`] then [`Forward::seed`] per layer — pointers into the
 //!   batched draw (layers beyond N, or a generator moved by someone else, fall back to stock);
-//! - fused: [`Prefetcher::fused_seed`] — the SSU kernel derives the seed itself.
+//! - fused: [`Prefetcher::fused_seed`] — the SSU kernel derives the seed itself; inside a
+//!   [`Prefetcher::fused_forward`] the layers' kernels are chained (layer 0 derives its seed,
+//!   each kernel also stores the next layer's), so no seed kernel runs at all and the 10-round
+//!   derivation is on the critical path once per forward.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), mamba_ssu::Error> {
@@ -100,6 +103,10 @@ pub struct FusedSeed<'p> {
     generator_state: u64,
     generator_seed: u64,
     seed_offset: u64,
+    /// In a fused forward: the link the previous call stores (this call's seed), or 0.
+    linked_seed: u64,
+    /// In a fused forward: where this call stores the next call's seed, or 0.
+    seed_next: u64,
     ordinal: usize,
     _prefetcher: PhantomData<&'p Prefetcher>,
 }
@@ -130,6 +137,18 @@ impl FusedSeed<'_> {
     /// The device of the generator state.
     pub(crate) fn ordinal(&self) -> usize {
         self.ordinal
+    }
+
+    /// In a fused forward, the device pointer to this call's seed as stored by the previous
+    /// call of the chain (`None`: the kernel derives the seed itself).
+    pub fn linked_seed(&self) -> Option<u64> {
+        (self.linked_seed != 0).then_some(self.linked_seed)
+    }
+
+    /// In a fused forward, the device pointer where this call's kernel stores the next call's
+    /// seed (`None` for the last link, or outside a fused forward).
+    pub fn seed_next(&self) -> Option<u64> {
+        (self.seed_next != 0).then_some(self.seed_next)
     }
 }
 
@@ -290,7 +309,9 @@ impl Prefetcher {
 
     /// The fused path: the seed fields that make the SSU kernel derive this call's stock seed
     /// itself (pass them as [`crate::ssu::SeedSource::Fused`]); `gen` advances like one stock
-    /// draw (eagerly). Call outside a forward.
+    /// draw (eagerly). Outside a forward each call derives its own seed; inside a fused forward
+    /// ([`Prefetcher::begin_fused_forward`]) the calls are chained; inside a prefetching forward
+    /// it is a scope error.
     pub fn fused_seed(
         &mut self,
         stream: &CudaStream,
@@ -314,9 +335,39 @@ impl Prefetcher {
             generator_state: params.generator_state as u64,
             generator_seed: params.generator_seed,
             seed_offset: params.seed_offset,
+            linked_seed: if params.seed_source == sys::MAMBA_SSU_SEED_POINTER as i32 {
+                params.rand_seed as u64
+            } else {
+                0
+            },
+            seed_next: params.seed_next as u64,
             ordinal: self.ctx.ordinal(),
             _prefetcher: PhantomData,
         })
+    }
+
+    /// Opens a FUSED forward on `main` (explicit form of [`Prefetcher::fused_forward`]): no
+    /// batched draw; the first N [`Prefetcher::fused_seed`] calls of the forward are chained —
+    /// call 0 derives its seed in the kernel, and each call's kernel also stores the next
+    /// call's seed from one extra thread block, which the next call reads — so the 10-round
+    /// seed derivation runs once per forward on the critical path instead of once per layer.
+    /// Values are the stock sequence. Every fused seed of the forward must be consumed by
+    /// exactly one SSU launch on `main` before the next is requested.
+    pub fn begin_fused_forward(&mut self, main: &CudaStream, gen: &Generator) -> Result<()> {
+        self.check_stream("main", main)?;
+        self.ctx.bind_to_thread()?;
+        let mut g = gen.to_raw();
+        // SAFETY: `self.raw` is a live prefetcher; `g` is a valid generator state; the stream
+        // handle comes from a live cudarc stream of the same device.
+        ffi::check(unsafe {
+            sys::mamba_ssu_prefetcher_begin_fused_forward(
+                self.raw.as_ptr(),
+                ffi::stream_handle(main),
+                &mut g,
+            )
+        })?;
+        self.open = true;
+        Ok(())
     }
 
     /// Ends the open forward: joins the side stream into the main stream and returns what the
@@ -351,6 +402,22 @@ impl Prefetcher {
             main,
             gen,
             layer: 0,
+            ended: false,
+        })
+    }
+
+    /// Opens a fused forward and returns its scope guard (see
+    /// [`Prefetcher::begin_fused_forward`]; ended on drop if not ended explicitly).
+    pub fn fused_forward<'a>(
+        &'a mut self,
+        main: &'a CudaStream,
+        gen: &'a mut Generator,
+    ) -> Result<FusedForward<'a>> {
+        self.begin_fused_forward(main, gen)?;
+        Ok(FusedForward {
+            prefetcher: self,
+            main,
+            gen,
             ended: false,
         })
     }
@@ -433,6 +500,43 @@ impl Forward<'_> {
 }
 
 impl Drop for Forward<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            let _ = self.prefetcher.end_forward();
+        }
+    }
+}
+
+/// A fused forward scope: hands out chained fused seeds in order (see
+/// [`Prefetcher::begin_fused_forward`]); ends the forward on drop (errors are then ignored —
+/// call [`FusedForward::end`] to see them).
+pub struct FusedForward<'a> {
+    prefetcher: &'a mut Prefetcher,
+    main: &'a CudaStream,
+    gen: &'a mut Generator,
+    ended: bool,
+}
+
+impl FusedForward<'_> {
+    /// The next layer's fused seed, for one SSU launch on the forward's main stream.
+    pub fn seed(&mut self) -> Result<FusedSeed<'_>> {
+        self.prefetcher.fused_seed(self.main, self.gen)
+    }
+
+    /// The generator (its offset follows the seeds handed out, eagerly).
+    pub fn generator(&self) -> &Generator {
+        self.gen
+    }
+
+    /// Ends the forward (see [`Prefetcher::end_forward`]): `prefetched` counts the chained
+    /// calls, `fallback` those that derived their own seed.
+    pub fn end(mut self) -> Result<ForwardSummary> {
+        self.ended = true;
+        self.prefetcher.end_forward()
+    }
+}
+
+impl Drop for FusedForward<'_> {
     fn drop(&mut self) {
         if !self.ended {
             let _ = self.prefetcher.end_forward();

@@ -890,11 +890,13 @@ impl<'a> SsuArgs<'a> {
                     offset: *offset,
                 },
                 SeedSource::Prefetched(_) => SeedSpec::Pointer(PREFETCHED_SEED_LAYOUT),
-                SeedSource::Fused(f) => match f.generator_state() {
-                    Some(_) => SeedSpec::FromGenerator {
+                SeedSource::Fused(f) => match (f.linked_seed(), f.generator_state()) {
+                    // A chained call reads the seed its predecessor stored.
+                    (Some(_), _) => SeedSpec::Pointer(PREFETCHED_SEED_LAYOUT),
+                    (None, Some(_)) => SeedSpec::FromGenerator {
                         offset: f.seed_offset(),
                     },
-                    None => SeedSpec::FromValues {
+                    (None, None) => SeedSpec::FromValues {
                         seed: f.generator_seed(),
                         offset: f.seed_offset(),
                     },
@@ -1608,9 +1610,19 @@ pub fn selective_state_update(stream: &CudaStream, args: &mut SsuArgs<'_>) -> Re
         }
         Some(SeedSource::Pointer(_)) if sr => params.rand_seed = raw(&seed) as *const i64,
         Some(SeedSource::Prefetched(p)) if sr => params.rand_seed = p.device_ptr() as *const i64,
-        Some(SeedSource::Fused(f)) if sr => {
+        Some(SeedSource::Fused(f)) => {
+            // The draw position (also what a chain's next link is derived from), even without
+            // stochastic rounding in this call: the next call of the chain needs its link.
             if let Some(state) = f.generator_state() {
                 params.generator_state = state as *const sys::mamba_ssu_generator_state;
+            }
+            params.generator_seed = f.generator_seed();
+            params.seed_offset = f.seed_offset();
+            if let Some(link) = f.linked_seed().filter(|_| sr) {
+                params.rand_seed = link as *const i64;
+            }
+            if let Some(next) = f.seed_next() {
+                params.seed_next = next as *mut i64;
             }
         }
         _ => {}
@@ -2143,6 +2155,29 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The fused chain's `seed_next`: aligned pointer and a whole draw position.
+    #[test]
+    fn launcher_check_of_seed_next() {
+        let spec = base();
+        let problem = validate(&spec).unwrap();
+        let p = fill_params(&spec, &problem, 0, true, true, Algorithm::Auto).unwrap();
+        let mut p = with_fake_pointers(p, &spec);
+        let check = |p: &sys::mamba_ssu_params| {
+            // SAFETY: the check only reads `p` (pointer values included, never the memory
+            // they point to).
+            ffi::check(unsafe { sys::mamba_ssu_selective_state_update_check(p) })
+                .map_err(|e| e.to_string())
+        };
+        p.seed_next = 0x2000_0000usize as *mut i64;
+        p.seed_offset = 8;
+        assert_eq!(check(&p), Ok(()));
+        p.seed_next = 0x2000_0004usize as *mut i64;
+        assert!(check(&p).unwrap_err().contains("seed_next"), "misaligned");
+        p.seed_next = 0x2000_0000usize as *mut i64;
+        p.seed_offset = 6;
+        assert!(check(&p).unwrap_err().contains("seed_offset"), "offset % 4");
     }
 
     #[test]

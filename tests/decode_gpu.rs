@@ -25,7 +25,12 @@ fn stock_prefetch_and_fused_are_bit_identical_eagerly() {
     for batch in [1usize, 5] {
         let mut step = DecodeStep::new(&stream, DecodeShape::nemotron_h_tp4(batch)).unwrap();
         let mut snaps: Vec<Snapshot> = Vec::new();
-        let runs = [SeedMode::Stock, SeedMode::Prefetch, SeedMode::Fused];
+        let runs = [
+            SeedMode::Stock,
+            SeedMode::Prefetch,
+            SeedMode::Fused,
+            SeedMode::FusedPerCall,
+        ];
         for mode in runs {
             step.reset_states().unwrap();
             let mut gen = Generator::new(0xDEAD_BEEF_CAFE, 1 << 34).unwrap();
@@ -69,6 +74,7 @@ fn captured_steps_replay_like_eager_stock_at_each_offset() {
         (SeedMode::Prefetch, CaptureLayout::Inline),
         (SeedMode::Prefetch, CaptureLayout::Branch),
         (SeedMode::Fused, CaptureLayout::Inline),
+        (SeedMode::FusedPerCall, CaptureLayout::Inline),
     ];
     for (mode, layout) in configs {
         p.set_capture_layout(layout).unwrap();

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut};
-use mamba_ssu::philox::torch_seeds;
+use mamba_ssu::philox::{torch_seed, torch_seeds};
 use mamba_ssu::prefetch::{CaptureLayout, PrefetchPoint, Prefetcher, SeedPtr};
 use mamba_ssu::{filler::filler, Error, Generator};
 
@@ -304,4 +304,64 @@ fn captured_forward_consuming_fewer_than_n_is_a_typed_error_with(layout: Capture
         Err(Error::Scope(_))
     ));
     p.end_forward().unwrap();
+}
+
+/// The fused chain's bookkeeping (values through the SSU are checked in decode_gpu): call 0
+/// derives its seed, calls 1..N-1 read the link their predecessor stores, calls beyond N and a
+/// call after someone else moved the generator derive their own; every call's position is the
+/// stock one; scope misuse is typed.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn fused_forward_chains_links_and_falls_back() {
+    let Some(s) = setup() else { return };
+    let mut p = Prefetcher::new(&s.ctx, N).unwrap();
+    let stream = s.stream.clone();
+    let mut gen = Generator::new(99, 400).unwrap();
+    let mut expected_offset = 400;
+    p.begin_fused_forward(&stream, &gen).unwrap();
+    // A prefetching request inside a fused forward is a scope error.
+    assert!(matches!(p.seed(&stream, &mut gen, 0), Err(Error::Scope(_))));
+    let mut linked = Vec::new();
+    for k in 0..N + 2 {
+        if k == 11 {
+            gen.next_cpu(); // someone else draws: the sequence moves
+            expected_offset += 4;
+        }
+        let f = p.fused_seed(&stream, &mut gen).unwrap();
+        assert_eq!(
+            f.eager_value(),
+            Some(torch_seed(99, expected_offset)),
+            "call {k}: the stock draw at its position"
+        );
+        linked.push(f.linked_seed().is_some());
+        assert_eq!(f.seed_next().is_some(), k + 1 < N, "call {k}");
+        expected_offset += 4;
+    }
+    assert_eq!(gen.offset(), expected_offset);
+    let summary = p.end_forward().unwrap();
+    let want: Vec<bool> = (0..N + 2).map(|k| k > 0 && k < N && k != 11).collect();
+    assert_eq!(linked, want);
+    assert_eq!(
+        (
+            summary.requested,
+            summary.prefetched,
+            summary.fallback,
+            summary.drawn
+        ),
+        (N as u32 + 2, N as u32 - 2, 4, 0)
+    );
+    // A fused request inside a prefetching forward is a scope error; outside any forward each
+    // call derives its own seed.
+    p.begin_forward(&stream, &gen).unwrap();
+    assert!(matches!(
+        p.fused_seed(&stream, &mut gen),
+        Err(Error::Scope(_))
+    ));
+    assert!(matches!(
+        p.begin_fused_forward(&stream, &gen),
+        Err(Error::Scope(_))
+    ));
+    p.end_forward().unwrap();
+    let f = p.fused_seed(&stream, &mut gen).unwrap();
+    assert!(f.linked_seed().is_none() && f.seed_next().is_none());
 }

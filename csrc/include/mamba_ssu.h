@@ -193,6 +193,14 @@ typedef struct mamba_ssu_params {
   int32_t algorithm;     /* mamba_ssu_algorithm */
   int32_t seed_source;   /* mamba_ssu_seed_source */
   int32_t num_sms;       /* for ALGO_AUTO; <= 0: query the current device */
+
+  /* Optional (NULL: off), with any seed_source: one extra thread block of the kernel also
+   * stores here the stock draw that FOLLOWS this call's draw position, i.e. the seed of the
+   * next call of a fused chain (mamba_ssu_prefetcher_begin_fused_forward), which reads it as
+   * its rand_seed. This call's position: generator_state (when non-NULL: its seed, its offset
+   * + seed_offset), else (generator_seed, seed_offset); the stored value is the torch draw at
+   * that offset + 4. 8-byte aligned; seed_offset a multiple of 4. */
+  int64_t *seed_next;
 } mamba_ssu_params;
 
 /* Checks *params against the kernel's contract (the same checks the launcher
@@ -278,13 +286,27 @@ int mamba_ssu_prefetcher_seed(mamba_ssu_prefetcher *p, mamba_ssu_stream_t stream
                               mamba_ssu_generator_state *generator, uint32_t layer,
                               const int64_t **seed_out);
 
+/* Begins a FUSED forward on main: no batched draw; mamba_ssu_prefetcher_fused_seed then chains
+ * the forward's first N calls: call 0 derives its seed itself and every call k < N-1 also
+ * stores the seed of call k+1 from one extra thread block (params->seed_next), which call k+1
+ * reads as a pointer (MAMBA_SSU_SEED_POINTER). The 10 Philox rounds of the seed derivation
+ * then run once per forward on the critical path instead of once per layer. Values are the
+ * stock sequence; calls beyond N, or after the generator was moved by someone else, derive
+ * their own seed. Contract: every fused seed requested in the forward is consumed by exactly
+ * one SSU launch on main before the next request (the chain's next link is written by that
+ * launch). end_forward closes it; the summary counts chained calls as `prefetched` and
+ * self-deriving ones as `fallback`. */
+int mamba_ssu_prefetcher_begin_fused_forward(mamba_ssu_prefetcher *p, mamba_ssu_stream_t main,
+                                             mamba_ssu_generator_state *generator);
+
 /* The fused path: fills params->seed_source and its fields so that the SSU kernel derives the
  * stock seed of this call itself (no seed kernel at all), and advances the generator like one
  * stock draw. Eagerly the seed and offset are passed by value (MAMBA_SSU_SEED_FROM_VALUES);
  * while `stream` is captured the kernel reads the prefetcher's device generator state plus the
  * intragraph offset (MAMBA_SSU_SEED_FROM_GENERATOR), so replays draw fresh seeds after
- * mamba_ssu_prefetcher_prepare_replay. Call it outside a forward scope (MAMBA_SSU_ERROR_SCOPE
- * otherwise): the fused path draws nothing ahead. */
+ * mamba_ssu_prefetcher_prepare_replay. Outside a forward every call derives its own seed; inside
+ * a fused forward (begin_fused_forward) the calls are chained as described there, on main;
+ * inside a prefetching forward it is an error (MAMBA_SSU_ERROR_SCOPE). */
 int mamba_ssu_prefetcher_fused_seed(mamba_ssu_prefetcher *p, mamba_ssu_stream_t stream,
                                     mamba_ssu_generator_state *generator,
                                     mamba_ssu_params *params);

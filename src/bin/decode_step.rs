@@ -134,7 +134,12 @@ fn check_identical(
     stream: &Arc<CudaStream>,
 ) -> AnyResult<()> {
     let mut reference = None;
-    for mode in [SeedMode::Stock, SeedMode::Prefetch, SeedMode::Fused] {
+    for mode in [
+        SeedMode::Stock,
+        SeedMode::Prefetch,
+        SeedMode::Fused,
+        SeedMode::FusedPerCall,
+    ] {
         step.reset_states()?;
         let mut gen = Generator::new(0xC0FFEE, 4096)?;
         step.run(mode, prefetcher, &mut gen)?;
@@ -185,7 +190,7 @@ struct Variant {
     branch: bool,
 }
 
-const VARIANTS: [Variant; 5] = [
+const VARIANTS: [Variant; 6] = [
     Variant {
         label: "stock",
         mode: SeedMode::Stock,
@@ -204,6 +209,11 @@ const VARIANTS: [Variant; 5] = [
     Variant {
         label: "fused",
         mode: SeedMode::Fused,
+        branch: false,
+    },
+    Variant {
+        label: "fused-per-call",
+        mode: SeedMode::FusedPerCall,
         branch: false,
     },
     Variant {
@@ -331,16 +341,17 @@ fn run() -> AnyResult<()> {
     );
     for (label, pick) in [("CUDA graph", true), ("eager", false)] {
         println!("\n{label}:\n");
-        println!("| batch | stock | prefetch | prefetch (branch) | fused | fixed | prefetch/stock | fused/stock | fused/fixed | removed: prefetch | prefetch (branch) | fused |");
-        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("| batch | stock | prefetch | prefetch (branch) | fused | fused (per call) | fixed | prefetch/stock | fused/stock | fused/fixed | removed: prefetch | prefetch (branch) | fused | fused (per call) |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for (batch, row) in &rows {
             let m = if pick { &row.graph } else { &row.eager };
             println!(
-                "| {batch} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.3} | {:.3} | {:.3} | {:.1}% | {:.1}% | {:.1}% |",
+                "| {batch} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.3} | {:.3} | {:.3} | {:.1}% | {:.1}% | {:.1}% | {:.1}% |",
                 m["stock"],
                 m["prefetch"],
                 m["prefetch-branch"],
                 m["fused"],
+                m["fused-per-call"],
                 m["fixed"],
                 m["prefetch"] / m["stock"],
                 m["fused"] / m["stock"],
@@ -348,6 +359,7 @@ fn run() -> AnyResult<()> {
                 removed(m, "prefetch"),
                 removed(m, "prefetch-branch"),
                 removed(m, "fused"),
+                removed(m, "fused-per-call"),
             );
         }
     }
@@ -362,13 +374,14 @@ fn run() -> AnyResult<()> {
                 format!("{{{}}}", parts.join(","))
             };
             s += &format!(
-                "{}{{\"batch\":{batch},\"eager_us\":{},\"graph_us\":{},\"graph_overhead_removed_pct\":{{\"prefetch\":{:.2},\"prefetch-branch\":{:.2},\"fused\":{:.2}}}}}",
+                "{}{{\"batch\":{batch},\"eager_us\":{},\"graph_us\":{},\"graph_overhead_removed_pct\":{{\"prefetch\":{:.2},\"prefetch-branch\":{:.2},\"fused\":{:.2},\"fused-per-call\":{:.2}}}}}",
                 if i > 0 { "," } else { "" },
                 obj(&row.eager),
                 obj(&row.graph),
                 removed(&row.graph, "prefetch"),
                 removed(&row.graph, "prefetch-branch"),
-                removed(&row.graph, "fused")
+                removed(&row.graph, "fused"),
+                removed(&row.graph, "fused-per-call")
             );
         }
         s += "]}\n";

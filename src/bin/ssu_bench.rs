@@ -13,7 +13,8 @@
 //!
 //! Usage: `ssu_bench [--quick] [--nheads 32,128] [--batch 1,2,4] [--json PATH] [--seed-sources]`.
 //! `--seed-sources` instead compares, with 5 rounds and the auto layout, the seed read from a
-//! pointer against the fused seed derived from a device generator state (as in a CUDA graph).
+//! pointer against the fused seed derived per call from a device generator state (as in a CUDA
+//! graph) and against the chained fused path (a fused forward over the graph's calls).
 //! Without a GPU it prints one line and exits 0.
 
 use std::error::Error;
@@ -22,8 +23,9 @@ use std::sync::Arc;
 use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use half::{bf16, f16};
+use mamba_ssu::prefetch::Prefetcher;
 use mamba_ssu::ssu::{self, Algorithm, SeedSource, SsuArgs, Tensor, TensorMut};
-use mamba_ssu::GraphSeedState;
+use mamba_ssu::{Generator, GraphSeedState};
 
 type Res<T> = Result<T, Box<dyn Error>>;
 
@@ -289,6 +291,9 @@ struct Setup {
     /// Device generator state for the fused variant (`Some`: the kernel derives its seed from
     /// it, as a captured fused call does).
     fused: Option<GraphSeedState>,
+    /// A prefetcher whose fused forward chains the calls of the graph (`Some`: the chained
+    /// fused path; call 0 derives, every call stores the next call's seed).
+    chain: Option<(Prefetcher, Generator)>,
 }
 
 impl Setup {
@@ -350,6 +355,7 @@ fn setup(stream: &Arc<CudaStream>, nheads: usize, batch: usize) -> Res<Setup> {
         seed: stream.clone_htod(&[0x5DEA_DBEEF_i64])?,
         indices,
         fused: None,
+        chain: None,
     })
 }
 
@@ -364,6 +370,10 @@ fn enqueue(
     let (b, h) = (s.batch, s.nheads);
     let slots = s.copies * b;
     let hb = s.head_block();
+    let fused_seed = match &mut s.chain {
+        Some((pf, gen)) if rounds > 0 => Some(pf.fused_seed(stream, gen)?),
+        _ => None,
+    };
     let mut args = SsuArgs {
         state: TensorMut::new(
             &mut s.state,
@@ -387,12 +397,13 @@ fn enqueue(
         philox_rounds: rounds,
         algorithm: alg,
         seed: if rounds > 0 {
-            Some(match &s.fused {
-                Some(state) => SeedSource::FromGenerator {
+            Some(match (&s.fused, fused_seed) {
+                (_, Some(f)) => SeedSource::Fused(f),
+                (Some(state), None) => SeedSource::FromGenerator {
                     state,
                     offset: 4 * k as u64,
                 },
-                None => SeedSource::Pointer(Tensor::new(&s.seed, &[1], &[1])?),
+                (None, None) => SeedSource::Pointer(Tensor::new(&s.seed, &[1], &[1])?),
             })
         } else {
             None
@@ -414,11 +425,20 @@ fn time_config(
     enqueue(stream, s, 0, rounds, alg)?;
     stream.synchronize()?;
     stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-    let mut captured = Ok(());
+    let mut captured = match &mut s.chain {
+        Some((pf, gen)) => pf.begin_fused_forward(stream, gen).map_err(Into::into),
+        None => Ok(()),
+    };
     for k in 0..s.calls {
-        captured = enqueue(stream, s, k, rounds, alg);
         if captured.is_err() {
             break;
+        }
+        captured = enqueue(stream, s, k, rounds, alg);
+    }
+    if let Some((pf, _)) = &mut s.chain {
+        let ended = pf.end_forward();
+        if captured.is_ok() {
+            captured = ended.map(|_| ()).map_err(Into::into);
         }
     }
     let graph = stream.end_capture(CUgraphInstantiate_flags(0))?;
@@ -528,8 +548,8 @@ fn run() -> Res<()> {
         .unwrap_or(f64::NAN);
 
     if opts.seed_sources {
-        println!("| nheads | batch | pointer µs | fused µs | fused/pointer |");
-        println!("|---|---|---|---|---|");
+        println!("| nheads | batch | pointer µs | fused (per call) µs | fused (chained) µs | per call / pointer | chained / pointer |");
+        println!("|---|---|---|---|---|---|---|");
         for &nheads in &opts.nheads {
             for &batch in &opts.batches {
                 let mut s = setup(&stream, nheads, batch)?;
@@ -538,13 +558,17 @@ fn run() -> Res<()> {
                 state.write(&stream, 0x5EED_1234_ABCD, 1 << 20)?;
                 s.fused = Some(state);
                 let fused = time_config(&ctx, &stream, &mut s, 5, Algorithm::Auto)?;
-                // Pointer again, so drift between the two shows up as a spread.
                 s.fused = None;
+                s.chain = Some((Prefetcher::new(&ctx, s.calls)?, Generator::new(7, 0)?));
+                let chained = time_config(&ctx, &stream, &mut s, 5, Algorithm::Auto)?;
+                s.chain = None;
+                // Pointer again, so drift between the runs shows up as a spread.
                 let pointer2 = time_config(&ctx, &stream, &mut s, 5, Algorithm::Auto)?;
                 let p = 0.5 * (pointer + pointer2);
                 println!(
-                    "| {nheads} | {batch} | {pointer:.3} / {pointer2:.3} | {fused:.3} | {:.3} |",
-                    fused / p
+                    "| {nheads} | {batch} | {pointer:.3} / {pointer2:.3} | {fused:.3} | {chained:.3} | {:.3} | {:.3} |",
+                    fused / p,
+                    chained / p
                 );
             }
         }
