@@ -254,6 +254,16 @@ int pick_rows_per_warp(int64_t rows, int num_sms, int rows_per_chunk) {
   return rpw;
 }
 
+// Magic number and shift for dividing numerators n < 2^31 by d (1 <= d < 2^31) on the device
+// as (umulhi(n, magic) + n) >> shift: shift = ceil(log2 d), magic = 2^32 (2^shift - d) / d + 1
+// (the round-up method; the sum stays below 2^32 because umulhi(n, magic) <= n < 2^31).
+void make_divider(uint32_t d, uint32_t *magic, uint32_t *shift) {
+  uint32_t s = 0;
+  while ((uint64_t{1} << s) < d) ++s;
+  *shift = s;
+  *magic = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << s) - d)) / d + 1);
+}
+
 template <class Cfg>
 int launch(const Args &a, unsigned blocks, cudaStream_t stream) {
   ssu::ssu_kernel<Cfg><<<blocks, ssu::kThreadsPerBlock, 0, stream>>>(a);
@@ -353,6 +363,8 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   a.nheads = static_cast<uint32_t>(p.nheads);
   a.heads_per_group = static_cast<uint32_t>(p.nheads / p.ngroups);
   a.blocks_per_head = static_cast<uint32_t>(blocks_per_head);
+  make_divider(a.blocks_per_head, &a.bph_magic, &a.bph_shift);
+  make_divider(a.nheads, &a.nheads_magic, &a.nheads_shift);
   a.rows_per_warp = rpw;
   a.dim = static_cast<int32_t>(p.dim);
   a.dstate = static_cast<int32_t>(p.dstate);

@@ -99,6 +99,10 @@ struct Args {
   uint32_t nheads;
   uint32_t heads_per_group;  // nheads / ngroups
   uint32_t blocks_per_head;  // blocks per (b, h)
+  // Division by blocks_per_head and by nheads as a multiply-high and a shift (numerators
+  // below 2^31): q = (umulhi(n, magic) + n) >> shift. Set by the launcher (make_divider).
+  uint32_t bph_magic, bph_shift;
+  uint32_t nheads_magic, nheads_shift;
   int32_t rows_per_warp;     // a multiple of the config's kRowsPerChunk
   int32_t dim;               // read by DynConfig only
   int32_t dstate;            // read by DynConfig only
@@ -639,9 +643,11 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
     }
   }
 
-  const uint32_t bh = blockIdx.x / a.blocks_per_head;
+  // (b, h, part) of this block without the ~20-instruction integer divisions that would
+  // otherwise sit in front of the slot-index load (the root of the kernel's latency chain).
+  const uint32_t bh = (__umulhi(blockIdx.x, a.bph_magic) + blockIdx.x) >> a.bph_shift;
   const uint32_t part = blockIdx.x - bh * a.blocks_per_head;
-  const uint32_t b32 = bh / a.nheads;
+  const uint32_t b32 = (__umulhi(bh, a.nheads_magic) + bh) >> a.nheads_shift;
   const int64_t b = b32;
   const int64_t h = bh - b32 * a.nheads;
   const int dim = cfg.dim();
