@@ -20,8 +20,16 @@ def main() -> None:
     batches = [r["batch"] for r in rows]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True)
     for ax, key, title in ((axes[0], "graph_us", "CUDA graph"), (axes[1], "eager_us", "eager")):
-        for mode, style in (("stock", "o-"), ("prefetch", "s-"), ("fused", "^-"), ("fixed", "x--")):
-            ax.plot(batches, [r[key][mode] for r in rows], style, label=mode)
+        for mode, style in (
+            ("stock", "o-"),
+            ("prefetch", "s-"),
+            ("prefetch-branch", "s:"),
+            ("fused", "^-"),
+            ("fused-per-call", "^:"),
+            ("fixed", "x--"),
+        ):
+            if mode in rows[0][key]:  # older files have fewer modes
+                ax.plot(batches, [r[key][mode] for r in rows], style, label=mode)
         ax.set_xscale("log", base=2)
         ax.set_xticks(batches, [str(b) for b in batches])
         ax.set_xlabel("batch (sequences, one token each)")
