@@ -227,6 +227,8 @@ const VARIANTS: [Variant; 6] = [
 struct Row {
     eager: BTreeMap<&'static str, f64>,
     graph: BTreeMap<&'static str, f64>,
+    /// Graph mode, paired within each round: median over rounds of (stock - mode), in µs.
+    graph_paired_saving: BTreeMap<&'static str, f64>,
 }
 
 fn run() -> AnyResult<()> {
@@ -319,6 +321,17 @@ fn run() -> AnyResult<()> {
                 }
             }
         }
+        // Paired estimate: the variants of one round ran back to back, so per-round differences
+        // cancel slow drift that the difference of two medians keeps.
+        let stock_i = VARIANTS.iter().position(|v| v.label == "stock").unwrap();
+        for (i, (v, _, _)) in graphs.iter().enumerate() {
+            let d: Vec<f64> = samples[stock_i]
+                .iter()
+                .zip(&samples[i])
+                .map(|(s, x)| s - x)
+                .collect();
+            row.graph_paired_saving.insert(v.label, median(d));
+        }
         for ((v, _, _), s) in graphs.iter().zip(samples) {
             row.graph.insert(v.label, median(s));
         }
@@ -339,6 +352,24 @@ fn run() -> AnyResult<()> {
         "\nDecode step, Nemotron-H TP4 shapes (40 layers x [filler + SSU 32x64x128, fp16 SR, 5 rounds]) on {device_name}; median of {} steps (us)",
         opts.steps
     );
+    // Removed from paired differences: median(stock - mode) / median(stock - fixed).
+    let removed_paired = |m: &BTreeMap<&str, f64>, mode: &str| 100.0 * m[mode] / m["fixed"];
+    println!("\nCUDA graph, seed overhead removed from paired per-round differences, median(stock - mode) / median(stock - fixed):\n");
+    println!(
+        "| batch | stock - fixed (us) | prefetch | prefetch (branch) | fused | fused (per call) |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (batch, row) in &rows {
+        let m = &row.graph_paired_saving;
+        println!(
+            "| {batch} | {:.1} | {:.1}% | {:.1}% | {:.1}% | {:.1}% |",
+            m["fixed"],
+            removed_paired(m, "prefetch"),
+            removed_paired(m, "prefetch-branch"),
+            removed_paired(m, "fused"),
+            removed_paired(m, "fused-per-call"),
+        );
+    }
     for (label, pick) in [("CUDA graph", true), ("eager", false)] {
         println!("\n{label}:\n");
         println!("| batch | stock | prefetch | prefetch (branch) | fused | fused (per call) | fixed | prefetch/stock | fused/stock | fused/fixed | removed: prefetch | prefetch (branch) | fused | fused (per call) |");
@@ -374,14 +405,18 @@ fn run() -> AnyResult<()> {
                 format!("{{{}}}", parts.join(","))
             };
             s += &format!(
-                "{}{{\"batch\":{batch},\"eager_us\":{},\"graph_us\":{},\"graph_overhead_removed_pct\":{{\"prefetch\":{:.2},\"prefetch-branch\":{:.2},\"fused\":{:.2},\"fused-per-call\":{:.2}}}}}",
+                "{}{{\"batch\":{batch},\"eager_us\":{},\"graph_us\":{},\"graph_overhead_removed_pct\":{{\"prefetch\":{:.2},\"prefetch-branch\":{:.2},\"fused\":{:.2},\"fused-per-call\":{:.2}}},\"graph_overhead_removed_paired_pct\":{{\"prefetch\":{:.2},\"prefetch-branch\":{:.2},\"fused\":{:.2},\"fused-per-call\":{:.2}}}}}",
                 if i > 0 { "," } else { "" },
                 obj(&row.eager),
                 obj(&row.graph),
                 removed(&row.graph, "prefetch"),
                 removed(&row.graph, "prefetch-branch"),
                 removed(&row.graph, "fused"),
-                removed(&row.graph, "fused-per-call")
+                removed(&row.graph, "fused-per-call"),
+                removed_paired(&row.graph_paired_saving, "prefetch"),
+                removed_paired(&row.graph_paired_saving, "prefetch-branch"),
+                removed_paired(&row.graph_paired_saving, "fused"),
+                removed_paired(&row.graph_paired_saving, "fused-per-call")
             );
         }
         s += "]}\n";
