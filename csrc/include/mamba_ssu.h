@@ -281,7 +281,8 @@ int mamba_ssu_prefetcher_begin_forward(mamba_ssu_prefetcher *p, mamba_ssu_stream
  * from the batched draw (main waits once on its event); other calls (layers >= N, calls with no
  * forward, or a generator moved by someone else) draw the stock seed inline on `stream`.
  * The pointer stays valid until 64 further inline draws or the next forward's batched draw
- * has been enqueued, whichever comes first: consume it on `stream` before then. */
+ * has been enqueued, whichever comes first: consume it on `stream` before then. Inside a fused
+ * forward (begin_fused_forward) this call is a scope error: request fused seeds there. */
 int mamba_ssu_prefetcher_seed(mamba_ssu_prefetcher *p, mamba_ssu_stream_t stream,
                               mamba_ssu_generator_state *generator, uint32_t layer,
                               const int64_t **seed_out);
@@ -311,10 +312,11 @@ int mamba_ssu_prefetcher_fused_seed(mamba_ssu_prefetcher *p, mamba_ssu_stream_t 
                                     mamba_ssu_generator_state *generator,
                                     mamba_ssu_params *params);
 
-/* Ends the forward begun on main and fills *summary (may be NULL). The side stream is always
- * joined into main. Returns MAMBA_SSU_ERROR_SCOPE when no forward is open, or when a captured
- * forward drew seeds it did not consume (the graph would advance the generator unlike stock);
- * eagerly that case is allowed. */
+/* Ends the forward begun on main (by begin_forward or begin_fused_forward) and fills *summary
+ * (may be NULL). The side stream is always joined into main. Returns MAMBA_SSU_ERROR_SCOPE when
+ * no forward is open, or when a captured prefetching forward drew seeds it did not consume (the
+ * graph would advance the generator unlike stock); eagerly that case is allowed. A fused
+ * forward draws nothing ahead, so it may end after any number of requests. */
 int mamba_ssu_prefetcher_end_forward(mamba_ssu_prefetcher *p,
                                      mamba_ssu_forward_summary *summary);
 
