@@ -386,7 +386,7 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   a.seed_next = p.seed_next;
 
   const auto st = reinterpret_cast<cudaStream_t>(stream);
-  // One extra block stores a fused chain's next seed.
+  // One extra block (block 0, see ssu_body) stores a fused chain's next seed.
   if (p.seed_next != nullptr && blocks + 1 > INT32_MAX)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "seed_next: the grid has no room for its block");
   const auto nblocks = static_cast<unsigned>(blocks + (p.seed_next != nullptr ? 1 : 0));

@@ -117,7 +117,7 @@ struct Args {
   int32_t update_state;
   int32_t seed_source;
   int32_t block_seed;        // fused seeds: derived once per block (1) or per warp (0)
-  int64_t *seed_next;        // optional: the extra last block stores the next call's seed
+  int64_t *seed_next;        // optional: the extra first block (block 0) stores the next call's seed
 };
 
 // ---------------------------------------------------------------------------
@@ -612,9 +612,12 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
 
-  // A fused chain's next link: the grid's extra last block stores the stock draw that follows
-  // this call's position (the next call's seed) and does nothing else, off the critical path.
-  if (a.seed_next != nullptr && blockIdx.x == gridDim.x - 1) {  // block-uniform
+  // A fused chain's next link: the grid's extra FIRST block stores the stock draw that follows
+  // this call's position (the next call's seed) and does nothing else. Block 0 is dispatched in
+  // the first wave, so its generator-state load and 10 Philox rounds run beside the state
+  // blocks instead of after the last wave (as the grid's last block, it was dispatched at the
+  // tail of large grids). The state blocks are numbered from 1.
+  if (a.seed_next != nullptr && blockIdx.x == 0) {  // block-uniform
     if (threadIdx.x == 0) {
       uint64_t seed = a.generator_seed, offset = a.seed_offset;
       if (a.generator_state != nullptr) {
@@ -625,6 +628,7 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
     }
     return;
   }
+  const uint32_t block = blockIdx.x - (a.seed_next != nullptr ? 1u : 0u);
 
   // The seed's inputs do not depend on the slot: their loads go out first, so that their
   // latency (and, for a fused seed, the 10 Philox rounds after them) overlaps the slot-index
@@ -645,8 +649,8 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
 
   // (b, h, part) of this block without the ~20-instruction integer divisions that would
   // otherwise sit in front of the slot-index load (the root of the kernel's latency chain).
-  const uint32_t bh = (__umulhi(blockIdx.x, a.bph_magic) + blockIdx.x) >> a.bph_shift;
-  const uint32_t part = blockIdx.x - bh * a.blocks_per_head;
+  const uint32_t bh = (__umulhi(block, a.bph_magic) + block) >> a.bph_shift;
+  const uint32_t part = block - bh * a.blocks_per_head;
   const uint32_t b32 = (__umulhi(bh, a.nheads_magic) + bh) >> a.nheads_shift;
   const int64_t b = b32;
   const int64_t h = bh - b32 * a.nheads;
