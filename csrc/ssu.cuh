@@ -28,7 +28,7 @@
 // multiplies and the SR bit manipulation), so those paths are written to
 // keep the integer instruction count low: the Philox key schedule is computed
 // once per warp, and a pair of elements is rounded by one cvt.rz.f16x2.f32 on
-// the conversion unit plus a few integer checks (sr_pair), with the exact
+// the conversion unit plus a few integer checks (sr_pair_fast), with the exact
 // integer formula (sr_fp16_magnitude, 9 instructions per element) only for
 // the rare zero / subnormal / saturated / Inf / NaN results.
 // Each lane reads its state elements before it writes them, and the rows a
@@ -193,8 +193,10 @@ __device__ __forceinline__ uint32_t sr_pack(uint32_t h0, uint32_t h1, float v0, 
 }
 
 // Two stochastically rounded fp16 values of v0 (low half) and v1 with random
-// bits r0, r1, equal to sr_pack(sr_fp16_magnitude(..), ..) for every input,
-// with most of the work on the conversion unit instead of the integer ALU.
+// bits r0, r1, equal to sr_pair_exact (the reference) unless the pair is
+// flagged, with most of the work on the conversion unit instead of the
+// integer ALU. The flags of a row's pairs are OR-ed together and tested once
+// (sr_needs_exact): a flagged row is converted again with sr_pair_exact.
 // a = b + r keeps b's sign, and for 2^-14 <= |a| < 65504 the reference is
 // exactly a truncated to fp16 (e in 113..142: ((e - 112) << 10) | (m >> 13)),
 // i.e. cvt.rz.f16x2.f32 of a. Every other result takes the exact path: a
@@ -204,16 +206,25 @@ __device__ __forceinline__ uint32_t sr_pack(uint32_t h0, uint32_t h1, float v0, 
 // Inf and NaN). Both halves are tested at once: adding 0x0401 to a half sets
 // its bit 15 iff it is >= 0x7BFF, adding 0x7C00 leaves bit 15 clear iff it is
 // < 0x0400 (no carry crosses halves: every half is <= 0x7FFF).
-__device__ __forceinline__ uint32_t sr_pair(float v0, float v1, uint32_t r0, uint32_t r1) {
+__device__ __forceinline__ uint32_t sr_pair_fast(float v0, float v1, uint32_t r0, uint32_t r1,
+                                                 uint32_t &flags) {
   const float a0 = __uint_as_float(__float_as_uint(v0) + r0);
   const float a1 = __uint_as_float(__float_as_uint(v1) + r1);
   uint32_t h;
   asm("cvt.rz.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(a1), "f"(a0));  // a1 -> upper half
   const uint32_t m = h & 0x7fff7fffu;
-  const uint32_t special = ((m + 0x04010401u) | ~(m + 0x7c007c00u)) & 0x80008000u;
-  if (special != 0)
-    return sr_pack(sr_fp16_magnitude(v0, r0), sr_fp16_magnitude(v1, r1), v0, v1);
+  flags |= (m + 0x04010401u) | ~(m + 0x7c007c00u);
   return h;
+}
+
+// The exact conversion of the pair (the reference formula), for rows whose flags are set.
+__device__ __forceinline__ uint32_t sr_pair_exact(float v0, float v1, uint32_t r0, uint32_t r1) {
+  return sr_pack(sr_fp16_magnitude(v0, r0), sr_fp16_magnitude(v1, r1), v0, v1);
+}
+
+// Whether flags accumulated by sr_pair_fast mark any pair for the exact path.
+__device__ __forceinline__ bool sr_needs_exact(uint32_t flags) {
+  return (flags & 0x80008000u) != 0;
 }
 
 // ---------------------------------------------------------------------------
@@ -287,6 +298,10 @@ struct HotConfig {
   // rounds; 6 blocks (80 registers, no spills) for 0 and 10 rounds, which
   // spill at 64 registers.
   static constexpr int kMinBlocksPerSM = kRounds == 5 ? 8 : 6;
+  // Chunks zero-initialised before their loads, rows stored at d * row bytes from the head: the
+  // code generation that measured fastest for the kernels without SR (by 4 % at 128 heads x
+  // batch 64-256 against per-chunk bases and pad-only zeroing, which are faster with SR).
+  static constexpr bool kZeroChunks = kRounds == 0;
   struct Raw {
     uint32_t w[2];
   };
@@ -399,7 +414,8 @@ struct DynConfig {
   static constexpr int kMaxCols = 8;
   static constexpr int kRowsPerChunk = 2;
   static constexpr bool kFullChunks = false;
-  static constexpr int kMinBlocksPerSM = 1;
+  static constexpr int kMinBlocksPerSM = 4;  // <= 128 registers
+  static constexpr bool kZeroChunks = true;  // partial chunks: rows past d_end must be defined
   struct Raw {
     uint32_t w[kMaxCols];
   };
@@ -555,11 +571,17 @@ __device__ __forceinline__ void load_chunk(const Cfg &cfg, const Args &a, Chunk<
       if (!pad) {
         cfg.load_state(read_head + static_cast<int64_t>(d) * cfg.dstate() * cfg.state_bytes(),
                        lane, c.state[r]);
+      } else if constexpr (!Cfg::kZeroChunks) {
+        c.state[r] = {};  // a pad slot's state is read as 0
       }
     }
   }
   const int dz = d0 + chunk_row<U>(lane);
-  if (a.z != nullptr && (Cfg::kFullChunks || dz < d_end)) c.z = cfg.load_input(a.z, z_row + dz);
+  if constexpr (Cfg::kZeroChunks) {
+    if (a.z != nullptr && (Cfg::kFullChunks || dz < d_end)) c.z = cfg.load_input(a.z, z_row + dz);
+  } else {
+    c.z = a.z != nullptr ? cfg.load_input(a.z, z_row + dz) : 0.0f;
+  }
 }
 
 // The fused seed: the stock torch draw at generator state (seed, offset) (Philox4x32-10,
@@ -581,19 +603,20 @@ __device__ __forceinline__ uint64_t derive_seed(const Args &a, uint64_t seed, ui
   return static_cast<uint64_t>(torch_seed_draw(seed, offset));
 }
 
-// The stochastic-rounding random words of one state row (Philox element offset sr_row of its
-// first column) at this lane's columns: column n takes word (n mod G) of Philox(counter at the
-// first column of its group of G); a lane's G consecutive elements are one group.
+// The stochastic-rounding random words of one state row at this lane's columns: column n
+// takes word (n mod G) of Philox(counter = the Philox element offset of the first column of its
+// group of G); a lane's G consecutive elements are one group. sr_lane is the offset of the
+// lane's first column, col(lane, 0); the other groups are at fixed distances from it.
 template <class Cfg>
 __device__ __forceinline__ void sr_words(const Cfg &cfg, const typename Cfg::Key &key,
-                                         uint64_t sr_row, int lane,
+                                         uint64_t sr_lane, int lane,
                                          uint32_t (&rnd)[Cfg::kMaxCols]) {
   constexpr int K = Cfg::kMaxCols;
 #pragma unroll
   for (int i = 0; i < K; i += 2) {
     if (i < cfg.ncols() && i % cfg.sr_group() == 0) {
-      const U32x4 w =
-          cfg.philox(philox_counter(sr_row + static_cast<uint64_t>(cfg.col(lane, i))), key);
+      const uint32_t dist = static_cast<uint32_t>(cfg.col(lane, i) - cfg.col(lane, 0));
+      const U32x4 w = cfg.philox(philox_counter(sr_lane + dist), key);
       rnd[i] = w.x;
       rnd[i + 1] = w.y;
       if (i + 3 < K && cfg.sr_group() == 4) {
@@ -729,9 +752,14 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
   const typename Cfg::Key key = cfg.make_key(seed);
 
 
+  // Philox element offset of this lane's first column in the current chunk's first row.
+  uint64_t sr_chunk = sr_head + static_cast<uint64_t>(d_begin) * dstate +
+                      static_cast<uint64_t>(cfg.col(lane, 0));
   for (int d0 = d_begin; d0 < d_end; d0 += U) {
     // Issue the next chunk's loads before computing this one.
-    Chunk<Cfg> next = {};
+    // Every field the body reads is loaded (full chunks) or zeroed here (partial ones).
+    Chunk<Cfg> next;
+    if constexpr (Cfg::kZeroChunks) next = {};
     if (d0 + U < d_end) load_chunk(cfg, a, next, d0 + U, d_end, lane, read_head, x_row, z_row, pad);
 
     // s' = dA * s + x * (B * dt') in fp32 (rows past d_end compute garbage
@@ -765,6 +793,9 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
     }
 
     if (write) {
+      // Row r of the chunk: write_chunk + r * row bytes (constant offsets on the hot path).
+      char *const write_chunk =
+          write_head + (Cfg::kZeroChunks ? 0 : static_cast<int64_t>(d0) * dstate * esize);
 #pragma unroll
       for (int r = 0; r < U; ++r) {
         const int d = d0 + r;
@@ -772,14 +803,26 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
         uint32_t bits[K] = {};
         if (sr) {
           uint32_t rnd[K] = {};
-          sr_words(cfg, key, sr_head + static_cast<uint64_t>(d) * dstate, lane, rnd);
+          uint32_t flags = 0;
+          sr_words(cfg, key, sr_chunk + static_cast<uint64_t>(r * dstate), lane, rnd);
 #pragma unroll
           for (int i = 0; i < K; i += 2) {
             if (i < cfg.ncols()) {
-              const uint32_t word =
-                  sr_pair(s[r][i], s[r][i + 1], rnd[i] & 0x1fffu, rnd[i + 1] & 0x1fffu);
+              const uint32_t word = sr_pair_fast(s[r][i], s[r][i + 1], rnd[i] & 0x1fffu,
+                                                 rnd[i + 1] & 0x1fffu, flags);
               bits[i] = word & 0xffffu;
               bits[i + 1] = word >> 16;
+            }
+          }
+          if (sr_needs_exact(flags)) {  // rare: zero, subnormal, saturated, Inf or NaN results
+#pragma unroll
+            for (int i = 0; i < K; i += 2) {
+              if (i < cfg.ncols()) {
+                const uint32_t word = sr_pair_exact(s[r][i], s[r][i + 1], rnd[i] & 0x1fffu,
+                                                    rnd[i + 1] & 0x1fffu);
+                bits[i] = word & 0xffffu;
+                bits[i + 1] = word >> 16;
+              }
             }
           }
         } else {
@@ -787,10 +830,12 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
           for (int i = 0; i < K; ++i)
             if (i < cfg.ncols()) bits[i] = cfg.round_nearest(s[r][i]);
         }
-        cfg.store_state(write_head + static_cast<int64_t>(d) * dstate * esize, lane, bits);
+        cfg.store_state(write_chunk + (Cfg::kZeroChunks ? static_cast<int64_t>(d) : r) * dstate * esize,
+                        lane, bits);
       }
     }
     cur = next;
+    sr_chunk += static_cast<uint64_t>(U * dstate);
   }
 }
 
