@@ -270,13 +270,26 @@ int launch(const Args &a, unsigned blocks, cudaStream_t stream) {
   return check_launch("selective_state_update launch");
 }
 
-template <bool kSimple>
+template <bool kSimple, int kU>
 int launch_hot(const Args &a, unsigned blocks, cudaStream_t stream) {
   switch (a.philox_rounds) {
-  case 0: return launch<HotConfig<kSimple, 0>>(a, blocks, stream);
-  case 5: return launch<HotConfig<kSimple, 5>>(a, blocks, stream);
-  default: return launch<HotConfig<kSimple, 10>>(a, blocks, stream);
+  case 0: return launch<HotConfig<kSimple, 0, kU>>(a, blocks, stream);
+  case 5: return launch<HotConfig<kSimple, 5, kU>>(a, blocks, stream);
+  default: return launch<HotConfig<kSimple, 10, kU>>(a, blocks, stream);
   }
+}
+
+// Small grids (the hot path's rows would not fill 8 warps per SM with one 4-row chunk each,
+// e.g. 32 heads x batch <= 4): one row per warp and per chunk, 4x the warps, so that each
+// warp's serial work (its rows' math, reduction, SR and stores) is a quarter. Build-time
+// knob for experiments: -DMAMBA_SSU_SMALL_ROWS=0 keeps 4-row chunks everywhere.
+#ifndef MAMBA_SSU_SMALL_ROWS
+#define MAMBA_SSU_SMALL_ROWS 1
+#endif
+bool small_grid(int64_t rows, int num_sms) {
+  return MAMBA_SSU_SMALL_ROWS != 0 &&
+         rows < int64_t{2} * HotConfig<true, 0>::kRowsPerChunk *
+                    int64_t{MAMBA_SSU_RPW_WARPS_PER_SM} * num_sms;
 }
 
 bool is_hot(const mamba_ssu_params *p) {
@@ -325,11 +338,16 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   const bool f1 = p.philox_rounds > 0 ? !simple : (simple && below);
 
   const bool hot = is_hot(&p);
-  const int rows_per_chunk = hot ? HotConfig<true, 0>::kRowsPerChunk : DynConfig::kRowsPerChunk;
-  const int rpw = pick_rows_per_warp(p.batch * p.nheads * p.dim, num_sms, rows_per_chunk);
+  const int64_t rows = p.batch * p.nheads * p.dim;
+  const bool small = hot && small_grid(rows, num_sms);
+  const int rows_per_chunk = !hot ? DynConfig::kRowsPerChunk
+                             : small ? HotConfig<true, 0, 1>::kRowsPerChunk
+                                     : HotConfig<true, 0>::kRowsPerChunk;
+  const int rpw = small ? 1 : pick_rows_per_warp(rows, num_sms, rows_per_chunk);
   const int64_t rows_per_block = int64_t{ssu::kWarpsPerBlock} * rpw;
   const int64_t blocks_per_head = (p.dim + rows_per_block - 1) / rows_per_block;
-  // <= INT32_MAX: check() bounds it for the fewest rows per block.
+  // <= INT32_MAX: check() bounds it for the fewest rows per block of the other configs, and a
+  // small grid (1 row per warp) has fewer than 2 * 4 * 8 * num_sms rows.
   const int64_t blocks = p.batch * p.nheads * blocks_per_head;
 
   Args a{};
@@ -391,5 +409,6 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "seed_next: the grid has no room for its block");
   const auto nblocks = static_cast<unsigned>(blocks + (p.seed_next != nullptr ? 1 : 0));
   if (!hot) return launch<DynConfig>(a, nblocks, st);
-  return simple ? launch_hot<true>(a, nblocks, st) : launch_hot<false>(a, nblocks, st);
+  if (small) return simple ? launch_hot<true, 1>(a, nblocks, st) : launch_hot<false, 1>(a, nblocks, st);
+  return simple ? launch_hot<true, 4>(a, nblocks, st) : launch_hot<false, 4>(a, nblocks, st);
 }

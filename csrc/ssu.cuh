@@ -288,10 +288,13 @@ __device__ __forceinline__ int64_t load_index(const void *p, int64_t idx, int32_
 // A row of one lane is 4 two-byte elements, held as 2 words: element i in
 // bits 16*(i%2) of word i/2. Simple: columns 4l..4l+3, one 8-byte access.
 // Vertical: columns 2l, 2l+1, 64+2l, 65+2l, two 4-byte accesses.
-template <bool kSimple, int kRounds>
+template <bool kSimple, int kRounds, int kU = 4>
 struct HotConfig {
+  static_assert(kU == 1 || kU == 2 || kU == 4, "rows per chunk: 1, 2 or 4");
   static constexpr int kMaxCols = 4;
-  static constexpr int kRowsPerChunk = 4;
+  // 4 rows per chunk; 1 for grids below about one wave (see ssu.cu), where a warp's serial
+  // work per row, not the number of loads in flight, sets the time.
+  static constexpr int kRowsPerChunk = kU;
   // dim 64 is a multiple of 4 warps x rows_per_warp (4, 8 or 16).
   static constexpr bool kFullChunks = true;
   // Occupancy floor (measured on the H200): 8 blocks (64 registers) for 5
