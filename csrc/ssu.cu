@@ -279,17 +279,19 @@ int launch_hot(const Args &a, unsigned blocks, cudaStream_t stream) {
   }
 }
 
-// Small grids (the hot path's rows would not fill 8 warps per SM with one 4-row chunk each,
-// e.g. 32 heads x batch <= 4): one row per warp and per chunk, 4x the warps, so that each
-// warp's serial work (its rows' math, reduction, SR and stores) is a quarter. Build-time
-// knob for experiments: -DMAMBA_SSU_SMALL_ROWS=0 keeps 4-row chunks everywhere.
+// Tiny grids (fewer rows than 2 * MAMBA_SSU_RPW_WARPS_PER_SM warps per SM with one row each,
+// e.g. 32 heads x batch 1 on 132 SMs): one row per warp and per chunk, 4x the warps of the
+// 4-row chunks, so that each warp's serial work (its rows' math, reduction, SR and stores) is
+// a quarter. Measured on the H200 (BENCHMARKS.md): 32 heads x batch 1 5-11 % faster; from 2x
+// those rows on (32 heads x batch 2 and 4, 128 heads x batch 1) 0-50 % SLOWER (4x the warps'
+// per-head loads), hence the bound. Build-time knob for experiments: -DMAMBA_SSU_SMALL_ROWS=0
+// keeps 4-row chunks everywhere.
 #ifndef MAMBA_SSU_SMALL_ROWS
 #define MAMBA_SSU_SMALL_ROWS 1
 #endif
 bool small_grid(int64_t rows, int num_sms) {
   return MAMBA_SSU_SMALL_ROWS != 0 &&
-         rows < int64_t{2} * HotConfig<true, 0>::kRowsPerChunk *
-                    int64_t{MAMBA_SSU_RPW_WARPS_PER_SM} * num_sms;
+         rows < int64_t{2} * int64_t{MAMBA_SSU_RPW_WARPS_PER_SM} * num_sms;
 }
 
 bool is_hot(const mamba_ssu_params *p) {
@@ -347,7 +349,7 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   const int64_t rows_per_block = int64_t{ssu::kWarpsPerBlock} * rpw;
   const int64_t blocks_per_head = (p.dim + rows_per_block - 1) / rows_per_block;
   // <= INT32_MAX: check() bounds it for the fewest rows per block of the other configs, and a
-  // small grid (1 row per warp) has fewer than 2 * 4 * 8 * num_sms rows.
+  // small grid (1 row per warp) has fewer than 2 * 8 * num_sms rows.
   const int64_t blocks = p.batch * p.nheads * blocks_per_head;
 
   Args a{};

@@ -292,8 +292,8 @@ template <bool kSimple, int kRounds, int kU = 4>
 struct HotConfig {
   static_assert(kU == 1 || kU == 2 || kU == 4, "rows per chunk: 1, 2 or 4");
   static constexpr int kMaxCols = 4;
-  // 4 rows per chunk; 1 for grids below about one wave (see ssu.cu), where a warp's serial
-  // work per row, not the number of loads in flight, sets the time.
+  // 4 rows per chunk; 1 for tiny grids (see small_grid in ssu.cu), where a warp's serial work
+  // per row, not the number of loads in flight, sets the time.
   static constexpr int kRowsPerChunk = kU;
   // dim 64 is a multiple of 4 warps x rows_per_warp (4, 8 or 16).
   static constexpr bool kFullChunks = true;
