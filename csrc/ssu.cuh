@@ -561,6 +561,24 @@ struct Chunk {
   float z;
 };
 
+// A chunk before its loads: zeroed when Cfg::kZeroChunks, else left for the loads to fill
+// (every field the body reads is then loaded). Written as an initialiser: with relocatable
+// device code (how the crate is built), declaring the chunk and assigning {} afterwards made
+// the no-SR kernels 7 % slower at 128 heads x batch 32-256 (different instruction schedule,
+// same-machine A/B in docs/gpu-runs), while this form gives them their former code exactly.
+#pragma nv_diagnostic push
+#pragma nv_diag_suppress 549  // "c is used before its value is set": on purpose, see above
+template <class Cfg>
+__device__ __forceinline__ Chunk<Cfg> fresh_chunk() {
+  if constexpr (Cfg::kZeroChunks) {
+    return Chunk<Cfg>{};
+  } else {
+    Chunk<Cfg> c;
+    return c;
+  }
+}
+#pragma nv_diagnostic pop
+
 template <class Cfg>
 __device__ __forceinline__ void load_chunk(const Cfg &cfg, const Args &a, Chunk<Cfg> &c, int d0,
                                            int d_end, int lane, const char *read_head,
@@ -760,9 +778,8 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
                       static_cast<uint64_t>(cfg.col(lane, 0));
   for (int d0 = d_begin; d0 < d_end; d0 += U) {
     // Issue the next chunk's loads before computing this one.
-    // Every field the body reads is loaded (full chunks) or zeroed here (partial ones).
-    Chunk<Cfg> next;
-    if constexpr (Cfg::kZeroChunks) next = {};
+    // Every field the body reads is loaded, or zeroed by fresh_chunk (see there).
+    Chunk<Cfg> next = fresh_chunk<Cfg>();
     if (d0 + U < d_end) load_chunk(cfg, a, next, d0 + U, d_end, lane, read_head, x_row, z_row, pad);
 
     // s' = dA * s + x * (B * dt') in fp32 (rows past d_end compute garbage
