@@ -305,6 +305,9 @@ struct HotConfig {
   // code generation that measured fastest for the kernels without SR (by 4 % at 128 heads x
   // batch 64-256 against per-chunk bases and pad-only zeroing, which are faster with SR).
   static constexpr bool kZeroChunks = kRounds == 0;
+  // The first accumulate form when it is a compile-time fact: with SR, F0 for simple and F1
+  // for vertical (the launcher's rule); -1: read Args::first_form_f1.
+  static constexpr int kFirstForm = kRounds > 0 ? (kSimple ? 0 : 1) : -1;
   struct Raw {
     uint32_t w[2];
   };
@@ -419,6 +422,7 @@ struct DynConfig {
   static constexpr bool kFullChunks = false;
   static constexpr int kMinBlocksPerSM = 4;  // <= 128 registers
   static constexpr bool kZeroChunks = true;  // partial chunks: rows past d_end must be defined
+  static constexpr int kFirstForm = -1;      // read Args::first_form_f1
   struct Raw {
     uint32_t w[kMaxCols];
   };
@@ -748,7 +752,7 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
   const float dA = ex2_approx(__fmul_rn(__fmul_rn(a.A[h], dt), kL2E));
   const float D = a.D != nullptr ? cfg.load_weight(a.D, h) : 0.0f;
   const float sel = lane == 0 ? 1.0f : 0.0f;
-  const bool f1 = a.first_form_f1 != 0;
+  const bool f1 = Cfg::kFirstForm >= 0 ? Cfg::kFirstForm == 1 : a.first_form_f1 != 0;
 
   // B * dt' and C at the lane's columns.
   const int64_t g = h / a.heads_per_group;
