@@ -246,9 +246,13 @@ bool below_switch(int64_t batch, int64_t nheads, int num_sms) {
 #ifndef MAMBA_SSU_RPW_WARPS_PER_SM
 #define MAMBA_SSU_RPW_WARPS_PER_SM 8
 #endif
-int pick_rows_per_warp(int64_t rows, int num_sms, int rows_per_chunk) {
+// Most rows per warp of the hot kernels (16, 32 or 64; above 16 a block serves several (b, h)).
+#ifndef MAMBA_SSU_MAX_RPW
+#define MAMBA_SSU_MAX_RPW 64
+#endif
+int pick_rows_per_warp(int64_t rows, int num_sms, int rows_per_chunk, int max_rpw) {
   int rpw = rows_per_chunk;
-  while (rpw < kMaxRowsPerWarp &&
+  while (rpw < max_rpw &&
          rows / (2 * rpw) >= int64_t{MAMBA_SSU_RPW_WARPS_PER_SM} * num_sms)
     rpw *= 2;
   return rpw;
@@ -265,17 +269,17 @@ void make_divider(uint32_t d, uint32_t *magic, uint32_t *shift) {
 }
 
 template <class Cfg>
-int launch(const Args &a, unsigned blocks, cudaStream_t stream) {
-  ssu::ssu_kernel<Cfg><<<blocks, ssu::kThreadsPerBlock, 0, stream>>>(a);
+int launch(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream) {
+  ssu::ssu_kernel<Cfg><<<blocks, 32 * warps_per_block, 0, stream>>>(a);
   return check_launch("selective_state_update launch");
 }
 
 template <bool kSimple, int kU>
-int launch_hot(const Args &a, unsigned blocks, cudaStream_t stream) {
+int launch_hot(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream) {
   switch (a.philox_rounds) {
-  case 0: return launch<HotConfig<kSimple, 0, kU>>(a, blocks, stream);
-  case 5: return launch<HotConfig<kSimple, 5, kU>>(a, blocks, stream);
-  default: return launch<HotConfig<kSimple, 10, kU>>(a, blocks, stream);
+  case 0: return launch<HotConfig<kSimple, 0, kU>>(a, blocks, warps_per_block, stream);
+  case 5: return launch<HotConfig<kSimple, 5, kU>>(a, blocks, warps_per_block, stream);
+  default: return launch<HotConfig<kSimple, 10, kU>>(a, blocks, warps_per_block, stream);
   }
 }
 
@@ -345,8 +349,15 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   const int rows_per_chunk = !hot ? DynConfig::kRowsPerChunk
                              : small ? HotConfig<true, 0, 1>::kRowsPerChunk
                                      : HotConfig<true, 0>::kRowsPerChunk;
-  const int rpw = small ? 1 : pick_rows_per_warp(rows, num_sms, rows_per_chunk);
-  const int64_t rows_per_block = int64_t{ssu::kWarpsPerBlock} * rpw;
+  // The hot kernels on large grids may give a warp half a head or a whole one (32 or 64 rows):
+  // the per-(b, h) work of a warp (indices, dt', dA, B, C, the Philox key) is then spread over
+  // more rows. A block still serves one (b, h) (so that everything derived from the block
+  // index stays in uniform registers): it has 2 or 1 warps instead of 4.
+  const int max_rpw = hot && !small ? MAMBA_SSU_MAX_RPW : kMaxRowsPerWarp;
+  const int rpw = small ? 1 : pick_rows_per_warp(rows, num_sms, rows_per_chunk, max_rpw);
+  const int warps_per_block =
+      rpw * ssu::kWarpsPerBlock > p.dim ? static_cast<int>(p.dim / rpw) : ssu::kWarpsPerBlock;
+  const int64_t rows_per_block = int64_t{warps_per_block} * rpw;
   const int64_t blocks_per_head = (p.dim + rows_per_block - 1) / rows_per_block;
   // <= INT32_MAX: check() bounds it for the fewest rows per block of the other configs, and a
   // small grid (1 row per warp) has fewer than 2 * 8 * num_sms rows.
@@ -410,7 +421,9 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   if (p.seed_next != nullptr && blocks + 1 > INT32_MAX)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "seed_next: the grid has no room for its block");
   const auto nblocks = static_cast<unsigned>(blocks + (p.seed_next != nullptr ? 1 : 0));
-  if (!hot) return launch<DynConfig>(a, nblocks, st);
-  if (small) return simple ? launch_hot<true, 1>(a, nblocks, st) : launch_hot<false, 1>(a, nblocks, st);
-  return simple ? launch_hot<true, 4>(a, nblocks, st) : launch_hot<false, 4>(a, nblocks, st);
+  const int wpb = warps_per_block;
+  if (!hot) return launch<DynConfig>(a, nblocks, wpb, st);
+  if (small)
+    return simple ? launch_hot<true, 1>(a, nblocks, wpb, st) : launch_hot<false, 1>(a, nblocks, wpb, st);
+  return simple ? launch_hot<true, 4>(a, nblocks, wpb, st) : launch_hot<false, 4>(a, nblocks, wpb, st);
 }

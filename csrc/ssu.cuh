@@ -227,6 +227,46 @@ __device__ __forceinline__ bool sr_needs_exact(uint32_t flags) {
   return (flags & 0x80008000u) != 0;
 }
 
+// The hot kernels' fast path: results below 2^-14 need no branch and only the rare large ones
+// (and NaN) are sent to the exact path, once per chunk. A pair truncated by cvt.rz is correct
+// except where its magnitude is below 0x0400 (the reference gives a signed zero: e < 113) or at
+// least 0x7BFF (saturated, Inf, NaN). The low case is fixed in place: a half-precision compare
+// gives a 0xFFFF mask per half where |h| >= 2^-14, and h & (mask | sign bits) zeroes the
+// magnitude elsewhere and keeps h's sign, which is v's sign because a = v + r changes the sign
+// only when v is a NaN whose magnitude carries into the sign bit (the reference then gives a
+// zero with v's sign; the chunk's NaN test sends those to the exact path). The high case is
+// tracked by a running NaN-propagating maximum of |h| (two half-precision instructions per
+// pair in all) and tested once per chunk (sr_chunk_bad).
+__device__ __forceinline__ uint32_t sr_pair_fast_low(float v0, float v1, uint32_t r0, uint32_t r1,
+                                                     uint32_t &hmax) {
+  const float a0 = __uint_as_float(__float_as_uint(v0) + r0);
+  const float a1 = __uint_as_float(__float_as_uint(v1) + r1);
+  uint32_t h;
+  asm("cvt.rz.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(a1), "f"(a0));  // a1 -> upper half
+  asm("max.NaN.xorsign.abs.f16x2 %0, %0, %1;" : "+r"(hmax) : "r"(h));
+  const __half2 mag = __habs2(*reinterpret_cast<const __half2 *>(&h));
+  const unsigned normal = __hge2_mask(mag, __half2(__ushort_as_half(0x0400), __ushort_as_half(0x0400)));
+  return h & (normal | 0x80008000u);
+}
+
+// Starting value of the running maximum: 0; 0x7C00 in both halves forces the exact path.
+constexpr uint32_t kSrMaxInit = 0u;
+constexpr uint32_t kSrMaxForceExact = 0x7c007c00u;
+
+// Whether a chunk needs the exact path: a magnitude of at least 0x7BFF (hmax, whose halves
+// carry xorsign signs in bit 15), or a NaN state value (nan_probe: a NaN-propagating maximum of
+// the rows' partial sums, which are NaN when one of the lane's new state values is).
+__device__ __forceinline__ bool sr_chunk_bad(uint32_t hmax, float nan_probe) {
+  return ((((hmax & 0x7fff7fffu) + 0x04010401u) & 0x80008000u) != 0) ||
+         nan_probe != nan_probe;
+}
+
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+
 // ---------------------------------------------------------------------------
 // Element conversions
 // ---------------------------------------------------------------------------
@@ -300,7 +340,14 @@ struct HotConfig {
   // Occupancy floor (measured on the H200): 8 blocks (64 registers) for 5
   // rounds; 6 blocks (80 registers, no spills) for 0 and 10 rounds, which
   // spill at 64 registers.
-  static constexpr int kMinBlocksPerSM = kRounds == 5 ? 8 : 6;
+#ifndef MAMBA_SSU_R5_BLOCKS
+#define MAMBA_SSU_R5_BLOCKS 8
+#endif
+#ifndef MAMBA_SSU_R10_BLOCKS
+#define MAMBA_SSU_R10_BLOCKS 6
+#endif
+  static constexpr int kMinBlocksPerSM =
+      kRounds == 5 ? MAMBA_SSU_R5_BLOCKS : (kRounds == 10 ? MAMBA_SSU_R10_BLOCKS : 6);
   // Chunks zero-initialised before their loads, rows stored at d * row bytes from the head: the
   // code generation that measured fastest for the kernels without SR (by 4 % at 128 heads x
   // batch 64-256 against per-chunk bases and pad-only zeroing, which are faster with SR).
@@ -383,17 +430,14 @@ struct HotConfig {
   struct Key {
     uint32_t k0[kKeyRounds], k1[kKeyRounds];
   };
-  __device__ static Key make_key(uint64_t seed) {
-    if constexpr (kRounds == 0) return Key{};  // no stochastic rounding
+  __device__ static uint32_t *key_table() {
     __shared__ uint32_t schedule[kWarpsPerBlock][2 * kKeyRounds];
-    uint32_t *mine = schedule[threadIdx.x >> 5];
-    const int lane = threadIdx.x & 31;
-    if (lane < kKeyRounds) {
-      mine[lane] = static_cast<uint32_t>(seed) + static_cast<uint32_t>(lane) * kPhiloxW0;
-      mine[kKeyRounds + lane] =
-          static_cast<uint32_t>(seed >> 32) + static_cast<uint32_t>(lane) * kPhiloxW1;
-    }
-    __syncwarp();
+    return schedule[threadIdx.x >> 5];
+  }
+  // The key from the warp's table (make_key filled it). Also called by the exact SR path, so
+  // that key words the fast path does not use need not stay in registers.
+  __device__ static Key load_key() {
+    const uint32_t *mine = key_table();
     Key k;
 #pragma unroll
     for (int r = 0; r < kKeyRounds; ++r) {
@@ -407,9 +451,47 @@ struct HotConfig {
     }
     return k;
   }
+  __device__ static Key make_key(uint64_t seed) {
+    if constexpr (kRounds == 0) return Key{};  // no stochastic rounding
+    uint32_t *mine = key_table();
+    const int lane = threadIdx.x & 31;
+    if (lane < kKeyRounds) {
+      mine[lane] = static_cast<uint32_t>(seed) + static_cast<uint32_t>(lane) * kPhiloxW0;
+      mine[kKeyRounds + lane] =
+          static_cast<uint32_t>(seed >> 32) + static_cast<uint32_t>(lane) * kPhiloxW1;
+    }
+    __syncwarp();
+    return load_key();
+  }
   __device__ static U32x4 philox(U32x4 c, const Key &k) {
 #pragma unroll
     for (int r = 0; r < kRounds; ++r) c = philox_round(c, k.k0[r], k.k1[r]);
+    return c;
+  }
+
+  // The fast SR path (sr_fast_chunk): Philox of counter (lo, hi, 0, 0) for a high word hi that
+  // is the same for all of a warp's counters. Round 1 then gives (hi ^ k0[0], 0, z1, w1) with
+  // (z1 ^ k1[0], w1) the product M0 * lo, and round 2's first product M0 * (hi ^ k0[0])
+  // depends on hi alone: it is computed once per warp (RoundTwo), which saves a wide multiply,
+  // an XOR and the 64-bit counter's carry per call.
+  static constexpr bool kFastSr = kRounds >= 2 && kU > 1;
+  struct RoundTwo {
+    uint32_t z_xor;  // hi(M0 * (hi ^ k0[0])) ^ k1[1]
+    uint32_t w;      // lo(M0 * (hi ^ k0[0]))
+  };
+  __device__ static RoundTwo round_two(uint32_t hi, const Key &k) {
+    const uint32_t x1 = hi ^ k.k0[0];
+    return RoundTwo{__umulhi(kPhiloxM0, x1) ^ k.k1[kRounds > 1 ? 1 : 0], kPhiloxM0 * x1};
+  }
+  __device__ static U32x4 philox_lo(uint32_t lo, const Key &k, const RoundTwo &t) {
+    const uint32_t hi0 = __umulhi(kPhiloxM0, lo);
+    const uint32_t lo0 = kPhiloxM0 * lo;
+    const uint32_t z1 = hi0 ^ k.k1[0];
+    const uint32_t hi1 = __umulhi(kPhiloxM1, z1);
+    const uint32_t lo1 = kPhiloxM1 * z1;
+    U32x4 c{hi1 ^ k.k0[kRounds > 1 ? 1 : 0], lo1, t.z_xor ^ lo0, t.w};
+#pragma unroll
+    for (int r = 2; r < kRounds; ++r) c = philox_round(c, k.k0[r], k.k1[r]);
     return c;
   }
 };
@@ -423,6 +505,7 @@ struct DynConfig {
   static constexpr int kMinBlocksPerSM = 4;  // <= 128 registers
   static constexpr bool kZeroChunks = true;  // partial chunks: rows past d_end must be defined
   static constexpr int kFirstForm = -1;      // read Args::first_form_f1
+  static constexpr bool kFastSr = false;     // every chunk takes the per-row path
   struct Raw {
     uint32_t w[kMaxCols];
   };
@@ -780,6 +863,23 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
   // Philox element offset of this lane's first column in the current chunk's first row.
   uint64_t sr_chunk = sr_head + static_cast<uint64_t>(d_begin) * dstate +
                       static_cast<uint64_t>(cfg.col(lane, 0));
+  // The fast SR path (hot kernels): the lane's Philox counters over the warp's rows share one
+  // high word, so round 2's first product is computed here once (Cfg::round_two). Should the
+  // rows cross a multiple of 2^32 (offsets near 2^32 with a large slot stride), the running
+  // maximum starts at Inf and every chunk takes the exact path, whose counters are 64-bit.
+  uint32_t sr_max_init = kSrMaxInit;
+  [[maybe_unused]] uint32_t rt_z = 0, rt_w = 0;
+  if constexpr (Cfg::kFastSr) {
+    if (sr) {
+      const uint32_t span =
+          static_cast<uint32_t>((d_end - d_begin - 1) * dstate +
+                                (cfg.col(lane, cfg.ncols() - cfg.sr_group()) - cfg.col(lane, 0)));
+      if (static_cast<uint32_t>(sr_chunk) > 0xffffffffu - span) sr_max_init = kSrMaxForceExact;
+      const auto t = cfg.round_two(static_cast<uint32_t>(sr_chunk >> 32), key);
+      rt_z = t.z_xor;
+      rt_w = t.w;
+    }
+  }
   for (int d0 = d_begin; d0 < d_end; d0 += U) {
     // Issue the next chunk's loads before computing this one.
     // Every field the body reads is loaded, or zeroed by fresh_chunk (see there).
@@ -807,6 +907,12 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
       }
       part_y[r] = acc;
     }
+    // NaN when one of the lane's new state values in the chunk is (see sr_chunk_bad).
+    [[maybe_unused]] float nan_probe = 0.0f;
+    if constexpr (Cfg::kFastSr) {
+#pragma unroll
+      for (int r = 0; r < U; ++r) nan_probe = max_nan(nan_probe, part_y[r]);
+    }
 
     // y of row my_row, gated, rounded into out.
     {
@@ -820,6 +926,49 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
       // Row r of the chunk: write_chunk + r * row bytes (constant offsets on the hot path).
       char *const write_chunk =
           write_head + (Cfg::kZeroChunks ? 0 : static_cast<int64_t>(d0) * dstate * esize);
+      if constexpr (Cfg::kFastSr) {
+        // Here sr holds (rounds > 0 and write). Every row truncated and stored, the chunk's
+        // magnitudes tested once; a flagged chunk is converted again exactly and stored over.
+        uint32_t hmax = sr_max_init;
+        const uint32_t lo = static_cast<uint32_t>(sr_chunk);
+        const typename Cfg::RoundTwo rt{rt_z, rt_w};
+#pragma unroll
+        for (int r = 0; r < U; ++r) {
+          uint32_t bits[K] = {};
+#pragma unroll
+          for (int i = 0; i < K; i += cfg.sr_group()) {
+            const uint32_t dist = static_cast<uint32_t>(cfg.col(lane, i) - cfg.col(lane, 0));
+            const U32x4 w = cfg.philox_lo(lo + static_cast<uint32_t>(r * dstate) + dist, key, rt);
+            const uint32_t w01 = sr_pair_fast_low(s[r][i], s[r][i + 1], w.x & 0x1fffu,
+                                                  w.y & 0x1fffu, hmax);
+            bits[i] = w01 & 0xffffu;
+            bits[i + 1] = w01 >> 16;
+            if (cfg.sr_group() == 4) {
+              const uint32_t w23 = sr_pair_fast_low(s[r][i + 2], s[r][i + 3], w.z & 0x1fffu,
+                                                    w.w & 0x1fffu, hmax);
+              bits[i + 2] = w23 & 0xffffu;
+              bits[i + 3] = w23 >> 16;
+            }
+          }
+          cfg.store_state(write_chunk + r * dstate * esize, lane, bits);
+        }
+        if (sr_chunk_bad(hmax, nan_probe)) {  // rare: saturated, Inf, NaN, 2^32 crossing
+#pragma unroll
+          for (int r = 0; r < U; ++r) {
+            uint32_t bits[K] = {};
+            uint32_t rnd[K] = {};
+            sr_words(cfg, cfg.load_key(), sr_chunk + static_cast<uint64_t>(r * dstate), lane, rnd);
+#pragma unroll
+            for (int i = 0; i < K; i += 2) {
+              const uint32_t word = sr_pair_exact(s[r][i], s[r][i + 1], rnd[i] & 0x1fffu,
+                                                  rnd[i + 1] & 0x1fffu);
+              bits[i] = word & 0xffffu;
+              bits[i + 1] = word >> 16;
+            }
+            cfg.store_state(write_chunk + r * dstate * esize, lane, bits);
+          }
+        }
+      } else {
 #pragma unroll
       for (int r = 0; r < U; ++r) {
         const int d = d0 + r;
@@ -856,6 +1005,7 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
         }
         cfg.store_state(write_chunk + (Cfg::kZeroChunks ? static_cast<int64_t>(d) : r) * dstate * esize,
                         lane, bits);
+      }
       }
     }
     cur = next;

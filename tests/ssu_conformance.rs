@@ -323,6 +323,22 @@ fn flashinfer_reference_bit_exact() {
 #[test]
 #[ignore = "requires a CUDA GPU"]
 fn slot_stride_near_2_pow_32_sparse_state() {
+    // Slot 1 spans 2^32 at a head boundary (head 4 starts at 2^32), slot 2 ends at 2^33.
+    sparse_stride_case((1 << 32) - 32768);
+}
+
+/// As [`slot_stride_near_2_pow_32_sparse_state`], with a stride that puts 2^32 inside a warp's
+/// rows: slot 1 crosses it in head 3 at row 57, column 64 (mid-chunk, mid-row), slot 2 crosses
+/// 2^33 in head 7 at row 51, column 0. The lanes' Philox counters change their high word in the
+/// middle of the rows one warp rounds, which the kernels must follow (the hot kernels send such
+/// warps to their exact path). Every row is checked on its own.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn philox_offsets_crossing_2_pow_32_inside_a_warp() {
+    sparse_stride_case((1 << 32) - 31936);
+}
+
+fn sparse_stride_case(stride: u64) {
     use common::gen;
     use mamba_ssu::reference::ssu::{selective_state_update_f64, HostTensor, SsuHostArgs};
     use mamba_ssu::reference::{sr_f16_bits, SrMapping};
@@ -333,7 +349,6 @@ fn slot_stride_near_2_pow_32_sparse_state() {
     };
     let (nheads, dim, dstate, ngroups, batch, slots) = (8usize, 64usize, 128usize, 2usize, 2, 3);
     let head_block = nheads * dim * dstate;
-    let stride: u64 = (1 << 32) - 32768; // elements; slot 2 starts beyond 2^33
     let read_slots = [2i32, 1];
     let seed: i64 = 0x1_2345_6789_ABCD; // above 2^32: the key's high word matters too
     let rounds = 10u32;
@@ -506,6 +521,10 @@ fn slot_stride_near_2_pow_32_sparse_state() {
         let wrong =
             SrMapping::new(other, stride as usize, dim, dstate, seed as u64, rounds).unwrap();
         let (mut agree, mut agree_other, mut total) = (0usize, 0usize, 0usize);
+        // The least agreeing row: a row rounded with wrong random bits agrees on roughly half
+        // of its columns, one with the right bits on all but the rare element whose f64
+        // reference value rounds to a different fp32 than the kernel's.
+        let mut worst_row = (dstate, 0i32, 0usize, 0usize);
         for &slot in &read_slots {
             let base = slot as u64 * stride;
             let got = common::as_u16(
@@ -513,18 +532,36 @@ fn slot_stride_near_2_pow_32_sparse_state() {
             );
             for h in 0..nheads {
                 for dd in 0..dim {
+                    let mut row_agree = 0usize;
                     for n in 0..dstate {
                         let v = reference.state[reference.state_index(slot as usize, h, dd, n)];
                         let e = (h * dim + dd) * dstate + n;
                         let p = sr_f16_bits(v as f32, own.random_bits(i64::from(slot), h, dd, n));
                         let q = sr_f16_bits(v as f32, wrong.random_bits(i64::from(slot), h, dd, n));
-                        agree += usize::from(got[e] == p);
+                        row_agree += usize::from(got[e] == p);
                         agree_other += usize::from(got[e] == q);
                         total += 1;
+                    }
+                    agree += row_agree;
+                    if row_agree < worst_row.0 {
+                        worst_row = (row_agree, slot, h, dd);
                     }
                 }
             }
         }
+        eprintln!(
+            "{alg}: least agreeing row: slot {} head {} row {}: {} of {dstate}",
+            worst_row.1, worst_row.2, worst_row.3, worst_row.0
+        );
+        assert!(
+            worst_row.0 * 10 >= dstate * 9,
+            "{alg}: slot {} head {} row {} agrees on {} of {dstate} columns only: its random \
+             bits are wrong",
+            worst_row.1,
+            worst_row.2,
+            worst_row.3,
+            worst_row.0
+        );
         let (fa, fo) = (
             agree as f64 / total as f64,
             agree_other as f64 / total as f64,
@@ -778,4 +815,228 @@ fn grid_shapes_agree_bit_for_bit() {
         }
     }
     assert!(failed.is_empty(), "grid shapes disagree: {failed:?}");
+}
+
+/// The fp32 product `a * b` as the GPU's FTZ multiply gives it for exactly representable
+/// products: NaN results are the canonical NaN 0x7FFFFFFF.
+fn gpu_mul(a: f32, b: f32) -> u32 {
+    let p = a * b;
+    if p.is_nan() {
+        0x7FFF_FFFF
+    } else {
+        p.to_bits()
+    }
+}
+
+/// Stochastic rounding of values outside fp16's normal range, on the GPU: zero and -0, values
+/// that become fp16-subnormal (flushed to zero), values around 2^-14, 65504 and 2^16 (Inf),
+/// +-Inf (NaN whenever r != 0), NaN, and the GPU's canonical NaN 0x7FFFFFFF (whose + r carries
+/// into the sign bit). With A = 0 (dA = 1), a zero state, dt' = 1 and no softplus, the new
+/// state is exactly x * B, so every element's fp16 bits are predicted from the software
+/// conversion ([`sr_f16_bits`]) and FlashInfer's random mapping, and must match bit for bit —
+/// for the hot kernels (4-row chunks at 128 heads with 4 and 64 rows per warp, one-row chunks at
+/// 8 heads), the generic kernel (3 rounds), both layouts.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn sr_special_values_match_the_software_conversion() {
+    use mamba_ssu::reference::{sr_f16_bits, SrMapping};
+    use mamba_ssu::ssu::Algorithm;
+    let Some((_ctx, stream)) = common::gpu() else {
+        return;
+    };
+    const DIM: usize = 64;
+    const DS: usize = 128;
+    let bf = |v: f32| half::bf16::from_f32(v);
+    // x per row and B per column: exact bf16 values whose products cover the special ranges.
+    let mut xs: Vec<half::bf16> = vec![
+        bf(1.0),
+        bf(-1.0),
+        bf(0.0),
+        bf(-0.0),
+        bf(f32::INFINITY),
+        bf(f32::NEG_INFINITY),
+        bf(f32::NAN),
+        bf(2f32.powi(-14)),
+        bf(-(2f32.powi(-14))),
+        bf(2f32.powi(-15)),
+        bf(2f32.powi(-24)),
+        bf(2f32.powi(15)),
+        bf(-(2f32.powi(15))),
+        bf(2f32.powi(16)),
+        bf(65280.0),
+        bf(1.5),
+    ];
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    while xs.len() < DIM {
+        let e = (next() % 40) as i32 - 24; // 2^-24 .. 2^15
+        let m = 1.0 + (next() % 128) as f32 / 128.0;
+        let sign = if next() % 2 == 0 { 1.0 } else { -1.0 };
+        xs.push(bf(sign * m * 2f32.powi(e)));
+    }
+    let mut bs: Vec<half::bf16> = vec![
+        bf(1.0),
+        bf(-1.0),
+        bf(0.0),
+        bf(1.0 - 1.0 / 256.0),
+        bf(1.0 + 1.0 / 128.0),
+        bf(2.0),
+        bf(0.5),
+        bf(f32::INFINITY),
+        bf(f32::NAN),
+        bf(65504.0 / 65536.0),
+        bf(1.99),
+        bf(-0.75),
+    ];
+    while bs.len() < DS {
+        let e = (next() % 12) as i32 - 6; // 2^-6 .. 2^5
+        let m = 1.0 + (next() % 128) as f32 / 128.0;
+        let sign = if next() % 2 == 0 { 1.0 } else { -1.0 };
+        bs.push(bf(sign * m * 2f32.powi(e)));
+    }
+    let seed: i64 = 0x0BAD_5EED_1234_5678;
+    let mut failed = Vec::new();
+    // 128 x 32: a warp per head (64 rows); 128 x 2: 4-row chunks, 4 rows per warp; 8 x 1: one-row
+    // chunks; 3 rounds: the generic kernel.
+    for (nheads, batch, rounds) in [
+        (128usize, 32usize, 5u32),
+        (128, 32, 10),
+        (128, 2, 5),
+        (128, 2, 10),
+        (8, 1, 5),
+        (8, 1, 10),
+        (8, 2, 3),
+    ] {
+        let slots = batch + 1;
+        let head = DIM * DS;
+        let slot_elems = nheads * head;
+        let bytes16 =
+            |v: &[half::bf16]| -> Vec<u8> { v.iter().flat_map(|b| b.to_le_bytes()).collect() };
+        // x[b, h, d] = xs[d]; B[b, 0, n] = bs[n] (one group).
+        let x: Vec<half::bf16> = (0..batch * nheads)
+            .flat_map(|_| xs.iter().copied())
+            .collect();
+        let b: Vec<half::bf16> = (0..batch).flat_map(|_| bs.iter().copied()).collect();
+        let c: Vec<half::bf16> = vec![bf(0.0); batch * DS];
+        let dt: Vec<half::bf16> = vec![bf(1.0); batch * nheads];
+        let a = vec![0u8; nheads * 4];
+        // Batch entry i reads slot i + 1 (zero) and writes it; slot 0 is never touched.
+        let idx: Vec<u8> = (0..batch)
+            .flat_map(|i| (i as i32 + 1).to_le_bytes())
+            .collect();
+        let bufs: BTreeMap<&str, DevBuf> = [
+            ("x", DevBuf::from_bytes(&stream, "bfloat16", &bytes16(&x))),
+            ("B", DevBuf::from_bytes(&stream, "bfloat16", &bytes16(&b))),
+            ("C", DevBuf::from_bytes(&stream, "bfloat16", &bytes16(&c))),
+            ("dt", DevBuf::from_bytes(&stream, "bfloat16", &bytes16(&dt))),
+            ("A", DevBuf::from_bytes(&stream, "float32", &a)),
+            ("idx", DevBuf::from_bytes(&stream, "int32", &idx)),
+            (
+                "seed",
+                DevBuf::from_bytes(&stream, "int64", &seed.to_le_bytes()),
+            ),
+        ]
+        .into_iter()
+        .collect();
+        let input = |name: &str, shape: &[usize], strides: &[usize]| ssu_dev::In {
+            buf: &bufs[name],
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+        };
+        for (alg, algorithm) in [
+            ("simple", Algorithm::Simple),
+            ("vertical", Algorithm::Vertical),
+        ] {
+            let mut st = DevBuf::from_bytes(&stream, "float16", &vec![0u8; slots * slot_elems * 2]);
+            let mut out = DevBuf::alloc(&stream, "bfloat16", batch * nheads * DIM);
+            let mut call = ssu_dev::Call {
+                state: ssu_dev::Out {
+                    buf: &mut st,
+                    shape: vec![slots, nheads, DIM, DS],
+                    strides: vec![slot_elems, head, DS, 1],
+                },
+                x: input("x", &[batch, nheads, DIM], &[nheads * DIM, DIM, 1]),
+                dt: input("dt", &[batch, nheads, DIM], &[nheads, 1, 0]),
+                a: input("A", &[nheads, DIM, DS], &[1, 0, 0]),
+                b: input("B", &[batch, 1, DS], &[DS, DS, 1]),
+                c: input("C", &[batch, 1, DS], &[DS, DS, 1]),
+                d: None,
+                z: None,
+                dt_bias: None,
+                out: ssu_dev::Out {
+                    buf: &mut out,
+                    shape: vec![batch, nheads, DIM],
+                    strides: vec![nheads * DIM, DIM, 1],
+                },
+                state_batch_indices: Some(input("idx", &[batch], &[1])),
+                dst_state_batch_indices: None,
+                seed: Some(input("seed", &[1], &[1])),
+                flags: ssu_dev::Flags {
+                    pad_slot_id: -1,
+                    dt_softplus: false,
+                    update_state: true,
+                    philox_rounds: rounds,
+                    algorithm: alg,
+                },
+            };
+            ssu_dev::launch(&stream, &mut call).expect("launch");
+            drop(call);
+            let got = common::as_u16(&st.download_all(&stream));
+            let map = SrMapping::new(algorithm, slot_elems, DIM, DS, seed as u64, rounds).unwrap();
+            let (mut bad, mut first) = (0usize, None);
+            let mut specials = 0usize;
+            for i in 0..batch {
+                let slot = i + 1;
+                for h in 0..nheads {
+                    for d in 0..DIM {
+                        for n in 0..DS {
+                            // s' = fma(1, 0, x * (B * 1)): -0 becomes +0.
+                            let bdt = f32::from_bits(gpu_mul(bs[n].to_f32(), 1.0));
+                            let mut v = gpu_mul(xs[d].to_f32(), bdt);
+                            if v == 0x8000_0000 {
+                                v = 0;
+                            }
+                            let vf = f32::from_bits(v);
+                            let r = map.random_bits(slot as i64, h, d, n);
+                            let want = sr_f16_bits(vf, r);
+                            let mag = vf.abs();
+                            specials += usize::from(
+                                !(mag >= 2f32.powi(-14) && mag < 65504.0) || vf.is_nan(),
+                            );
+                            let e = slot * slot_elems + (h * DIM + d) * DS + n;
+                            if got[e] != want {
+                                bad += 1;
+                                first.get_or_insert((h, d, n, v, r, want, got[e]));
+                            }
+                        }
+                    }
+                }
+            }
+            let untouched = got[..slot_elems].iter().all(|&g| g == 0);
+            println!(
+                "{nheads} heads b={batch} R={rounds} {alg}: {bad} of {} elements differ \
+                 ({specials} outside fp16's normal range){}",
+                batch * slot_elems,
+                if untouched { "" } else { "; slot 0 CHANGED" }
+            );
+            if let Some((h, d, n, v, r, want, g)) = first {
+                println!(
+                    "  first: head {h} row {d} col {n}: fp32 {v:#010x} r {r:#06x}: want \
+                     {want:#06x}, got {g:#06x}"
+                );
+            }
+            if bad > 0 || !untouched {
+                failed.push(format!("{nheads}h b={batch} R={rounds} {alg}"));
+            }
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "special values rounded wrongly: {failed:?}"
+    );
 }
