@@ -246,14 +246,22 @@ bool below_switch(int64_t batch, int64_t nheads, int num_sms) {
 #ifndef MAMBA_SSU_RPW_WARPS_PER_SM
 #define MAMBA_SSU_RPW_WARPS_PER_SM 8
 #endif
-// Most rows per warp of the hot kernels (16, 32 or 64; above 16 a block serves several (b, h)).
+// Most rows per warp of the hot kernels with stochastic rounding (16, 32 or 64; above 16 a block
+// has 2 or 1 warps). Measured on the H200 (docs/perf-notes.md, session 4): 32 rows per warp
+// make the SR kernels 3-6 % faster than 16 at 128 heads x batch 64-256 (the per-warp prologue
+// is spread over twice the rows) and 64 no faster than 32; without SR 32 or 64 rows per warp
+// were 1-13 % SLOWER, and with fewer than 32 warps per SM left (128 heads x batch 16) so were
+// the SR kernels, hence the limits below.
 #ifndef MAMBA_SSU_MAX_RPW
-#define MAMBA_SSU_MAX_RPW 64
+#define MAMBA_SSU_MAX_RPW 32
 #endif
+constexpr int64_t kWideRpwWarpsPerSm = 32;  // warps per SM that rows per warp above 16 keep
 int pick_rows_per_warp(int64_t rows, int num_sms, int rows_per_chunk, int max_rpw) {
   int rpw = rows_per_chunk;
   while (rpw < max_rpw &&
-         rows / (2 * rpw) >= int64_t{MAMBA_SSU_RPW_WARPS_PER_SM} * num_sms)
+         rows / (2 * rpw) >=
+             (rpw < kMaxRowsPerWarp ? int64_t{MAMBA_SSU_RPW_WARPS_PER_SM} : kWideRpwWarpsPerSm) *
+                 num_sms)
     rpw *= 2;
   return rpw;
 }
@@ -349,11 +357,11 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   const int rows_per_chunk = !hot ? DynConfig::kRowsPerChunk
                              : small ? HotConfig<true, 0, 1>::kRowsPerChunk
                                      : HotConfig<true, 0>::kRowsPerChunk;
-  // The hot kernels on large grids may give a warp half a head or a whole one (32 or 64 rows):
+  // The SR hot kernels on large grids may give a warp half a head or a whole one (32 or 64 rows):
   // the per-(b, h) work of a warp (indices, dt', dA, B, C, the Philox key) is then spread over
   // more rows. A block still serves one (b, h) (so that everything derived from the block
   // index stays in uniform registers): it has 2 or 1 warps instead of 4.
-  const int max_rpw = hot && !small ? MAMBA_SSU_MAX_RPW : kMaxRowsPerWarp;
+  const int max_rpw = hot && !small && p.philox_rounds > 0 ? MAMBA_SSU_MAX_RPW : kMaxRowsPerWarp;
   const int rpw = small ? 1 : pick_rows_per_warp(rows, num_sms, rows_per_chunk, max_rpw);
   const int warps_per_block =
       rpw * ssu::kWarpsPerBlock > p.dim ? static_cast<int>(p.dim / rpw) : ssu::kWarpsPerBlock;
