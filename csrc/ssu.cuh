@@ -9,7 +9,9 @@
 // from that without any data exchange. Blocks are 4 warps (128 threads); a
 // block serves one (b, h) and 4 * rows_per_warp consecutive rows of it, each
 // warp a contiguous run of rows_per_warp rows (the host picks a multiple of
-// the chunk size up to 16, more when there is more work, see ssu.cu). Why:
+// the chunk size up to 16, more when there is more work, see ssu.cu; the SR
+// hot kernels on large grids take 32 rows per warp in blocks of 2 warps, so a
+// block still serves one (b, h) and its indices stay block-uniform). Why:
 //   - everything per (b, h) — the slot indices, dt', dA, the seed, B*dt' and
 //     C for the lane's columns — is loaded/computed once per warp and
 //     amortised over its rows;
@@ -24,13 +26,18 @@
 //     used (2 words per row and lane for the fp16 / dstate 128 hot path), so
 //     the prefetch buffer is cheap;
 //   - no block-level synchronisation at all: warps are independent.
-// With stochastic rounding the kernel is bound by the integer pipe (Philox
+// With stochastic rounding the kernel is bound by instruction issue (Philox
 // multiplies and the SR bit manipulation), so those paths are written to
-// keep the integer instruction count low: the Philox key schedule is computed
-// once per warp, and a pair of elements is rounded by one cvt.rz.f16x2.f32 on
-// the conversion unit plus a few integer checks (sr_pair_fast), with the exact
-// integer formula (sr_fp16_magnitude, 9 instructions per element) only for
-// the rare zero / subnormal / saturated / Inf / NaN results.
+// keep the instruction count low: the Philox key schedule is computed once
+// per warp; in the hot kernels the lane's counters share their high word
+// over the warp's rows, so round 2's first product is computed once per warp
+// (Cfg::round_two); a pair of elements is rounded by one cvt.rz.f16x2.f32,
+// a half-precision compare and mask that flush results below 2^-14 without a
+// branch, and a running maximum (sr_pair_fast_low); a chunk with a saturated,
+// Inf or NaN result is converted again with the exact integer formula
+// (sr_fp16_magnitude, 9 instructions per element). The generic kernel and
+// the one-row hot kernels test each row's pairs (sr_pair_fast) and convert a
+// flagged row exactly.
 // Each lane reads its state elements before it writes them, and the rows a
 // warp reads from the read slot are written to the write slot by the same
 // lane, so a call whose read and write slots coincide is race-free. As in
