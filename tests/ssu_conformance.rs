@@ -993,11 +993,11 @@ fn sr_special_values_match_the_software_conversion() {
             for i in 0..batch {
                 let slot = i + 1;
                 for h in 0..nheads {
-                    for d in 0..DIM {
-                        for n in 0..DS {
+                    for (d, xd) in xs.iter().enumerate() {
+                        for (n, bn) in bs.iter().enumerate() {
                             // s' = fma(1, 0, x * (B * 1)): -0 becomes +0.
-                            let bdt = f32::from_bits(gpu_mul(bs[n].to_f32(), 1.0));
-                            let mut v = gpu_mul(xs[d].to_f32(), bdt);
+                            let bdt = f32::from_bits(gpu_mul(bn.to_f32(), 1.0));
+                            let mut v = gpu_mul(xd.to_f32(), bdt);
                             if v == 0x8000_0000 {
                                 v = 0;
                             }
