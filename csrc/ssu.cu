@@ -248,9 +248,9 @@ bool below_switch(int64_t batch, int64_t nheads, int num_sms) {
 #endif
 // Most rows per warp of the hot kernels with stochastic rounding (16, 32 or 64; above 16 a block
 // has 2 or 1 warps). Measured on the H200 (docs/perf-notes.md, session 4): 32 rows per warp
-// make the SR kernels 3-6 % faster than 16 at 128 heads x batch 64-256 (the per-warp prologue
+// make the SR kernels 1-6 % faster than 16 at 128 heads x batch 64-256 (the per-warp prologue
 // is spread over twice the rows) and 64 no faster than 32; without SR 32 or 64 rows per warp
-// were 1-13 % SLOWER, and with fewer than 32 warps per SM left (128 heads x batch 16) so were
+// were up to 13 % SLOWER, and with fewer than 32 warps per SM left (128 heads x batch 16) so were
 // the SR kernels, hence the limits below.
 #ifndef MAMBA_SSU_MAX_RPW
 #define MAMBA_SSU_MAX_RPW 32

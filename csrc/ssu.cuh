@@ -347,7 +347,7 @@ struct HotConfig {
   // Occupancy floor in 4-warp blocks (measured on the H200): 7 (72 registers) for 5 rounds
   // (with the chunk-level SR path 8 blocks' 64 registers spill and cost ~20 instructions per
   // chunk: 7 was 1-7 % faster than 8 and than 6, session 4); 6 (80 registers, no spills) for 0
-  // and 10 rounds, which spill at 64 registers (10 rounds at 7 blocks spill: 3-20 % slower).
+  // and 10 rounds, which spill at 64 registers (10 rounds at 7 blocks spill: 2-25 % slower).
   // Build-time knobs for experiments: -DMAMBA_SSU_R5_BLOCKS=N, -DMAMBA_SSU_R10_BLOCKS=N.
 #ifndef MAMBA_SSU_R5_BLOCKS
 #define MAMBA_SSU_R5_BLOCKS 7
