@@ -478,11 +478,12 @@ struct HotConfig {
     return c;
   }
 
-  // The fast SR path (sr_fast_chunk): Philox of counter (lo, hi, 0, 0) for a high word hi that
-  // is the same for all of a warp's counters. Round 1 then gives (hi ^ k0[0], 0, z1, w1) with
-  // (z1 ^ k1[0], w1) the product M0 * lo, and round 2's first product M0 * (hi ^ k0[0])
-  // depends on hi alone: it is computed once per warp (RoundTwo), which saves a wide multiply,
-  // an XOR and the 64-bit counter's carry per call.
+  // The fast SR path (the kFastSr branch of ssu_body): Philox of counter (lo, hi, 0, 0) for a
+  // high word hi that is the same for all of a warp's counters. Round 1 gives
+  // (hi ^ k0[0], 0, z1, w1) with (z1 ^ k1[0], w1) the product M0 * lo, and round 2's first
+  // product M0 * (hi ^ k0[0]) depends on hi alone: it is computed once per warp (RoundTwo),
+  // which saves a wide multiply, an XOR and the 64-bit counter's carry per call. Only for
+  // 4-row chunks: the one-row kernels (tiny grids, latency-bound) keep the per-row path.
   static constexpr bool kFastSr = kRounds >= 2 && kU > 1;
   struct RoundTwo {
     uint32_t z_xor;  // hi(M0 * (hi ^ k0[0])) ^ k1[1]
