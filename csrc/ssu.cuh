@@ -244,28 +244,10 @@ __device__ __forceinline__ bool sr_needs_exact(uint32_t flags) {
 // zero with v's sign; the chunk's NaN test sends those to the exact path). The high case is
 // tracked by a running NaN-propagating maximum of |h| (two half-precision instructions per
 // pair in all) and tested once per chunk (sr_chunk_bad).
-// bits + (w & 0x1fff). With kAdd3 as bits + w - (w & ~0x1fff) through inline PTX: a LOP3 and
-// an IADD3 (integer ALU pipe) instead of a LOP3 and an IMAD.IADD (the FMA-heavy pipe, which the
-// 10-round kernels' wide Philox multiplies keep the busiest pipe).
-template <bool kAdd3>
-__device__ __forceinline__ uint32_t add_low13(uint32_t bits, uint32_t w) {
-  if constexpr (kAdd3) {
-    uint32_t out;
-    asm("{\n\t.reg .u32 t;\n\tand.b32 t, %2, 0xffffe000;\n\tadd.u32 %0, %1, %2;\n\t"
-        "sub.u32 %0, %0, t;\n\t}"
-        : "=r"(out)
-        : "r"(bits), "r"(w));
-    return out;
-  } else {
-    return bits + (w & 0x1fffu);
-  }
-}
-
-template <bool kAdd3>
-__device__ __forceinline__ uint32_t sr_pair_fast_low(float v0, float v1, uint32_t w0, uint32_t w1,
+__device__ __forceinline__ uint32_t sr_pair_fast_low(float v0, float v1, uint32_t r0, uint32_t r1,
                                                      uint32_t &hmax) {
-  const float a0 = __uint_as_float(add_low13<kAdd3>(__float_as_uint(v0), w0));
-  const float a1 = __uint_as_float(add_low13<kAdd3>(__float_as_uint(v1), w1));
+  const float a0 = __uint_as_float(__float_as_uint(v0) + r0);
+  const float a1 = __uint_as_float(__float_as_uint(v1) + r1);
   uint32_t h;
   asm("cvt.rz.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(a1), "f"(a0));  // a1 -> upper half
   asm("max.NaN.xorsign.abs.f16x2 %0, %0, %1;" : "+r"(hmax) : "r"(h));
@@ -363,18 +345,25 @@ struct HotConfig {
   // dim 64 is a multiple of 4 warps x rows_per_warp (4, 8 or 16).
   static constexpr bool kFullChunks = true;
   // Occupancy floor in 4-warp blocks (measured on the H200): 7 (72 registers) for 5 rounds
-  // (with the chunk-level SR path 8 blocks' 64 registers spill and cost ~20 instructions per
-  // chunk: 7 was 1-7 % faster than 8 and than 6, session 4); 6 (80 registers, no spills) for 0
-  // and 10 rounds, which spill at 64 registers (10 rounds at 7 blocks spill: 2-25 % slower).
-  // Build-time knobs for experiments: -DMAMBA_SSU_R5_BLOCKS=N, -DMAMBA_SSU_R10_BLOCKS=N.
+  // (at 8 blocks: 1 % slower at 128 heads x 256, 7-8 % faster at exactly 65 536 rows, where a
+  // grid of 1 024 blocks is one wave at 8 per SM and 1.11 waves at 7; session 5), 8 (64
+  // registers) for 10 rounds, which fit there without spilling since the key words live in
+  // uniform registers (key_table; 2-5 % faster than 6 blocks, session 5), and 6 (80 registers)
+  // without SR, which spills at 64. Build-time knobs for experiments: -DMAMBA_SSU_R5_BLOCKS=N,
+  // -DMAMBA_SSU_R5V_BLOCKS=N (5 rounds, vertical layout only), -DMAMBA_SSU_R10_BLOCKS=N.
 #ifndef MAMBA_SSU_R5_BLOCKS
 #define MAMBA_SSU_R5_BLOCKS 7
 #endif
 #ifndef MAMBA_SSU_R10_BLOCKS
 #define MAMBA_SSU_R10_BLOCKS 8
 #endif
+#ifndef MAMBA_SSU_R5V_BLOCKS
+#define MAMBA_SSU_R5V_BLOCKS MAMBA_SSU_R5_BLOCKS
+#endif
   static constexpr int kMinBlocksPerSM =
-      kRounds == 5 ? MAMBA_SSU_R5_BLOCKS : (kRounds == 10 ? MAMBA_SSU_R10_BLOCKS : 6);
+      kRounds == 5    ? (kSimple ? MAMBA_SSU_R5_BLOCKS : MAMBA_SSU_R5V_BLOCKS)
+      : kRounds == 10 ? (kU > 1 ? MAMBA_SSU_R10_BLOCKS : 6)
+                      : 6;
   // Chunks zero-initialised before their loads, rows stored at d * row bytes from the head: the
   // code generation that measured fastest for the kernels without SR (by 4 % at 128 heads x
   // batch 64-256 against per-chunk bases and pad-only zeroing, which are faster with SR).
@@ -449,34 +438,32 @@ struct HotConfig {
     static_cast<unsigned short *>(p)[idx] = static_cast<unsigned short>(float_to_bf16_bits_rn(v));
   }
 
-  // The Philox key schedule, computed once per warp. Left to itself the
+  // The Philox key schedule, computed once per block. Left to itself the
   // compiler re-derives the per-round key words (2 adds per round) at every
   // call; passing them through a volatile shared-memory load makes them
-  // opaque, so they are loaded once and stay in registers.
+  // opaque, so they are loaded once. The 4-row kernels' table is one per block (a block
+  // serves one (b, h), so every warp of it has the same seed) at a fixed
+  // shared address: loads at a uniform address let the compiler keep the key
+  // words in uniform registers, which frees 2 * rounds vector registers per
+  // thread (the 10-round kernels run at 64 registers without spilling, and
+  // their rows' Philox chains interleave).
   static constexpr int kKeyRounds = kRounds > 0 ? kRounds : 1;
   struct Key {
     uint32_t k0[kKeyRounds], k1[kKeyRounds];
   };
-#ifndef MAMBA_SSU_PCARRY
-#define MAMBA_SSU_PCARRY 1
-#endif
-#ifndef MAMBA_SSU_KEY_BLOCK
-#define MAMBA_SSU_KEY_BLOCK 1
-#endif
-#if MAMBA_SSU_KEY_BLOCK
-  // One table per block at a fixed shared address (every warp of a block has the same seed):
-  // its loads have a uniform address, so the key words can live in uniform registers.
+  // The one-row kernels (tiny grids, one latency chain) keep a table per warp: no block
+  // barrier in front of their first Philox round.
+  static constexpr bool kBlockKey = kU > 1;
   __device__ static uint32_t *key_table() {
-    __shared__ uint32_t schedule[2 * kKeyRounds];
-    return schedule;
+    if constexpr (kBlockKey) {
+      __shared__ uint32_t schedule[2 * kKeyRounds];
+      return schedule;
+    } else {
+      __shared__ uint32_t schedule[kWarpsPerBlock][2 * kKeyRounds];
+      return schedule[threadIdx.x >> 5];
+    }
   }
-#else
-  __device__ static uint32_t *key_table() {
-    __shared__ uint32_t schedule[kWarpsPerBlock][2 * kKeyRounds];
-    return schedule[threadIdx.x >> 5];
-  }
-#endif
-  // The key from the warp's table (make_key filled it). Also called by the exact SR path, so
+  // The key from the block's table (make_key filled it). Also called by the exact SR path, so
   // that key words the fast path does not use need not stay in registers.
   __device__ static Key load_key() {
     const uint32_t *mine = key_table();
@@ -495,24 +482,20 @@ struct HotConfig {
   }
   __device__ static Key make_key(uint64_t seed) {
     if constexpr (kRounds == 0) return Key{};  // no stochastic rounding
-    uint32_t *mine = key_table();
-#if MAMBA_SSU_KEY_BLOCK
-    const int lane = threadIdx.x;
-    if (lane < kKeyRounds) {
-      mine[lane] = static_cast<uint32_t>(seed) + static_cast<uint32_t>(lane) * kPhiloxW0;
-      mine[kKeyRounds + lane] =
-          static_cast<uint32_t>(seed >> 32) + static_cast<uint32_t>(lane) * kPhiloxW1;
+    // Every thread of the block calls this (full chunks: no warp has returned; the seed is
+    // block-uniform), so a block barrier is reached by all.
+    uint32_t *table = key_table();
+    const int t = kBlockKey ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x & 31);
+    if (t < kKeyRounds) {
+      table[t] = static_cast<uint32_t>(seed) + static_cast<uint32_t>(t) * kPhiloxW0;
+      table[kKeyRounds + t] =
+          static_cast<uint32_t>(seed >> 32) + static_cast<uint32_t>(t) * kPhiloxW1;
     }
-    __syncthreads();
-#else
-    const int lane = threadIdx.x & 31;
-    if (lane < kKeyRounds) {
-      mine[lane] = static_cast<uint32_t>(seed) + static_cast<uint32_t>(lane) * kPhiloxW0;
-      mine[kKeyRounds + lane] =
-          static_cast<uint32_t>(seed >> 32) + static_cast<uint32_t>(lane) * kPhiloxW1;
+    if constexpr (kBlockKey) {
+      __syncthreads();
+    } else {
+      __syncwarp();
     }
-    __syncwarp();
-#endif
     return load_key();
   }
   __device__ static U32x4 philox(U32x4 c, const Key &k) {
@@ -536,20 +519,9 @@ struct HotConfig {
     const uint32_t x1 = hi ^ k.k0[0];
     return RoundTwo{__umulhi(kPhiloxM0, x1) ^ k.k1[kRounds > 1 ? 1 : 0], kPhiloxM0 * x1};
   }
-#ifndef MAMBA_SSU_SR_ADD3
-#define MAMBA_SSU_SR_ADD3 1
-#endif
-  static constexpr bool kSrAdd3 = kRounds == 10 && MAMBA_SSU_SR_ADD3;
-  // philox_lo given round 1's product p = M0 * lo (64 bits): the caller keeps p as a running sum
-  // (consecutive counters differ by constants), which replaces a wide multiply or a
-  // multiply-high per call by a 64-bit add.
-  __device__ static U32x4 philox_p(uint64_t p, const Key &k, const RoundTwo &t) {
-    return philox_from(static_cast<uint32_t>(p >> 32), static_cast<uint32_t>(p), k, t);
-  }
   __device__ static U32x4 philox_lo(uint32_t lo, const Key &k, const RoundTwo &t) {
-    return philox_from(__umulhi(kPhiloxM0, lo), kPhiloxM0 * lo, k, t);
-  }
-  __device__ static U32x4 philox_from(uint32_t hi0, uint32_t lo0, const Key &k, const RoundTwo &t) {
+    const uint32_t hi0 = __umulhi(kPhiloxM0, lo);
+    const uint32_t lo0 = kPhiloxM0 * lo;
     const uint32_t z1 = hi0 ^ k.k1[0];
     const uint32_t hi1 = __umulhi(kPhiloxM1, z1);
     const uint32_t lo1 = kPhiloxM1 * z1;
@@ -944,10 +916,6 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
       rt_w = t.w;
     }
   }
-#if MAMBA_SSU_PCARRY
-  [[maybe_unused]] uint64_t p1_chunk =
-      static_cast<uint64_t>(kPhiloxM0) * static_cast<uint32_t>(sr_chunk);
-#endif
   for (int d0 = d_begin; d0 < d_end; d0 += U) {
     // Issue the next chunk's loads before computing this one.
     // Every field the body reads is loaded, or zeroed by fresh_chunk (see there).
@@ -999,10 +967,6 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
         // magnitudes tested once; a flagged chunk is converted again exactly and stored over.
         uint32_t hmax = sr_max_init;
         const uint32_t lo = static_cast<uint32_t>(sr_chunk);
-#if MAMBA_SSU_PCARRY
-        // Round 1's product for this chunk's first counter: M0 * lo (see philox_p).
-        const uint64_t p1 = p1_chunk;
-#endif
         const typename Cfg::RoundTwo rt{rt_z, rt_w};
 #pragma unroll
         for (int r = 0; r < U; ++r) {
@@ -1010,20 +974,14 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
 #pragma unroll
           for (int i = 0; i < K; i += cfg.sr_group()) {
             const uint32_t dist = static_cast<uint32_t>(cfg.col(lane, i) - cfg.col(lane, 0));
-#if MAMBA_SSU_PCARRY
-            const U32x4 w = cfg.philox_p(
-                p1 + static_cast<uint64_t>(kPhiloxM0) * static_cast<uint32_t>(r * dstate + dist),
-                key, rt);
-#else
             const U32x4 w = cfg.philox_lo(lo + static_cast<uint32_t>(r * dstate) + dist, key, rt);
-#endif
-            const uint32_t w01 =
-                sr_pair_fast_low<Cfg::kSrAdd3>(s[r][i], s[r][i + 1], w.x, w.y, hmax);
+            const uint32_t w01 = sr_pair_fast_low(s[r][i], s[r][i + 1], w.x & 0x1fffu,
+                                                  w.y & 0x1fffu, hmax);
             bits[i] = w01 & 0xffffu;
             bits[i + 1] = w01 >> 16;
             if (cfg.sr_group() == 4) {
-              const uint32_t w23 =
-                  sr_pair_fast_low<Cfg::kSrAdd3>(s[r][i + 2], s[r][i + 3], w.z, w.w, hmax);
+              const uint32_t w23 = sr_pair_fast_low(s[r][i + 2], s[r][i + 3], w.z & 0x1fffu,
+                                                    w.w & 0x1fffu, hmax);
               bits[i + 2] = w23 & 0xffffu;
               bits[i + 3] = w23 >> 16;
             }
@@ -1088,9 +1046,6 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
     }
     cur = next;
     sr_chunk += static_cast<uint64_t>(U * dstate);
-#if MAMBA_SSU_PCARRY
-    if constexpr (Cfg::kFastSr) p1_chunk += static_cast<uint64_t>(kPhiloxM0) * (U * dstate);
-#endif
   }
 }
 
