@@ -25,15 +25,19 @@
 //   - the state stays in its packed storage form in registers until it is
 //     used (2 words per row and lane for the fp16 / dstate 128 hot path), so
 //     the prefetch buffer is cheap;
-//   - no block-level synchronisation at all: warps are independent.
+//   - warps are independent except for one block barrier in the 4-row SR
+//     kernels (the block's Philox key table, make_key) and, on large grids, in
+//     the fused seed's derivation (derive_seed).
 // With stochastic rounding the kernel is bound by instruction issue (Philox
 // multiplies and the SR bit manipulation), so those paths are written to
 // keep the instruction count low: the Philox key schedule is computed once
-// per warp; in the hot kernels the lane's counters share their high word
+// per block (4-row kernels, whose key words then live in uniform registers)
+// or per warp; in the hot kernels the lane's counters share their high word
 // over the warp's rows, so round 2's first product is computed once per warp
 // (Cfg::round_two); a pair of elements is rounded by one cvt.rz.f16x2.f32,
-// a half-precision compare and mask that flush results below 2^-14 without a
-// branch, and a running maximum (sr_pair_fast_low); a chunk with a saturated,
+// a half-precision multiply with flush-to-zero (or a compare and mask) that
+// zeroes results below 2^-14 without a branch, and a running maximum
+// (sr_pair_fast_low); a chunk with a saturated,
 // Inf or NaN result is converted again with the exact integer formula
 // (sr_fp16_magnitude, 9 instructions per element). The generic kernel and
 // the one-row hot kernels test each row's pairs (sr_pair_fast) and convert a
@@ -244,6 +248,12 @@ __device__ __forceinline__ bool sr_needs_exact(uint32_t flags) {
 // zero with v's sign; the chunk's NaN test sends those to the exact path). The high case is
 // tracked by a running NaN-propagating maximum of |h| (two half-precision instructions per
 // pair in all) and tested once per chunk (sr_chunk_bad).
+//
+// kFtz: the low case by one half-precision multiply by 1 with flush-to-zero (HMUL2.FTZ, on the
+// FMA pipe; subnormal inputs and results become zeros of the same sign) instead of the compare
+// and the LOP3 (the integer ALU is the pipe the 10-round kernels wait on). Normal values are
+// unchanged (x * 1 is exact); NaN payloads may change, but a chunk with a NaN is redone exactly.
+template <bool kFtz>
 __device__ __forceinline__ uint32_t sr_pair_fast_low(float v0, float v1, uint32_t r0, uint32_t r1,
                                                      uint32_t &hmax) {
   const float a0 = __uint_as_float(__float_as_uint(v0) + r0);
@@ -251,9 +261,16 @@ __device__ __forceinline__ uint32_t sr_pair_fast_low(float v0, float v1, uint32_
   uint32_t h;
   asm("cvt.rz.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(a1), "f"(a0));  // a1 -> upper half
   asm("max.NaN.xorsign.abs.f16x2 %0, %0, %1;" : "+r"(hmax) : "r"(h));
-  const __half2 mag = __habs2(*reinterpret_cast<const __half2 *>(&h));
-  const unsigned normal = __hge2_mask(mag, __half2(__ushort_as_half(0x0400), __ushort_as_half(0x0400)));
-  return h & (normal | 0x80008000u);
+  if constexpr (kFtz) {
+    uint32_t f;
+    asm("mul.ftz.f16x2 %0, %1, %2;" : "=r"(f) : "r"(h), "r"(0x3c003c00u));
+    return f;
+  } else {
+    const __half2 mag = __habs2(*reinterpret_cast<const __half2 *>(&h));
+    const unsigned normal =
+        __hge2_mask(mag, __half2(__ushort_as_half(0x0400), __ushort_as_half(0x0400)));
+    return h & (normal | 0x80008000u);
+  }
 }
 
 // Starting value of the running maximum: 0; 0x7C00 in both halves forces the exact path.
@@ -511,6 +528,12 @@ struct HotConfig {
   // which saves a wide multiply, an XOR and the 64-bit counter's carry per call. Only for
   // 4-row chunks: the one-row kernels (tiny grids, latency-bound) keep the per-row path.
   static constexpr bool kFastSr = kRounds >= 2 && kU > 1;
+  // The fast path's low-side flush by HMUL2.FTZ (sr_pair_fast_low), except in the 10-round
+  // vertical kernel, which spills with it at 64 and at 72 registers.
+#ifndef MAMBA_SSU_FTZ_FLUSH
+#define MAMBA_SSU_FTZ_FLUSH 1
+#endif
+  static constexpr bool kFtzFlush = MAMBA_SSU_FTZ_FLUSH && !(kRounds == 10 && !kSimple);
   struct RoundTwo {
     uint32_t z_xor;  // hi(M0 * (hi ^ k0[0])) ^ k1[1]
     uint32_t w;      // lo(M0 * (hi ^ k0[0]))
@@ -975,13 +998,14 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
           for (int i = 0; i < K; i += cfg.sr_group()) {
             const uint32_t dist = static_cast<uint32_t>(cfg.col(lane, i) - cfg.col(lane, 0));
             const U32x4 w = cfg.philox_lo(lo + static_cast<uint32_t>(r * dstate) + dist, key, rt);
-            const uint32_t w01 = sr_pair_fast_low(s[r][i], s[r][i + 1], w.x & 0x1fffu,
-                                                  w.y & 0x1fffu, hmax);
+            const uint32_t w01 = sr_pair_fast_low<Cfg::kFtzFlush>(s[r][i], s[r][i + 1],
+                                                                  w.x & 0x1fffu, w.y & 0x1fffu,
+                                                                  hmax);
             bits[i] = w01 & 0xffffu;
             bits[i + 1] = w01 >> 16;
             if (cfg.sr_group() == 4) {
-              const uint32_t w23 = sr_pair_fast_low(s[r][i + 2], s[r][i + 3], w.z & 0x1fffu,
-                                                    w.w & 0x1fffu, hmax);
+              const uint32_t w23 = sr_pair_fast_low<Cfg::kFtzFlush>(
+                  s[r][i + 2], s[r][i + 3], w.z & 0x1fffu, w.w & 0x1fffu, hmax);
               bits[i + 2] = w23 & 0xffffu;
               bits[i + 3] = w23 >> 16;
             }
