@@ -366,6 +366,14 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   // index stays in uniform registers): it has 2 or 1 warps instead of 4.
   const int max_rpw = hot && !small && p.philox_rounds > 0 ? MAMBA_SSU_MAX_RPW : kMaxRowsPerWarp;
   int rpw = small ? 1 : pick_rows_per_warp(rows, num_sms, rows_per_chunk, max_rpw);
+  // 64 rows per warp (a whole head, one-warp blocks) for the 10-round SR kernels on grids of
+  // at least MAMBA_SSU_R10_RPW64 warps per SM at 64 rows (0: off).
+#ifndef MAMBA_SSU_R10_RPW64
+#define MAMBA_SSU_R10_RPW64 128
+#endif
+  if (MAMBA_SSU_R10_RPW64 > 0 && hot && !small && p.philox_rounds == 10 && rpw == 32 &&
+      p.dim % 64 == 0 && rows / 64 >= int64_t{MAMBA_SSU_R10_RPW64} * num_sms)
+    rpw = 64;
   // Wave quantisation (hot kernels without SR): a grid just over one wave of resident blocks (at
   // most MAMBA_SSU_WAVE_SPLIT % of a wave, with the occupancy the kernel is compiled for) runs a
   // second, partly empty wave of full-length blocks; halving the rows per warp spreads that

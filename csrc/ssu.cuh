@@ -253,14 +253,40 @@ __device__ __forceinline__ bool sr_needs_exact(uint32_t flags) {
 // FMA pipe; subnormal inputs and results become zeros of the same sign) instead of the compare
 // and the LOP3 (the integer ALU is the pipe the 10-round kernels wait on). Normal values are
 // unchanged (x * 1 is exact); NaN payloads may change, but a chunk with a NaN is redone exactly.
-template <bool kFtz>
-__device__ __forceinline__ uint32_t sr_pair_fast_low(float v0, float v1, uint32_t r0, uint32_t r1,
+// bits + (w mod 2^13). kMadHi: as mad.hi(w << 19, 2^13, bits), which ptxas turns into an
+// IMAD and a LEA.HI, and for the last Philox round's low words folds the shift into the
+// product (an IMAD by M << 19 instead of the wide multiply's low half); else a mask (LOP3) and
+// an add.
+template <bool kMadHi>
+__device__ __forceinline__ uint32_t sr_add13(uint32_t bits, uint32_t w) {
+  if constexpr (kMadHi) {
+    uint32_t t, a;
+    asm("mul.lo.u32 %0, %1, 524288;" : "=r"(t) : "r"(w));
+    asm("mad.hi.u32 %0, %1, 8192, %2;" : "=r"(a) : "r"(t), "r"(bits));
+    return a;
+  } else {
+    return bits + (w & 0x1fffu);
+  }
+}
+
+// kHalfAcc: the high side is tracked by a half-precision FMA accumulator, acc = h * 2.0019531 +
+// acc (FMA or MMA pipe), instead of the running maximum (HMNMX2): |h| >= 65504 (or Inf, NaN)
+// makes the accumulator non-finite whatever it held, since a finite accumulator is at most
+// 65504 in magnitude and |h| * 2.0019531 - 65504 >= 65520 rounds to Inf, and Inf and NaN stay
+// non-finite; large sums of smaller values only cause false alarms (the exact path then
+// recomputes a correct chunk).
+template <bool kFtz, bool kMadHi, bool kHalfAcc>
+__device__ __forceinline__ uint32_t sr_pair_fast_low(float v0, float v1, uint32_t w0, uint32_t w1,
                                                      uint32_t &hmax) {
-  const float a0 = __uint_as_float(__float_as_uint(v0) + r0);
-  const float a1 = __uint_as_float(__float_as_uint(v1) + r1);
+  const float a0 = __uint_as_float(sr_add13<kMadHi>(__float_as_uint(v0), w0));
+  const float a1 = __uint_as_float(sr_add13<kMadHi>(__float_as_uint(v1), w1));
   uint32_t h;
   asm("cvt.rz.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(a1), "f"(a0));  // a1 -> upper half
-  asm("max.NaN.xorsign.abs.f16x2 %0, %0, %1;" : "+r"(hmax) : "r"(h));
+  if constexpr (kHalfAcc) {
+    asm("fma.rn.f16x2 %0, %1, %2, %0;" : "+r"(hmax) : "r"(h), "r"(0x40014001u));
+  } else {
+    asm("max.NaN.xorsign.abs.f16x2 %0, %0, %1;" : "+r"(hmax) : "r"(h));
+  }
   if constexpr (kFtz) {
     uint32_t f;
     asm("mul.ftz.f16x2 %0, %1, %2;" : "=r"(f) : "r"(h), "r"(0x3c003c00u));
@@ -278,17 +304,26 @@ constexpr uint32_t kSrMaxInit = 0u;
 constexpr uint32_t kSrMaxForceExact = 0x7c007c00u;
 
 // Whether a chunk needs the exact path: a magnitude of at least 0x7BFF (hmax, whose halves
-// carry xorsign signs in bit 15), or a NaN state value (nan_probe: a NaN-propagating maximum of
-// the rows' partial sums, which are NaN when one of the lane's new state values is).
+// carry xorsign signs in bit 15; with kHalfAcc a non-finite accumulator half), or a NaN state
+// value (nan_probe, see nan_step).
+template <bool kHalfAcc>
 __device__ __forceinline__ bool sr_chunk_bad(uint32_t hmax, float nan_probe) {
-  return ((((hmax & 0x7fff7fffu) + 0x04010401u) & 0x80008000u) != 0) ||
-         nan_probe != nan_probe;
+  constexpr uint32_t kAdd = kHalfAcc ? 0x04000400u : 0x04010401u;
+  return ((((hmax & 0x7fff7fffu) + kAdd) & 0x80008000u) != 0) || nan_probe != nan_probe;
 }
 
-__device__ __forceinline__ float max_nan(float a, float b) {
-  float d;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
-  return d;
+// One step of the NaN probe over the rows' partial sums, which are NaN when one of the lane's
+// new state values is: a NaN-propagating maximum, or with kHalfAcc an fp32 FMA p = y * 0 + p
+// (also NaN for an infinite y: a false alarm).
+template <bool kHalfAcc>
+__device__ __forceinline__ float nan_step(float p, float y) {
+  if constexpr (kHalfAcc) {
+    return __fmaf_rn(y, 0.0f, p);
+  } else {
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(p), "f"(y));
+    return d;
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -347,6 +382,16 @@ __device__ __forceinline__ int64_t load_index(const void *p, int64_t idx, int32_
 //   state_bytes(); load_state / state_value / store_state (state element
 //   bits in the low bits of a u32) / round_nearest; load_cols (B, C);
 //   load_input / load_weight / store_out; Key, make_key(seed), philox(c, key).
+
+// Build-time knobs read by the configs and the body (experiments; defaults are the measured
+// choices): MAMBA_SSU_L2_PREFETCH (-1: per config, see ssu_body; 0: off; 1, 2: forced) and
+// MAMBA_SSU_ZERO_PAGE (see zero_page).
+#ifndef MAMBA_SSU_L2_PREFETCH
+#define MAMBA_SSU_L2_PREFETCH -1
+#endif
+#ifndef MAMBA_SSU_ZERO_PAGE
+#define MAMBA_SSU_ZERO_PAGE 1
+#endif
 
 // Hot path: fp16 state, bf16 x/z/B/C/out and dt/D/dt_bias, dim 64, dstate 128.
 // A row of one lane is 4 two-byte elements, held as 2 words: element i in
@@ -534,6 +579,28 @@ struct HotConfig {
 #define MAMBA_SSU_FTZ_FLUSH 1
 #endif
   static constexpr bool kFtzFlush = MAMBA_SSU_FTZ_FLUSH && !(kRounds == 10 && !kSimple);
+  // The random add by mad.hi (sr_add13) and the half-precision accumulator for the high side
+  // (sr_pair_fast_low), where each measured faster on the H200 (session 6, same-run A/B at
+  // 128 heads x 64-256): the mad.hi add 0.2-0.9 % (R=10 simple), 0.6-1.8 % (R=5 vertical),
+  // 0.4 % (R=10 vertical), 0.1-0.5 % slower for R=5 simple; the accumulator 1.1 % for R=10
+  // vertical, 0-0.5 % slower elsewhere. Build-time knobs: -DMAMBA_SSU_MADHI_ADD=0/1,
+  // -DMAMBA_SSU_HACC=0/1 force them for every kernel.
+#ifndef MAMBA_SSU_MADHI_ADD
+#define MAMBA_SSU_MADHI_ADD -1
+#endif
+#ifndef MAMBA_SSU_HACC
+#define MAMBA_SSU_HACC -1
+#endif
+  static constexpr bool kZeroPage = MAMBA_SSU_ZERO_PAGE != 0 && kRounds > 0;
+  // L2 prefetch of a warp's rows after its first two chunks, one bulk prefetch at its start
+  // (ssu_body): without SR 2.9-3.7 % faster at 128 heads x 64-256 (1.4-1.8 % at 32 heads x
+  // 1-8); with SR 4-6 % SLOWER (session 6, same-run A/B), so the SR kernels do not.
+  static constexpr int kL2Prefetch =
+      MAMBA_SSU_L2_PREFETCH >= 0 ? MAMBA_SSU_L2_PREFETCH : (kRounds == 0 ? 1 : 0);
+  static constexpr bool kMadHiAdd =
+      MAMBA_SSU_MADHI_ADD >= 0 ? MAMBA_SSU_MADHI_ADD != 0 : !(kRounds == 5 && kSimple);
+  static constexpr bool kHalfAcc =
+      MAMBA_SSU_HACC >= 0 ? MAMBA_SSU_HACC != 0 : (kRounds == 10 && !kSimple);
   struct RoundTwo {
     uint32_t z_xor;  // hi(M0 * (hi ^ k0[0])) ^ k1[1]
     uint32_t w;      // lo(M0 * (hi ^ k0[0]))
@@ -561,6 +628,8 @@ struct DynConfig {
   static constexpr int kMaxCols = 8;
   static constexpr int kRowsPerChunk = 2;
   static constexpr bool kFullChunks = false;
+  static constexpr bool kZeroPage = false;
+  static constexpr int kL2Prefetch = 0;
   static constexpr int kMinBlocksPerSM = 4;  // <= 128 registers
   static constexpr bool kZeroChunks = true;  // partial chunks: rows past d_end must be defined
   static constexpr int kFirstForm = -1;      // read Args::first_form_f1
@@ -735,7 +804,7 @@ __device__ __forceinline__ void load_chunk(const Cfg &cfg, const Args &a, Chunk<
     const int d = d0 + r;
     if (Cfg::kFullChunks || d < d_end) {
       c.x[r] = cfg.load_input(a.x, x_row + d);
-      if (!pad) {
+      if (Cfg::kZeroPage || !pad) {
         cfg.load_state(read_head + static_cast<int64_t>(d) * cfg.dstate() * cfg.state_bytes(),
                        lane, c.state[r]);
       } else if constexpr (!Cfg::kZeroChunks) {
@@ -793,6 +862,10 @@ __device__ __forceinline__ void sr_words(const Cfg &cfg, const typename Cfg::Key
     }
   }
 }
+
+// Zeros read in place of a pad slot's state by the hot SR kernels (kZeroPage): their state loads
+// are then unconditional, without a predicate and the register moves it brings.
+__device__ __align__(16) static uint8_t zero_page[64 * 128 * 2];
 
 template <class Cfg>
 __device__ __forceinline__ void ssu_body(const Args &a) {
@@ -869,7 +942,8 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
   const int esize = cfg.state_bytes();
   char *const state = static_cast<char *>(a.state);
   const char *read_head =
-      pad ? nullptr : state + (read_slot * a.state_stride_batch + head_elems) * esize;
+      pad ? (Cfg::kZeroPage ? reinterpret_cast<const char *>(zero_page) : nullptr)
+          : state + (read_slot * a.state_stride_batch + head_elems) * esize;
   char *write_head =
       write ? state + (write_slot * a.state_stride_batch + head_elems) * esize : nullptr;
   // Philox element offset of the head block: READ slot, 64-bit wrap-around.
@@ -886,6 +960,19 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
   // Philox key below are computed while they are in flight.
   Chunk<Cfg> cur = {};
   load_chunk(cfg, a, cur, d_begin, d_end, lane, read_head, x_row, z_row, pad);
+  // L2 prefetch of the warp's later rows (Cfg::kL2Prefetch): 1: one bulk prefetch of every row
+  // after the first two chunks, issued here; 2 (an experiment): in the loop, the chunk two
+  // ahead of the current one, a 128-byte line per lane. A warp's rows are contiguous.
+  constexpr int kPrefetch = Cfg::kL2Prefetch;
+  constexpr int kRowBytes = Cfg::kFullChunks ? cfg.dstate() * cfg.state_bytes() : 0;
+  if constexpr (kPrefetch == 1) {
+    const int first = d_begin + 2 * U;
+    if (!pad && lane == 0 && first < d_end) {
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(read_head + first * kRowBytes),
+                   "r"((d_end - first) * kRowBytes)
+                   : "memory");
+    }
+  }
 
   // Per (b, h) scalars.
   float dt = cfg.load_weight(a.dt, b * a.dt_stride_batch + h);
@@ -944,6 +1031,13 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
     // Every field the body reads is loaded, or zeroed by fresh_chunk (see there).
     Chunk<Cfg> next = fresh_chunk<Cfg>();
     if (d0 + U < d_end) load_chunk(cfg, a, next, d0 + U, d_end, lane, read_head, x_row, z_row, pad);
+    if constexpr (kPrefetch == 2) {
+      // One 128-byte line per lane of the first U * kRowBytes / 128 lanes.
+      if (!pad && lane < U * kRowBytes / 128 && d0 + 2 * U < d_end) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(read_head + (d0 + 2 * U) * kRowBytes +
+                                                      lane * 128));
+      }
+    }
 
     // s' = dA * s + x * (B * dt') in fp32 (rows past d_end compute garbage
     // that is neither stored nor output), and the lane partials of y.
@@ -970,7 +1064,7 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
     [[maybe_unused]] float nan_probe = 0.0f;
     if constexpr (Cfg::kFastSr) {
 #pragma unroll
-      for (int r = 0; r < U; ++r) nan_probe = max_nan(nan_probe, part_y[r]);
+      for (int r = 0; r < U; ++r) nan_probe = nan_step<Cfg::kHalfAcc>(nan_probe, part_y[r]);
     }
 
     // y of row my_row, gated, rounded into out.
@@ -998,21 +1092,22 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
           for (int i = 0; i < K; i += cfg.sr_group()) {
             const uint32_t dist = static_cast<uint32_t>(cfg.col(lane, i) - cfg.col(lane, 0));
             const U32x4 w = cfg.philox_lo(lo + static_cast<uint32_t>(r * dstate) + dist, key, rt);
-            const uint32_t w01 = sr_pair_fast_low<Cfg::kFtzFlush>(s[r][i], s[r][i + 1],
-                                                                  w.x & 0x1fffu, w.y & 0x1fffu,
-                                                                  hmax);
+            const uint32_t w01 =
+                sr_pair_fast_low<Cfg::kFtzFlush, Cfg::kMadHiAdd, Cfg::kHalfAcc>(
+                    s[r][i], s[r][i + 1], w.x, w.y, hmax);
             bits[i] = w01 & 0xffffu;
             bits[i + 1] = w01 >> 16;
             if (cfg.sr_group() == 4) {
-              const uint32_t w23 = sr_pair_fast_low<Cfg::kFtzFlush>(
-                  s[r][i + 2], s[r][i + 3], w.z & 0x1fffu, w.w & 0x1fffu, hmax);
+              const uint32_t w23 =
+                  sr_pair_fast_low<Cfg::kFtzFlush, Cfg::kMadHiAdd, Cfg::kHalfAcc>(
+                  s[r][i + 2], s[r][i + 3], w.z, w.w, hmax);
               bits[i + 2] = w23 & 0xffffu;
               bits[i + 3] = w23 >> 16;
             }
           }
           cfg.store_state(write_chunk + r * dstate * esize, lane, bits);
         }
-        if (sr_chunk_bad(hmax, nan_probe)) {  // rare: saturated, Inf, NaN, 2^32 crossing
+        if (sr_chunk_bad<Cfg::kHalfAcc>(hmax, nan_probe)) {  // rare: saturated, Inf, NaN, 2^32 crossing
 #pragma unroll
           for (int r = 0; r < U; ++r) {
             uint32_t bits[K] = {};
