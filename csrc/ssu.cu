@@ -259,12 +259,11 @@ constexpr int64_t kWideRpwWarpsPerSm = 32;
 #ifndef MAMBA_SSU_WAVE_SPLIT
 #define MAMBA_SSU_WAVE_SPLIT 150  // percent of a wave; 0: off
 #endif  // warps per SM that rows per warp above 16 keep
-int pick_rows_per_warp(int64_t rows, int num_sms, int rows_per_chunk, int max_rpw) {
+int pick_rows_per_warp(int64_t rows, int num_sms, int rows_per_chunk, int max_rpw,
+                       int64_t warps_per_sm = MAMBA_SSU_RPW_WARPS_PER_SM) {
   int rpw = rows_per_chunk;
   while (rpw < max_rpw &&
-         rows / (2 * rpw) >=
-             (rpw < kMaxRowsPerWarp ? int64_t{MAMBA_SSU_RPW_WARPS_PER_SM} : kWideRpwWarpsPerSm) *
-                 num_sms)
+         rows / (2 * rpw) >= (rpw < kMaxRowsPerWarp ? warps_per_sm : kWideRpwWarpsPerSm) * num_sms)
     rpw *= 2;
   return rpw;
 }
@@ -365,7 +364,14 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   // more rows. A block still serves one (b, h) (so that everything derived from the block
   // index stays in uniform registers): it has 2 or 1 warps instead of 4.
   const int max_rpw = hot && !small && p.philox_rounds > 0 ? MAMBA_SSU_MAX_RPW : kMaxRowsPerWarp;
-  int rpw = small ? 1 : pick_rows_per_warp(rows, num_sms, rows_per_chunk, max_rpw);
+  // Experiment knob: the rows-per-warp threshold of the 10-round vertical kernel alone.
+#ifndef MAMBA_SSU_R10V_RPW_WARPS
+#define MAMBA_SSU_R10V_RPW_WARPS MAMBA_SSU_RPW_WARPS_PER_SM
+#endif
+  const int64_t rpw_warps = hot && !simple && p.philox_rounds == 10
+                                ? int64_t{MAMBA_SSU_R10V_RPW_WARPS}
+                                : int64_t{MAMBA_SSU_RPW_WARPS_PER_SM};
+  int rpw = small ? 1 : pick_rows_per_warp(rows, num_sms, rows_per_chunk, max_rpw, rpw_warps);
   // 64 rows per warp (a whole head, one-warp blocks) for the 10-round SR kernels on grids of
   // at least MAMBA_SSU_R10_RPW64 warps per SM at 64 rows (0: off).
 #ifndef MAMBA_SSU_R10_RPW64

@@ -390,7 +390,7 @@ __device__ __forceinline__ int64_t load_index(const void *p, int64_t idx, int32_
 #define MAMBA_SSU_L2_PREFETCH -1
 #endif
 #ifndef MAMBA_SSU_ZERO_PAGE
-#define MAMBA_SSU_ZERO_PAGE 1
+#define MAMBA_SSU_ZERO_PAGE -1
 #endif
 
 // Hot path: fp16 state, bf16 x/z/B/C/out and dt/D/dt_bias, dim 64, dstate 128.
@@ -581,9 +581,10 @@ struct HotConfig {
   static constexpr bool kFtzFlush = MAMBA_SSU_FTZ_FLUSH && !(kRounds == 10 && !kSimple);
   // The random add by mad.hi (sr_add13) and the half-precision accumulator for the high side
   // (sr_pair_fast_low), where each measured faster on the H200 (session 6, same-run A/B at
-  // 128 heads x 64-256): the mad.hi add 0.2-0.9 % (R=10 simple), 0.6-1.8 % (R=5 vertical),
-  // 0.4 % (R=10 vertical), 0.1-0.5 % slower for R=5 simple; the accumulator 1.1 % for R=10
-  // vertical, 0-0.5 % slower elsewhere. Build-time knobs: -DMAMBA_SSU_MADHI_ADD=0/1,
+  // 128 heads x 64-256 and 32 heads x 1-32): the mad.hi add for R=10 simple (0.2-0.9 %) and
+  // R=5 vertical (0.6-1.8 %), not for R=5 simple (0.1-0.5 % slower) nor R=10 vertical (equal
+  // at 128 heads, 0.7 % slower at 32 x 8 with the accumulator); the accumulator for R=10
+  // vertical (1.1 %), 0-0.5 % slower elsewhere. Build-time knobs: -DMAMBA_SSU_MADHI_ADD=0/1,
   // -DMAMBA_SSU_HACC=0/1 force them for every kernel.
 #ifndef MAMBA_SSU_MADHI_ADD
 #define MAMBA_SSU_MADHI_ADD -1
@@ -591,14 +592,19 @@ struct HotConfig {
 #ifndef MAMBA_SSU_HACC
 #define MAMBA_SSU_HACC -1
 #endif
-  static constexpr bool kZeroPage = MAMBA_SSU_ZERO_PAGE != 0 && kRounds > 0;
+  // Pad reads from zero_page (unconditional state loads, 11-17 fewer instructions per chunk):
+  // R=5 vertical 2-4 % faster at 128 heads x 64-256 (session 6); the other SR kernels were as
+  // fast or slower with it (R=10 simple up to 2.7 %, R=10 vertical 1.9 % at 32 heads x 8).
+  // MAMBA_SSU_ZERO_PAGE=0/1 forces it off/on for every SR kernel.
+  static constexpr bool kZeroPage =
+      kRounds > 0 && (MAMBA_SSU_ZERO_PAGE >= 0 ? MAMBA_SSU_ZERO_PAGE != 0 : (kRounds == 5 && !kSimple));
   // L2 prefetch of a warp's rows after its first two chunks, one bulk prefetch at its start
   // (ssu_body): without SR 2.9-3.7 % faster at 128 heads x 64-256 (1.4-1.8 % at 32 heads x
   // 1-8); with SR 4-6 % SLOWER (session 6, same-run A/B), so the SR kernels do not.
   static constexpr int kL2Prefetch =
       MAMBA_SSU_L2_PREFETCH >= 0 ? MAMBA_SSU_L2_PREFETCH : (kRounds == 0 ? 1 : 0);
   static constexpr bool kMadHiAdd =
-      MAMBA_SSU_MADHI_ADD >= 0 ? MAMBA_SSU_MADHI_ADD != 0 : !(kRounds == 5 && kSimple);
+      MAMBA_SSU_MADHI_ADD >= 0 ? MAMBA_SSU_MADHI_ADD != 0 : (kRounds == 10) == kSimple;
   static constexpr bool kHalfAcc =
       MAMBA_SSU_HACC >= 0 ? MAMBA_SSU_HACC != 0 : (kRounds == 10 && !kSimple);
   struct RoundTwo {
