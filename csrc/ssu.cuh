@@ -18,7 +18,9 @@
 //   - a warp walks its rows in chunks of kRowsPerChunk rows and issues the
 //     loads of the next chunk (state, x, z) before computing the current one,
 //     so every warp keeps 2 chunks of state in flight (memory-level
-//     parallelism without shared memory or barriers);
+//     parallelism without shared memory or barriers); the hot kernels without
+//     SR also ask L2 for the warp's later rows with one bulk prefetch at its
+//     start (Cfg::kL2Prefetch), which doubles the bytes in flight per SM;
 //   - the rows of a chunk are reduced together (reduce_rows): 4 rows cost 6
 //     shuffles instead of 20, and the gate and the output store run once per
 //     chunk on 4 lanes instead of once per row;
@@ -36,8 +38,9 @@
 // over the warp's rows, so round 2's first product is computed once per warp
 // (Cfg::round_two); a pair of elements is rounded by one cvt.rz.f16x2.f32,
 // a half-precision multiply with flush-to-zero (or a compare and mask) that
-// zeroes results below 2^-14 without a branch, and a running maximum
-// (sr_pair_fast_low); a chunk with a saturated,
+// zeroes results below 2^-14 without a branch, and a running maximum or a
+// half-precision accumulator that turns non-finite (sr_pair_fast_low, with the
+// per-kernel choices of HotConfig); a chunk with a saturated,
 // Inf or NaN result is converted again with the exact integer formula
 // (sr_fp16_magnitude, 9 instructions per element). The generic kernel and
 // the one-row hot kernels test each row's pairs (sr_pair_fast) and convert a
