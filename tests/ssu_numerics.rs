@@ -602,6 +602,44 @@ fn all_dtype_combinations_match_f64_reference() {
     );
 }
 
+/// Pad slots through the hot kernels' 4-row chunks (a grid above the one-row bound: 32 heads x
+/// 12 batch entries, 24 576 rows), without SR and with 5 and 10 rounds, both layouts and auto:
+/// a pad's rows are read as zeros (a predicated load, the 5-round vertical kernel's zero page,
+/// no L2 prefetch), its output is written and its state slot is left alone.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn large_grids_with_pads_match_f64_reference() {
+    let Some((_ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let mut rng = Rng(run_seed());
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for rounds in [0u32, 5, 10] {
+        let mut cfg = Cfg::base();
+        cfg.rounds = rounds;
+        cfg.batch = 12;
+        (cfg.nheads, cfg.ngroups) = (32, 8);
+        cfg.pad = true;
+        cfg.dst = rounds == 10;
+        let p = Problem::new(cfg, &mut rng);
+        assert!(p.read_slots.contains(&p.pad_slot_id));
+        for alg in ["simple", "vertical", "auto"] {
+            let (s, o) = run(&stream, &p, alg);
+            runs += 1;
+            if let Some(f) = check_against_reference(&p, alg, &s, &o) {
+                eprintln!("FAIL {f}");
+                failures.push(f);
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} runs failed: {failures:#?}",
+        failures.len()
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // 2. SR is unbiased, RN is not (on data built to be biased under RN)
 // ---------------------------------------------------------------------------------------------

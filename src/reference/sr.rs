@@ -355,4 +355,59 @@ mod tests {
             ));
         }
     }
+
+    /// fp16 fused multiply-add, correctly rounded (the product and the sum of fp16 values are
+    /// exact in f64, which is then rounded once to fp16, to nearest even).
+    fn fma16(a: f16, b: f16, c: f16) -> f16 {
+        f16::from_f64(a.to_f64() * b.to_f64() + c.to_f64())
+    }
+
+    /// The hot SR kernels' high-side check with a half-precision accumulator (`kHalfAcc` in
+    /// `csrc/ssu.cuh`, `sr_pair_fast_low`: `acc = fma(h, 2.0019531 (0x4001), acc)` per result
+    /// `h`, one test per chunk): every result of magnitude 65504 or more, Inf or NaN makes the
+    /// accumulator non-finite whatever finite value it held, and a non-finite accumulator stays
+    /// so; the chunk test `((acc & 0x7FFF) + 0x0400) & 0x8000` is exactly "non-finite". With a
+    /// scale of 2.0 the first claim fails, which is why the scale is one ulp above 2.
+    #[test]
+    fn fast_path_half_accumulator_flags_every_large_result() {
+        assert_eq!(f16::from_f64(65519.99).to_bits(), 0x7bff);
+        assert_eq!(f16::from_f64(65520.0).to_bits(), 0x7c00);
+        let scale = f16::from_bits(0x4001);
+        let flagged: Vec<f16> = [
+            0x7bffu16, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xfe00, 0xffff,
+        ]
+        .into_iter()
+        .map(f16::from_bits)
+        .collect();
+        let finite: Vec<f16> = (0..=u16::MAX)
+            .map(f16::from_bits)
+            .filter(|v| v.is_finite())
+            .collect();
+        assert_eq!(finite.len(), 63_488);
+        for &acc in &finite {
+            for &h in &flagged {
+                let r = fma16(h, scale, acc);
+                assert!(
+                    !r.is_finite(),
+                    "h {:#06x} acc {:#06x} -> {:#06x}",
+                    h.to_bits(),
+                    acc.to_bits(),
+                    r.to_bits()
+                );
+            }
+        }
+        for acc in [f16::INFINITY, f16::NEG_INFINITY, f16::NAN] {
+            for &h in &finite {
+                assert!(!fma16(h, scale, acc).is_finite());
+            }
+        }
+        // A single moderate result is no false alarm; a scale of exactly 2 would miss 65504.
+        assert!(fma16(f16::from_f32(16000.0), scale, f16::ZERO).is_finite());
+        let two = f16::from_f32(2.0);
+        assert!(fma16(f16::from_bits(0x7bff), two, f16::from_bits(0xfbff)).is_finite());
+        for x in 0..=u16::MAX {
+            let test = ((u32::from(x) & 0x7fff) + 0x0400) & 0x8000 != 0;
+            assert_eq!(test, !f16::from_bits(x).is_finite(), "{x:#06x}");
+        }
+    }
 }
