@@ -284,13 +284,20 @@ int launch(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t str
   return check_launch("selective_state_update launch");
 }
 
+template <bool kSimple, int kU, bool kGate>
+int launch_hot_z(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream) {
+  switch (a.philox_rounds) {
+  case 0: return launch<HotConfig<kSimple, 0, kU, kGate>>(a, blocks, warps_per_block, stream);
+  case 5: return launch<HotConfig<kSimple, 5, kU, kGate>>(a, blocks, warps_per_block, stream);
+  default: return launch<HotConfig<kSimple, 10, kU, kGate>>(a, blocks, warps_per_block, stream);
+  }
+}
+
+// The hot kernels are instantiated with and without z (HotConfig::kZ).
 template <bool kSimple, int kU>
 int launch_hot(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream) {
-  switch (a.philox_rounds) {
-  case 0: return launch<HotConfig<kSimple, 0, kU>>(a, blocks, warps_per_block, stream);
-  case 5: return launch<HotConfig<kSimple, 5, kU>>(a, blocks, warps_per_block, stream);
-  default: return launch<HotConfig<kSimple, 10, kU>>(a, blocks, warps_per_block, stream);
-  }
+  return a.z != nullptr ? launch_hot_z<kSimple, kU, true>(a, blocks, warps_per_block, stream)
+                        : launch_hot_z<kSimple, kU, false>(a, blocks, warps_per_block, stream);
 }
 
 // Tiny grids (fewer rows than 2 * MAMBA_SSU_RPW_WARPS_PER_SM warps per SM with one row each,
