@@ -603,7 +603,9 @@ fn all_dtype_combinations_match_f64_reference() {
 }
 
 /// Pad slots through the hot kernels' 4-row chunks (a grid above the one-row bound: 32 heads x
-/// 12 batch entries, 24 576 rows), without SR and with 5 and 10 rounds, both layouts and auto:
+/// 12 batch entries, 24 576 rows), without SR and with 5 and 10 rounds, both layouts and auto,
+/// with and without z (the hot kernels' two instantiations; also at batch 1, the one-row
+/// kernels, without pads):
 /// a pad's rows are read as zeros (a predicated load, the 5-round vertical kernel's zero page,
 /// no L2 prefetch), its output is written and its state slot is left alone.
 #[test]
@@ -616,20 +618,25 @@ fn large_grids_with_pads_match_f64_reference() {
     let mut failures = Vec::new();
     let mut runs = 0;
     for rounds in [0u32, 5, 10] {
-        let mut cfg = Cfg::base();
-        cfg.rounds = rounds;
-        cfg.batch = 12;
-        (cfg.nheads, cfg.ngroups) = (32, 8);
-        cfg.pad = true;
-        cfg.dst = rounds == 10;
-        let p = Problem::new(cfg, &mut rng);
-        assert!(p.read_slots.contains(&p.pad_slot_id));
-        for alg in ["simple", "vertical", "auto"] {
-            let (s, o) = run(&stream, &p, alg);
-            runs += 1;
-            if let Some(f) = check_against_reference(&p, alg, &s, &o) {
-                eprintln!("FAIL {f}");
-                failures.push(f);
+        // With and without z: the hot kernels are instantiated for each.
+        // Batch 1 (2 048 rows) runs the one-row kernels, batch 12 the 4-row ones.
+        for (z, batch) in [(true, 12), (false, 12), (true, 1), (false, 1)] {
+            let mut cfg = Cfg::base();
+            cfg.rounds = rounds;
+            cfg.batch = batch;
+            (cfg.nheads, cfg.ngroups) = (32, 8);
+            cfg.pad = batch > 1;
+            cfg.dst = rounds == 10;
+            cfg.z = z;
+            let p = Problem::new(cfg, &mut rng);
+            assert!(batch == 1 || p.read_slots.contains(&p.pad_slot_id));
+            for alg in ["simple", "vertical", "auto"] {
+                let (s, o) = run(&stream, &p, alg);
+                runs += 1;
+                if let Some(f) = check_against_reference(&p, alg, &s, &o) {
+                    eprintln!("FAIL {f}");
+                    failures.push(f);
+                }
             }
         }
     }
