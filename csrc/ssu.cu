@@ -287,15 +287,19 @@ int launch(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t str
 template <bool kSimple, int kU, bool kGate>
 int launch_hot_z(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream) {
   switch (a.philox_rounds) {
-  case 0: return launch<HotConfig<kSimple, 0, kU, kGate>>(a, blocks, warps_per_block, stream);
+  // The one-row kernels without SR read a.z at run time: one instantiation (see launch_hot).
+  case 0: return launch<HotConfig<kSimple, 0, kU, kU == 1 ? false : kGate>>(a, blocks, warps_per_block, stream);
   case 5: return launch<HotConfig<kSimple, 5, kU, kGate>>(a, blocks, warps_per_block, stream);
   default: return launch<HotConfig<kSimple, 10, kU, kGate>>(a, blocks, warps_per_block, stream);
   }
 }
 
-// The hot kernels are instantiated with and without z (HotConfig::kZ).
+// The hot kernels are instantiated with and without z (HotConfig::kZ), except the one-row
+// kernels without SR, which read a.z at run time (one instantiation).
 template <bool kSimple, int kU>
 int launch_hot(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream) {
+  if (kU == 1 && a.philox_rounds == 0)
+    return launch<HotConfig<kSimple, 0, kU, false>>(a, blocks, warps_per_block, stream);
   return a.z != nullptr ? launch_hot_z<kSimple, kU, true>(a, blocks, warps_per_block, stream)
                         : launch_hot_z<kSimple, kU, false>(a, blocks, warps_per_block, stream);
 }

@@ -437,10 +437,16 @@ struct HotConfig {
   // for vertical (the launcher's rule); -1: read Args::first_form_f1.
   static constexpr int kFirstForm = kRounds > 0 ? (kSimple ? 0 : 1) : -1;
   // Whether z is given, a compile-time fact (the launcher picks the instantiation): without
-  // z the loop carries no z loads, their predicates nor the gate's branch (12-14 instructions
-  // per chunk; R=10 simple 3.9 % faster at 128 heads x 256, session 7). Engines' Mamba-2
+  // z the loop carries no z loads, their predicates nor the gate's branch (R=10 simple 2-4 %,
+  // R=10 vertical 3-6 %, R=5 vertical 4 % faster; session 7, same-run A/B). Engines' Mamba-2
   // mixers call the SSU without z (the gate is applied by the following gated RMSNorm).
-  static constexpr int kZ = kGate ? 1 : 0;
+  // Except the one-row kernel without SR, which stays latency-bound at 32 heads x batch 1 and
+  // was 2 % SLOWER so (2.72 -> 2.78 us): it reads a.z at run time (-1), as before.
+  static constexpr int kZ = kRounds == 0 && kU == 1 ? -1 : (kGate ? 1 : 0);
+  // A pad chunk's state zeroed word by word (see load_chunk) rather than by `= {}`, which
+  // ptxas compiles into loads of a zero constant: faster for every SR kernel except the
+  // 10-round vertical 4-row one (12 % slower at 32 heads x 8 with it; session 7).
+  static constexpr bool kZeroWords = !(kRounds == 10 && !kSimple && kU > 1);
   struct Raw {
     uint32_t w[2];
   };
@@ -833,12 +839,18 @@ __device__ __forceinline__ void load_chunk(const Cfg &cfg, const Args &a, Chunk<
         cfg.load_state(read_head + static_cast<int64_t>(d) * cfg.dstate() * cfg.state_bytes(),
                        lane, c.state[r]);
       } else if constexpr (!Cfg::kZeroChunks) {
-        // A pad slot's state is read as 0. Word by word: the aggregate `= {}` was compiled
-        // into a load of an 8-byte zero constant from global memory and six register moves
-        // per chunk; this gives four CS2R (R=10 simple: 391 -> 382 instructions per chunk).
+        // A pad slot's state is read as 0. Word by word (Cfg::kZeroWords): the aggregate
+        // `= {}` is compiled into a load of an 8-byte zero constant from global memory and six
+        // register moves per chunk; word by word, four CS2R (R=10 simple: 391 -> 382
+        // instructions per chunk).
+        if constexpr (Cfg::kZeroWords) {
 #pragma unroll
-        for (int w = 0; w < static_cast<int>(sizeof(c.state[r].w) / sizeof(c.state[r].w[0])); ++w)
-          c.state[r].w[w] = 0u;
+          for (int w = 0; w < static_cast<int>(sizeof(c.state[r].w) / sizeof(c.state[r].w[0]));
+               ++w)
+            c.state[r].w[w] = 0u;
+        } else {
+          c.state[r] = {};
+        }
       }
     }
   }
