@@ -284,24 +284,44 @@ int launch(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t str
   return check_launch("selective_state_update launch");
 }
 
+// The 10-round simple 4-row kernel zeroes pad chunks word by word (HotConfig::kZeroWords) on
+// grids of at least this many rows, where that form measured 1.6-2.0 % faster (128 heads x
+// 64-256, 524 288 rows and more), and with `= {}` below it, where it was 2-10 % slower (32
+// heads x 2-32, up to 131 072 rows; session 7).
+#ifndef MAMBA_SSU_R10S_ZW_ROWS
+#define MAMBA_SSU_R10S_ZW_ROWS 262144
+#endif
+
 template <bool kSimple, int kU, bool kGate>
-int launch_hot_z(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream) {
+int launch_hot_z(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream,
+                 bool large) {
   switch (a.philox_rounds) {
   // The one-row kernels without SR read a.z at run time: one instantiation (see launch_hot).
   case 0: return launch<HotConfig<kSimple, 0, kU, kU == 1 ? false : kGate>>(a, blocks, warps_per_block, stream);
   case 5: return launch<HotConfig<kSimple, 5, kU, kGate>>(a, blocks, warps_per_block, stream);
-  default: return launch<HotConfig<kSimple, 10, kU, kGate>>(a, blocks, warps_per_block, stream);
+  default:
+    if constexpr (kSimple && kU > 1) {
+      return large
+                 ? launch<HotConfig<kSimple, 10, kU, kGate, 1>>(a, blocks, warps_per_block, stream)
+                 : launch<HotConfig<kSimple, 10, kU, kGate, 0>>(a, blocks, warps_per_block, stream);
+    } else {
+      (void)large;
+      return launch<HotConfig<kSimple, 10, kU, kGate>>(a, blocks, warps_per_block, stream);
+    }
   }
 }
 
 // The hot kernels are instantiated with and without z (HotConfig::kZ), except the one-row
 // kernels without SR, which read a.z at run time (one instantiation).
 template <bool kSimple, int kU>
-int launch_hot(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream) {
+int launch_hot(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream,
+               int64_t rows) {
   if (kU == 1 && a.philox_rounds == 0)
     return launch<HotConfig<kSimple, 0, kU, false>>(a, blocks, warps_per_block, stream);
-  return a.z != nullptr ? launch_hot_z<kSimple, kU, true>(a, blocks, warps_per_block, stream)
-                        : launch_hot_z<kSimple, kU, false>(a, blocks, warps_per_block, stream);
+  const bool large = rows >= int64_t{MAMBA_SSU_R10S_ZW_ROWS};
+  return a.z != nullptr
+             ? launch_hot_z<kSimple, kU, true>(a, blocks, warps_per_block, stream, large)
+             : launch_hot_z<kSimple, kU, false>(a, blocks, warps_per_block, stream, large);
 }
 
 // Tiny grids (fewer rows than 2 * MAMBA_SSU_RPW_WARPS_PER_SM warps per SM with one row each,
@@ -477,6 +497,8 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   const int wpb = warps_per_block;
   if (!hot) return launch<DynConfig>(a, nblocks, wpb, st);
   if (small)
-    return simple ? launch_hot<true, 1>(a, nblocks, wpb, st) : launch_hot<false, 1>(a, nblocks, wpb, st);
-  return simple ? launch_hot<true, 4>(a, nblocks, wpb, st) : launch_hot<false, 4>(a, nblocks, wpb, st);
+    return simple ? launch_hot<true, 1>(a, nblocks, wpb, st, rows)
+                  : launch_hot<false, 1>(a, nblocks, wpb, st, rows);
+  return simple ? launch_hot<true, 4>(a, nblocks, wpb, st, rows)
+                : launch_hot<false, 4>(a, nblocks, wpb, st, rows);
 }

@@ -400,7 +400,7 @@ __device__ __forceinline__ int64_t load_index(const void *p, int64_t idx, int32_
 // A row of one lane is 4 two-byte elements, held as 2 words: element i in
 // bits 16*(i%2) of word i/2. Simple: columns 4l..4l+3, one 8-byte access.
 // Vertical: columns 2l, 2l+1, 64+2l, 65+2l, two 4-byte accesses.
-template <bool kSimple, int kRounds, int kU = 4, bool kGate = false>
+template <bool kSimple, int kRounds, int kU = 4, bool kGate = false, int kZW = -1>
 struct HotConfig {
   static_assert(kU == 1 || kU == 2 || kU == 4, "rows per chunk: 1, 2 or 4");
   static constexpr int kMaxCols = 4;
@@ -444,9 +444,13 @@ struct HotConfig {
   // was 2 % SLOWER so (2.72 -> 2.78 us): it reads a.z at run time (-1), as before.
   static constexpr int kZ = kRounds == 0 && kU == 1 ? -1 : (kGate ? 1 : 0);
   // A pad chunk's state zeroed word by word (see load_chunk) rather than by `= {}`, which
-  // ptxas compiles into loads of a zero constant: faster for every SR kernel except the
-  // 10-round vertical 4-row one (12 % slower at 32 heads x 8 with it; session 7).
-  static constexpr bool kZeroWords = !(kRounds == 10 && !kSimple && kU > 1);
+  // ptxas compiles into loads of a zero constant. The instruction schedule it leads to was
+  // faster for the SR kernels except the 10-round 4-row ones on small grids (session 7,
+  // same-run A/B): R=10 vertical 12 % slower at 32 heads x 8 (never used there), R=10 simple
+  // 1.6-2.0 % faster at 128 heads x 64-256 but 2-10 % slower at 32 heads x 2-32, so that
+  // kernel has both forms, chosen by grid size (kZW, set by the launcher; -1: this rule).
+  static constexpr bool kZeroWords =
+      kZW >= 0 ? kZW != 0 : !(kRounds == 10 && !kSimple && kU > 1);
   struct Raw {
     uint32_t w[2];
   };
