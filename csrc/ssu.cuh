@@ -58,7 +58,7 @@
 // the stochastic-rounding (SR) conversion and the Philox-to-column mapping.
 //
 // The body is written once (ssu_body) over a config type:
-//   - HotConfig<kSimple, kRounds>: fp16 state, bf16 inputs and weights, dim 64,
+//   - HotConfig<kSimple, kRounds, kU, kGate, kZW>: fp16 state, bf16 inputs and weights, dim 64,
 //     dstate 128, all sizes constexpr, vector loads;
 //   - DynConfig: every dtype, dim, dstate and round count at run time, scalar
 //     loads, per-lane arrays sized for dstate 256 with guarded unrolled loops.
@@ -437,8 +437,9 @@ struct HotConfig {
   // for vertical (the launcher's rule); -1: read Args::first_form_f1.
   static constexpr int kFirstForm = kRounds > 0 ? (kSimple ? 0 : 1) : -1;
   // Whether z is given, a compile-time fact (the launcher picks the instantiation): without
-  // z the loop carries no z loads, their predicates nor the gate's branch (R=10 simple 2-4 %,
-  // R=10 vertical 3-6 %, R=5 vertical 4 % faster; session 7, same-run A/B). Engines' Mamba-2
+  // z the loop carries no z loads, their predicates nor the gate's branch (R=10 simple 2 % at
+  // 128 heads, R=10 vertical 3-6 %, R=5 vertical 5-10 % at 32 heads faster; session 7, same-run
+  // A/B). Engines' Mamba-2
   // mixers call the SSU without z (the gate is applied by the following gated RMSNorm).
   // Except the one-row kernel without SR, which stays latency-bound at 32 heads x batch 1 and
   // was 2 % SLOWER so (2.72 -> 2.78 us): it reads a.z at run time (-1), as before.
