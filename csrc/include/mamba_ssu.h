@@ -139,7 +139,10 @@ typedef enum mamba_ssu_seed_source {
  *   B, C (batch, ngroups, dstate): [b*stride_batch + g*dstate + n].
  *   state_batch_indices / dst_state_batch_indices (batch,) or (batch, T):
  *         element [b*stride] (column 0).
- * Optional pointers (z, D, dt_bias, the index tensors) may be NULL. */
+ * Optional pointers (z, D, dt_bias, the index tensors) may be NULL.
+ * Speed: F16 state with BF16 inputs and weights, dim 64, dstate 128 and 0, 5 or 10 Philox
+ * rounds run compiled-in kernels, each built with and without z (z == NULL runs a loop with
+ * no z work); every other combination a kernel that takes them at run time. */
 typedef struct mamba_ssu_params {
   int64_t batch;
   int64_t nheads;
