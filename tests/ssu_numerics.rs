@@ -605,7 +605,8 @@ fn all_dtype_combinations_match_f64_reference() {
 /// Pad slots through the hot kernels' 4-row chunks (a grid above the one-row bound: 32 heads x
 /// 12 batch entries, 24 576 rows), without SR and with 5 and 10 rounds, both layouts and auto,
 /// with and without z (the hot kernels' two instantiations; also at batch 1, the one-row
-/// kernels, without pads):
+/// kernels, without pads; and 128 heads x batch 32 with 10 rounds simple, that kernel's
+/// large-grid form):
 /// a pad's rows are read as zeros (a predicated load, the 5-round vertical kernel's zero page,
 /// no L2 prefetch), its output is written and its state slot is left alone.
 #[test]
@@ -638,6 +639,24 @@ fn large_grids_with_pads_match_f64_reference() {
                     failures.push(f);
                 }
             }
+        }
+    }
+    // The 10-round simple 4-row kernel's large-grid form (pads zeroed word by word, from
+    // 262 144 rows on: MAMBA_SSU_R10S_ZW_ROWS in csrc/ssu.cu): 128 heads x batch 32.
+    for z in [false, true] {
+        let mut cfg = Cfg::base();
+        cfg.rounds = 10;
+        cfg.batch = 32;
+        (cfg.nheads, cfg.ngroups) = (128, 8);
+        cfg.pad = true;
+        cfg.z = z;
+        let p = Problem::new(cfg, &mut rng);
+        assert!(p.read_slots.contains(&p.pad_slot_id));
+        let (s, o) = run(&stream, &p, "simple");
+        runs += 1;
+        if let Some(f) = check_against_reference(&p, "simple", &s, &o) {
+            eprintln!("FAIL {f}");
+            failures.push(f);
         }
     }
     assert!(
