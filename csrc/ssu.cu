@@ -296,8 +296,13 @@ template <bool kSimple, int kU, bool kGate>
 int launch_hot_z(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream,
                  bool large) {
   switch (a.philox_rounds) {
-  // The one-row kernels without SR read a.z at run time: one instantiation (see launch_hot).
-  case 0: return launch<HotConfig<kSimple, 0, kU, kU == 1 ? false : kGate>>(a, blocks, warps_per_block, stream);
+  case 0:
+    // Grids without SR small enough for one-row chunks take 2-row ones (small_grid_rows).
+    if constexpr (kU == 1) {
+      return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "no one-row kernel without SR");
+    } else {
+      return launch<HotConfig<kSimple, 0, kU, kGate>>(a, blocks, warps_per_block, stream);
+    }
   case 5: return launch<HotConfig<kSimple, 5, kU, kGate>>(a, blocks, warps_per_block, stream);
   default:
     if constexpr (kSimple && kU > 1) {
@@ -311,32 +316,68 @@ int launch_hot_z(const Args &a, unsigned blocks, int warps_per_block, cudaStream
   }
 }
 
-// The hot kernels are instantiated with and without z (HotConfig::kZ), except the one-row
-// kernels without SR, which read a.z at run time (one instantiation).
+// The hot kernels are instantiated with and without z (HotConfig::kZ).
 template <bool kSimple, int kU>
 int launch_hot(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream,
                int64_t rows) {
-  if (kU == 1 && a.philox_rounds == 0)
-    return launch<HotConfig<kSimple, 0, kU, false>>(a, blocks, warps_per_block, stream);
   const bool large = rows >= int64_t{MAMBA_SSU_R10S_ZW_ROWS};
   return a.z != nullptr
              ? launch_hot_z<kSimple, kU, true>(a, blocks, warps_per_block, stream, large)
              : launch_hot_z<kSimple, kU, false>(a, blocks, warps_per_block, stream, large);
 }
 
-// Tiny grids (fewer rows than 2 * MAMBA_SSU_RPW_WARPS_PER_SM warps per SM with one row each,
-// e.g. 32 heads x batch 1 on 132 SMs): one row per warp and per chunk, 4x the warps of the
-// 4-row chunks, so that each warp's serial work (its rows' math, reduction, SR and stores) is
-// a quarter. Measured on the H200 (BENCHMARKS.md): 32 heads x batch 1 5-11 % faster; from 2x
-// those rows on (32 heads x batch 2 and 4, 128 heads x batch 1) 0-50 % SLOWER (4x the warps'
-// per-head loads), hence the bound. Build-time knob for experiments: -DMAMBA_SSU_SMALL_ROWS=0
-// keeps 4-row chunks everywhere.
+// The 2-row kernels of small grids (small_grid_rows): without SR (both layouts), 5 rounds
+// (both), 10 rounds (simple only, with the aggregate pad zeroing that the 4-row kernel uses on
+// such grids); with and without z.
+template <bool kSimple>
+int launch_small2(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream) {
+  const bool z = a.z != nullptr;
+  switch (a.philox_rounds) {
+  case 0:
+    return z ? launch<HotConfig<kSimple, 0, 2, true>>(a, blocks, warps_per_block, stream)
+             : launch<HotConfig<kSimple, 0, 2, false>>(a, blocks, warps_per_block, stream);
+  case 5:
+    return z ? launch<HotConfig<kSimple, 5, 2, true>>(a, blocks, warps_per_block, stream)
+             : launch<HotConfig<kSimple, 5, 2, false>>(a, blocks, warps_per_block, stream);
+  default:
+    if constexpr (kSimple) {
+      return z ? launch<HotConfig<true, 10, 2, true, 0>>(a, blocks, warps_per_block, stream)
+               : launch<HotConfig<true, 10, 2, false, 0>>(a, blocks, warps_per_block, stream);
+    } else {
+      return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "no 2-row kernel for 10 vertical rounds");
+    }
+  }
+}
+
+// Small grids: one warp per chunk of 1 or 2 rows (a warp's serial work, its rows' math,
+// reduction, SR and stores, is then a quarter or a half of a 4-row warp's), instead of 4-row
+// chunks. Measured on the H200 (same-run A/B, BENCHMARKS.md and docs/perf-notes.md):
+// - tiny grids, fewer rows than 2 * MAMBA_SSU_RPW_WARPS_PER_SM warps per SM with one row each
+//   (32 heads x batch 1 on 132 SMs): with SR one row per warp (5-11 % faster than 4-row
+//   chunks; 2-row chunks were as fast for simple and 4-12 % slower for vertical); without SR
+//   2-row chunks, 3 % faster than one row (2.72 -> 2.64 us: half the warps, so half the
+//   per-(b, h) work — slot index, dt', B, C — for one more row of math per warp);
+// - twice those rows (32 heads x batch 2): 2-row chunks with SR in the simple layout (5 rounds
+//   5 %, 10 rounds 9 % faster than 4-row chunks) and with 5 rounds in the vertical one (2 %);
+//   without SR and with 10 vertical rounds they were as fast, so 4-row chunks stay.
+// From 4x those rows on (32 heads x batch 4, 128 heads x 1), 1-row chunks were 0-50 % SLOWER
+// than 4-row ones (4x the warps' per-head loads). Returns the rows per chunk (and per warp) of
+// the small-grid kernels, or 0: not a small grid. Build-time knob for experiments:
+// -DMAMBA_SSU_SMALL_ROWS=0 keeps 4-row chunks everywhere; -DMAMBA_SSU_SMALL2_FACTOR=N moves the
+// upper bound of the 2-row rule to N * MAMBA_SSU_RPW_WARPS_PER_SM warps per SM.
 #ifndef MAMBA_SSU_SMALL_ROWS
 #define MAMBA_SSU_SMALL_ROWS 1
 #endif
-bool small_grid(int64_t rows, int num_sms) {
-  return MAMBA_SSU_SMALL_ROWS != 0 &&
-         rows < int64_t{2} * int64_t{MAMBA_SSU_RPW_WARPS_PER_SM} * num_sms;
+#ifndef MAMBA_SSU_SMALL2_FACTOR
+#define MAMBA_SSU_SMALL2_FACTOR 4
+#endif
+int small_grid_rows(int64_t rows, int num_sms, int rounds, bool simple) {
+  if (MAMBA_SSU_SMALL_ROWS == 0) return 0;
+  const int64_t warps = int64_t{MAMBA_SSU_RPW_WARPS_PER_SM} * num_sms;
+  if (rows < 2 * warps) return rounds == 0 ? 2 : 1;
+  if (rows < int64_t{MAMBA_SSU_SMALL2_FACTOR} * warps && rounds > 0 && (simple || rounds == 5))
+    return 2;
+  return 0;
 }
 
 bool is_hot(const mamba_ssu_params *p) {
@@ -386,9 +427,10 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
 
   const bool hot = is_hot(&p);
   const int64_t rows = p.batch * p.nheads * p.dim;
-  const bool small = hot && small_grid(rows, num_sms);
+  const int small_rows = hot ? small_grid_rows(rows, num_sms, p.philox_rounds, simple) : 0;
+  const bool small = small_rows > 0;
   const int rows_per_chunk = !hot ? DynConfig::kRowsPerChunk
-                             : small ? HotConfig<true, 0, 1>::kRowsPerChunk
+                             : small ? small_rows
                                      : HotConfig<true, 0>::kRowsPerChunk;
   // The SR hot kernels on large grids may give a warp half a head or a whole one (32 or 64 rows):
   // the per-(b, h) work of a warp (indices, dt', dA, B, C, the Philox key) is then spread over
@@ -405,7 +447,7 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   const int64_t rpw_warps = hot && !simple && p.philox_rounds == 10
                                 ? int64_t{MAMBA_SSU_R10V_RPW_WARPS}
                                 : int64_t{MAMBA_SSU_RPW_WARPS_PER_SM};
-  int rpw = small ? 1 : pick_rows_per_warp(rows, num_sms, rows_per_chunk, max_rpw, rpw_warps);
+  int rpw = small ? small_rows : pick_rows_per_warp(rows, num_sms, rows_per_chunk, max_rpw, rpw_warps);
   // 64 rows per warp (a whole head, one-warp blocks) for the 10-round SR kernels on grids of
   // at least MAMBA_SSU_R10_RPW64 warps per SM at 64 rows (0: off).
 #ifndef MAMBA_SSU_R10_RPW64
@@ -433,7 +475,7 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   const int64_t rows_per_block = int64_t{warps_per_block} * rpw;
   const int64_t blocks_per_head = (p.dim + rows_per_block - 1) / rows_per_block;
   // <= INT32_MAX: check() bounds it for the fewest rows per block of the other configs, and a
-  // small grid (1 row per warp) has fewer than 2 * 8 * num_sms rows.
+  // small grid (1 or 2 rows per warp, 4 or 8 per block) has fewer than 4 * 8 * num_sms rows.
   const int64_t blocks = p.batch * p.nheads * blocks_per_head;
 
   Args a{};
@@ -496,9 +538,11 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   const auto nblocks = static_cast<unsigned>(blocks + (p.seed_next != nullptr ? 1 : 0));
   const int wpb = warps_per_block;
   if (!hot) return launch<DynConfig>(a, nblocks, wpb, st);
-  if (small)
+  if (small_rows == 1)
     return simple ? launch_hot<true, 1>(a, nblocks, wpb, st, rows)
                   : launch_hot<false, 1>(a, nblocks, wpb, st, rows);
+  if (small_rows == 2)
+    return simple ? launch_small2<true>(a, nblocks, wpb, st) : launch_small2<false>(a, nblocks, wpb, st);
   return simple ? launch_hot<true, 4>(a, nblocks, wpb, st, rows)
                 : launch_hot<false, 4>(a, nblocks, wpb, st, rows);
 }

@@ -404,8 +404,8 @@ template <bool kSimple, int kRounds, int kU = 4, bool kGate = false, int kZW = -
 struct HotConfig {
   static_assert(kU == 1 || kU == 2 || kU == 4, "rows per chunk: 1, 2 or 4");
   static constexpr int kMaxCols = 4;
-  // 4 rows per chunk; 1 for tiny grids (see small_grid in ssu.cu), where a warp's serial work
-  // per row, not the number of loads in flight, sets the time.
+  // 4 rows per chunk; 1 or 2 for small grids (see small_grid_rows in ssu.cu), where a warp's
+  // serial work per row, not the number of loads in flight, sets the time.
   static constexpr int kRowsPerChunk = kU;
   // dim 64 is a multiple of 4 warps x rows_per_warp (4, 8 or 16).
   static constexpr bool kFullChunks = true;
@@ -439,11 +439,9 @@ struct HotConfig {
   // Whether z is given, a compile-time fact (the launcher picks the instantiation): without
   // z the loop carries no z loads, their predicates nor the gate's branch (R=10 simple 2 % at
   // 128 heads, R=10 vertical 3-6 %, R=5 vertical 5-10 % at 32 heads faster; session 7, same-run
-  // A/B). Engines' Mamba-2
-  // mixers call the SSU without z (the gate is applied by the following gated RMSNorm).
-  // Except the one-row kernel without SR, which stays latency-bound at 32 heads x batch 1 and
-  // was 2 % SLOWER so (2.72 -> 2.78 us): it reads a.z at run time (-1), as before.
-  static constexpr int kZ = kRounds == 0 && kU == 1 ? -1 : (kGate ? 1 : 0);
+  // A/B). Engines' Mamba-2 mixers call the SSU without z (the gate is applied by the
+  // following gated RMSNorm).
+  static constexpr int kZ = kGate ? 1 : 0;
   // A pad chunk's state zeroed word by word (see load_chunk) rather than by `= {}`, which
   // ptxas compiles into loads of a zero constant. The instruction schedule it leads to was
   // faster for the SR kernels except the 10-round 4-row ones on small grids (session 7,
@@ -532,7 +530,7 @@ struct HotConfig {
   struct Key {
     uint32_t k0[kKeyRounds], k1[kKeyRounds];
   };
-  // The one-row kernels (tiny grids, one latency chain) keep a table per warp: no block
+  // The one-row kernels (tiny grids with SR, one latency chain) keep a table per warp: no block
   // barrier in front of their first Philox round.
   static constexpr bool kBlockKey = kU > 1;
   __device__ static uint32_t *key_table() {

@@ -752,10 +752,11 @@ fn replicated_call(
     }
 }
 
-/// The hot kernels split the work by grid size — one-row chunks and one row per warp on tiny
-/// grids (32 heads x batch 1 on the H200), 4-row chunks with 4 to 16 rows per warp otherwise —
-/// while the recorded FlashInfer cases at the hot shapes are mostly tiny. Here one problem runs
-/// at batch 1 and replicated over batch 3 and 48 (every entry reads slot 0, so its Philox
+/// The hot kernels split the work by grid size — one-row (with SR) or 2-row (without) chunks
+/// and one chunk per warp on tiny grids (32 heads x batch 1 on the H200), 2-row chunks with SR
+/// at twice that (32 x 2, simple layout and 5 vertical rounds), 4-row chunks with 4 to 64 rows
+/// per warp otherwise — while the recorded FlashInfer cases at the hot shapes are mostly tiny.
+/// Here one problem runs at batch 1 and replicated over batch 2, 3 and 48 (every entry reads slot 0, so its Philox
 /// offsets are the batch-1 call's; see [`replicated_call`]): every written slot and every `out`
 /// row must equal the batch-1 call's bit for bit, for 0, 5 and 10 rounds and both layouts, so
 /// the large-grid kernels are as exact as the small-grid ones checked against FlashInfer above.
@@ -780,7 +781,7 @@ fn grid_shapes_agree_bit_for_bit() {
             let one = replicated_call(&stream, 1, rounds, alg);
             let want_state = &one.state[slot..2 * slot];
             let input = &one.state[..slot];
-            for batch in [3usize, 48] {
+            for batch in [2usize, 3, 48] {
                 let many = replicated_call(&stream, batch, rounds, alg);
                 let compare_out = rounds > 0 || alg == "vertical" || below(batch) == below(1);
                 let mut bad = Vec::new();
@@ -835,7 +836,8 @@ fn gpu_mul(a: f32, b: f32) -> u32 {
 /// state is exactly x * B, so every element's fp16 bits are predicted from the software
 /// conversion ([`sr_f16_bits`]) and FlashInfer's random mapping, and must match bit for bit —
 /// for the hot kernels (4-row chunks at 128 heads with 4 and 64 rows per warp, one-row chunks at
-/// 8 heads), the generic kernel (3 rounds), both layouts.
+/// 8 heads, 2-row chunks at 48 heads: 3 072 rows on 132 SMs), the generic kernel (3 rounds),
+/// both layouts.
 #[test]
 #[ignore = "requires a CUDA GPU"]
 fn sr_special_values_match_the_software_conversion() {
@@ -902,7 +904,7 @@ fn sr_special_values_match_the_software_conversion() {
     let seed: i64 = 0x0BAD_5EED_1234_5678;
     let mut failed = Vec::new();
     // 128 x 32: a warp per head (64 rows); 128 x 2: 4-row chunks, 4 rows per warp; 8 x 1: one-row
-    // chunks; 3 rounds: the generic kernel.
+    // chunks; 48 x 1: 2-row chunks (simple; 5 rounds vertical); 3 rounds: the generic kernel.
     for (nheads, batch, rounds) in [
         (128usize, 32usize, 5u32),
         (128, 32, 10),
@@ -910,6 +912,8 @@ fn sr_special_values_match_the_software_conversion() {
         (128, 2, 10),
         (8, 1, 5),
         (8, 1, 10),
+        (48, 1, 5),
+        (48, 1, 10),
         (8, 2, 3),
     ] {
         let slots = batch + 1;

@@ -602,11 +602,12 @@ fn all_dtype_combinations_match_f64_reference() {
     );
 }
 
-/// Pad slots through the hot kernels' 4-row chunks (a grid above the one-row bound: 32 heads x
-/// 12 batch entries, 24 576 rows), without SR and with 5 and 10 rounds, both layouts and auto,
-/// with and without z (the hot kernels' two instantiations; also at batch 1, the one-row
-/// kernels, without pads; and 128 heads x batch 32 with 10 rounds simple, that kernel's
-/// large-grid form):
+/// Pad slots through the hot kernels' 4-row chunks (a grid above the small-grid bounds: 32 heads
+/// x 12 batch entries, 24 576 rows) and 2-row chunks (32 heads x batch 2: the SR kernels of the
+/// simple layout and 5 vertical rounds), without SR and with 5 and 10 rounds, both layouts and
+/// auto, with and without z (the hot kernels' two instantiations; also at batch 1, the one-row
+/// SR kernels and the 2-row ones without SR, without pads; and 128 heads x batch 32 with 10
+/// rounds simple, that kernel's large-grid form):
 /// a pad's rows are read as zeros (a predicated load, the 5-round vertical kernel's zero page,
 /// no L2 prefetch), its output is written and its state slot is left alone.
 #[test]
@@ -620,8 +621,17 @@ fn large_grids_with_pads_match_f64_reference() {
     let mut runs = 0;
     for rounds in [0u32, 5, 10] {
         // With and without z: the hot kernels are instantiated for each.
-        // Batch 1 (2 048 rows) runs the one-row kernels, batch 12 the 4-row ones.
-        for (z, batch) in [(true, 12), (false, 12), (true, 1), (false, 1)] {
+        // On 132 SMs: batch 1 (2 048 rows) runs the one-row SR kernels and the 2-row ones without
+        // SR, batch 2 (4 096 rows) the 2-row SR kernels (simple, 5 rounds vertical) and 4-row
+        // ones, batch 12 the 4-row ones.
+        for (z, batch) in [
+            (true, 12),
+            (false, 12),
+            (true, 2),
+            (false, 2),
+            (true, 1),
+            (false, 1),
+        ] {
             let mut cfg = Cfg::base();
             cfg.rounds = rounds;
             cfg.batch = batch;
