@@ -359,17 +359,22 @@ int launch_small2(const Args &a, unsigned blocks, int warps_per_block, cudaStrea
 //   per-(b, h) work — slot index, dt', B, C — for one more row of math per warp);
 // - twice those rows (32 heads x batch 2): 2-row chunks with SR in the simple layout (5 rounds
 //   5 %, 10 rounds 9 % faster than 4-row chunks) and with 5 rounds in the vertical one (2 %);
-//   without SR and with 10 vertical rounds they were as fast, so 4-row chunks stay.
-// From 4x those rows on (32 heads x batch 4, 128 heads x 1), 1-row chunks were 0-50 % SLOWER
-// than 4-row ones (4x the warps' per-head loads). Returns the rows per chunk (and per warp) of
-// the small-grid kernels, or 0: not a small grid. Build-time knob for experiments:
-// -DMAMBA_SSU_SMALL_ROWS=0 keeps 4-row chunks everywhere; -DMAMBA_SSU_SMALL2_FACTOR=N moves the
-// upper bound of the 2-row rule to N * MAMBA_SSU_RPW_WARPS_PER_SM warps per SM.
+//   without SR and with 10 vertical rounds they were as fast, so 4-row chunks stay;
+// - 4x those rows (32 heads x batch 4, 128 heads x 1): 2-row chunks for 10 simple rounds (4 %
+//   faster); for 5 rounds they were 20-24 % SLOWER.
+// From 4x those rows on, 1-row chunks were 0-50 % SLOWER than 4-row ones (4x the warps'
+// per-head loads). Returns the rows per chunk (and per warp) of the small-grid kernels, or 0:
+// not a small grid. Build-time knobs for experiments: -DMAMBA_SSU_SMALL_ROWS=0 keeps 4-row
+// chunks everywhere; -DMAMBA_SSU_SMALL2_FACTOR=N and -DMAMBA_SSU_SMALL2_R10S_FACTOR=N move the
+// upper bounds of the 2-row rules (in MAMBA_SSU_RPW_WARPS_PER_SM warps per SM, one row each).
 #ifndef MAMBA_SSU_SMALL_ROWS
 #define MAMBA_SSU_SMALL_ROWS 1
 #endif
 #ifndef MAMBA_SSU_SMALL2_FACTOR
 #define MAMBA_SSU_SMALL2_FACTOR 4
+#endif
+#ifndef MAMBA_SSU_SMALL2_R10S_FACTOR
+#define MAMBA_SSU_SMALL2_R10S_FACTOR 8
 #endif
 int small_grid_rows(int64_t rows, int num_sms, int rounds, bool simple) {
   if (MAMBA_SSU_SMALL_ROWS == 0) return 0;
@@ -377,6 +382,7 @@ int small_grid_rows(int64_t rows, int num_sms, int rounds, bool simple) {
   if (rows < 2 * warps) return rounds == 0 ? 2 : 1;
   if (rows < int64_t{MAMBA_SSU_SMALL2_FACTOR} * warps && rounds > 0 && (simple || rounds == 5))
     return 2;
+  if (rows < int64_t{MAMBA_SSU_SMALL2_R10S_FACTOR} * warps && rounds == 10 && simple) return 2;
   return 0;
 }
 
@@ -475,7 +481,8 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   const int64_t rows_per_block = int64_t{warps_per_block} * rpw;
   const int64_t blocks_per_head = (p.dim + rows_per_block - 1) / rows_per_block;
   // <= INT32_MAX: check() bounds it for the fewest rows per block of the other configs, and a
-  // small grid (1 or 2 rows per warp, 4 or 8 per block) has fewer than 4 * 8 * num_sms rows.
+  // small grid (1 or 2 rows per warp, 4 or 8 per block) has fewer than 8 * 8 * num_sms rows
+  // (MAMBA_SSU_SMALL2_R10S_FACTOR, an experiment knob, must stay small).
   const int64_t blocks = p.batch * p.nheads * blocks_per_head;
 
   Args a{};

@@ -754,8 +754,8 @@ fn replicated_call(
 
 /// The hot kernels split the work by grid size — one-row (with SR) or 2-row (without) chunks
 /// and one chunk per warp on tiny grids (32 heads x batch 1 on the H200), 2-row chunks with SR
-/// at twice that (32 x 2, simple layout and 5 vertical rounds), 4-row chunks with 4 to 64 rows
-/// per warp otherwise — while the recorded FlashInfer cases at the hot shapes are mostly tiny.
+/// at twice that (32 x 2, simple layout and 5 vertical rounds; up to 4x for 10 simple rounds,
+/// batch 3 here), 4-row chunks with 4 to 64 rows per warp otherwise — while the recorded FlashInfer cases at the hot shapes are mostly tiny.
 /// Here one problem runs at batch 1 and replicated over batch 2, 3 and 48 (every entry reads slot 0, so its Philox
 /// offsets are the batch-1 call's; see [`replicated_call`]): every written slot and every `out`
 /// row must equal the batch-1 call's bit for bit, for 0, 5 and 10 rounds and both layouts, so
