@@ -425,9 +425,16 @@ struct HotConfig {
 #ifndef MAMBA_SSU_R5V_BLOCKS
 #define MAMBA_SSU_R5V_BLOCKS MAMBA_SSU_R5_BLOCKS
 #endif
+  // The 10-round simple 4-row kernel's large-grid form (kZW == 1, from 262 144 rows on) has its
+  // own knob, -DMAMBA_SSU_R10L_BLOCKS=N: at 7 blocks (72 registers) it measured as fast as at 8
+  // within the spread (128 heads x 256: medians 313.8 vs 314.8 us over four alternating
+  // repetitions, 128 x 64 0.5 % slower; session 8), so 8 stays.
+#ifndef MAMBA_SSU_R10L_BLOCKS
+#define MAMBA_SSU_R10L_BLOCKS 8
+#endif
   static constexpr int kMinBlocksPerSM =
       kRounds == 5    ? (kSimple ? MAMBA_SSU_R5_BLOCKS : MAMBA_SSU_R5V_BLOCKS)
-      : kRounds == 10 ? (kU > 1 ? MAMBA_SSU_R10_BLOCKS : 6)
+      : kRounds == 10 ? (kU > 1 ? (kZW == 1 ? MAMBA_SSU_R10L_BLOCKS : MAMBA_SSU_R10_BLOCKS) : 6)
                       : 6;
   // Chunks zero-initialised before their loads, rows stored at d * row bytes from the head: the
   // code generation that measured fastest for the kernels without SR (by 4 % at 128 heads x
