@@ -2,10 +2,11 @@
 // algorithm resolution and dispatch (device code: ssu.cuh).
 //
 // Dispatch: the hot kernels (HotConfig) serve fp16 state, bf16 x/z/B/C/out,
-// bf16 dt/D/dt_bias, dim 64, dstate 128 and 0, 5 or 10 Philox rounds, one per
-// (layout, rounds): 6 kernels. Everything else that passes the checks runs the
-// generic kernel (DynConfig). Index dtype, optional tensors and flags are run
-// time values in both.
+// bf16 dt/D/dt_bias, dim 64, dstate 128 and 0, 5 or 10 Philox rounds: per (layout,
+// rounds), with and without z, in 4-row chunks, and for small grids in 1-row (SR)
+// or 2-row chunks (small_grid_rows); 32 kernels. Everything else that passes the
+// checks runs the generic kernel (DynConfig). Index dtype, the other optional
+// tensors and flags are run time values in both.
 #include <limits>
 
 #include "common.cuh"
