@@ -477,8 +477,12 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
            100 * grid(rpw) <= int64_t{MAMBA_SSU_WAVE_SPLIT} * wave)
       rpw /= 2;
   }
+  // The 2-row kernels without SR take HotConfig<*, 0, 2>::kBlockWarps warps per block (dim 64 is
+  // a multiple of 2 rows times it).
   const int warps_per_block =
-      rpw * ssu::kWarpsPerBlock > p.dim ? static_cast<int>(p.dim / rpw) : ssu::kWarpsPerBlock;
+      small_rows == 2 && p.philox_rounds == 0 ? HotConfig<true, 0, 2>::kBlockWarps
+      : rpw * ssu::kWarpsPerBlock > p.dim     ? static_cast<int>(p.dim / rpw)
+                                              : ssu::kWarpsPerBlock;
   const int64_t rows_per_block = int64_t{warps_per_block} * rpw;
   const int64_t blocks_per_head = (p.dim + rows_per_block - 1) / rows_per_block;
   // <= INT32_MAX: check() bounds it for the fewest rows per block of the other configs, and a

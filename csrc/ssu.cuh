@@ -432,6 +432,13 @@ struct HotConfig {
 #ifndef MAMBA_SSU_R10L_BLOCKS
 #define MAMBA_SSU_R10L_BLOCKS 8
 #endif
+  // Warps per block: 4, except the 2-row kernels without SR (tiny grids only, see
+  // small_grid_rows in ssu.cu): MAMBA_SSU_SMALL_WARPS (an experiment: 8 halves the blocks of
+  // the 32 heads x batch 1 grid, 256 -> 128).
+#ifndef MAMBA_SSU_SMALL_WARPS
+#define MAMBA_SSU_SMALL_WARPS 4
+#endif
+  static constexpr int kBlockWarps = kU == 2 && kRounds == 0 ? MAMBA_SSU_SMALL_WARPS : kWarpsPerBlock;
   static constexpr int kMinBlocksPerSM =
       kRounds == 5    ? (kSimple ? MAMBA_SSU_R5_BLOCKS : MAMBA_SSU_R5V_BLOCKS)
       : kRounds == 10 ? (kU > 1 ? (kZW == 1 ? MAMBA_SSU_R10L_BLOCKS : MAMBA_SSU_R10_BLOCKS) : 6)
@@ -661,6 +668,7 @@ struct DynConfig {
   static constexpr bool kZeroPage = false;
   static constexpr int kL2Prefetch = 0;
   static constexpr int kMinBlocksPerSM = 4;  // <= 128 registers
+  static constexpr int kBlockWarps = kWarpsPerBlock;
   static constexpr bool kZeroChunks = true;  // partial chunks: rows past d_end must be defined
   static constexpr int kFirstForm = -1;      // read Args::first_form_f1
   static constexpr int kZ = -1;              // z given: read a.z
@@ -973,7 +981,7 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
   const int64_t h = bh - b32 * a.nheads;
   const int dim = cfg.dim();
   const int dstate = cfg.dstate();
-  const int d_begin = (static_cast<int>(part) * kWarpsPerBlock + warp) * a.rows_per_warp;
+  const int d_begin = (static_cast<int>(part) * Cfg::kBlockWarps + warp) * a.rows_per_warp;
   if (!Cfg::kFullChunks && d_begin >= dim) return;  // warp-uniform; no block barrier follows
   const int d_end = Cfg::kFullChunks ? d_begin + a.rows_per_warp : min(dim, d_begin + a.rows_per_warp);
 
@@ -1222,8 +1230,13 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
   }
 }
 
+// The register budget per thread of Cfg::kMinBlocksPerSM 4-warp blocks, for blocks of
+// Cfg::kBlockWarps warps.
 template <class Cfg>
-__global__ void __launch_bounds__(kThreadsPerBlock, Cfg::kMinBlocksPerSM) ssu_kernel(const Args a) {
+__global__ void __launch_bounds__(32 * Cfg::kBlockWarps,
+                                  Cfg::kMinBlocksPerSM * kWarpsPerBlock / Cfg::kBlockWarps > 0
+                                      ? Cfg::kMinBlocksPerSM * kWarpsPerBlock / Cfg::kBlockWarps
+                                      : 1) ssu_kernel(const Args a) {
   ssu_body<Cfg>(a);
 }
 
