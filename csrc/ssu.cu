@@ -357,7 +357,8 @@ int launch_small2(const Args &a, unsigned blocks, int warps_per_block, cudaStrea
 //   (32 heads x batch 1 on 132 SMs): with SR one row per warp (5-11 % faster than 4-row
 //   chunks; 2-row chunks were as fast for simple and 4-12 % slower for vertical); without SR
 //   2-row chunks, 3 % faster than one row (2.72 -> 2.64 us: half the warps, so half the
-//   per-(b, h) work — slot index, dt', B, C — for one more row of math per warp);
+//   per-(b, h) work — slot index, dt', B, C — for one more row of math per warp), in blocks
+//   of 8 warps (2.68 -> 2.62 us against 4-warp blocks, HotConfig::kBlockWarps);
 // - twice those rows (32 heads x batch 2): 2-row chunks with SR in the simple layout (5 rounds
 //   5 %, 10 rounds 9 % faster than 4-row chunks) and with 5 rounds in the vertical one (2 %);
 //   without SR and with 10 vertical rounds they were as fast, so 4-row chunks stay;
