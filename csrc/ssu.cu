@@ -487,7 +487,7 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   const int64_t rows_per_block = int64_t{warps_per_block} * rpw;
   const int64_t blocks_per_head = (p.dim + rows_per_block - 1) / rows_per_block;
   // <= INT32_MAX: check() bounds it for the fewest rows per block of the other configs, and a
-  // small grid (1 or 2 rows per warp, 4 or 8 per block) has fewer than 8 * 8 * num_sms rows
+  // small grid (1 or 2 rows per warp, 4, 8 or 16 per block) has fewer than 8 * 8 * num_sms rows
   // (MAMBA_SSU_SMALL2_R10S_FACTOR, an experiment knob, must stay small).
   const int64_t blocks = p.batch * p.nheads * blocks_per_head;
 
