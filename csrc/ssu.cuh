@@ -534,8 +534,29 @@ struct HotConfig {
   __device__ static float load_input(const void *p, int64_t idx) {
     return bf16_bits_to_float(static_cast<const unsigned short *>(p)[idx]);
   }
+  // x of a chunk's kU rows (idx = the first one's element index) in one load of 2 * kU bytes:
+  // the launcher checked x's base and batch stride for 16-byte alignment, dim is 64 and a
+  // chunk starts at a multiple of kU, so the address is aligned.
+  template <class I>
+  __device__ static void load_x(const void *p, I idx, float (&x)[kU]) {
+    const unsigned short *q = static_cast<const unsigned short *>(p) + idx;
+    if constexpr (kU == 4) {
+      const uint2 v = *reinterpret_cast<const uint2 *>(q);
+      x[0] = __uint_as_float(v.x << 16);
+      x[1] = __uint_as_float(v.x & 0xffff0000u);
+      x[2] = __uint_as_float(v.y << 16);
+      x[3] = __uint_as_float(v.y & 0xffff0000u);
+    } else if constexpr (kU == 2) {
+      const uint32_t v = *reinterpret_cast<const uint32_t *>(q);
+      x[0] = __uint_as_float(v << 16);
+      x[1] = __uint_as_float(v & 0xffff0000u);
+    } else {
+      x[0] = bf16_bits_to_float(*q);
+    }
+  }
   __device__ static float load_weight(const void *p, int64_t idx) { return load_input(p, idx); }
-  __device__ static void store_out(void *p, int64_t idx, float v) {
+  template <class I>
+  __device__ static void store_out(void *p, I idx, float v) {
     static_cast<unsigned short *>(p)[idx] = static_cast<unsigned short>(float_to_bf16_bits_rn(v));
   }
 
@@ -857,11 +878,15 @@ __device__ __forceinline__ void load_chunk(const Cfg &cfg, const Args &a, Chunk<
                                            int d_end, int lane, const char *read_head,
                                            int64_t x_row, int64_t z_row, bool pad) {
   constexpr int U = Cfg::kRowsPerChunk;
+#ifndef MAMBA_SSU_VEC_X
+#define MAMBA_SSU_VEC_X 1
+#endif
+  if constexpr (Cfg::kFullChunks && MAMBA_SSU_VEC_X) cfg.load_x(a.x, x_row + d0, c.x);
 #pragma unroll
   for (int r = 0; r < U; ++r) {
     const int d = d0 + r;
     if (Cfg::kFullChunks || d < d_end) {
-      c.x[r] = cfg.load_input(a.x, x_row + d);
+      if constexpr (!(Cfg::kFullChunks && MAMBA_SSU_VEC_X)) c.x[r] = cfg.load_input(a.x, x_row + d);
       if (Cfg::kZeroPage || !pad) {
         cfg.load_state(read_head + static_cast<int64_t>(d) * cfg.dstate() * cfg.state_bytes(),
                        lane, c.state[r]);
@@ -1097,6 +1122,12 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
       rt_w = t.w;
     }
   }
+#ifndef MAMBA_SSU_OUT_PTR
+#define MAMBA_SSU_OUT_PTR 1
+#endif
+  constexpr bool kOutPtr = Cfg::kFullChunks && Cfg::kZ == 0 && MAMBA_SSU_OUT_PTR;
+  [[maybe_unused]] unsigned short *out_p =
+      static_cast<unsigned short *>(a.out) + out_row + d_begin + my_row;
   for (int d0 = d_begin; d0 < d_end; d0 += U) {
     // Issue the next chunk's loads before computing this one.
     // Every field the body reads is loaded, or zeroed by fresh_chunk (see there).
@@ -1143,7 +1174,12 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
       const float y = reduce_rows<U>(part_y, lane);
       const int d = d0 + my_row;
       if (out_lane && (Cfg::kFullChunks || d < d_end))
-        cfg.store_out(a.out, out_row + d, has_z<Cfg>(a) ? gate(y, cur.z) : y);
+      {
+        if constexpr (kOutPtr)
+          cfg.store_out(out_p, 0, has_z<Cfg>(a) ? gate(y, cur.z) : y);
+        else
+          cfg.store_out(a.out, out_row + d, has_z<Cfg>(a) ? gate(y, cur.z) : y);
+      }
     }
 
     if (write) {
@@ -1236,6 +1272,7 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
     }
     cur = next;
     sr_chunk += static_cast<uint64_t>(U * dstate);
+    if constexpr (kOutPtr) out_p += U;
   }
 }
 
