@@ -652,12 +652,23 @@ struct HotConfig {
 #ifndef MAMBA_SSU_HACC
 #define MAMBA_SSU_HACC -1
 #endif
-  // Pad reads from zero_page (unconditional state loads, 11-17 fewer instructions per chunk):
+  // Pad reads from zero_page (unconditional state loads, 4-17 fewer instructions per chunk):
   // R=5 vertical 2-4 % faster at 128 heads x 64-256 (session 6); the other SR kernels were as
-  // fast or slower with it (R=10 simple up to 2.7 %, R=10 vertical 1.9 % at 32 heads x 8).
+  // fast or slower with it then (R=10 simple up to 2.7 %, R=10 vertical 1.9 % at 32 heads x 8).
+  // With x loaded as one vector per chunk (session 11, same-run A/B against the vector-x build
+  // without it, four repetitions, minima): the 4-row R=5 simple kernel 0.2-1.4 % faster at 32
+  // heads x 4-32 and 128 x 8-256; the 4-row R=10 vertical one 1.6-2.8 % faster at 32 x 4-32,
+  // 128 x 8 and 128 x 256, 5 % slower at 32 x 2 (a size where auto picks simple); the
+  // large-grid R=10 simple form 0.7 % faster at 128 x 256. The R=10 simple small-grid and
+  // 2-row forms were 1.4-6.4 % SLOWER, the 2-row R=5 simple and one-row R=10 vertical kernels
+  // 1.7 and 5 %: those keep the predicated loads.
   // MAMBA_SSU_ZERO_PAGE=0/1 forces it off/on for every SR kernel.
   static constexpr bool kZeroPage =
-      kRounds > 0 && (MAMBA_SSU_ZERO_PAGE >= 0 ? MAMBA_SSU_ZERO_PAGE != 0 : (kRounds == 5 && !kSimple));
+      kRounds > 0 &&
+      (MAMBA_SSU_ZERO_PAGE >= 0
+           ? MAMBA_SSU_ZERO_PAGE != 0
+           : (kRounds == 5 && !kSimple) ||
+                 (kU == 4 && (kRounds == 5 || (kRounds == 10 && (!kSimple || kZW == 1)))));
   // L2 prefetch of a warp's rows after its first two chunks, one bulk prefetch at its start
   // (ssu_body): without SR 2.9-3.7 % faster at 128 heads x 64-256 (1.4-1.8 % at 32 heads x
   // 1-8); with SR 4-6 % SLOWER (session 6, same-run A/B), so the SR kernels do not.
