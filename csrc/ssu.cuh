@@ -655,20 +655,30 @@ struct HotConfig {
   // Pad reads from zero_page (unconditional state loads, 4-17 fewer instructions per chunk):
   // R=5 vertical 2-4 % faster at 128 heads x 64-256 (session 6); the other SR kernels were as
   // fast or slower with it then (R=10 simple up to 2.7 %, R=10 vertical 1.9 % at 32 heads x 8).
-  // With x loaded as one vector per chunk (session 11, same-run A/B against the vector-x build
-  // without it, four repetitions, minima): the 4-row R=5 simple kernel 0.2-1.4 % faster at 32
-  // heads x 4-32 and 128 x 8-256; the 4-row R=10 vertical one 1.6-2.8 % faster at 32 x 4-32,
-  // 128 x 8 and 128 x 256, 5 % slower at 32 x 2 (a size where auto picks simple); the
-  // large-grid R=10 simple form 0.7 % faster at 128 x 256. The R=10 simple small-grid and
-  // 2-row forms were 1.4-6.4 % SLOWER, the 2-row R=5 simple and one-row R=10 vertical kernels
-  // 1.7 and 5 %: those keep the predicated loads.
+  // With kVecX (session 11, same-run A/B against the kVecX build without it, four repetitions,
+  // minima): the 4-row R=5 simple kernel 0.2-1.4 % faster at 32 heads x 4-32 and 128 x 8-256,
+  // the large-grid R=10 simple form 0.7 % faster and the large-grid R=10 vertical one 2.1 %
+  // faster at 128 x 256. The R=10 simple small-grid and 2-row forms were 1.4-6.4 % SLOWER, the
+  // 2-row R=5 simple and one-row R=10 vertical kernels 1.7 and 5 %: those keep the predicated
+  // loads.
   // MAMBA_SSU_ZERO_PAGE=0/1 forces it off/on for every SR kernel.
   static constexpr bool kZeroPage =
       kRounds > 0 &&
       (MAMBA_SSU_ZERO_PAGE >= 0
            ? MAMBA_SSU_ZERO_PAGE != 0
            : (kRounds == 5 && !kSimple) ||
-                 (kU == 4 && (kRounds == 5 || (kRounds == 10 && (!kSimple || kZW == 1)))));
+                 (kU == 4 && (kRounds == 5 || (kRounds == 10 && kZW == 1))));
+  // A chunk's x in one vector load (load_x) and, without z, the output stored through a
+  // per-lane pointer bumped per chunk (ssu_body): 3-17 fewer instructions per chunk (8 % for
+  // the 4-row no-SR kernels), with the chunk's loads 5 instead of 8 in the 4-row kernels.
+  // Measured on the H200 (session 11, same-run A/B, four repetitions, minima): no SR 4 % faster
+  // at 32 heads x 32 and 128 x 8 but 0.5-0.9 % slower at 128 x 64-256, R=5 vertical 2-5 %
+  // faster everywhere, R=10 simple 3 % faster at 32 x 8-32 and 128 x 8, R=10 vertical 1.4 %
+  // faster at 128 x 256 but 5-7.5 % SLOWER at 32 x 4-8, other sizes within 1 %. So the no-SR
+  // 4-row kernels take it on small grids only and the 4-row R=10 vertical one on large grids
+  // only (kZW, chosen by the launcher, see MAMBA_SSU_R10S_ZW_ROWS in ssu.cu).
+  static constexpr bool kVecX =
+      kRounds == 0 ? kZW != 1 : !(kRounds == 10 && !kSimple && kU == 4 && kZW != 1);
   // L2 prefetch of a warp's rows after its first two chunks, one bulk prefetch at its start
   // (ssu_body): without SR 2.9-3.7 % faster at 128 heads x 64-256 (1.4-1.8 % at 32 heads x
   // 1-8); with SR 4-6 % SLOWER (session 6, same-run A/B), so the SR kernels do not.
@@ -706,6 +716,7 @@ struct DynConfig {
   static constexpr int kRowsPerChunk = 2;
   static constexpr bool kFullChunks = false;
   static constexpr bool kZeroPage = false;
+  static constexpr bool kVecX = false;
   static constexpr int kL2Prefetch = 0;
   static constexpr int kMinBlocksPerSM = 4;  // <= 128 registers
   static constexpr int kBlockWarps = kWarpsPerBlock;
@@ -892,12 +903,12 @@ __device__ __forceinline__ void load_chunk(const Cfg &cfg, const Args &a, Chunk<
 #ifndef MAMBA_SSU_VEC_X
 #define MAMBA_SSU_VEC_X 1
 #endif
-  if constexpr (Cfg::kFullChunks && MAMBA_SSU_VEC_X) cfg.load_x(a.x, x_row + d0, c.x);
+  if constexpr (Cfg::kVecX && MAMBA_SSU_VEC_X) cfg.load_x(a.x, x_row + d0, c.x);
 #pragma unroll
   for (int r = 0; r < U; ++r) {
     const int d = d0 + r;
     if (Cfg::kFullChunks || d < d_end) {
-      if constexpr (!(Cfg::kFullChunks && MAMBA_SSU_VEC_X)) c.x[r] = cfg.load_input(a.x, x_row + d);
+      if constexpr (!(Cfg::kVecX && MAMBA_SSU_VEC_X)) c.x[r] = cfg.load_input(a.x, x_row + d);
       if (Cfg::kZeroPage || !pad) {
         cfg.load_state(read_head + static_cast<int64_t>(d) * cfg.dstate() * cfg.state_bytes(),
                        lane, c.state[r]);
@@ -1136,7 +1147,7 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
 #ifndef MAMBA_SSU_OUT_PTR
 #define MAMBA_SSU_OUT_PTR 1
 #endif
-  constexpr bool kOutPtr = Cfg::kFullChunks && Cfg::kZ == 0 && MAMBA_SSU_OUT_PTR;
+  constexpr bool kOutPtr = Cfg::kVecX && Cfg::kZ == 0 && MAMBA_SSU_OUT_PTR;
   [[maybe_unused]] unsigned short *out_p =
       static_cast<unsigned short *>(a.out) + out_row + d_begin + my_row;
   for (int d0 = d_begin; d0 < d_end; d0 += U) {
