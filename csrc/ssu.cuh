@@ -671,9 +671,9 @@ struct HotConfig {
   // A chunk's x in one vector load (load_x) and, without z, the output stored through a
   // per-lane pointer bumped per chunk (ssu_body): 3-17 fewer instructions per chunk (8 % for
   // the 4-row no-SR kernels), with the chunk's loads 5 instead of 8 in the 4-row kernels.
-  // Measured on the H200 (session 11, same-run A/B, four repetitions, minima): no SR 4 % faster
-  // at 32 heads x 32 and 128 x 8 but 0.5-0.9 % slower at 128 x 64-256, R=5 vertical 2-5 %
-  // faster everywhere, R=10 simple 3 % faster at 32 x 8-32 and 128 x 8, R=10 vertical 1.4 %
+  // Measured on the H200 (session 11, same-run A/B, three or four repetitions, minima): no SR
+  // 4 % faster at 32 heads x 32 and 128 x 8 but 0.5-0.9 % slower at 128 x 64-256, R=5 vertical
+  // 2-5 % faster from 32 x 2 on, R=10 simple 3 % faster at 32 x 8-32 and 128 x 8, R=10 vertical 1.4 %
   // faster at 128 x 256 but 5-7.5 % SLOWER at 32 x 4-8, other sizes within 1 %. So the no-SR
   // 4-row kernels take it on small grids only and the 4-row R=10 vertical one on large grids
   // only (kZW, chosen by the launcher, see MAMBA_SSU_R10S_ZW_ROWS in ssu.cu).
