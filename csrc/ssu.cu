@@ -3,8 +3,9 @@
 //
 // Dispatch: the hot kernels (HotConfig) serve fp16 state, bf16 x/z/B/C/out,
 // bf16 dt/D/dt_bias, dim 64, dstate 128 and 0, 5 or 10 Philox rounds: per (layout,
-// rounds), with and without z, in 4-row chunks, and for small grids in 1-row (SR)
-// or 2-row chunks (small_grid_rows); 32 kernels. Everything else that passes the
+// rounds), with and without z, in 4-row chunks (a small- and a large-grid form of those
+// without SR and with 10 rounds), and for small grids in 1-row (SR) or 2-row chunks
+// (small_grid_rows); 38 kernels. Everything else that passes the
 // checks runs the generic kernel (DynConfig). Index dtype, the other optional
 // tensors and flags are run time values in both.
 #include <limits>
@@ -285,10 +286,15 @@ int launch(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t str
   return check_launch("selective_state_update launch");
 }
 
-// The 10-round simple 4-row kernel zeroes pad chunks word by word (HotConfig::kZeroWords) on
-// grids of at least this many rows, where that form measured 1.6-2.0 % faster (128 heads x
-// 64-256, 524 288 rows and more), and with `= {}` below it, where it was 2-10 % slower (32
-// heads x 2-32, up to 131 072 rows; session 7).
+// Grid-size forms (HotConfig's kZW: 0 below this many rows, 1 from it on) of three 4-row
+// kernels, each measured on both sides on the H200:
+// - 10 rounds, simple: pad chunks zeroed word by word (HotConfig::kZeroWords) on large grids,
+//   1.6-2.0 % faster at 128 heads x 64-256 (524 288 rows and more), 2-10 % slower at 32 heads
+//   x 2-32 (up to 131 072 rows; session 7); zero-page pad reads on large grids only (session
+//   11, see HotConfig::kZeroPage);
+// - 10 rounds, vertical, and without SR: x as one vector per chunk and the output through a
+//   per-lane pointer (HotConfig::kVecX) on large grids only for the former, on small grids
+//   only for the latter (session 11: see there).
 #ifndef MAMBA_SSU_R10S_ZW_ROWS
 #define MAMBA_SSU_R10S_ZW_ROWS 262144
 #endif
@@ -300,18 +306,20 @@ int launch_hot_z(const Args &a, unsigned blocks, int warps_per_block, cudaStream
   case 0:
     // Grids without SR small enough for one-row chunks take 2-row ones (small_grid_rows).
     if constexpr (kU == 1) {
+      (void)large;
       return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "no one-row kernel without SR");
     } else {
-      return launch<HotConfig<kSimple, 0, kU, kGate>>(a, blocks, warps_per_block, stream);
+      return large
+                 ? launch<HotConfig<kSimple, 0, kU, kGate, 1>>(a, blocks, warps_per_block, stream)
+                 : launch<HotConfig<kSimple, 0, kU, kGate, 0>>(a, blocks, warps_per_block, stream);
     }
   case 5: return launch<HotConfig<kSimple, 5, kU, kGate>>(a, blocks, warps_per_block, stream);
   default:
-    if constexpr (kSimple && kU > 1) {
+    if constexpr (kU > 1) {
       return large
                  ? launch<HotConfig<kSimple, 10, kU, kGate, 1>>(a, blocks, warps_per_block, stream)
                  : launch<HotConfig<kSimple, 10, kU, kGate, 0>>(a, blocks, warps_per_block, stream);
     } else {
-      (void)large;
       return launch<HotConfig<kSimple, 10, kU, kGate>>(a, blocks, warps_per_block, stream);
     }
   }

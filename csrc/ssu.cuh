@@ -534,8 +534,29 @@ struct HotConfig {
   __device__ static float load_input(const void *p, int64_t idx) {
     return bf16_bits_to_float(static_cast<const unsigned short *>(p)[idx]);
   }
+  // x of a chunk's kU rows (idx = the first one's element index) in one load of 2 * kU bytes:
+  // the launcher checked x's base and batch stride for 16-byte alignment, dim is 64 and a
+  // chunk starts at a multiple of kU, so the address is aligned.
+  template <class I>
+  __device__ static void load_x(const void *p, I idx, float (&x)[kU]) {
+    const unsigned short *q = static_cast<const unsigned short *>(p) + idx;
+    if constexpr (kU == 4) {
+      const uint2 v = *reinterpret_cast<const uint2 *>(q);
+      x[0] = __uint_as_float(v.x << 16);
+      x[1] = __uint_as_float(v.x & 0xffff0000u);
+      x[2] = __uint_as_float(v.y << 16);
+      x[3] = __uint_as_float(v.y & 0xffff0000u);
+    } else if constexpr (kU == 2) {
+      const uint32_t v = *reinterpret_cast<const uint32_t *>(q);
+      x[0] = __uint_as_float(v << 16);
+      x[1] = __uint_as_float(v & 0xffff0000u);
+    } else {
+      x[0] = bf16_bits_to_float(*q);
+    }
+  }
   __device__ static float load_weight(const void *p, int64_t idx) { return load_input(p, idx); }
-  __device__ static void store_out(void *p, int64_t idx, float v) {
+  template <class I>
+  __device__ static void store_out(void *p, I idx, float v) {
     static_cast<unsigned short *>(p)[idx] = static_cast<unsigned short>(float_to_bf16_bits_rn(v));
   }
 
@@ -631,12 +652,33 @@ struct HotConfig {
 #ifndef MAMBA_SSU_HACC
 #define MAMBA_SSU_HACC -1
 #endif
-  // Pad reads from zero_page (unconditional state loads, 11-17 fewer instructions per chunk):
+  // Pad reads from zero_page (unconditional state loads, 4-17 fewer instructions per chunk):
   // R=5 vertical 2-4 % faster at 128 heads x 64-256 (session 6); the other SR kernels were as
-  // fast or slower with it (R=10 simple up to 2.7 %, R=10 vertical 1.9 % at 32 heads x 8).
+  // fast or slower with it then (R=10 simple up to 2.7 %, R=10 vertical 1.9 % at 32 heads x 8).
+  // With kVecX (session 11, same-run A/B against the kVecX build without it, four repetitions,
+  // minima): the 4-row R=5 simple kernel 0.2-1.4 % faster at 32 heads x 4-32 and 128 x 8-256,
+  // the large-grid R=10 simple form 0.7 % faster and the large-grid R=10 vertical one 2.1 %
+  // faster at 128 x 256. The R=10 simple small-grid and 2-row forms were 1.4-6.4 % SLOWER, the
+  // 2-row R=5 simple and one-row R=10 vertical kernels 1.7 and 5 %: those keep the predicated
+  // loads.
   // MAMBA_SSU_ZERO_PAGE=0/1 forces it off/on for every SR kernel.
   static constexpr bool kZeroPage =
-      kRounds > 0 && (MAMBA_SSU_ZERO_PAGE >= 0 ? MAMBA_SSU_ZERO_PAGE != 0 : (kRounds == 5 && !kSimple));
+      kRounds > 0 &&
+      (MAMBA_SSU_ZERO_PAGE >= 0
+           ? MAMBA_SSU_ZERO_PAGE != 0
+           : (kRounds == 5 && !kSimple) ||
+                 (kU == 4 && (kRounds == 5 || (kRounds == 10 && kZW == 1))));
+  // A chunk's x in one vector load (load_x) and, without z, the output stored through a
+  // per-lane pointer bumped per chunk (ssu_body): 3-17 fewer instructions per chunk (8 % for
+  // the 4-row no-SR kernels), with the chunk's loads 5 instead of 8 in the 4-row kernels.
+  // Measured on the H200 (session 11, same-run A/B, three or four repetitions, minima): no SR
+  // 4 % faster at 32 heads x 32 and 128 x 8 but 0.5-0.9 % slower at 128 x 64-256, R=5 vertical
+  // 2-5 % faster from 32 x 2 on, R=10 simple 3 % faster at 32 x 8-32 and 128 x 8, R=10 vertical 1.4 %
+  // faster at 128 x 256 but 5-7.5 % SLOWER at 32 x 4-8, other sizes within 1 %. So the no-SR
+  // 4-row kernels take it on small grids only and the 4-row R=10 vertical one on large grids
+  // only (kZW, chosen by the launcher, see MAMBA_SSU_R10S_ZW_ROWS in ssu.cu).
+  static constexpr bool kVecX =
+      kRounds == 0 ? kZW != 1 : !(kRounds == 10 && !kSimple && kU == 4 && kZW != 1);
   // L2 prefetch of a warp's rows after its first two chunks, one bulk prefetch at its start
   // (ssu_body): without SR 2.9-3.7 % faster at 128 heads x 64-256 (1.4-1.8 % at 32 heads x
   // 1-8); with SR 4-6 % SLOWER (session 6, same-run A/B), so the SR kernels do not.
@@ -674,6 +716,7 @@ struct DynConfig {
   static constexpr int kRowsPerChunk = 2;
   static constexpr bool kFullChunks = false;
   static constexpr bool kZeroPage = false;
+  static constexpr bool kVecX = false;
   static constexpr int kL2Prefetch = 0;
   static constexpr int kMinBlocksPerSM = 4;  // <= 128 registers
   static constexpr int kBlockWarps = kWarpsPerBlock;
@@ -857,11 +900,15 @@ __device__ __forceinline__ void load_chunk(const Cfg &cfg, const Args &a, Chunk<
                                            int d_end, int lane, const char *read_head,
                                            int64_t x_row, int64_t z_row, bool pad) {
   constexpr int U = Cfg::kRowsPerChunk;
+#ifndef MAMBA_SSU_VEC_X
+#define MAMBA_SSU_VEC_X 1
+#endif
+  if constexpr (Cfg::kVecX && MAMBA_SSU_VEC_X) cfg.load_x(a.x, x_row + d0, c.x);
 #pragma unroll
   for (int r = 0; r < U; ++r) {
     const int d = d0 + r;
     if (Cfg::kFullChunks || d < d_end) {
-      c.x[r] = cfg.load_input(a.x, x_row + d);
+      if constexpr (!(Cfg::kVecX && MAMBA_SSU_VEC_X)) c.x[r] = cfg.load_input(a.x, x_row + d);
       if (Cfg::kZeroPage || !pad) {
         cfg.load_state(read_head + static_cast<int64_t>(d) * cfg.dstate() * cfg.state_bytes(),
                        lane, c.state[r]);
@@ -1097,6 +1144,12 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
       rt_w = t.w;
     }
   }
+#ifndef MAMBA_SSU_OUT_PTR
+#define MAMBA_SSU_OUT_PTR 1
+#endif
+  constexpr bool kOutPtr = Cfg::kVecX && Cfg::kZ == 0 && MAMBA_SSU_OUT_PTR;
+  [[maybe_unused]] unsigned short *out_p =
+      static_cast<unsigned short *>(a.out) + out_row + d_begin + my_row;
   for (int d0 = d_begin; d0 < d_end; d0 += U) {
     // Issue the next chunk's loads before computing this one.
     // Every field the body reads is loaded, or zeroed by fresh_chunk (see there).
@@ -1143,7 +1196,12 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
       const float y = reduce_rows<U>(part_y, lane);
       const int d = d0 + my_row;
       if (out_lane && (Cfg::kFullChunks || d < d_end))
-        cfg.store_out(a.out, out_row + d, has_z<Cfg>(a) ? gate(y, cur.z) : y);
+      {
+        if constexpr (kOutPtr)
+          cfg.store_out(out_p, 0, has_z<Cfg>(a) ? gate(y, cur.z) : y);
+        else
+          cfg.store_out(a.out, out_row + d, has_z<Cfg>(a) ? gate(y, cur.z) : y);
+      }
     }
 
     if (write) {
@@ -1236,6 +1294,7 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
     }
     cur = next;
     sr_chunk += static_cast<uint64_t>(U * dstate);
+    if constexpr (kOutPtr) out_p += U;
   }
 }
 

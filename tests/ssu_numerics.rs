@@ -606,10 +606,11 @@ fn all_dtype_combinations_match_f64_reference() {
 /// x 12 batch entries, 24 576 rows) and 2-row chunks (32 heads x batch 2: the SR kernels of the
 /// simple layout and 5 vertical rounds), without SR and with 5 and 10 rounds, both layouts and
 /// auto, with and without z (the hot kernels' two instantiations; also at batch 1, the one-row
-/// SR kernels and the 2-row ones without SR, without pads; and 128 heads x batch 32 with 10
-/// rounds simple, that kernel's large-grid form):
-/// a pad's rows are read as zeros (a predicated load, the 5-round vertical kernel's zero page,
-/// no L2 prefetch), its output is written and its state slot is left alone.
+/// SR kernels and the 2-row ones without SR, without pads; and 128 heads x batch 32 without SR
+/// and with 10 rounds, both layouts, the large-grid forms of those 4-row kernels):
+/// a pad's rows are read as zeros (a predicated load, or the zero page of the 5-round and the
+/// large-grid 10-round kernels; no L2 prefetch), its output is written and its state slot is
+/// left alone.
 #[test]
 #[ignore = "requires a CUDA GPU"]
 fn large_grids_with_pads_match_f64_reference() {
@@ -651,22 +652,30 @@ fn large_grids_with_pads_match_f64_reference() {
             }
         }
     }
-    // The 10-round simple 4-row kernel's large-grid form (pads zeroed word by word, from
-    // 262 144 rows on: MAMBA_SSU_R10S_ZW_ROWS in csrc/ssu.cu): 128 heads x batch 32.
-    for z in [false, true] {
-        let mut cfg = Cfg::base();
-        cfg.rounds = 10;
-        cfg.batch = 32;
-        (cfg.nheads, cfg.ngroups) = (128, 8);
-        cfg.pad = true;
-        cfg.z = z;
-        let p = Problem::new(cfg, &mut rng);
-        assert!(p.read_slots.contains(&p.pad_slot_id));
-        let (s, o) = run(&stream, &p, "simple");
-        runs += 1;
-        if let Some(f) = check_against_reference(&p, "simple", &s, &o) {
-            eprintln!("FAIL {f}");
-            failures.push(f);
+    // The large-grid forms of the 4-row kernels without SR and with 10 rounds (from 262 144
+    // rows on: MAMBA_SSU_R10S_ZW_ROWS in csrc/ssu.cu; 10 rounds read pads from the zero page
+    // there): 128 heads x batch 32.
+    for (rounds, alg) in [
+        (0u32, "simple"),
+        (0, "vertical"),
+        (10, "simple"),
+        (10, "vertical"),
+    ] {
+        for z in [false, true] {
+            let mut cfg = Cfg::base();
+            cfg.rounds = rounds;
+            cfg.batch = 32;
+            (cfg.nheads, cfg.ngroups) = (128, 8);
+            cfg.pad = true;
+            cfg.z = z;
+            let p = Problem::new(cfg, &mut rng);
+            assert!(p.read_slots.contains(&p.pad_slot_id));
+            let (s, o) = run(&stream, &p, alg);
+            runs += 1;
+            if let Some(f) = check_against_reference(&p, alg, &s, &o) {
+                eprintln!("FAIL {f}");
+                failures.push(f);
+            }
         }
     }
     assert!(
