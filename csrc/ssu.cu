@@ -8,6 +8,7 @@
 // (small_grid_rows); 38 kernels. Everything else that passes the
 // checks runs the generic kernel (DynConfig). Index dtype, the other optional
 // tensors and flags are run time values in both.
+#include <algorithm>
 #include <limits>
 
 #include "common.cuh"
@@ -497,7 +498,41 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   // <= INT32_MAX: check() bounds it for the fewest rows per block of the other configs, and a
   // small grid (1 or 2 rows per warp, 4, 8 or 16 per block) has fewer than 8 * 8 * num_sms rows
   // (MAMBA_SSU_SMALL2_R10S_FACTOR, an experiment knob, must stay small).
-  const int64_t blocks = p.batch * p.nheads * blocks_per_head;
+  int64_t blocks = p.batch * p.nheads * blocks_per_head;
+  // A tapered grid (HotConfig::kTaper): the last heads in 2^MAMBA_SSU_TAPER_SHIFT blocks each,
+  // whose warps take that fraction of the rows, so that the grid's last wave drains sooner
+  // (whole-head warps keep their short per-row prologue cost everywhere else). The tail is
+  // MAMBA_SSU_TAPER_PCT % of one wave of resident blocks. Only for grids of one block per head
+  // in the large-grid 10-round forms. Measured on the H200 (session 12, same-run A/B, minima of
+  // two or three repetitions, against no taper): quarters of a head over one wave (shift 2,
+  // 100 %) R=10 simple 1.3 % faster at 128 heads x 64, 0.7 % at 128 x 128, 1.2 % at 128 x 256
+  // (8 calls per graph) and 0.7-1.2 % under the 700 W power cap (128 calls per graph); R=10
+  // vertical 2.1 % and 0.9 % at 128 x 64 and 128. Halves (shift 1) gained 0.2-0.4 % less; half a
+  // wave (50 %) or two waves (200 %) less again; the 5-round kernels were not faster with it.
+#ifndef MAMBA_SSU_TAPER_SHIFT
+#define MAMBA_SSU_TAPER_SHIFT 2
+#endif
+#ifndef MAMBA_SSU_TAPER_PCT
+#define MAMBA_SSU_TAPER_PCT 100
+#endif
+  uint32_t taper_start = UINT32_MAX, taper_shift = 0;
+  const bool taper_kernel = (p.philox_rounds == 10 && rows >= int64_t{MAMBA_SSU_R10S_ZW_ROWS}) ||
+                            (p.philox_rounds == 5 && MAMBA_SSU_TAPER_R5 != 0);
+  if (MAMBA_SSU_TAPER_SHIFT > 0 && hot && !small && taper_kernel && blocks_per_head == 1 &&
+      (rpw >> MAMBA_SSU_TAPER_SHIFT) >= rows_per_chunk) {
+    const int64_t heads = p.batch * p.nheads;
+    const int64_t parts = int64_t{1} << MAMBA_SSU_TAPER_SHIFT;
+    const int64_t resident = p.philox_rounds == 5
+                                 ? int64_t{HotConfig<true, 5>::kMinBlocksPerSM}
+                                 : int64_t{HotConfig<true, 10, 4, false, 1>::kMinBlocksPerSM};
+    const int64_t wave = resident * ssu::kWarpsPerBlock / warps_per_block * num_sms;
+    const int64_t tail = std::min(heads / 2, int64_t{MAMBA_SSU_TAPER_PCT} * wave / 100 / parts);
+    if (tail > 0 && heads - tail + tail * parts < int64_t{INT32_MAX}) {
+      taper_start = static_cast<uint32_t>(heads - tail);
+      taper_shift = MAMBA_SSU_TAPER_SHIFT;
+      blocks = heads - tail + tail * parts;
+    }
+  }
 
   Args a{};
   a.x = p.x;
@@ -533,6 +568,8 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   make_divider(a.blocks_per_head, &a.bph_magic, &a.bph_shift);
   make_divider(a.nheads, &a.nheads_magic, &a.nheads_shift);
   a.rows_per_warp = rpw;
+  a.taper_start = taper_start;
+  a.taper_shift = taper_shift;
   a.dim = static_cast<int32_t>(p.dim);
   a.dstate = static_cast<int32_t>(p.dstate);
   a.philox_rounds = p.philox_rounds;

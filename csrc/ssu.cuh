@@ -132,6 +132,11 @@ struct Args {
   int32_t seed_source;
   int32_t block_seed;        // fused seeds: derived once per block (1) or per warp (0)
   int64_t *seed_next;        // optional: the extra first block (block 0) stores the next call's seed
+  // A tapered grid's tail (HotConfig::kTaper kernels, grids of one block per head): blocks from
+  // taper_start on serve 1 / 2^taper_shift of a head each, in warps of rows_per_warp >>
+  // taper_shift rows (taper_start = UINT32_MAX: no taper).
+  uint32_t taper_start;
+  uint32_t taper_shift;
 };
 
 // ---------------------------------------------------------------------------
@@ -682,6 +687,14 @@ struct HotConfig {
   // L2 prefetch of a warp's rows after its first two chunks, one bulk prefetch at its start
   // (ssu_body): without SR 2.9-3.7 % faster at 128 heads x 64-256 (1.4-1.8 % at 32 heads x
   // 1-8); with SR 4-6 % SLOWER (session 6, same-run A/B), so the SR kernels do not.
+  // A tapered grid (Args::taper_start, set by the launcher): the large-grid 4-row 10-round
+  // kernels, whose warps take up to a whole head. The 5-round kernels with a taper were as fast
+  // or slower (-DMAMBA_SSU_TAPER_R5=1, an experiment knob; session 12).
+#ifndef MAMBA_SSU_TAPER_R5
+#define MAMBA_SSU_TAPER_R5 0
+#endif
+  static constexpr bool kTaper =
+      kU == 4 && ((kRounds == 10 && kZW == 1) || (kRounds == 5 && MAMBA_SSU_TAPER_R5 != 0));
   static constexpr int kL2Prefetch =
       MAMBA_SSU_L2_PREFETCH >= 0 ? MAMBA_SSU_L2_PREFETCH : (kRounds == 0 ? 1 : 0);
   static constexpr bool kMadHiAdd =
@@ -717,6 +730,7 @@ struct DynConfig {
   static constexpr bool kFullChunks = false;
   static constexpr bool kZeroPage = false;
   static constexpr bool kVecX = false;
+  static constexpr bool kTaper = false;
   static constexpr int kL2Prefetch = 0;
   static constexpr int kMinBlocksPerSM = 4;  // <= 128 registers
   static constexpr int kBlockWarps = kWarpsPerBlock;
@@ -1028,18 +1042,36 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
     }
   }
 
-  // (b, h, part) of this block without the ~20-instruction integer divisions that would
-  // otherwise sit in front of the slot-index load (the root of the kernel's latency chain).
-  const uint32_t bh = (__umulhi(block, a.bph_magic) + block) >> a.bph_shift;
-  const uint32_t part = block - bh * a.blocks_per_head;
+  // (b, h) of this block and the index of its first warp in the head, without the
+  // ~20-instruction integer divisions that would otherwise sit in front of the slot-index load
+  // (the root of the kernel's latency chain). The tail blocks of a tapered grid (the launcher
+  // tapers only grids of one block per head) serve a part of a head each, in shorter warps.
+  uint32_t bh, warp0;
+  int rpw = a.rows_per_warp;
+  if (Cfg::kTaper && block >= a.taper_start) {  // block-uniform: a block of the grid's tail
+    const uint32_t j = block - a.taper_start;
+    bh = a.taper_start + (j >> a.taper_shift);
+    warp0 = (j & ((1u << a.taper_shift) - 1u)) * (blockDim.x >> 5);
+    rpw >>= a.taper_shift;
+  } else {
+    bh = (__umulhi(block, a.bph_magic) + block) >> a.bph_shift;
+    warp0 = block - bh * a.blocks_per_head;  // the block's index in the head
+    if constexpr (Cfg::kTaper) warp0 *= Cfg::kBlockWarps;
+  }
   const uint32_t b32 = (__umulhi(bh, a.nheads_magic) + bh) >> a.nheads_shift;
   const int64_t b = b32;
   const int64_t h = bh - b32 * a.nheads;
   const int dim = cfg.dim();
   const int dstate = cfg.dstate();
-  const int d_begin = (static_cast<int>(part) * Cfg::kBlockWarps + warp) * a.rows_per_warp;
+  // The kernels without a taper keep the expressions they were measured with (ptxas schedules
+  // the whole kernel differently for equivalent ones).
+  const int d_begin = Cfg::kTaper ? (static_cast<int>(warp0) + warp) * rpw
+                                  : (static_cast<int>(warp0) * Cfg::kBlockWarps + warp) *
+                                        a.rows_per_warp;
   if (!Cfg::kFullChunks && d_begin >= dim) return;  // warp-uniform; no block barrier follows
-  const int d_end = Cfg::kFullChunks ? d_begin + a.rows_per_warp : min(dim, d_begin + a.rows_per_warp);
+  const int d_end = Cfg::kTaper         ? d_begin + rpw
+                    : Cfg::kFullChunks ? d_begin + a.rows_per_warp
+                                       : min(dim, d_begin + a.rows_per_warp);
 
   // Slots. Out-of-range slots are treated like pads (never dereferenced).
   const int64_t read_slot =

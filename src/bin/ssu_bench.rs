@@ -11,7 +11,11 @@
 //! divided by K. Bytes = state read + write + x, out, B, C, dt, A, D, dt_bias, indices;
 //! bandwidth as % of a device-to-device copy of 1 GiB timed in the same run.
 //!
-//! Usage: `ssu_bench [--quick] [--nheads 32,128] [--batch 1,2,4] [--json PATH] [--seed-sources]`.
+//! Usage: `ssu_bench [--quick] [--nheads 32,128] [--batch 1,2,4] [--variants off,5s,10v]
+//! [--calls K] [--json PATH] [--seed-sources]`. `--variants` picks among off (no SR), 5s, 5v,
+//! 10s and 10v (rounds and layout; default all five); `--calls K` puts at least K calls in each
+//! graph instead of 32 (the per-call time of a long graph includes any clock the GPU lowers
+//! under sustained load).
 //! `--seed-sources` instead compares, with 5 rounds and the auto layout, the seed read from a
 //! pointer against the fused seed derived per call from a device generator state (as in a CUDA
 //! graph) and against the chained fused path (a fused forward over the graph's calls).
@@ -318,10 +322,10 @@ fn fill_bf16(n: usize, f: impl Fn(usize) -> f32) -> Vec<bf16> {
     (0..n).map(|i| bf16::from_f32(f(i))).collect()
 }
 
-fn setup(stream: &Arc<CudaStream>, nheads: usize, batch: usize) -> Res<Setup> {
+fn setup(stream: &Arc<CudaStream>, nheads: usize, batch: usize, min_calls: usize) -> Res<Setup> {
     let per_call = batch * nheads * DIM * DSTATE * 2;
     let copies = COLD_BYTES / per_call + 2;
-    let calls = copies * MIN_CALLS.div_ceil(copies);
+    let calls = copies * min_calls.div_ceil(copies);
     let slots = copies * batch;
     let state_elems = slots * nheads * DIM * DSTATE;
     let state_host: Vec<f16> = (0..state_elems)
@@ -469,6 +473,30 @@ struct Opts {
     batches: Vec<usize>,
     json: Option<String>,
     seed_sources: bool,
+    /// Indices into VARIANTS.
+    variants: Vec<usize>,
+    min_calls: usize,
+}
+
+/// The measured variants: Philox rounds (0: no SR), layout, and their names in the table and
+/// on the command line.
+const VARIANTS: [(u32, Algorithm, &str, &str); 5] = [
+    (0, Algorithm::Auto, "auto", "off"),
+    (5, Algorithm::Simple, "simple", "5s"),
+    (5, Algorithm::Vertical, "vertical", "5v"),
+    (10, Algorithm::Simple, "simple", "10s"),
+    (10, Algorithm::Vertical, "vertical", "10v"),
+];
+
+fn parse_variants(s: &str) -> Res<Vec<usize>> {
+    s.split(',')
+        .map(|t| {
+            VARIANTS
+                .iter()
+                .position(|v| v.3 == t.trim())
+                .ok_or_else(|| format!("unknown variant {t:?} (off, 5s, 5v, 10s, 10v)").into())
+        })
+        .collect()
 }
 
 fn parse_list(s: &str) -> Res<Vec<usize>> {
@@ -487,6 +515,8 @@ fn parse_args() -> Res<Opts> {
         batches: vec![1, 2, 4, 8, 16, 32, 64, 128, 256],
         json: None,
         seed_sources: false,
+        variants: (0..VARIANTS.len()).collect(),
+        min_calls: MIN_CALLS,
     };
     let mut quick = false;
     let (mut nh, mut bt) = (None, None);
@@ -498,9 +528,19 @@ fn parse_args() -> Res<Opts> {
             "--batch" => bt = Some(parse_list(&args.next().ok_or("--batch needs a value")?)?),
             "--json" => o.json = Some(args.next().ok_or("--json needs a path")?),
             "--seed-sources" => o.seed_sources = true,
+            "--variants" => {
+                o.variants = parse_variants(&args.next().ok_or("--variants needs a value")?)?
+            }
+            "--calls" => {
+                let v = parse_list(&args.next().ok_or("--calls needs a value")?)?;
+                match v[..] {
+                    [k] if k > 0 => o.min_calls = k,
+                    _ => return Err("--calls needs one positive number".into()),
+                }
+            }
             "-h" | "--help" => {
                 println!(
-                    "usage: ssu_bench [--quick] [--nheads 32,128] [--batch 1,2,4] [--json PATH] [--seed-sources]"
+                    "usage: ssu_bench [--quick] [--nheads 32,128] [--batch 1,2,4] [--variants off,5s,5v,10s,10v] [--calls K] [--json PATH] [--seed-sources]"
                 );
                 std::process::exit(0);
             }
@@ -552,7 +592,7 @@ fn run() -> Res<()> {
         println!("|---|---|---|---|---|---|---|");
         for &nheads in &opts.nheads {
             for &batch in &opts.batches {
-                let mut s = setup(&stream, nheads, batch)?;
+                let mut s = setup(&stream, nheads, batch, opts.min_calls)?;
                 let pointer = time_config(&ctx, &stream, &mut s, 5, Algorithm::Auto)?;
                 let mut state = GraphSeedState::new(&stream)?;
                 state.write(&stream, 0x5EED_1234_ABCD, 1 << 20)?;
@@ -580,18 +620,11 @@ fn run() -> Res<()> {
     );
     println!("| nheads | SR | alg | batch | copies x calls | ours µs | ours % | FI µs | FI % | FI/ours |");
     println!("|---|---|---|---|---|---|---|---|---|---|");
-    let variants: [(u32, Algorithm, &str); 5] = [
-        (0, Algorithm::Auto, "auto"),
-        (5, Algorithm::Simple, "simple"),
-        (5, Algorithm::Vertical, "vertical"),
-        (10, Algorithm::Simple, "simple"),
-        (10, Algorithm::Vertical, "vertical"),
-    ];
     let mut rows = Vec::new();
     for &nheads in &opts.nheads {
-        for &(rounds, alg, alg_name) in &variants {
+        for &(rounds, alg, alg_name, _) in opts.variants.iter().map(|&i| &VARIANTS[i]) {
             for &batch in &opts.batches {
-                let mut s = setup(&stream, nheads, batch)?;
+                let mut s = setup(&stream, nheads, batch, opts.min_calls)?;
                 let us = time_config(&ctx, &stream, &mut s, rounds, alg)?;
                 let bytes = 2 * s.state_bytes_per_call() + s.small_bytes();
                 let gbps = bytes as f64 / (us * 1e-6) / 1e9;
@@ -669,5 +702,12 @@ mod tests {
             assert_eq!(c * MIN_CALLS.div_ceil(c), calls);
             assert!((c - 1) * per_call >= COLD_BYTES);
         }
+    }
+
+    #[test]
+    fn parses_variant_names() {
+        assert_eq!(parse_variants("off,10s,5v").unwrap(), vec![0, 3, 2]);
+        assert!(parse_variants("10x").is_err());
+        assert!(parse_variants("").is_err());
     }
 }
