@@ -408,6 +408,7 @@ __device__ __forceinline__ int64_t load_index(const void *p, int64_t idx, int32_
 template <bool kSimple, int kRounds, int kU = 4, bool kGate = false, int kZW = -1>
 struct HotConfig {
   static_assert(kU == 1 || kU == 2 || kU == 4, "rows per chunk: 1, 2 or 4");
+  static constexpr bool kSimpleLayout = kSimple;
   static constexpr int kMaxCols = 4;
   // 4 rows per chunk; 1 or 2 for small grids (see small_grid_rows in ssu.cu), where a warp's
   // serial work per row, not the number of loads in flight, sets the time.
@@ -725,6 +726,7 @@ struct HotConfig {
 // Generic path: everything at run time. A row of one lane is up to 8
 // elements, one per word (fp32 bits, or fp16/bf16 bits in the low half).
 struct DynConfig {
+  static constexpr bool kSimpleLayout = false;  // run time: Args::simple
   static constexpr int kMaxCols = 8;
   static constexpr int kRowsPerChunk = 2;
   static constexpr bool kFullChunks = false;
@@ -918,37 +920,65 @@ __device__ __forceinline__ void load_chunk(const Cfg &cfg, const Args &a, Chunk<
 #define MAMBA_SSU_VEC_X 1
 #endif
   if constexpr (Cfg::kVecX && MAMBA_SSU_VEC_X) cfg.load_x(a.x, x_row + d0, c.x);
+  // The large-grid 10-round simple kernel without z loads its state rows without allocating
+  // them in L1 (`ld.global.L1::no_allocate`: each byte is read once), as inline PTX whose
+  // immediate row offsets keep the addresses folded (the SASS is the default loads' with the
+  // .NA qualifier; the `__ldcs`-style intrinsics cost 19 more instructions per chunk, session
+  // 10). Measured on the H200 (session 12, S12-6, three repetitions on one machine, spreads
+  // below 0.35 us): 128 heads x 256 0.4 % faster in 8-call graphs (299.10 -> 297.91 us) and
+  // 0.1 % under the 700 W power cap (128 calls: 318.42 -> 317.96), 128 x 64-128 equal. Not
+  // measured for the other kernels, which keep their loads. -DMAMBA_SSU_LD_NA=0: off.
+#ifndef MAMBA_SSU_LD_NA
+#define MAMBA_SSU_LD_NA 1
+#endif
+  if constexpr (MAMBA_SSU_LD_NA != 0 && Cfg::kTaper && Cfg::kSimpleLayout && Cfg::kZeroPage &&
+                Cfg::kZ == 0) {
+    static_assert(U == 4 && Cfg::dstate() * Cfg::state_bytes() == 256, "4 rows of 256 bytes");
+    // Pads read the zero page (kZeroPage). The asm has no memory clobber: a row's load precedes
+    // the store that depends on its value, and no other store of the kernel touches it.
+    const char *base = read_head + static_cast<int64_t>(d0) * 256 + 8 * lane;
+    asm("ld.global.L1::no_allocate.v2.u32 {%0, %1}, [%2];"
+        : "=r"(c.state[0].w[0]), "=r"(c.state[0].w[1]) : "l"(base));
+    asm("ld.global.L1::no_allocate.v2.u32 {%0, %1}, [%2+256];"
+        : "=r"(c.state[1].w[0]), "=r"(c.state[1].w[1]) : "l"(base));
+    asm("ld.global.L1::no_allocate.v2.u32 {%0, %1}, [%2+512];"
+        : "=r"(c.state[2].w[0]), "=r"(c.state[2].w[1]) : "l"(base));
+    asm("ld.global.L1::no_allocate.v2.u32 {%0, %1}, [%2+768];"
+        : "=r"(c.state[3].w[0]), "=r"(c.state[3].w[1]) : "l"(base));
+    c.z = 0.0f;  // never read
+  } else {
 #pragma unroll
-  for (int r = 0; r < U; ++r) {
-    const int d = d0 + r;
-    if (Cfg::kFullChunks || d < d_end) {
-      if constexpr (!(Cfg::kVecX && MAMBA_SSU_VEC_X)) c.x[r] = cfg.load_input(a.x, x_row + d);
-      if (Cfg::kZeroPage || !pad) {
-        cfg.load_state(read_head + static_cast<int64_t>(d) * cfg.dstate() * cfg.state_bytes(),
-                       lane, c.state[r]);
-      } else if constexpr (!Cfg::kZeroChunks) {
-        // A pad slot's state is read as 0. Word by word (Cfg::kZeroWords): the aggregate
-        // `= {}` is compiled into a load of an 8-byte zero constant from global memory and six
-        // register moves per chunk; word by word, four CS2R (R=10 simple: 391 -> 382
-        // instructions per chunk).
-        if constexpr (Cfg::kZeroWords) {
+    for (int r = 0; r < U; ++r) {
+      const int d = d0 + r;
+      if (Cfg::kFullChunks || d < d_end) {
+        if constexpr (!(Cfg::kVecX && MAMBA_SSU_VEC_X)) c.x[r] = cfg.load_input(a.x, x_row + d);
+        if (Cfg::kZeroPage || !pad) {
+          cfg.load_state(read_head + static_cast<int64_t>(d) * cfg.dstate() * cfg.state_bytes(),
+                         lane, c.state[r]);
+        } else if constexpr (!Cfg::kZeroChunks) {
+          // A pad slot's state is read as 0. Word by word (Cfg::kZeroWords): the aggregate
+          // `= {}` is compiled into a load of an 8-byte zero constant from global memory and six
+          // register moves per chunk; word by word, four CS2R (R=10 simple: 391 -> 382
+          // instructions per chunk).
+          if constexpr (Cfg::kZeroWords) {
 #pragma unroll
-          for (int w = 0; w < static_cast<int>(sizeof(c.state[r].w) / sizeof(c.state[r].w[0]));
-               ++w)
-            c.state[r].w[w] = 0u;
-        } else {
-          c.state[r] = {};
+            for (int w = 0; w < static_cast<int>(sizeof(c.state[r].w) / sizeof(c.state[r].w[0]));
+                 ++w)
+              c.state[r].w[w] = 0u;
+          } else {
+            c.state[r] = {};
+          }
         }
       }
     }
-  }
-  const int dz = d0 + chunk_row<U>(lane);
-  if constexpr (Cfg::kZ == 0) {
-    c.z = 0.0f;  // never read
-  } else if constexpr (Cfg::kZeroChunks) {
-    if (has_z<Cfg>(a) && (Cfg::kFullChunks || dz < d_end)) c.z = cfg.load_input(a.z, z_row + dz);
-  } else {
-    c.z = has_z<Cfg>(a) ? cfg.load_input(a.z, z_row + dz) : 0.0f;
+    const int dz = d0 + chunk_row<U>(lane);
+    if constexpr (Cfg::kZ == 0) {
+      c.z = 0.0f;  // never read
+    } else if constexpr (Cfg::kZeroChunks) {
+      if (has_z<Cfg>(a) && (Cfg::kFullChunks || dz < d_end)) c.z = cfg.load_input(a.z, z_row + dz);
+    } else {
+      c.z = has_z<Cfg>(a) ? cfg.load_input(a.z, z_row + dz) : 0.0f;
+    }
   }
 }
 
