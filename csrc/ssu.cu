@@ -5,8 +5,9 @@
 // bf16 dt/D/dt_bias, dim 64, dstate 128 and 0, 5 or 10 Philox rounds: per (layout,
 // rounds), with and without z, in 4-row chunks (a small- and a large-grid form of those
 // without SR and with 10 rounds), and for small grids in 1-row (SR) or 2-row chunks
-// (small_grid_rows); 38 kernels. Everything else that passes the
-// checks runs the generic kernel (DynConfig). Index dtype, the other optional
+// (small_grid_rows); 38 kernels. The large-grid 10-round kernels' grids are tapered (their
+// last wave of blocks in quarter-head warps, see MAMBA_SSU_TAPER_SHIFT). Everything else that
+// passes the checks runs the generic kernel (DynConfig). Index dtype, the other optional
 // tensors and flags are run time values in both.
 #include <algorithm>
 #include <limits>
