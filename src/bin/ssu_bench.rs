@@ -12,10 +12,13 @@
 //! bandwidth as % of a device-to-device copy of 1 GiB timed in the same run.
 //!
 //! Usage: `ssu_bench [--quick] [--nheads 32,128] [--batch 1,2,4] [--variants off,5s,10v]
-//! [--calls K] [--json PATH] [--seed-sources]`. `--variants` picks among off (no SR), 5s, 5v,
+//! [--calls K] [--soak SECS] [--json PATH] [--seed-sources]`. `--variants` picks among off (no SR), 5s, 5v,
 //! 10s and 10v (rounds and layout; default all five); `--calls K` puts at least K calls in each
 //! graph instead of 32 (the per-call time of a long graph includes any clock the GPU lowers
-//! under sustained load).
+//! under sustained load). `--soak SECS` follows each timing with a sustained-load phase
+//! (1.5 s, then SECS seconds of back-to-back replays, marked by `SOAK_STEADY` / `SOAK_END`
+//! lines) and prints its µs per call: the steady time on a GPU that reaches its power limit;
+//! `scripts/energy_soak.py` runs the binary and adds the board's energy per call.
 //! `--seed-sources` instead compares, with 5 rounds and the auto layout, the seed read from a
 //! pointer against the fused seed derived per call from a device generator state (as in a CUDA
 //! graph) and against the chained fused path (a fused forward over the graph's calls).
@@ -424,6 +427,7 @@ fn time_config(
     s: &mut Setup,
     rounds: u32,
     alg: Algorithm,
+    soak_s: Option<f64>,
 ) -> Res<f64> {
     // One eager call first: argument errors surface here, outside the capture.
     enqueue(stream, s, 0, rounds, alg)?;
@@ -461,7 +465,63 @@ fn time_config(
         }
     }
     stream.synchronize()?;
+    if let Some(secs) = soak_s {
+        soak(ctx, stream, &graph, s.calls, secs)?;
+    }
     Ok(median(ms) * 1e3 / s.calls as f64)
+}
+
+/// Sustained load: replays `graph` back to back (a bounded queue, no host gaps) for about
+/// 1.5 s of warm-up and then `secs` seconds, and prints the steady phase's µs per call.
+/// The lines `SOAK_STEADY` and `SOAK_END` (flushed, the stream idle at each) mark the steady
+/// phase for an outside power sampler (`scripts/energy_soak.py`).
+fn soak(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    graph: &cudarc::driver::CudaGraph,
+    calls: usize,
+    secs: f64,
+) -> Res<()> {
+    use std::io::Write;
+    // Replays per batch: about 20 ms of work, so that the host waits on a batch two behind.
+    let replay = |n: usize| -> Res<()> {
+        for _ in 0..n {
+            graph.launch()?;
+        }
+        Ok(())
+    };
+    let run_for = |secs: f64| -> Res<(usize, f64)> {
+        let (first, mut marks) = (event(ctx)?, vec![event(ctx)?, event(ctx)?, event(ctx)?]);
+        first.record(stream)?;
+        let begin = std::time::Instant::now();
+        let (mut replays, mut i) = (0usize, 0usize);
+        let per_batch = 4;
+        while begin.elapsed().as_secs_f64() < secs {
+            replay(per_batch)?;
+            replays += per_batch;
+            marks[i % 3].record(stream)?;
+            // Wait for the batch two behind, so that two stay queued.
+            if i >= 2 {
+                marks[(i + 1) % 3].synchronize()?;
+            }
+            i += 1;
+        }
+        let last = &mut marks[(i + 2) % 3];
+        last.record(stream)?;
+        last.synchronize()?;
+        let ms = first.elapsed_ms(last)? as f64;
+        Ok((replays * calls, ms))
+    };
+    run_for(1.5)?;
+    println!("SOAK_STEADY");
+    std::io::stdout().flush()?;
+    let (n, ms) = run_for(secs)?;
+    println!(
+        "SOAK_END calls={n} gpu_ms={ms:.3} us_per_call={:.3}",
+        ms * 1e3 / n as f64
+    );
+    std::io::stdout().flush()?;
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -476,6 +536,8 @@ struct Opts {
     /// Indices into VARIANTS.
     variants: Vec<usize>,
     min_calls: usize,
+    /// `--soak SECS`: after each timing, a sustained-load phase of this many seconds.
+    soak_s: Option<f64>,
 }
 
 /// The measured variants: Philox rounds (0: no SR), layout, and their names in the table and
@@ -517,6 +579,7 @@ fn parse_args() -> Res<Opts> {
         seed_sources: false,
         variants: (0..VARIANTS.len()).collect(),
         min_calls: MIN_CALLS,
+        soak_s: None,
     };
     let mut quick = false;
     let (mut nh, mut bt) = (None, None);
@@ -538,9 +601,20 @@ fn parse_args() -> Res<Opts> {
                     _ => return Err("--calls needs one positive number".into()),
                 }
             }
+            "--soak" => {
+                let v: f64 = args
+                    .next()
+                    .ok_or("--soak needs a value")?
+                    .parse()
+                    .map_err(|e| format!("bad --soak value: {e}"))?;
+                if !(v > 0.0 && v <= 600.0) {
+                    return Err("--soak needs seconds in (0, 600]".into());
+                }
+                o.soak_s = Some(v);
+            }
             "-h" | "--help" => {
                 println!(
-                    "usage: ssu_bench [--quick] [--nheads 32,128] [--batch 1,2,4] [--variants off,5s,5v,10s,10v] [--calls K] [--json PATH] [--seed-sources]"
+                    "usage: ssu_bench [--quick] [--nheads 32,128] [--batch 1,2,4] [--variants off,5s,5v,10s,10v] [--calls K] [--soak SECS] [--json PATH] [--seed-sources]"
                 );
                 std::process::exit(0);
             }
@@ -593,17 +667,17 @@ fn run() -> Res<()> {
         for &nheads in &opts.nheads {
             for &batch in &opts.batches {
                 let mut s = setup(&stream, nheads, batch, opts.min_calls)?;
-                let pointer = time_config(&ctx, &stream, &mut s, 5, Algorithm::Auto)?;
+                let pointer = time_config(&ctx, &stream, &mut s, 5, Algorithm::Auto, None)?;
                 let mut state = GraphSeedState::new(&stream)?;
                 state.write(&stream, 0x5EED_1234_ABCD, 1 << 20)?;
                 s.fused = Some(state);
-                let fused = time_config(&ctx, &stream, &mut s, 5, Algorithm::Auto)?;
+                let fused = time_config(&ctx, &stream, &mut s, 5, Algorithm::Auto, None)?;
                 s.fused = None;
                 s.chain = Some((Prefetcher::new(&ctx, s.calls)?, Generator::new(7, 0)?));
-                let chained = time_config(&ctx, &stream, &mut s, 5, Algorithm::Auto)?;
+                let chained = time_config(&ctx, &stream, &mut s, 5, Algorithm::Auto, None)?;
                 s.chain = None;
                 // Pointer again, so drift between the runs shows up as a spread.
-                let pointer2 = time_config(&ctx, &stream, &mut s, 5, Algorithm::Auto)?;
+                let pointer2 = time_config(&ctx, &stream, &mut s, 5, Algorithm::Auto, None)?;
                 let p = 0.5 * (pointer + pointer2);
                 println!(
                     "| {nheads} | {batch} | {pointer:.3} / {pointer2:.3} | {fused:.3} | {chained:.3} | {:.3} | {:.3} |",
@@ -625,7 +699,7 @@ fn run() -> Res<()> {
         for &(rounds, alg, alg_name, _) in opts.variants.iter().map(|&i| &VARIANTS[i]) {
             for &batch in &opts.batches {
                 let mut s = setup(&stream, nheads, batch, opts.min_calls)?;
-                let us = time_config(&ctx, &stream, &mut s, rounds, alg)?;
+                let us = time_config(&ctx, &stream, &mut s, rounds, alg, opts.soak_s)?;
                 let bytes = 2 * s.state_bytes_per_call() + s.small_bytes();
                 let gbps = bytes as f64 / (us * 1e-6) / 1e9;
                 let pct = 100.0 * gbps / copy_gbps;
