@@ -571,7 +571,7 @@ fn parse_list(s: &str) -> Res<Vec<usize>> {
         .collect()
 }
 
-fn parse_args() -> Res<Opts> {
+fn parse_args(mut args: impl Iterator<Item = String>) -> Res<Opts> {
     let mut o = Opts {
         nheads: vec![32, 128],
         batches: vec![1, 2, 4, 8, 16, 32, 64, 128, 256],
@@ -583,7 +583,6 @@ fn parse_args() -> Res<Opts> {
     };
     let mut quick = false;
     let (mut nh, mut bt) = (None, None);
-    let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--quick" => quick = true,
@@ -642,7 +641,7 @@ fn main() {
 }
 
 fn run() -> Res<()> {
-    let opts = parse_args()?;
+    let opts = parse_args(std::env::args().skip(1))?;
     let ctx = match mamba_ssu::device::open(0) {
         Ok(c) => c,
         Err(e) if e.is_no_gpu() => {
@@ -775,6 +774,26 @@ mod tests {
             assert_eq!(c, copies);
             assert_eq!(c * MIN_CALLS.div_ceil(c), calls);
             assert!((c - 1) * per_call >= COLD_BYTES);
+        }
+    }
+
+    #[test]
+    fn parses_soak_and_calls() {
+        let args = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+        let o = parse_args(args("--soak 4.5 --calls 128 --variants 10s").into_iter()).unwrap();
+        assert_eq!(o.soak_s, Some(4.5));
+        assert_eq!(o.min_calls, 128);
+        assert_eq!(o.variants, vec![3]);
+        assert_eq!(parse_args(args("").into_iter()).unwrap().soak_s, None);
+        for bad in [
+            "--soak 0",
+            "--soak -1",
+            "--soak x",
+            "--soak",
+            "--soak 601",
+            "--calls 0",
+        ] {
+            assert!(parse_args(args(bad).into_iter()).is_err(), "{bad}");
         }
     }
 
