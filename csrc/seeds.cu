@@ -17,14 +17,16 @@ __global__ void draw_seeds_kernel(int64_t *__restrict__ out, uint32_t n, uint64_
   if (k < n) out[k] = torch_seed_draw(seed, offset + 4ull * k);
 }
 
-// Graph-safe: (seed, offset) come from device memory when the kernel runs.
+// Graph-safe: (seed, offset) come from device memory when the kernel runs (the two fields of
+// a mamba_ssu_generator_state, or torch's two separate device values).
 __global__ void draw_seeds_graphsafe_kernel(int64_t *__restrict__ out, uint32_t n,
-                                            const mamba_ssu_generator_state *__restrict__ state,
+                                            const uint64_t *__restrict__ seed_ptr,
+                                            const uint64_t *__restrict__ offset_ptr,
                                             uint64_t intragraph_offset) {
   const uint32_t k = blockIdx.x * blockDim.x + threadIdx.x;
   if (k < n) {
-    const uint64_t seed = state->seed;
-    const uint64_t offset = state->offset + intragraph_offset;
+    const uint64_t seed = *seed_ptr;
+    const uint64_t offset = *offset_ptr + intragraph_offset;
     out[k] = torch_seed_draw(seed, offset + 4ull * k);
   }
 }
@@ -78,9 +80,33 @@ extern "C" int mamba_ssu_draw_seeds_graphsafe(mamba_ssu_stream_t stream, int64_t
                 "intragraph_offset: expected a multiple of 4, got %llu",
                 static_cast<unsigned long long>(intragraph_offset));
   draw_seeds_graphsafe_kernel<<<blocks_for(n), kSeedThreads, 0,
-                                reinterpret_cast<cudaStream_t>(stream)>>>(out, n, state,
-                                                                          intragraph_offset);
+                                reinterpret_cast<cudaStream_t>(stream)>>>(
+      out, n, &state->seed, &state->offset, intragraph_offset);
   return check_launch("draw_seeds_graphsafe launch");
+}
+
+extern "C" int mamba_ssu_draw_seeds_graphsafe_pair(mamba_ssu_stream_t stream, int64_t *out,
+                                                   uint32_t n, const int64_t *seed_ptr,
+                                                   const int64_t *offset_ptr,
+                                                   uint64_t intragraph_offset) {
+  clear_error();
+  if (int s = check_draw_args(out, n)) return s;
+  if (seed_ptr == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "seed_ptr: null pointer");
+  if (offset_ptr == nullptr)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "offset_ptr: null pointer");
+  if (reinterpret_cast<uintptr_t>(seed_ptr) % alignof(uint64_t) != 0)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "seed_ptr: not 8-byte aligned");
+  if (reinterpret_cast<uintptr_t>(offset_ptr) % alignof(uint64_t) != 0)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "offset_ptr: not 8-byte aligned");
+  if (intragraph_offset % 4 != 0)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                "intragraph_offset: expected a multiple of 4, got %llu",
+                static_cast<unsigned long long>(intragraph_offset));
+  draw_seeds_graphsafe_kernel<<<blocks_for(n), kSeedThreads, 0,
+                                reinterpret_cast<cudaStream_t>(stream)>>>(
+      out, n, reinterpret_cast<const uint64_t *>(seed_ptr),
+      reinterpret_cast<const uint64_t *>(offset_ptr), intragraph_offset);
+  return check_launch("draw_seeds_graphsafe_pair launch");
 }
 
 extern "C" int mamba_ssu_set_generator_state(mamba_ssu_stream_t stream,

@@ -154,6 +154,17 @@ int check(const mamba_ssu_params *p) {
   if (p->D != nullptr && (s = check_pointer(p->D, "D", wb))) return s;
   if (p->dt_bias != nullptr && (s = check_pointer(p->dt_bias, "dt_bias", wb))) return s;
   // The seed matters only with stochastic rounding.
+  // The device generator state: the struct, or torch's pair of separate values (both or
+  // neither), never both forms.
+  const bool has_pair = p->generator_seed_ptr != nullptr || p->generator_offset_ptr != nullptr;
+  if (has_pair) {
+    if (p->generator_state != nullptr)
+      return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                  "generator_seed_ptr/generator_offset_ptr: not allowed together with "
+                  "generator_state");
+    if ((s = check_pointer(p->generator_seed_ptr, "generator_seed_ptr", 8))) return s;
+    if ((s = check_pointer(p->generator_offset_ptr, "generator_offset_ptr", 8))) return s;
+  }
   if (p->seed_next != nullptr) {
     if ((s = check_pointer(p->seed_next, "seed_next", 8))) return s;
     if (p->generator_state != nullptr &&
@@ -168,7 +179,7 @@ int check(const mamba_ssu_params *p) {
     if (p->seed_source == MAMBA_SSU_SEED_POINTER) {
       if ((s = check_pointer(p->rand_seed, "rand_seed", 8))) return s;
     } else {
-      if (p->seed_source == MAMBA_SSU_SEED_FROM_GENERATOR &&
+      if (p->seed_source == MAMBA_SSU_SEED_FROM_GENERATOR && !has_pair &&
           (s = check_pointer(p->generator_state, "generator_state", 8)))
         return s;
       // Torch's offsets count 32-bit words in blocks of 4.
@@ -549,7 +560,13 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   a.state_batch_indices = p.state_batch_indices;
   a.dst_state_batch_indices = p.dst_state_batch_indices;
   a.rand_seed = p.rand_seed;
-  a.generator_state = p.generator_state;
+  if (p.generator_seed_ptr != nullptr) {
+    a.gen_seed = reinterpret_cast<const uint64_t *>(p.generator_seed_ptr);
+    a.gen_offset = reinterpret_cast<const uint64_t *>(p.generator_offset_ptr);
+  } else if (p.generator_state != nullptr) {
+    a.gen_seed = &p.generator_state->seed;
+    a.gen_offset = &p.generator_state->offset;
+  }
   a.seed_offset = p.seed_offset;
   a.generator_seed = p.generator_seed;
   a.state_stride_batch = p.state_stride_batch;

@@ -94,7 +94,11 @@ struct Args {
   const void *state_batch_indices;     // optional
   const void *dst_state_batch_indices; // optional
   const int64_t *rand_seed;
-  const mamba_ssu_generator_state *generator_state;
+  // The device generator state, when the seed position comes from device memory (fused seeds
+  // under capture, a fused chain's next link): its seed here, its offset in gen_offset (kept
+  // last, see there). Either a mamba_ssu_generator_state's two fields or torch's pair of
+  // separate device int64 values. nullptr: the position is (generator_seed, seed_offset).
+  const uint64_t *gen_seed;
   uint64_t seed_offset;
   uint64_t generator_seed;
 
@@ -137,6 +141,9 @@ struct Args {
   // taper_shift rows (taper_start = UINT32_MAX: no taper).
   uint32_t taper_start;
   uint32_t taper_shift;
+  // The generator state's offset (with gen_seed). Last, so that adding it left the offsets of
+  // every other argument unchanged.
+  const uint64_t *gen_offset;
 };
 
 // ---------------------------------------------------------------------------
@@ -1045,9 +1052,9 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
   if (a.seed_next != nullptr && blockIdx.x == 0) {  // block-uniform
     if (threadIdx.x == 0) {
       uint64_t seed = a.generator_seed, offset = a.seed_offset;
-      if (a.generator_state != nullptr) {
-        seed = a.generator_state->seed;
-        offset += a.generator_state->offset;
+      if (a.gen_seed != nullptr) {
+        seed = *a.gen_seed;
+        offset += *a.gen_offset;
       }
       *a.seed_next = torch_seed_draw(seed, offset + 4);
     }
@@ -1064,8 +1071,8 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
     if (a.seed_source == MAMBA_SSU_SEED_POINTER) {
       seed_in = static_cast<uint64_t>(*a.rand_seed);
     } else if (a.seed_source == MAMBA_SSU_SEED_FROM_GENERATOR) {
-      seed_in = a.generator_state->seed;
-      seed_offset_in = a.generator_state->offset + a.seed_offset;
+      seed_in = *a.gen_seed;
+      seed_offset_in = *a.gen_offset + a.seed_offset;
     } else {
       seed_in = a.generator_seed;
       seed_offset_in = a.seed_offset;

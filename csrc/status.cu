@@ -39,6 +39,8 @@ extern "C" const char *mamba_ssu_status_string(int status) {
       return "unsupported combination of dtypes or sizes";
     case MAMBA_SSU_ERROR_CUDA:
       return "CUDA error";
+    case MAMBA_SSU_ERROR_SCOPE:
+      return "prefetcher forward scope misused";
     default:
       return "unknown mamba_ssu status";
   }

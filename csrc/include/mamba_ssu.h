@@ -84,6 +84,15 @@ int mamba_ssu_draw_seeds_graphsafe(mamba_ssu_stream_t stream, int64_t *out,
                                    const mamba_ssu_generator_state *state,
                                    uint64_t intragraph_offset);
 
+/* Graph-safe form over a generator state kept as two separate device int64 values, as torch's
+ * CUDA generator keeps it under CUDA-graph capture (at::PhiloxCudaState: seed_.ptr,
+ * offset_.ptr, offset_intragraph_): reads *seed_ptr and *offset_ptr when the kernel runs and
+ * draws from offset' = *offset_ptr + intragraph_offset. Both pointers 8-byte aligned;
+ * intragraph_offset a multiple of 4. */
+int mamba_ssu_draw_seeds_graphsafe_pair(mamba_ssu_stream_t stream, int64_t *out, uint32_t n,
+                                        const int64_t *seed_ptr, const int64_t *offset_ptr,
+                                        uint64_t intragraph_offset);
+
 /* Writes (seed, offset) into the device-resident state with a kernel whose
  * arguments carry the values (no host memory needs to outlive the call). */
 int mamba_ssu_set_generator_state(mamba_ssu_stream_t stream,
@@ -117,9 +126,10 @@ typedef enum mamba_ssu_algorithm {
 typedef enum mamba_ssu_seed_source {
   /* rand_seed points to one int64 in device memory (FlashInfer's contract). */
   MAMBA_SSU_SEED_POINTER = 0,
-  /* Fused: the kernel derives the seed itself as the stock torch draw from
-   * generator_state at offset generator_state->offset + seed_offset, i.e.
-   * Philox4x32-10 word 1 (see mamba_ssu_draw_seeds). */
+  /* Fused: the kernel derives the seed itself as the stock torch draw from the
+   * device generator state at offset (its offset) + seed_offset, i.e. Philox4x32-10
+   * word 1 (see mamba_ssu_draw_seeds). The device state is either generator_state or the
+   * pair (generator_seed_ptr, generator_offset_ptr). */
   MAMBA_SSU_SEED_FROM_GENERATOR = 1,
   /* Fused, eager: the kernel derives the seed as the stock torch draw from the values
    * (generator_seed, seed_offset) passed in the parameters (no device memory read). */
@@ -200,10 +210,19 @@ typedef struct mamba_ssu_params {
   /* Optional (NULL: off), with any seed_source: one extra thread block of the kernel also
    * stores here the stock draw that FOLLOWS this call's draw position, i.e. the seed of the
    * next call of a fused chain (mamba_ssu_prefetcher_begin_fused_forward), which reads it as
-   * its rand_seed. This call's position: generator_state (when non-NULL: its seed, its offset
-   * + seed_offset), else (generator_seed, seed_offset); the stored value is the torch draw at
-   * that offset + 4. 8-byte aligned; seed_offset a multiple of 4. */
+   * its rand_seed. This call's position: the device generator state when one is given
+   * (generator_state, or the pair below: its seed, its offset + seed_offset), else
+   * (generator_seed, seed_offset); the stored value is the torch draw at that offset + 4.
+   * 8-byte aligned; seed_offset a multiple of 4. */
   int64_t *seed_next;
+
+  /* Optional (both NULL: off): the device generator state as two separate int64 values, the
+   * form torch's CUDA generator uses under CUDA-graph capture (at::PhiloxCudaState's seed_.ptr
+   * and offset_.ptr; pass its offset_intragraph_ as seed_offset). Read when the kernel runs,
+   * like generator_state, for which it is an alternative: give both pointers or neither, and
+   * not together with generator_state. 8-byte aligned. */
+  const int64_t *generator_seed_ptr;
+  const int64_t *generator_offset_ptr;
 } mamba_ssu_params;
 
 /* Checks *params against the kernel's contract (the same checks the launcher

@@ -1,0 +1,158 @@
+"""The vLLM-shaped 40-layer decode step in torch, captured in a torch.cuda.graph: seeds by stock
+``torch.randint`` / ``next_seed()`` / per-call fused / chained fused / a fixed seed tensor.
+
+Each layer is one SSU call of vLLM 0.33's Nemotron-H decode shape at TP4 (32 heads, dim 64,
+dstate 128, 2 groups; bf16 inputs, fp16 state with stochastic rounding; expanded A/dt/D/dt_bias;
+2-D (N, 1) indices as read and destination; pad_slot_id 0) preceded by its seed. Per batch size
+every mode is captured once (one graph per mode, 40 layers), then the graphs are replayed in
+turn (interleaved, so that clock drift hits every mode alike); µs per step = median of CUDA-event
+times over the replays. Ratios to stock and the share of stock's seed overhead removed,
+(stock - mode) / (stock - fixed), come from one run.
+
+Eagerly (vLLM's piecewise graphs run the mixer eagerly) it also reports the host time per call
+of ``next_seed()``, of one ``torch.randint(0, 2**32, (1,), device=...)`` and of the SSU call
+(``mamba_ssu.selective_state_update`` with a seed tensor), from loops of calls timed with the
+host clock (the GPU work of each is shorter than its launch).
+
+    PYTHONPATH=python python3 python/bench/decode_step.py --json out.json
+"""
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "tests"))
+from reference import VllmLayer  # noqa: E402
+
+import mamba_ssu  # noqa: E402
+
+MODES = ["stock", "next_seed", "fused", "fused_chained", "fixed"]
+
+
+def forward(layers, mode, pf, fixed, rounds):
+    ssu = mamba_ssu.selective_state_update
+    ctx = pf.fused_forward() if mode == "fused_chained" else contextlib.nullcontext()
+    with ctx:
+        for layer in layers:
+            if mode == "stock":
+                seed = torch.randint(0, 2**32, (1,), device=layer.state.device)
+            elif mode == "next_seed":
+                seed = pf.next_seed()
+            elif mode == "fixed":
+                seed = fixed
+            else:
+                seed = pf.fused
+            layer.call(ssu, seed, rounds)
+
+
+def bench_graphs(batch, layers_n, rounds, replays, device):
+    g = torch.Generator(device=device)
+    g.manual_seed(batch)
+    layers = [VllmLayer(batch, device, g) for _ in range(layers_n)]
+    fixed = torch.full((1,), 12345, dtype=torch.int64, device=device)
+    graphs = {}
+    for mode in MODES:
+        pf = mamba_ssu.SeedPrefetcher(layers_n, device)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):  # warm-up outside capture
+            forward(layers, mode, pf, fixed, rounds)
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            forward(layers, mode, pf, fixed, rounds)
+        graphs[mode] = (graph, pf)
+    times = {m: [] for m in MODES}
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+    for mode in MODES:  # warm-up replays
+        for _ in range(3):
+            graphs[mode][0].replay()
+    torch.cuda.synchronize()
+    for _ in range(replays):
+        for mode in MODES:
+            ev[0].record()
+            graphs[mode][0].replay()
+            ev[1].record()
+            ev[1].synchronize()
+            times[mode].append(ev[0].elapsed_time(ev[1]) * 1000.0)
+    return {m: statistics.median(v) for m, v in times.items()}
+
+
+def host_time_us(fn, calls=2000, reps=7):
+    best = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        best.append((t1 - t0) / calls * 1e6)
+    return statistics.median(best)
+
+
+def bench_host(device, rounds):
+    pf = mamba_ssu.SeedPrefetcher(40, device)
+    g = torch.Generator(device=device)
+    g.manual_seed(1)
+    layer = VllmLayer(8, device, g)
+    seed = torch.zeros(1, dtype=torch.int64, device=device)
+    ssu = mamba_ssu.selective_state_update
+    res = {
+        "torch.randint": host_time_us(lambda: torch.randint(0, 2**32, (1,), device=device)),
+        "next_seed": host_time_us(pf.next_seed),
+        "ssu (rand_seed tensor)": host_time_us(lambda: layer.call(ssu, seed, rounds), calls=1000),
+        "ssu (fused seed)": host_time_us(lambda: layer.call(ssu, pf.fused, rounds), calls=1000),
+        "torch.ops.mamba_ssu.selective_state_update": host_time_us(
+            lambda: torch.ops.mamba_ssu.selective_state_update(
+                layer.state, layer.x, layer.dt, layer.A, layer.B, layer.C, layer.D, None,
+                layer.dt_bias, True, layer.indices, layer.indices, 0, layer.out, False, seed,
+                rounds, 0),
+            calls=1000),
+    }
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batches", default="1,2,4,8,16,32,64")
+    ap.add_argument("--layers", type=int, default=40)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--replays", type=int, default=50)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    device = torch.device("cuda", torch.cuda.current_device())
+    props = torch.cuda.get_device_properties(device)
+    meta = {
+        "gpu": props.name, "torch": torch.__version__, "git_version": torch.version.git_version,
+        "layers": a.layers, "rounds": a.rounds, "replays": a.replays,
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    print(f"# {props.name}, torch {torch.__version__}, {a.layers} layers, {a.rounds} Philox rounds, "
+          f"median of {a.replays} replays")
+    rows = []
+    print(f"{'batch':>5} " + " ".join(f"{m:>14}" for m in MODES) + "   removed: next_seed  fused  chained")
+    for b in [int(v) for v in a.batches.split(",")]:
+        t = bench_graphs(b, a.layers, a.rounds, a.replays, device)
+        over = t["stock"] - t["fixed"]
+        removed = {m: (t["stock"] - t[m]) / over if over > 0 else float("nan")
+                   for m in ("next_seed", "fused", "fused_chained")}
+        rows.append({"batch": b, "us": t, "removed": removed})
+        print(f"{b:>5} " + " ".join(f"{t[m]:>14.1f}" for m in MODES) +
+              f"   {removed['next_seed']*100:7.1f}% {removed['fused']*100:6.1f}% {removed['fused_chained']*100:6.1f}%")
+    host = bench_host(device, a.rounds)
+    print("# eager host time per call (us):")
+    for k, v in host.items():
+        print(f"  {k:45s} {v:7.2f}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"meta": meta, "graph": rows, "host_us": host}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,314 @@
+"""mamba_ssu: the Mamba-2 decode-step kernels of mamba-ssu for torch engines.
+
+- :func:`selective_state_update` — FlashInfer 0.7.2's Python signature, the crate's kernel
+  behind it: state and out bit-identical to FlashInfer's for the same ``rand_seed``.
+- :class:`SeedPrefetcher` — one per device; :meth:`SeedPrefetcher.next_seed` replaces the
+  per-layer ``torch.randint(0, 2**32, (1,), device=...)`` with identical values and identical
+  generator advance, from one batched draw per N calls (eagerly and under
+  ``torch.cuda.graph``); :attr:`SeedPrefetcher.fused` makes the SSU derive the stock seed itself
+  (no seed kernel), and :meth:`SeedPrefetcher.fused_forward` chains a delimited forward's fused
+  calls so that the seed derivation runs once per forward.
+- :func:`draw_seeds` — n stock draws into an int64 tensor in one launch.
+- :mod:`mamba_ssu.vllm` — a backend with the call signature of vLLM 0.33's
+  ``FlashInferSSUBackend`` (vLLM itself was not run).
+
+Import torch before this package (``import mamba_ssu`` does it): the extension uses torch's
+CUDA runtime.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Optional
+
+import torch
+
+from . import _C  # noqa: F401  (loads the extension and registers the ops)
+from . import _ops  # noqa: F401  (fake implementations for torch.compile)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "selective_state_update",
+    "SeedPrefetcher",
+    "FusedSeed",
+    "draw_seeds",
+    "MAX_SEEDS_PER_DRAW",
+]
+
+#: Most seeds one batched draw writes.
+MAX_SEEDS_PER_DRAW = _C.MAX_SEEDS_PER_DRAW
+
+# FlashInfer's algorithm names -> the crate's mamba_ssu_algorithm values. "async_horizontal" is
+# served by FlashInfer's simple kernel, whose results it therefore has.
+_ALGORITHMS = {"auto": 0, "simple": 1, "vertical": 2, "async_horizontal": 1}
+
+
+class FusedSeed:
+    """Marker for ``rand_seed=``: the SSU kernel derives the stock seed itself.
+
+    Obtained from :attr:`SeedPrefetcher.fused`; each call it is passed to advances the device's
+    default CUDA generator exactly like one ``torch.randint(0, 2**32, (1,))`` and rounds with
+    that draw's value, without any seed kernel.
+    """
+
+    __slots__ = ("_prefetcher",)
+
+    def __init__(self, prefetcher: "SeedPrefetcher"):
+        self._prefetcher = prefetcher
+
+    def __repr__(self) -> str:
+        return f"FusedSeed(device=cuda:{self._prefetcher.device})"
+
+
+class SeedPrefetcher:
+    """Torch-identical stochastic-rounding seeds for the SR layers of one device.
+
+    Create one per device with ``num_layers`` = the number of SR layers of a forward (N).
+    :meth:`next_seed` replaces ``torch.randint(0, 2**32, (1,), device=...)``: it advances the
+    device's default CUDA generator exactly as that call would (every other torch RNG user sees
+    the same stream) and returns a one-element int64 tensor holding the same value. Values come
+    from one batched draw of N positions, made when no held position matches: the first call,
+    other RNG use that moved the generator past the batch, a new seed, another stream, or a
+    capture boundary. Under ``torch.cuda.graph`` the batched draw reads the generator's
+    graph-safe device state, so each replay draws fresh values equal to stock's replays.
+
+    :attr:`fused` is the fused path: pass it as ``rand_seed`` and the SSU kernel derives the
+    stock value itself. Inside :meth:`fused_forward` the fused calls are chained (the first call
+    derives its seed; every call stores the next call's seed from one extra thread block).
+
+    Keep the prefetcher alive for as long as any CUDA graph captured with it is replayed.
+    """
+
+    def __init__(self, num_layers: int, device=None):
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int):
+            raise TypeError(f"num_layers: expected an int, got {type(num_layers).__name__}")
+        if not 1 <= num_layers <= MAX_SEEDS_PER_DRAW:
+            raise ValueError(f"num_layers: expected 1..={MAX_SEEDS_PER_DRAW}, got {num_layers}")
+        dev = _cuda_device(device)
+        self._impl = _C.SeedPrefetcher(num_layers, dev.index)
+        #: The device's ``torch.randint(0, 2**32, (1,), device=...)``, N positions per draw.
+        self.next_seed = self._impl.next_seed
+        self.fused = FusedSeed(self)
+
+    @property
+    def num_layers(self) -> int:
+        """N: the positions one batched draw covers."""
+        return self._impl.num_layers
+
+    @property
+    def device(self) -> int:
+        """The CUDA device index this prefetcher serves."""
+        return self._impl.device
+
+    def stats(self) -> dict:
+        """Counters: ``requested`` (seed requests), ``served`` (from a batch or a chain link),
+        ``batches`` (batched draws made)."""
+        return self._impl.stats()
+
+    @contextlib.contextmanager
+    def fused_forward(self):
+        """Delimits a forward whose SR layers call the SSU with ``rand_seed=self.fused``.
+
+        Inside it the first N fused calls are chained: only the first derives its seed in the
+        kernel, each call also stores the next call's seed, and the next call reads it — the
+        10-round seed derivation leaves the critical path of every layer but the first. Values
+        are the stock sequence whatever happens in between (other RNG use, another stream, a
+        failed call: the next call derives its own seed again). All fused calls of the forward
+        must run on one stream, each consumed by its SSU before the next is requested (the SSU
+        call does both). Works eagerly and inside a ``torch.cuda.graph`` capture.
+        """
+        self._impl.begin_fused_forward()
+        try:
+            yield self
+        finally:
+            self._impl.end_fused_forward()
+
+
+def _cuda_device(device) -> torch.device:
+    if device is None:
+        if not torch.cuda.is_available():
+            raise RuntimeError("mamba_ssu: no CUDA device is available")
+        return torch.device("cuda", torch.cuda.current_device())
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        raise ValueError(f"device: expected a CUDA device, got {dev}")
+    if dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def draw_seeds(out: torch.Tensor) -> torch.Tensor:
+    """Fills the int64 CUDA tensor ``out`` (n,) with n consecutive stock draws of its device's
+    default generator — ``out[k]`` equals the k-th of n ``torch.randint(0, 2**32, (1,))`` calls —
+    in one launch, and advances the generator as those n calls would. Graph-safe. Returns out."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out: expected an int64 CUDA tensor, got {type(out).__name__}")
+    if out.dtype != torch.int64:
+        raise TypeError(f"out: expected int64, got {out.dtype}")
+    if out.dim() != 1:
+        raise ValueError(f"out: expected 1 dimensions, got shape {tuple(out.shape)}")
+    if out.device.type not in ("cuda", "meta"):
+        raise ValueError(f"out: expected a CUDA tensor, got one on {out.device}")
+    torch.ops.mamba_ssu.draw_seeds(out)
+    return out
+
+
+def _unsupported(name: str, why: str):
+    raise NotImplementedError(f"{name}: {why}")
+
+
+def selective_state_update(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    state_batch_indices: Optional[torch.Tensor] = None,
+    pad_slot_id: int = -1,
+    state_scale: Optional[torch.Tensor] = None,
+    out: Optional[torch.Tensor] = None,
+    disable_state_update: bool = False,
+    intermediate_states_buffer: Optional[torch.Tensor] = None,
+    intermediate_state_indices: Optional[torch.Tensor] = None,
+    intermediate_state_scales: Optional[torch.Tensor] = None,
+    rand_seed=None,
+    philox_rounds: int = 10,
+    cache_steps: int = 0,
+    algorithm: str = "auto",
+    dst_state_batch_indices: Optional[torch.Tensor] = None,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    num_accepted_tokens: Optional[torch.Tensor] = None,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """One Mamba-2 selective-state update (single token), FlashInfer 0.7.2's Python contract.
+
+    Shapes (FlashInfer's; 2-D/1-D forms are unsqueezed to one head as FlashInfer does):
+    state (slots, nheads, dim, dstate) with the inner three dims contiguous; x, z, out
+    (batch, nheads, dim); dt (batch, nheads, dim) with strides (any, 1, 0); A (nheads, dim,
+    dstate) float32 with strides (1, 0, 0); B, C (batch, ngroups, dstate); D, dt_bias (nheads,
+    dim) with strides (1, 0); state_batch_indices / dst_state_batch_indices int32 or int64,
+    (batch,) or (batch, T) (column 0 is used). ``state`` is updated in place (unless
+    ``disable_state_update``; slots equal to ``pad_slot_id`` are read as zeros and not written)
+    and ``out`` is returned (allocated like x when not given).
+
+    Stochastic rounding of an fp16 state: ``rand_seed`` a one-element int64 tensor on the
+    state's device (read by the kernel, never by the host) with ``philox_rounds`` 1..10, or a
+    :class:`FusedSeed` (the kernel derives the stock seed itself); without ``rand_seed`` the
+    state is rounded to nearest. ``algorithm``: "auto", "simple", "vertical" (FlashInfer's
+    random mappings; "async_horizontal" is served as "simple").
+
+    Not served (each raises NotImplementedError naming it): ``state_scale`` / int16 state,
+    ``intermediate_states_buffer``, ``intermediate_state_indices``,
+    ``intermediate_state_scales``, ``cache_steps`` > 0, ``cu_seqlens``, ``num_accepted_tokens``
+    (the multi-token path), ``algorithm="horizontal"``, ``backend="cake"``.
+    """
+    # Arguments this package does not serve: never silently ignored.
+    if state_scale is not None:
+        _unsupported("state_scale", "int16 state with block scaling is not supported")
+    if state.dtype == torch.int16:
+        _unsupported("state", "int16 state is not supported")
+    for name, value in (
+        ("intermediate_states_buffer", intermediate_states_buffer),
+        ("intermediate_state_indices", intermediate_state_indices),
+        ("intermediate_state_scales", intermediate_state_scales),
+        ("cu_seqlens", cu_seqlens),
+        ("num_accepted_tokens", num_accepted_tokens),
+    ):
+        if value is not None:
+            _unsupported(name, "the multi-token (speculative-decoding) path is not supported yet")
+    if cache_steps:
+        _unsupported("cache_steps", "the multi-token (speculative-decoding) path is not supported yet")
+    if backend not in ("auto", "flashinfer"):
+        if backend == "cake":
+            _unsupported("backend", '"cake" (an sm100 backend) is not supported')
+        raise ValueError(f'backend: expected "auto", "flashinfer" or "cake", got {backend!r}')
+    try:
+        algo = _ALGORITHMS[algorithm]
+    except (KeyError, TypeError):
+        if algorithm == "horizontal":
+            _unsupported("algorithm", '"horizontal" is not supported (use "auto", "simple" or "vertical")')
+        raise ValueError(
+            f'algorithm: expected "auto", "simple", "vertical", "horizontal" or '
+            f'"async_horizontal", got {algorithm!r}'
+        ) from None
+    if intermediate_states_buffer is not None and dst_state_batch_indices is not None:
+        raise ValueError("intermediate_states_buffer and dst_state_batch_indices are mutually exclusive")
+
+    # FlashInfer's normalisation of the single-token forms.
+    if state.dim() == 3:
+        state = state.unsqueeze(1)
+    if A.dim() == 2:
+        A = A.unsqueeze(0)
+    if D is not None and D.dim() == 1:
+        D = D.unsqueeze(0)
+    if dt_bias is not None and dt_bias.dim() == 1:
+        dt_bias = dt_bias.unsqueeze(0)
+    if x.dim() == 2:
+        x = x.unsqueeze(1)
+    if dt.dim() == 2:
+        dt = dt.unsqueeze(1)
+    if B.dim() == 2:
+        B = B.unsqueeze(1)
+    if C.dim() == 2:
+        C = C.unsqueeze(1)
+    if z is not None and z.dim() == 2:
+        z = z.unsqueeze(1)
+
+    fused = None
+    if rand_seed is not None:
+        if isinstance(rand_seed, FusedSeed):
+            fused = rand_seed._prefetcher
+        elif not isinstance(rand_seed, torch.Tensor):
+            raise TypeError(
+                f"rand_seed: expected a one-element int64 CUDA tensor or a FusedSeed, got "
+                f"{type(rand_seed).__name__}"
+            )
+        else:
+            if rand_seed.numel() != 1:
+                raise ValueError(f"rand_seed: expected a single-element tensor, got numel={rand_seed.numel()}")
+            if rand_seed.dtype != torch.int64:
+                raise ValueError(f"rand_seed: expected dtype int64, got {rand_seed.dtype}")
+        if isinstance(philox_rounds, bool) or not isinstance(philox_rounds, int):
+            raise TypeError(f"philox_rounds: expected an int, got {type(philox_rounds).__name__}")
+        if not 1 <= philox_rounds <= 10:
+            raise ValueError(f"philox_rounds: expected 1..=10 when rand_seed is given, got {philox_rounds}")
+        if state.dtype != torch.float16:
+            raise ValueError(f"rand_seed: stochastic rounding needs a float16 state, got {state.dtype}")
+        if fused is None and rand_seed.device.type not in ("cuda", "meta"):
+            raise ValueError(f"rand_seed: expected a CUDA tensor, got one on {rand_seed.device}")
+    else:
+        philox_rounds = 0
+    if not isinstance(pad_slot_id, int) or isinstance(pad_slot_id, bool):
+        raise TypeError(f"pad_slot_id: expected an int, got {type(pad_slot_id).__name__}")
+
+    result = out
+    if out is None:
+        out = result = torch.empty_like(x)
+    elif out.dim() == 2:
+        out = out.unsqueeze(1)
+
+    if fused is not None:
+        fused._impl.ssu_fused(
+            state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), state_batch_indices,
+            dst_state_batch_indices, pad_slot_id, out, bool(disable_state_update),
+            philox_rounds, algo,
+        )
+    elif torch.compiler.is_compiling() or state.device.type == "meta":
+        torch.ops.mamba_ssu.selective_state_update(
+            state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), state_batch_indices,
+            dst_state_batch_indices, pad_slot_id, out, bool(disable_state_update), rand_seed,
+            philox_rounds, algo,
+        )
+    else:
+        _C.selective_state_update(
+            state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), state_batch_indices,
+            dst_state_batch_indices, pad_slot_id, out, bool(disable_state_update), rand_seed,
+            philox_rounds, algo,
+        )
+    return result

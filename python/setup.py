@@ -1,0 +1,62 @@
+"""Builds the mamba_ssu torch extension over the crate's static library.
+
+Run through `bash python/build.sh`, which first builds the static library with cargo and sets
+MAMBA_SSU_LIB_DIR / MAMBA_SSU_INCLUDE / MAMBA_SSU_CUDA_INCLUDE. Torch's shared CUDA runtime
+(libcudart.so.13 of the nvidia-cuda-runtime wheel torch depends on) is the only CUDA runtime in
+the process: the static library's kernels register with it.
+"""
+
+import os
+import pathlib
+
+import torch
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+here = pathlib.Path(__file__).resolve().parent
+
+
+# Defaults: the C package that `bash scripts/c-package.sh` lays out in the repository, and the
+# CUDA runtime wheel (nvidia/cu13) installed with torch.
+torch_cu = pathlib.Path(torch.__file__).resolve().parent.parent / "nvidia" / "cu13"
+c_package = here.parent / "target" / "c-package"
+lib_dir = os.environ.get("MAMBA_SSU_LIB_DIR", str(c_package / "lib"))
+include = os.environ.get("MAMBA_SSU_INCLUDE", str(c_package / "include"))
+cuda_include = os.environ.get("MAMBA_SSU_CUDA_INCLUDE", str(torch_cu / "include"))
+cudart_dir = os.environ.get("MAMBA_SSU_CUDART_DIR", str(torch_cu / "lib"))
+cudart = os.environ.get("MAMBA_SSU_CUDART", "cudart.so.13")
+static_lib = os.path.join(lib_dir, "libmamba_ssu.a")
+if not os.path.exists(static_lib):
+    raise SystemExit(f"setup.py: {static_lib} not found; run `bash scripts/c-package.sh` first")
+
+setup(
+    name="mamba-ssu",
+    version="0.1.0",
+    description="Torch binding of mamba-ssu: FlashInfer-compatible selective_state_update and "
+    "torch-identical batched stochastic-rounding seeds",
+    packages=["mamba_ssu"],
+    ext_modules=[
+        CppExtension(
+            name="mamba_ssu._C",
+            sources=["mamba_ssu/csrc/extension.cpp"],
+            depends=[static_lib, os.path.join(include, "mamba_ssu.h")],
+            include_dirs=[include, cuda_include],
+            extra_compile_args=["-O2", "-std=c++17"],
+            # The whole static library (its kernels register themselves at load), then torch's
+            # CUDA runtime by its versioned name (the wheel ships no unversioned libcudart.so).
+            extra_link_args=[
+                f"-L{cudart_dir}",
+                "-Wl,--whole-archive",
+                static_lib,
+                "-Wl,--no-whole-archive",
+                f"-l:lib{cudart}",
+                # The CUDA parts of torch used here (current stream, default CUDA generator).
+                "-lc10_cuda",
+                "-ltorch_cuda",
+            ],
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension},
+    install_requires=[f"torch=={torch.__version__.split('+')[0]}"],
+    python_requires=">=3.9",
+)
