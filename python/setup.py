@@ -8,6 +8,7 @@ the process: the static library's kernels register with it.
 
 import os
 import pathlib
+import shutil
 
 import torch
 from setuptools import setup
@@ -22,7 +23,29 @@ torch_cu = pathlib.Path(torch.__file__).resolve().parent.parent / "nvidia" / "cu
 c_package = here.parent / "target" / "c-package"
 lib_dir = os.environ.get("MAMBA_SSU_LIB_DIR", str(c_package / "lib"))
 include = os.environ.get("MAMBA_SSU_INCLUDE", str(c_package / "include"))
-cuda_include = os.environ.get("MAMBA_SSU_CUDA_INCLUDE", str(torch_cu / "include"))
+
+
+def find_cuda_include():
+    """CUDA headers with crt/ (torch's runtime wheel ships cuda_runtime.h without it): the
+    first of MAMBA_SSU_CUDA_INCLUDE, torch's nvidia/cu13, MAMBA_SSU_CUDA_ROOT, CUDA_HOME /
+    CUDA_PATH, the nvcc on PATH, /usr/local/cuda and the toolkit cache of scripts/setup.sh."""
+    if os.environ.get("MAMBA_SSU_CUDA_INCLUDE"):
+        return os.environ["MAMBA_SSU_CUDA_INCLUDE"]
+    roots = [str(torch_cu)]
+    roots += [os.environ[v] for v in ("MAMBA_SSU_CUDA_ROOT", "CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        roots.append(str(pathlib.Path(nvcc).resolve().parent.parent))
+    cache = os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache"))
+    roots += ["/usr/local/cuda", os.path.join(cache, "mamba-ssu/cuda-13.0/site/nvidia/cu13")]
+    for root in roots:
+        if os.path.exists(os.path.join(root, "include", "crt", "host_config.h")):
+            return os.path.join(root, "include")
+    raise SystemExit("setup.py: no CUDA headers with crt/ found; run `bash scripts/setup.sh` "
+                     "(installs the CUDA 13.0 compiler) or set MAMBA_SSU_CUDA_INCLUDE")
+
+
+cuda_include = find_cuda_include()
 cudart_dir = os.environ.get("MAMBA_SSU_CUDART_DIR", str(torch_cu / "lib"))
 cudart = os.environ.get("MAMBA_SSU_CUDART", "cudart.so.13")
 static_lib = os.path.join(lib_dir, "libmamba_ssu.a")
@@ -41,7 +64,8 @@ setup(
             sources=["mamba_ssu/csrc/extension.cpp"],
             depends=[static_lib, os.path.join(include, "mamba_ssu.h")],
             include_dirs=[include, cuda_include],
-            extra_compile_args=["-O2", "-std=c++17"],
+            # The C++ standard is the one BuildExtension picks for this torch (17 for 2.11, 20 for 2.14).
+            extra_compile_args=["-O2"],
             # The whole static library (its kernels register themselves at load), then torch's
             # CUDA runtime by its versioned name (the wheel ships no unversioned libcudart.so).
             extra_link_args=[

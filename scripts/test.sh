@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The one test command (README "Quick start"; .ci/run calls it):
 #   bash scripts/test.sh
-# Installs what is missing (pinned CUDA 13.0 compiler wheels into ~/.cache/mamba-ssu,
-# libclang-dev), builds, checks formatting and lints, and runs `cargo test`.
+# Installs what is missing (pinned CUDA 13.0 compiler wheels and a torch 2.11.0 environment into
+# ~/.cache/mamba-ssu, libclang-dev), builds, checks formatting and lints, builds the torch
+# extension and runs its tests (pytest), and runs `cargo test`.
 # On a host with an NVIDIA driver and a GPU it also runs the GPU tests (--include-ignored),
 # with MAMBA_SSU_REQUIRE_GPU=1 so that a GPU test fails rather than skips.
 set -euo pipefail
@@ -12,6 +13,11 @@ eval "$(bash scripts/setup.sh)"
 
 cargo fmt --check
 cargo clippy --all-targets --locked -- -D warnings
+
+# The torch extension (python/): build it (torch 2.11.0 in ~/.cache/mamba-ssu) and run the
+# package's tests; its GPU tests skip without a GPU (and fail under MAMBA_SSU_REQUIRE_GPU=1).
+py=$(bash python/build.sh | tail -n 1)
+(cd python/tests && "$py" -m pytest -q -p no:cacheprovider)
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
   echo "test.sh: GPU found: running the CPU and GPU tests"

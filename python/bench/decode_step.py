@@ -6,7 +6,11 @@ dstate 128, 2 groups; bf16 inputs, fp16 state with stochastic rounding; expanded
 2-D (N, 1) indices as read and destination; pad_slot_id 0) preceded by its seed. Per batch size
 every mode is captured once (one graph per mode, 40 layers), then the graphs are replayed in
 turn (interleaved, so that clock drift hits every mode alike); µs per step = median of CUDA-event
-times over the replays. Ratios to stock and the share of stock's seed overhead removed,
+times over the replays, three ways: events around one ``replay()`` from an idle GPU (torch's
+replay prologue — two fill kernels writing the generator state — and the graph launch
+included), events recorded inside the graph (its body alone), and events around 10 replays
+enqueued back to back (as a serving loop runs them; the prologue and launch of one replay
+overlap the previous one). Ratios to stock and the share of stock's seed overhead removed,
 (stock - mode) / (stock - fixed), come from one run.
 
 Eagerly (vLLM's piecewise graphs run the mixer eagerly) it also reports the host time per call
@@ -32,6 +36,7 @@ from reference import VllmLayer  # noqa: E402
 import mamba_ssu  # noqa: E402
 
 MODES = ["stock", "next_seed", "fused", "fused_chained", "fixed"]
+BURST = 10
 
 
 def forward(layers, mode, pf, fixed, rounds):
@@ -64,10 +69,18 @@ def bench_graphs(batch, layers_n, rounds, replays, device):
             forward(layers, mode, pf, fixed, rounds)
         torch.cuda.current_stream().wait_stream(s)
         graph = torch.cuda.CUDAGraph()
+        # Events recorded inside the graph time its body alone; those around replay() also
+        # take torch's replay prologue (two fill kernels writing the generator's seed and
+        # offset to device memory, run before every replay of a graph that uses torch's
+        # generator: stock and every torch-identical mode pay it, fixed does not).
+        inner = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(2)]
         with torch.cuda.graph(graph):
+            inner[0].record()
             forward(layers, mode, pf, fixed, rounds)
-        graphs[mode] = (graph, pf)
+            inner[1].record()
+        graphs[mode] = (graph, pf, inner)
     times = {m: [] for m in MODES}
+    body = {m: [] for m in MODES}
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
     for mode in MODES:  # warm-up replays
         for _ in range(3):
@@ -75,12 +88,27 @@ def bench_graphs(batch, layers_n, rounds, replays, device):
     torch.cuda.synchronize()
     for _ in range(replays):
         for mode in MODES:
+            graph, _, inner = graphs[mode]
             ev[0].record()
-            graphs[mode][0].replay()
+            graph.replay()
             ev[1].record()
             ev[1].synchronize()
             times[mode].append(ev[0].elapsed_time(ev[1]) * 1000.0)
-    return {m: statistics.median(v) for m, v in times.items()}
+            body[mode].append(inner[0].elapsed_time(inner[1]) * 1000.0)
+    # Back to back: BURST replays enqueued in a row between two events (the GPU never idles
+    # between them, as in a serving loop), per replay.
+    burst = {m: [] for m in MODES}
+    for _ in range(max(replays // 5, 3)):
+        for mode in MODES:
+            graph = graphs[mode][0]
+            ev[0].record()
+            for _ in range(BURST):
+                graph.replay()
+            ev[1].record()
+            ev[1].synchronize()
+            burst[mode].append(ev[0].elapsed_time(ev[1]) * 1000.0 / BURST)
+    med = lambda d: {m: statistics.median(v) for m, v in d.items()}  # noqa: E731
+    return med(times), med(body), med(burst)
 
 
 def host_time_us(fn, calls=2000, reps=7):
@@ -136,15 +164,29 @@ def main():
     print(f"# {props.name}, torch {torch.__version__}, {a.layers} layers, {a.rounds} Philox rounds, "
           f"median of {a.replays} replays")
     rows = []
-    print(f"{'batch':>5} " + " ".join(f"{m:>14}" for m in MODES) + "   removed: next_seed  fused  chained")
+    head = f"{'batch':>5} " + " ".join(f"{m:>13}" for m in MODES) + "   removed: next_seed  fused  chained"
+    tables = {"replay": [], "body": [], "burst": []}
     for b in [int(v) for v in a.batches.split(",")]:
-        t = bench_graphs(b, a.layers, a.rounds, a.replays, device)
-        over = t["stock"] - t["fixed"]
-        removed = {m: (t["stock"] - t[m]) / over if over > 0 else float("nan")
-                   for m in ("next_seed", "fused", "fused_chained")}
-        rows.append({"batch": b, "us": t, "removed": removed})
-        print(f"{b:>5} " + " ".join(f"{t[m]:>14.1f}" for m in MODES) +
-              f"   {removed['next_seed']*100:7.1f}% {removed['fused']*100:6.1f}% {removed['fused_chained']*100:6.1f}%")
+        whole, inner, burst = bench_graphs(b, a.layers, a.rounds, a.replays, device)
+        row = {"batch": b}
+        for name, t in (("replay", whole), ("body", inner), ("burst", burst)):
+            over = t["stock"] - t["fixed"]
+            removed = {m: (t["stock"] - t[m]) / over if over > 0 else float("nan")
+                       for m in ("next_seed", "fused", "fused_chained")}
+            row[name] = {"us": t, "removed": removed}
+            tables[name].append(f"{b:>5} " + " ".join(f"{t[m]:>13.1f}" for m in MODES) +
+                                f"   {removed['next_seed']*100:7.1f}% {removed['fused']*100:6.1f}% "
+                                f"{removed['fused_chained']*100:6.1f}%")
+        rows.append(row)
+    print("## whole replay (events around graph.replay(): torch's replay prologue included), us per step")
+    print(head)
+    print("\n".join(tables["replay"]))
+    print("## graph body (events recorded inside the graph), us per step")
+    print(head)
+    print("\n".join(tables["body"]))
+    print(f"## back to back ({BURST} replays between two events: prologue and launch overlap the previous replay), us per step")
+    print(head)
+    print("\n".join(tables["burst"]))
     host = bench_host(device, a.rounds)
     print("# eager host time per call (us):")
     for k, v in host.items():

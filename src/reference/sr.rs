@@ -1,6 +1,6 @@
 //! Stochastic rounding of the fp16 SSM state, as FlashInfer 0.7.2 does it in software on the
 //! H200 (no hardware `cvt.rs` there), and the mapping from a state element to its 13 random
-//! bits. See `shared/docs/flashinfer-ssu.md`, "Stochastic rounding" and "Which random bits".
+//! bits. The contract: `docs/flashinfer-ssu.md`, "Stochastic rounding" and "Random bits of each element".
 
 use crate::error::{Error, Result};
 use crate::philox::{counter_of, key_of, philox4x32, MAX_ROUNDS};
