@@ -113,6 +113,7 @@
 //! - [`prefetch`]: the seed prefetcher (side stream, events, forward scopes, stock fallback,
 //!   fused seeds);
 //! - [`ssu`]: the FlashInfer-compatible selective-state-update kernel with validation;
+//! - [`tensor`]: the type-erased device tensor views and layouts the kernels take;
 //! - [`reference`](mod@reference): CPU references the GPU tests hold the kernels to (SSU in
 //!   f64, stochastic rounding, FlashInfer's random mapping);
 //! - [`decode`], [`filler`]: a simulated decode step for benchmarks and tests;
@@ -134,6 +135,7 @@ pub mod prefetch;
 pub mod reference;
 pub mod seeds;
 pub mod ssu;
+pub mod tensor;
 
 pub use error::{Error, Result};
 pub use generator::{Generator, GraphSeedState};

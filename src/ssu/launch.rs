@@ -1,0 +1,404 @@
+//! The launch: [`selective_state_update`] validates, checks devices and pointer alignment,
+//! fills the C ABI's `mamba_ssu_params` (`fill_params`) and enqueues one kernel through
+//! `mamba_ssu_selective_state_update`.
+
+use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::{CudaStream, DevicePtr, SyncOnDrop};
+
+use crate::device::{check_ordinal, check_same_device};
+use crate::error::{Error, Result};
+use crate::ffi::{self, sys};
+use crate::tensor::{DType, Tensor, TensorLayout, VECTOR_ALIGN};
+
+use super::args::{num_sms, Algorithm, SeedSource, SeedSpec, SsuArgs, SsuProblem, SsuSpec};
+use super::validation::validate;
+
+fn to_i64(name: &'static str, v: usize) -> Result<i64> {
+    i64::try_from(v).map_err(|_| Error::invalid(name, format!("{v} does not fit in int64")))
+}
+
+/// `mamba_ssu_params` of a validated call, every pointer null (filled at launch).
+fn fill_params(
+    spec: &SsuSpec,
+    p: &SsuProblem,
+    pad_slot_id: i64,
+    dt_softplus: bool,
+    update_state: bool,
+    algorithm: Algorithm,
+) -> Result<sys::mamba_ssu_params> {
+    let sr = p.stochastic_rounding;
+    let (seed_source, seed_offset, generator_seed) = match spec.seed {
+        Some(SeedSpec::FromGenerator { offset }) if sr => {
+            (sys::MAMBA_SSU_SEED_FROM_GENERATOR, offset, 0)
+        }
+        Some(SeedSpec::FromValues { seed, offset }) if sr => {
+            (sys::MAMBA_SSU_SEED_FROM_VALUES, offset, seed)
+        }
+        _ => (sys::MAMBA_SSU_SEED_POINTER, 0, 0),
+    };
+    let stride0 = |l: &Option<TensorLayout>| l.map_or(0, |l| l.strides()[0]);
+    Ok(sys::mamba_ssu_params {
+        batch: to_i64("x", p.batch)?,
+        nheads: to_i64("state", p.nheads)?,
+        dim: to_i64("state", p.dim)?,
+        dstate: to_i64("state", p.dstate)?,
+        ngroups: to_i64("B", p.ngroups)?,
+        state_cache_size: to_i64("state", p.cache_slots)?,
+        state_stride_batch: to_i64("state", spec.state.strides()[0])?,
+        x_stride_batch: to_i64("x", spec.x.strides()[0])?,
+        dt_stride_batch: to_i64("dt", spec.dt.strides()[0])?,
+        B_stride_batch: to_i64("B", spec.b.strides()[0])?,
+        C_stride_batch: to_i64("C", spec.c.strides()[0])?,
+        z_stride_batch: to_i64("z", stride0(&spec.z))?,
+        out_stride_batch: to_i64("out", spec.out.strides()[0])?,
+        state_batch_indices_stride: to_i64(
+            "state_batch_indices",
+            stride0(&spec.state_batch_indices),
+        )?,
+        dst_state_batch_indices_stride: to_i64(
+            "dst_state_batch_indices",
+            stride0(&spec.dst_state_batch_indices),
+        )?,
+        pad_slot_id,
+        state_dtype: p.state_dtype.ffi(),
+        input_dtype: p.input_dtype.ffi(),
+        weight_dtype: p.weight_dtype.ffi(),
+        index_dtype: p.index_dtype.unwrap_or(DType::I32).ffi(),
+        dt_softplus: i32::from(dt_softplus),
+        update_state: i32::from(update_state),
+        philox_rounds: if sr { spec.philox_rounds as i32 } else { 0 },
+        algorithm: algorithm.ffi(),
+        seed_source: seed_source as i32,
+        seed_offset,
+        generator_seed,
+        num_sms: 0,
+        ..Default::default()
+    })
+}
+
+/// The pointer of an optional tensor's `(pointer, guard)`, 0 when absent.
+fn raw(p: &Option<(CUdeviceptr, SyncOnDrop<'_>)>) -> CUdeviceptr {
+    p.as_ref().map_or(0, |(ptr, _)| *ptr)
+}
+
+fn check_ptr_alignment(name: &'static str, ptr: CUdeviceptr, align: usize) -> Result<()> {
+    if ptr % align as u64 != 0 {
+        return Err(Error::invalid(
+            name,
+            format!("expected a {align}-byte aligned start, got address {ptr:#x}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Enqueues one selective-state-update on `stream`: validates `args` ([`validate`]), checks
+/// that every buffer lives on the stream's device ([`Error::WrongDevice`]) and that the
+/// vector-loaded tensors start 16-byte aligned, then launches through the C launcher.
+///
+/// Asynchronous on `stream`: it returns once the kernel is enqueued; `out` and `state` are
+/// written when the kernel runs. Nothing is launched when an error is returned. With
+/// [`Algorithm::Auto`] the kernel is picked from the stream device's SM count.
+pub fn selective_state_update(stream: &CudaStream, args: &mut SsuArgs<'_>) -> Result<()> {
+    let spec = args.spec();
+    let problem = validate(&spec)?;
+
+    // Devices.
+    check_same_device("state", stream, args.state.buffer_stream())?;
+    check_same_device("out", stream, args.out.buffer_stream())?;
+    let inputs: [(&'static str, Option<&Tensor<'_>>); 10] = [
+        ("x", Some(&args.x)),
+        ("dt", Some(&args.dt)),
+        ("A", Some(&args.a)),
+        ("B", Some(&args.b)),
+        ("C", Some(&args.c)),
+        ("D", args.d.as_ref()),
+        ("z", args.z.as_ref()),
+        ("dt_bias", args.dt_bias.as_ref()),
+        ("state_batch_indices", args.state_batch_indices.as_ref()),
+        (
+            "dst_state_batch_indices",
+            args.dst_state_batch_indices.as_ref(),
+        ),
+    ];
+    for (name, t) in inputs {
+        if let Some(t) = t {
+            check_same_device(name, stream, t.buffer_stream())?;
+        }
+    }
+    let sr = problem.stochastic_rounding;
+    if sr {
+        match &args.seed {
+            Some(SeedSource::Pointer(t)) => {
+                check_same_device("rand_seed", stream, t.buffer_stream())?
+            }
+            Some(SeedSource::FromGenerator { state, .. }) => {
+                check_same_device("generator_state", stream, state.device_state().stream())?
+            }
+            Some(SeedSource::Prefetched(p)) => check_ordinal("rand_seed", stream, p.ordinal())?,
+            Some(SeedSource::Fused(f)) => check_ordinal("generator_state", stream, f.ordinal())?,
+            // No device memory; a missing seed was rejected by validate.
+            Some(SeedSource::FromValues { .. }) | None => {}
+        }
+    }
+
+    let mut params = fill_params(
+        &spec,
+        &problem,
+        args.pad_slot_id,
+        args.dt_softplus,
+        args.update_state,
+        args.algorithm,
+    )?;
+    let ctx = stream.context();
+    ctx.bind_to_thread()?;
+    params.num_sms = num_sms(ctx)? as i32;
+
+    // Device pointers; every guard lives until the launcher has returned.
+    let (state_ptr, _state_guard) = args.state.device_ptr_mut(stream);
+    let (out_ptr, _out_guard) = args.out.device_ptr_mut(stream);
+    let (x_ptr, _x_guard) = args.x.device_ptr(stream);
+    let (dt_ptr, _dt_guard) = args.dt.device_ptr(stream);
+    let (a_ptr, _a_guard) = args.a.device_ptr(stream);
+    let (b_ptr, _b_guard) = args.b.device_ptr(stream);
+    let (c_ptr, _c_guard) = args.c.device_ptr(stream);
+    let d = args.d.as_ref().map(|t| t.device_ptr(stream));
+    let z = args.z.as_ref().map(|t| t.device_ptr(stream));
+    let dt_bias = args.dt_bias.as_ref().map(|t| t.device_ptr(stream));
+    let src_idx = args
+        .state_batch_indices
+        .as_ref()
+        .map(|t| t.device_ptr(stream));
+    let dst_idx = args
+        .dst_state_batch_indices
+        .as_ref()
+        .map(|t| t.device_ptr(stream));
+    let seed = match (&args.seed, sr) {
+        (Some(SeedSource::Pointer(t)), true) => Some(t.device_ptr(stream)),
+        (Some(SeedSource::FromGenerator { state, .. }), true) => {
+            Some(state.device_state().device_ptr(stream))
+        }
+        _ => None,
+    };
+
+    for (name, ptr) in [
+        ("state", state_ptr),
+        ("out", out_ptr),
+        ("x", x_ptr),
+        ("B", b_ptr),
+        ("C", c_ptr),
+        ("z", raw(&z)),
+    ] {
+        check_ptr_alignment(name, ptr, VECTOR_ALIGN)?;
+    }
+
+    params.state = state_ptr as *mut std::ffi::c_void;
+    params.out = out_ptr as *mut std::ffi::c_void;
+    params.x = x_ptr as *const std::ffi::c_void;
+    params.dt = dt_ptr as *const std::ffi::c_void;
+    params.A = a_ptr as *const f32;
+    params.B = b_ptr as *const std::ffi::c_void;
+    params.C = c_ptr as *const std::ffi::c_void;
+    params.D = raw(&d) as *const std::ffi::c_void;
+    params.z = raw(&z) as *const std::ffi::c_void;
+    params.dt_bias = raw(&dt_bias) as *const std::ffi::c_void;
+    params.state_batch_indices = raw(&src_idx) as *const std::ffi::c_void;
+    params.dst_state_batch_indices = raw(&dst_idx) as *const std::ffi::c_void;
+    match &args.seed {
+        Some(SeedSource::FromGenerator { .. }) if sr => {
+            params.generator_state = raw(&seed) as *const sys::mamba_ssu_generator_state;
+        }
+        Some(SeedSource::Pointer(_)) if sr => params.rand_seed = raw(&seed) as *const i64,
+        Some(SeedSource::Prefetched(p)) if sr => params.rand_seed = p.device_ptr() as *const i64,
+        Some(SeedSource::Fused(f)) => {
+            // The draw position (also what a chain's next link is derived from), even without
+            // stochastic rounding in this call: the next call of the chain needs its link.
+            if let Some(state) = f.generator_state() {
+                params.generator_state = state as *const sys::mamba_ssu_generator_state;
+            }
+            params.generator_seed = f.generator_seed();
+            params.seed_offset = f.seed_offset();
+            if let Some(link) = f.linked_seed().filter(|_| sr) {
+                params.rand_seed = link as *const i64;
+            }
+            if let Some(next) = f.seed_next() {
+                params.seed_next = next as *mut i64;
+            }
+        }
+        _ => {}
+    }
+
+    // SAFETY: every pointer in `params` is null (an absent optional tensor) or the start of a
+    // live device buffer on the stream's device (checked above), held by a guard that is
+    // dropped only after this call returns; `validate` proved that every element the kernel
+    // can address (shape, strides, dtype) lies inside its buffer and that the layouts are
+    // the launcher's contract. Index values are device data the kernel range-checks (an
+    // out-of-range slot is treated as a pad). `params` outlives the call, which copies it.
+    let status =
+        unsafe { sys::mamba_ssu_selective_state_update(ffi::stream_handle(stream), &params) };
+    ffi::check(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ssu::fixtures::*;
+
+    /// Fake device addresses, 256-byte aligned, one per tensor.
+    fn with_fake_pointers(mut p: sys::mamba_ssu_params, spec: &SsuSpec) -> sys::mamba_ssu_params {
+        let mut next = 0x1000_0000usize;
+        let mut addr = || {
+            next += 0x10_0000;
+            next as *mut std::ffi::c_void
+        };
+        p.state = addr();
+        p.out = addr();
+        p.x = addr();
+        p.dt = addr();
+        p.A = addr() as *const f32;
+        p.B = addr();
+        p.C = addr();
+        let mut opt = |l: &Option<TensorLayout>| {
+            if l.is_some() {
+                addr() as *const std::ffi::c_void
+            } else {
+                std::ptr::null()
+            }
+        };
+        p.D = opt(&spec.d);
+        p.z = opt(&spec.z);
+        p.dt_bias = opt(&spec.dt_bias);
+        p.state_batch_indices = opt(&spec.state_batch_indices);
+        p.dst_state_batch_indices = opt(&spec.dst_state_batch_indices);
+        p.rand_seed = addr() as *const i64;
+        p.generator_state = addr() as *const sys::mamba_ssu_generator_state;
+        p.num_sms = 132;
+        p
+    }
+
+    #[test]
+    fn launcher_check_accepts_what_validate_accepts() {
+        let specs = [
+            base(),
+            with(|s| {
+                s.d = None;
+                s.z = None;
+                s.dt_bias = None;
+                s.state_batch_indices = None;
+                s.dst_state_batch_indices = None;
+                s.philox_rounds = 0;
+            }),
+            with(|s| {
+                s.state_batch_indices = Some(lay(DType::I64, &[BATCH, 4], &[4, 1]));
+                s.dst_state_batch_indices = Some(lay(DType::I64, &[BATCH, 4], &[4, 1]));
+                s.seed = Some(SeedSpec::FromGenerator { offset: 12 });
+                s.philox_rounds = 5;
+            }),
+            with(|s| {
+                s.state.dtype = DType::F32;
+                s.philox_rounds = 0;
+                s.x.strides[0] = 0;
+            }),
+            with(|s| {
+                s.seed = Some(SeedSpec::FromValues {
+                    seed: u64::MAX,
+                    offset: 1 << 40,
+                })
+            }),
+        ];
+        for spec in specs {
+            let problem = validate(&spec).unwrap();
+            for algorithm in [Algorithm::Auto, Algorithm::Simple, Algorithm::Vertical] {
+                let p = fill_params(&spec, &problem, 0, true, true, algorithm).unwrap();
+                let p = with_fake_pointers(p, &spec);
+                // SAFETY: the check only reads `p` (pointer values included, never the memory
+                // they point to).
+                let status = unsafe { sys::mamba_ssu_selective_state_update_check(&p) };
+                assert_eq!(
+                    ffi::check(status).map_err(|e| e.to_string()),
+                    Ok(()),
+                    "{spec:?}"
+                );
+            }
+        }
+    }
+
+    /// The fused chain's `seed_next`: aligned pointer and a whole draw position.
+    #[test]
+    fn launcher_check_of_seed_next() {
+        let spec = base();
+        let problem = validate(&spec).unwrap();
+        let p = fill_params(&spec, &problem, 0, true, true, Algorithm::Auto).unwrap();
+        let mut p = with_fake_pointers(p, &spec);
+        let check = |p: &sys::mamba_ssu_params| {
+            // SAFETY: the check only reads `p` (pointer values included, never the memory
+            // they point to).
+            ffi::check(unsafe { sys::mamba_ssu_selective_state_update_check(p) })
+                .map_err(|e| e.to_string())
+        };
+        p.seed_next = 0x2000_0000usize as *mut i64;
+        p.seed_offset = 8;
+        assert_eq!(check(&p), Ok(()));
+        p.seed_next = 0x2000_0004usize as *mut i64;
+        assert!(check(&p).unwrap_err().contains("seed_next"), "misaligned");
+        p.seed_next = 0x2000_0000usize as *mut i64;
+        p.seed_offset = 6;
+        assert!(check(&p).unwrap_err().contains("seed_offset"), "offset % 4");
+    }
+
+    #[test]
+    fn params_carry_the_spec() {
+        let spec = with(|s| s.seed = Some(SeedSpec::FromGenerator { offset: 40 }));
+        let problem = validate(&spec).unwrap();
+        let p = fill_params(&spec, &problem, 7, true, false, Algorithm::Vertical).unwrap();
+        assert_eq!(
+            (p.batch, p.nheads, p.dim, p.dstate, p.ngroups),
+            (2, 4, 8, 64, 2)
+        );
+        assert_eq!(p.state_cache_size, SLOTS as i64);
+        assert_eq!(p.state_stride_batch, SLOT_STRIDE as i64);
+        assert_eq!(
+            (p.x_stride_batch, p.dt_stride_batch, p.B_stride_batch),
+            (32, 4, 128)
+        );
+        assert_eq!((p.pad_slot_id, p.dt_softplus, p.update_state), (7, 1, 0));
+        assert_eq!(p.seed_source, sys::MAMBA_SSU_SEED_FROM_GENERATOR as i32);
+        assert_eq!((p.seed_offset, p.philox_rounds), (40, 10));
+        assert_eq!(p.algorithm, sys::MAMBA_SSU_ALGO_VERTICAL as i32);
+        assert_eq!(
+            (p.state_dtype, p.input_dtype),
+            (DType::F16.ffi(), DType::BF16.ffi())
+        );
+        let spec = with(|s| {
+            s.seed = Some(SeedSpec::FromValues {
+                seed: 0xDEAD_BEEF_0123,
+                offset: 96,
+            })
+        });
+        let p = fill_params(
+            &spec,
+            &validate(&spec).unwrap(),
+            0,
+            true,
+            true,
+            Algorithm::Simple,
+        )
+        .unwrap();
+        assert_eq!(p.seed_source, sys::MAMBA_SSU_SEED_FROM_VALUES as i32);
+        assert_eq!((p.generator_seed, p.seed_offset), (0xDEAD_BEEF_0123, 96));
+        // Rounds 0: the seed is ignored and not passed.
+        let spec = with(|s| s.philox_rounds = 0);
+        let p = fill_params(
+            &spec,
+            &validate(&spec).unwrap(),
+            0,
+            false,
+            true,
+            Algorithm::Auto,
+        )
+        .unwrap();
+        assert_eq!(
+            (p.philox_rounds, p.seed_source),
+            (0, sys::MAMBA_SSU_SEED_POINTER as i32)
+        );
+    }
+}

@@ -1,0 +1,100 @@
+//! Selective state update (single token): the safe layer over the C launcher
+//! `mamba_ssu_selective_state_update` (`csrc/ssu.cu`), FlashInfer 0.7.2 compatible.
+//!
+//! Layer: safe API. Tensors are type-erased views of borrowed cudarc buffers ([`Tensor`],
+//! [`TensorMut`], defined in [`crate::tensor`] and re-exported here) with a dtype, a shape and
+//! strides in elements, like torch tensors whose storage offset is the start of the buffer:
+//! element `[i0, i1, ..]` lives at `Σ i_k · stride_k` (a stride may be 0 for a broadcast
+//! dimension). [`validate`] checks the whole contract as a pure function of the layouts;
+//! [`selective_state_update`] validates, checks devices, fills `mamba_ssu_params` and enqueues
+//! one kernel. The call is **asynchronous on the stream it is given**: it returns once the
+//! kernel is enqueued, and cudarc's event tracking orders it after earlier writes of the
+//! buffers.
+//!
+//! # Shape and stride contract (FlashInfer's)
+//! | argument | shape | dtype | strides (elements) |
+//! |---|---|---|---|
+//! | `state` | (slots, nheads, dim, dstate) | F16, BF16, F32 | (s0, dim·dstate, dstate, 1), s0 ≥ nheads·dim·dstate, s0 · elem a multiple of 16 bytes |
+//! | `x`, `out`, `z` | (batch, nheads, dim) | input dtype: F16, BF16, F32 | (sb, dim, 1), sb · elem a multiple of 16 bytes; `out` rows may not overlap |
+//! | `dt` | (batch, nheads, dim) | weight dtype: F16, BF16, F32 | (any, 1, 0) |
+//! | `A` | (nheads, dim, dstate) | F32 | (1, 0, 0) |
+//! | `D`, `dt_bias` | (nheads, dim) | weight dtype | (1, 0) |
+//! | `B`, `C` | (batch, ngroups, dstate) | input dtype | (sb, dstate, 1), sb · elem a multiple of 16 bytes |
+//! | `state_batch_indices`, `dst_state_batch_indices` | (batch,) or (batch, T) | I32 or I64 (both the same) | any; column 0 is read |
+//! | `rand_seed` ([`SeedSource::Pointer`]) | one element | I64 | — |
+//!
+//! dstate ∈ {64, 128, 256}; ngroups divides nheads; batch ≥ 1; every dimension ≥ 1; every
+//! tensor's largest reachable element lies inside its buffer. `x`, `z`, `B`, `C`, `out` and
+//! `state` must start 16-byte aligned (checked at launch; whole cudarc allocations are).
+//! `philox_rounds` ∈ 0..=10; rounds > 0 (stochastic rounding) need an F16 state and a seed. A
+//! seed given with `philox_rounds == 0` is ignored, unchecked and not passed (the state is
+//! rounded to nearest). The seed is one int64 in device memory ([`SeedSource::Pointer`],
+//! FlashInfer's `rand_seed`), or the kernel derives the stock torch draw itself, from a
+//! device-resident generator state ([`SeedSource::FromGenerator`], CUDA-graph safe) or from
+//! host values ([`SeedSource::FromValues`]); the fused offsets are multiples of 4.
+//!
+//! Slots: batch entry `b` reads slot `state_batch_indices[b, 0]` (or `b` without indices) and
+//! writes `dst_state_batch_indices[b, 0]` (or the read slot). A read slot equal to
+//! `pad_slot_id` (or outside `0..slots`) is a pad: the state is read as zeros, `out` is still
+//! written, no state is written; a write slot equal to `pad_slot_id` (or out of range) is not
+//! written either. Index values live in device memory and are not checked on the host.
+//!
+//! Speed: the shapes engines run hot (F16 state, BF16 inputs and weights, F32 `A`, dim 64,
+//! dstate 128, 0, 5 or 10 rounds) run compiled-in kernels, each built with and without `z`:
+//! leaving `z` as `None` (gating done later, as in engines' Mamba-2 mixers) runs a loop with
+//! no `z` work at all. Every other combination runs a kernel that takes sizes, dtypes and rounds
+//! at run time (same results, slower). Figures: `BENCHMARKS.md`.
+//!
+//! # Example
+//! ```no_run
+//! use mamba_ssu::device;
+//! use mamba_ssu::ssu::{selective_state_update, SeedSource, SsuArgs, Tensor, TensorMut};
+//! use half::{bf16, f16};
+//!
+//! # fn main() -> Result<(), mamba_ssu::Error> {
+//! let (slots, batch, nheads, dim, dstate, ngroups) = (8, 4, 32, 64, 128, 8);
+//! let ctx = device::open(0)?;
+//! let stream = ctx.new_stream()?;
+//! let mut state = stream.alloc_zeros::<f16>(slots * nheads * dim * dstate)?;
+//! let x = stream.alloc_zeros::<bf16>(batch * nheads * dim)?;
+//! let dt = stream.alloc_zeros::<bf16>(batch * nheads)?;
+//! let a = stream.alloc_zeros::<f32>(nheads)?;
+//! let bc = stream.alloc_zeros::<bf16>(batch * ngroups * dstate)?;
+//! let mut out = stream.alloc_zeros::<bf16>(batch * nheads * dim)?;
+//! let seed = stream.alloc_zeros::<i64>(1)?;
+//! let mut args = SsuArgs::new(
+//!     TensorMut::contiguous(&mut state, &[slots, nheads, dim, dstate])?,
+//!     Tensor::contiguous(&x, &[batch, nheads, dim])?,
+//!     Tensor::new(&dt, &[batch, nheads, dim], &[nheads, 1, 0])?,
+//!     Tensor::new(&a, &[nheads, dim, dstate], &[1, 0, 0])?,
+//!     Tensor::contiguous(&bc, &[batch, ngroups, dstate])?,
+//!     Tensor::contiguous(&bc, &[batch, ngroups, dstate])?,
+//!     TensorMut::contiguous(&mut out, &[batch, nheads, dim])?,
+//! )
+//! .dt_softplus(true)
+//! .stochastic_rounding(SeedSource::Pointer(Tensor::contiguous(&seed, &[1])?), 10);
+//! selective_state_update(&stream, &mut args)?; // asynchronous on `stream`
+//! # Ok(()) }
+//! ```
+
+// Files: `args.rs` holds the call's arguments and their host-side description (SsuArgs,
+// SeedSource, Algorithm, SsuSpec, SeedSpec, SsuProblem); `validation.rs` holds `validate` and
+// its helpers; `launch.rs` holds `selective_state_update` (device checks, pointers, the C ABI's
+// parameters, the launch); `fixtures.rs` holds the valid call the unit tests start from. Each
+// file carries the unit tests of its own code.
+
+mod args;
+#[cfg(test)]
+mod fixtures;
+mod launch;
+mod validation;
+
+pub use args::{Algorithm, SeedSource, SeedSpec, SsuArgs, SsuProblem, SsuSpec};
+pub use launch::selective_state_update;
+pub use validation::{validate, MAX_PHILOX_ROUNDS, SUPPORTED_DSTATE};
+
+#[doc(inline)]
+pub use crate::tensor::{
+    DType, Element, IntoDeviceView, IntoDeviceViewMut, Tensor, TensorLayout, TensorMut, MAX_RANK,
+    VECTOR_ALIGN,
+};
