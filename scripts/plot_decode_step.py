@@ -2,6 +2,8 @@
 """Plots decode-step time against batch per seed mode from decode_step's JSON.
 
 usage: python3 scripts/plot_decode_step.py decode_step.json decode_step.png
+(the file of `decode_step --json decode_step.json`: benches/decode_step.rs, format in
+benches/decode_step/json.rs)
 Needs matplotlib (present on the GPU host; `pip install matplotlib` elsewhere).
 """
 import json

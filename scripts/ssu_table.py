@@ -2,6 +2,8 @@
 """Renders ssu_bench's JSON as the BENCHMARKS.md table and checks it against issue 3's goals.
 
 usage: python3 scripts/ssu_table.py ssu_bench.json
+(the file of `ssu_bench --json ssu_bench.json`: benches/ssu_bench.rs, format in
+benches/ssu_bench/json.rs)
 Cells: ours µs (ours % of copy bandwidth) / FlashInfer µs · FlashInfer time ÷ ours.
 """
 import json

@@ -1,36 +1,57 @@
-//! The `mamba-ssu seeds` command line: torch's values, JSON shape, exit codes.
+//! The `mamba-ssu` command line (`examples/mamba-ssu.rs`): torch's values, JSON shape, exit
+//! codes, and no panic on odd input (non-UTF-8 arguments, a closed stdout, huge counts).
 
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use mamba_ssu::philox::torch_seeds;
 use serde_json::Value;
 
-/// The binary: cargo's path here; on a GPU host that runs bundled test binaries, the bundled
-/// copy (`.gpu/bin/mamba-ssu`, from `gpu-bundle --bin mamba-ssu`) or `$MAMBA_SSU_BIN`.
+/// The program: `$MAMBA_SSU_BIN`; else the example cargo built next to this test
+/// (`<target>/<profile>/examples/mamba-ssu`; `cargo test` builds examples, `cargo test --test
+/// cli` alone does not); else, on a GPU host that runs bundled test binaries, the bundled copy
+/// (`.gpu/bin/mamba-ssu`, from `gpu-bundle --example mamba-ssu`).
 fn binary() -> PathBuf {
     if let Some(p) = std::env::var_os("MAMBA_SSU_BIN") {
         return PathBuf::from(p);
     }
-    let built = PathBuf::from(env!("CARGO_BIN_EXE_mamba-ssu"));
-    if built.exists() {
+    let exe = std::env::current_exe().expect("the test's own path");
+    // The test runs from <target>/<profile>/deps/.
+    let built = exe.parent().and_then(|deps| deps.parent()).map(|profile| {
+        profile
+            .join("examples")
+            .join(format!("mamba-ssu{}", std::env::consts::EXE_SUFFIX))
+    });
+    if let Some(built) = built.filter(|p| p.exists()) {
         return built;
     }
     let bundled = PathBuf::from(".gpu/bin/mamba-ssu");
     assert!(
         bundled.exists(),
-        "mamba-ssu binary not found ({built:?}, {bundled:?})"
+        "mamba-ssu not found next to {exe:?} nor at {bundled:?}: build it with \
+         `cargo build --example mamba-ssu` (plain `cargo test` does) or set MAMBA_SSU_BIN"
     );
     bundled
 }
 
-fn cli(args: &[&str]) -> std::process::Output {
+fn cli<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Output {
     Command::new(binary())
         .args(args)
         .output()
         .expect("running mamba-ssu")
+}
+
+/// Exit code 2, one line on stderr, nothing on stdout.
+fn assert_usage_error<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S]) -> String {
+    let out = cli(args);
+    assert_eq!(out.status.code(), Some(2), "args {args:?}");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(out.stdout.is_empty());
+    err
 }
 
 fn json(out: &std::process::Output) -> Value {
@@ -116,12 +137,107 @@ fn bad_arguments_exit_2_with_one_line() {
         ][..],
         &["nonsense"][..],
     ] {
-        let out = cli(args);
-        assert_eq!(out.status.code(), Some(2), "args {args:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
-        assert!(out.stdout.is_empty());
+        assert_usage_error(args);
     }
+}
+
+#[test]
+fn a_sign_is_not_a_number() {
+    // `u64::from_str` (and so clap's u64 parser) would take `+5`.
+    for args in [
+        &["seeds", "--seed", "+5", "--offset", "0", "--count", "1"][..],
+        &["seeds", "--seed", "0x+5", "--offset", "0", "--count", "1"][..],
+        &["seeds", "--seed", "1", "--offset", "+4", "--count", "1"][..],
+        &["seeds", "--seed", "1", "--offset", "0", "--count", "+5"][..],
+        &["seeds", "--seed", " 5", "--offset", "0", "--count", "1"][..],
+        &["seeds", "--seed", "-5", "--offset", "0", "--count", "1"][..],
+        &["bench-seeds", "--replays", "+5"][..],
+    ] {
+        assert_usage_error(args);
+    }
+}
+
+#[test]
+fn huge_counts_are_refused_before_anything_runs() {
+    for (args, names) in [
+        (
+            &["bench-seeds", "--replays", "18446744073709551615"][..],
+            "--replays",
+        ),
+        (&["bench-seeds", "--replays", "1000001"][..], "--replays"),
+        (&["bench-seeds", "--replays", "0"][..], "--replays"),
+        (
+            &[
+                "seeds", "--seed", "1", "--offset", "0", "--count", "16777217",
+            ][..],
+            "--count",
+        ),
+        (
+            &[
+                "seeds",
+                "--seed",
+                "1",
+                "--offset",
+                "0",
+                "--count",
+                "18446744073709551615",
+            ][..],
+            "--count",
+        ),
+    ] {
+        let err = assert_usage_error(args);
+        assert!(err.contains(names), "names the option: {err}");
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn non_utf8_arguments_are_usage_errors() {
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStringExt;
+    let bad = || OsString::from_vec(b"\xff\xfe".to_vec());
+    let s = |v: &str| OsString::from(v);
+    for args in [
+        vec![bad()],
+        vec![
+            s("seeds"),
+            s("--seed"),
+            bad(),
+            s("--offset"),
+            s("0"),
+            s("--count"),
+            s("1"),
+        ],
+        vec![
+            s("seeds"),
+            s("--seed"),
+            s("1"),
+            s("--offset"),
+            s("0"),
+            s("--count"),
+            s("1"),
+            bad(),
+        ],
+        vec![s("bench-seeds"), s("--replays"), bad()],
+    ] {
+        assert_usage_error(&args);
+    }
+}
+
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    // 65536 draws are about 700 KB, more than a pipe holds: the write meets the closed end.
+    let mut child = Command::new(binary())
+        .args(["seeds", "--seed", "1", "--offset", "0", "--count", "65536"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running mamba-ssu");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.is_empty(), "no message, no panic: {err}");
 }
 
 #[test]
@@ -165,5 +281,21 @@ fn demo_runs_without_a_gpu() {
         assert!(text.lines().next().unwrap().starts_with("no CUDA GPU here"));
     } else {
         assert!(text.contains("all equal to torch's formula"), "{text}");
+    }
+}
+
+#[test]
+fn help_and_version_exit_0_on_stdout() {
+    for args in [
+        &["--help"][..],
+        &["seeds", "--help"][..],
+        &["--version"][..],
+    ] {
+        let out = cli(args);
+        assert_eq!(out.status.code(), Some(0), "args {args:?}");
+        assert!(
+            !out.stdout.is_empty() && out.stderr.is_empty(),
+            "args {args:?}"
+        );
     }
 }

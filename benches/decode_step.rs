@@ -1,17 +1,28 @@
-//! `decode-step`: the decode-step benchmark (the README's main job).
+//! `decode_step`: the decode-step benchmark (the README's main job).
 //!
 //! Simulates a Nemotron-H decode step on the GPU (40 layers, each a filler kernel for the
 //! conv1d update plus the SSU at tensor-parallel-4 shapes: 32 heads, dim 64, dstate 128,
 //! 8 groups, fp16 state with stochastic rounding, 5 Philox rounds) for each seed mode (stock,
 //! prefetch, fused, fixed) and batch size, eagerly and as CUDA graphs. Prints step-time medians,
 //! each mode's ratio to stock and the seed overhead removed, (stock - mode) / (stock - fixed);
-//! writes the figures as JSON (`--json PATH`). Before timing, it checks that stock, prefetch and
-//! fused give bit-identical states and outputs.
+//! writes the figures as JSON (`--json PATH`, the format of `decode_step/json.rs`). Before
+//! timing, it checks that stock, prefetch and fused give bit-identical states and outputs.
 //!
 //! ```text
-//! decode-step [--batch 1,2,4,8,16,32,64] [--steps N] [--json PATH] [--quick] [--nvtx-only]
+//! decode_step [--batch 1,2,4,8,16,32,64] [--steps N] [--json PATH] [--quick] [--nvtx-only]
+//!
+//! cargo bench --bench decode_step -- ARGS    (here)
+//! .gpu/bin/decode_step ARGS                  (../shared/tools/gpu-bundle --bench decode_step)
 //! ```
-//! `--nvtx-only` runs one eager step per mode (for `ncu --nvtx` range checks).
+//! `--nvtx-only` runs one eager step per mode (for `ncu --nvtx` range checks). A bench with
+//! `harness = false`: `cargo bench` passes `--bench`, which is ignored. Bad arguments: clap's
+//! message and exit code 2; a failure while running: one line and 1. The argument parsing and
+//! the JSON are tested in `tests/bench_programs.rs`.
+
+#[path = "decode_step/args.rs"]
+mod args;
+#[path = "decode_step/json.rs"]
+mod json;
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -24,58 +35,6 @@ use mamba_ssu::prefetch::{CaptureLayout, Prefetcher};
 use mamba_ssu::{device, Generator};
 
 type AnyResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
-
-struct Opts {
-    batches: Vec<usize>,
-    steps: usize,
-    json: Option<String>,
-    nvtx_only: bool,
-}
-
-fn parse() -> Result<Opts, String> {
-    let mut o = Opts {
-        batches: vec![1, 2, 4, 8, 16, 32, 64],
-        steps: 200,
-        json: None,
-        nvtx_only: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--batch" => {
-                let v = it.next().ok_or("--batch: missing value")?;
-                o.batches = v
-                    .split(',')
-                    .map(|s| s.trim().parse::<usize>().map_err(|_| format!("--batch: bad `{s}`")))
-                    .collect::<Result<_, _>>()?;
-                if o.batches.contains(&0) {
-                    return Err("--batch: sizes must be >= 1".into());
-                }
-            }
-            "--steps" => {
-                let v = it.next().ok_or("--steps: missing value")?;
-                o.steps = v.parse().map_err(|_| format!("--steps: bad `{v}`"))?;
-                if o.steps == 0 {
-                    return Err("--steps: must be >= 1".into());
-                }
-            }
-            "--json" => o.json = Some(it.next().ok_or("--json: missing value")?),
-            "--quick" => {
-                o.batches = vec![1, 8, 64];
-                o.steps = 50;
-            }
-            "--nvtx-only" => o.nvtx_only = true,
-            "-h" | "--help" => {
-                return Err(
-                    "usage: decode-step [--batch 1,2,..] [--steps N] [--json PATH] [--quick] [--nvtx-only]"
-                        .into(),
-                )
-            }
-            other => return Err(format!("unexpected argument `{other}`")),
-        }
-    }
-    Ok(o)
-}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -232,13 +191,7 @@ struct Row {
 }
 
 fn run() -> AnyResult<()> {
-    let opts = match parse() {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("decode-step: {e}");
-            std::process::exit(2)
-        }
-    };
+    let opts = args::parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit());
     let ctx = match device::open(0) {
         Ok(c) => c,
         Err(e) if e.is_no_gpu() => {
@@ -395,33 +348,24 @@ fn run() -> AnyResult<()> {
         }
     }
     if let Some(path) = opts.json {
-        let mut s = format!(
-            "{{\"device\":\"{device_name}\",\"steps\":{},\"layers\":40,\"nheads\":32,\"dim\":64,\"dstate\":128,\"ngroups\":8,\"philox_rounds\":5,\"rows\":[",
-            opts.steps
-        );
-        for (i, (batch, row)) in rows.iter().enumerate() {
-            let obj = |m: &BTreeMap<&str, f64>| {
-                let parts: Vec<String> = m.iter().map(|(k, v)| format!("\"{k}\":{v:.3}")).collect();
-                format!("{{{}}}", parts.join(","))
-            };
-            s += &format!(
-                "{}{{\"batch\":{batch},\"eager_us\":{},\"graph_us\":{},\"graph_overhead_removed_pct\":{{\"prefetch\":{:.2},\"prefetch-branch\":{:.2},\"fused\":{:.2},\"fused-per-call\":{:.2}}},\"graph_overhead_removed_paired_pct\":{{\"prefetch\":{:.2},\"prefetch-branch\":{:.2},\"fused\":{:.2},\"fused-per-call\":{:.2}}}}}",
-                if i > 0 { "," } else { "" },
-                obj(&row.eager),
-                obj(&row.graph),
-                removed(&row.graph, "prefetch"),
-                removed(&row.graph, "prefetch-branch"),
-                removed(&row.graph, "fused"),
-                removed(&row.graph, "fused-per-call"),
-                removed_paired(&row.graph_paired_saving, "prefetch"),
-                removed_paired(&row.graph_paired_saving, "prefetch-branch"),
-                removed_paired(&row.graph_paired_saving, "fused"),
-                removed_paired(&row.graph_paired_saving, "fused-per-call")
-            );
+        let mut report =
+            json::Report::new(device_name, opts.steps, &DecodeShape::nemotron_h_tp4(1));
+        for (batch, row) in &rows {
+            report.rows.push(json::Row {
+                batch: *batch,
+                eager_us: json::rounded(&row.eager, 3),
+                graph_us: json::rounded(&row.graph, 3),
+                graph_overhead_removed_pct: json::Removed::from_fn(|mode| {
+                    removed(&row.graph, mode)
+                }),
+                graph_overhead_removed_paired_pct: json::Removed::from_fn(|mode| {
+                    removed_paired(&row.graph_paired_saving, mode)
+                }),
+            });
         }
-        s += "]}\n";
-        std::fs::write(&path, s)?;
-        println!("\nJSON written to {path}");
+        std::fs::write(&path, serde_json::to_string(&report)? + "\n")
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        println!("\nJSON written to {}", path.display());
     }
     Ok(())
 }

@@ -1,0 +1,92 @@
+//! `decode_step`'s command line (clap). Also compiled into `tests/bench_programs.rs`.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// The most `--steps` accepted (every step's time is kept in memory).
+pub const MAX_STEPS: usize = 1_000_000;
+
+/// What a run measures.
+#[derive(Debug)]
+pub struct Opts {
+    pub batches: Vec<usize>,
+    pub steps: usize,
+    pub json: Option<PathBuf>,
+    pub nvtx_only: bool,
+}
+
+/// The decode-step benchmark: stock, prefetch, fused and fixed seeds in a simulated Nemotron-H
+/// decode step (needs a GPU; without one it says so in one line).
+#[derive(Parser, Debug)]
+#[command(
+    name = "decode_step",
+    bin_name = "decode_step",
+    args_override_self = true
+)]
+struct Args {
+    /// Batch sizes, comma-separated [default: 1,2,4,8,16,32,64; with --quick 1,8,64]
+    #[arg(long, value_name = "1,2,..", value_parser = parse_batches)]
+    batch: Option<Batches>,
+    /// Timed steps per configuration [default: 200; with --quick 50]
+    #[arg(long, value_name = "N", value_parser = parse_steps)]
+    steps: Option<usize>,
+    /// Write the figures as JSON to PATH
+    #[arg(long, value_name = "PATH")]
+    json: Option<PathBuf>,
+    /// Fewer batches and steps (explicit --batch/--steps still win)
+    #[arg(long)]
+    quick: bool,
+    /// Run one eager step per mode only (for `ncu --nvtx` range checks)
+    #[arg(long)]
+    nvtx_only: bool,
+    /// Passed by `cargo bench`; ignored
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Batches(Vec<usize>);
+
+fn parse_batches(s: &str) -> Result<Batches, String> {
+    let v = s
+        .split(',')
+        .map(|t| {
+            t.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("bad batch size `{t}`"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if v.contains(&0) {
+        return Err("sizes must be >= 1".into());
+    }
+    Ok(Batches(v))
+}
+
+fn parse_steps(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=MAX_STEPS).contains(&n) => Ok(n),
+        _ => Err(format!("expected 1..={MAX_STEPS}")),
+    }
+}
+
+/// Parses a command line (program name first, as `std::env::args_os()` gives it).
+pub fn parse_from<I, T>(args: I) -> Result<Opts, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let a = Args::try_parse_from(args)?;
+    let (batches, steps) = if a.quick {
+        (vec![1, 8, 64], 50)
+    } else {
+        (vec![1, 2, 4, 8, 16, 32, 64], 200)
+    };
+    Ok(Opts {
+        batches: a.batch.map_or(batches, |b| b.0),
+        steps: a.steps.unwrap_or(steps),
+        json: a.json,
+        nvtx_only: a.nvtx_only,
+    })
+}
