@@ -13,6 +13,10 @@ eval "$(bash scripts/setup.sh)"
 
 cargo fmt --check
 cargo clippy --all-targets --locked -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked
+
+# The README's commands that need no GPU, as printed.
+bash scripts/readme_commands.sh
 
 # The torch extension (python/): build it (torch 2.11.0 in ~/.cache/mamba-ssu) and run the
 # package's tests; its GPU tests skip without a GPU (and fail under MAMBA_SSU_REQUIRE_GPU=1).
