@@ -18,6 +18,8 @@ pub fn filler<D: DevicePtrMut<f32>>(stream: &CudaStream, buf: &mut D, rounds: u3
         return Err(Error::invalid("rounds", "expected >= 1, got 0"));
     }
     check_same_device("buf", stream, buf.stream())?;
+    // The launcher uses the thread's current context: make it the buffer's (== the stream's).
+    stream.context().bind_to_thread()?;
     let n = buf.len() as u64;
     let (ptr, _guard) = buf.device_ptr_mut(stream);
     // SAFETY: `ptr` addresses `n` f32 on the stream's device, alive until `_guard` drops after

@@ -138,6 +138,8 @@ impl GraphSeedState {
     /// Writes `(seed, offset)` into the device state with a kernel on `stream`.
     pub fn write(&mut self, stream: &CudaStream, seed: u64, offset: u64) -> Result<()> {
         crate::device::check_same_device("generator_state", stream, self.state.stream())?;
+        // The launcher uses the thread's current context: make it the state's (== the stream's).
+        stream.context().bind_to_thread()?;
         let (ptr, _guard) = self.state.device_ptr_mut(stream);
         // SAFETY: `ptr` is a live allocation of two u64 (16 bytes, 8-byte aligned) on the
         // stream's device, kept alive by `_guard` until the kernel is enqueued; the launcher

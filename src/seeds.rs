@@ -54,6 +54,8 @@ where
         ));
     }
     check_same_device("out", stream, out.stream())?;
+    // The launcher uses the thread's current context: make it the buffers' (== the stream's).
+    stream.context().bind_to_thread()?;
     let (ptr, _guard) = out.device_ptr_mut(stream);
     // SAFETY: `ptr` addresses at least `n` int64 on the stream's device (checked above) and
     // stays allocated while `_guard` lives, i.e. until the kernel is enqueued; the launcher
@@ -108,6 +110,8 @@ where
     }
     check_same_device("out", stream, out.stream())?;
     check_same_device("state", stream, state.device_state().stream())?;
+    // The launcher uses the thread's current context: make it the buffers' (== the stream's).
+    stream.context().bind_to_thread()?;
     let (state_ptr, _state_guard) = state.device_state().device_ptr(stream);
     let (ptr, _guard) = out.device_ptr_mut(stream);
     // SAFETY: `ptr` addresses at least `n` int64 and `state_ptr` two u64 (the
