@@ -1,5 +1,7 @@
 // ssu.cu — host side of the selective-state-update kernel: validation,
-// algorithm resolution and dispatch (device code: ssu.cuh).
+// algorithm resolution and dispatch. The device code is ssu.cuh (Args, the configs, the body
+// and the kernel template, built on fp32_ops.cuh, sr.cuh, philox_words.cuh and loads.cuh),
+// instantiated here by the launches.
 //
 // Dispatch: the hot kernels (HotConfig) serve fp16 state, bf16 x/z/B/C/out,
 // bf16 dt/D/dt_bias, dim 64, dstate 128 and 0, 5 or 10 Philox rounds: per (layout,
@@ -262,11 +264,12 @@ bool below_switch(int64_t batch, int64_t nheads, int num_sms) {
 #define MAMBA_SSU_RPW_WARPS_PER_SM 8
 #endif
 // Most rows per warp of the hot kernels with stochastic rounding (16, 32 or 64; above 16 a block
-// has 2 or 1 warps). Measured on the H200 (docs/perf-notes.md, session 4): 32 rows per warp
-// make the SR kernels 1-6 % faster than 16 at 128 heads x batch 64-256 (the per-warp prologue
-// is spread over twice the rows) and 64 no faster than 32; without SR 32 or 64 rows per warp
-// were up to 13 % SLOWER, and with fewer than 32 warps per SM left (128 heads x batch 16) so were
-// the SR kernels, hence the limits below.
+// has 2 or 1 warps). Measured on the H200 (docs/perf-notes.md,
+// 'The SR chunk path, longer warps, occupancy, waves' (2026-11-30)): 32 rows per warp make the SR
+// kernels 1-6 % faster than 16 at 128 heads x batch 64-256 (the per-warp prologue is spread over
+// twice the rows) and 64 no faster than 32; without SR 32 or 64 rows per warp were up to
+// 13 % SLOWER, and with fewer than 32 warps per SM left (128 heads x batch 16) so were the SR
+// kernels, hence the limits below.
 #ifndef MAMBA_SSU_MAX_RPW
 #define MAMBA_SSU_MAX_RPW 32
 #endif
@@ -303,11 +306,13 @@ int launch(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t str
 // kernels, each measured on both sides on the H200:
 // - 10 rounds, simple: pad chunks zeroed word by word (HotConfig::kZeroWords) on large grids,
 //   1.6-2.0 % faster at 128 heads x 64-256 (524 288 rows and more), 2-10 % slower at 32 heads
-//   x 2-32 (up to 131 072 rows; session 7); zero-page pad reads on large grids only (session
-//   11, see HotConfig::kZeroPage);
+//   x 2-32 (up to 131 072 rows; docs/perf-notes.md, 'z as a compile-time fact, pad zeroing'
+//   (2026-11-30)); zero-page pad reads on large grids only (docs/perf-notes.md, 'The chunk's
+//   overhead instructions' (2026-12-01), see HotConfig::kZeroPage);
 // - 10 rounds, vertical, and without SR: x as one vector per chunk and the output through a
 //   per-lane pointer (HotConfig::kVecX) on large grids only for the former, on small grids
-//   only for the latter (session 11: see there).
+//   only for the latter (docs/perf-notes.md, 'The chunk's overhead instructions' (2026-12-01),
+//   see there).
 #ifndef MAMBA_SSU_R10S_ZW_ROWS
 #define MAMBA_SSU_R10S_ZW_ROWS 262144
 #endif
@@ -466,10 +471,11 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   // more rows. A block still serves one (b, h) (so that everything derived from the block
   // index stays in uniform registers): it has 2 or 1 warps instead of 4.
   const int max_rpw = hot && !small && p.philox_rounds > 0 ? MAMBA_SSU_MAX_RPW : kMaxRowsPerWarp;
-  // The 10-round vertical kernel (twice the Philox calls per element of the simple one) keeps
-  // more, shorter warps on small grids: rows per warp grow only while 16 warps per SM remain
-  // (8 for the others). Measured on the H200 (session 6, same-run A/B): 32 heads x 16 and
-  // 128 heads x 4 3.0-3.2 % faster, 32 x 8 0.5 %, other sizes unchanged.
+  // The 10-round vertical kernel (twice the Philox calls per element of the simple one) keeps more,
+  // shorter warps on small grids: rows per warp grow only while 16 warps per SM remain (8 for the
+  // others). Measured on the H200 (same-run A/B, docs/perf-notes.md,
+  // 'L2 prefetch, pipe-neutral SR forms, zero page' (2026-11-30)): 32 heads x 16 and 128 heads x 4
+  // 3.0-3.2 % faster, 32 x 8 0.5 %, other sizes unchanged.
 #ifndef MAMBA_SSU_R10V_RPW_WARPS
 #define MAMBA_SSU_R10V_RPW_WARPS 16
 #endif
@@ -487,10 +493,11 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
     rpw = 64;
   // Wave quantisation (hot kernels without SR): a grid just over one wave of resident blocks (at
   // most MAMBA_SSU_WAVE_SPLIT % of a wave, with the occupancy the kernel is compiled for) runs a
-  // second, partly empty wave of full-length blocks; halving the rows per warp spreads that
-  // tail. Measured on the H200 (session 4): 32 heads x batch 32 and 128 heads x 8 (1.29 waves)
-  // 7-8 % faster without SR; with SR the same split was 1-5 % slower (except 5 rounds simple,
-  // 2 % faster), so it is not applied there.
+  // second, partly empty wave of full-length blocks; halving the rows per warp spreads that tail.
+  // Measured on the H200 (docs/perf-notes.md,
+  // 'The SR chunk path, longer warps, occupancy, waves' (2026-11-30)): 32 heads x batch 32 and 128
+  // heads x 8 (1.29 waves) 7-8 % faster without SR; with SR the same split was 1-5 % slower (except
+  // 5 rounds simple, 2 % faster), so it is not applied there.
   if (MAMBA_SSU_WAVE_SPLIT != 0 && hot && !small && p.philox_rounds == 0) {
     const int64_t wave = int64_t{HotConfig<true, 0>::kMinBlocksPerSM} * num_sms;
     const int64_t heads = p.batch * p.nheads;
@@ -514,13 +521,14 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   // A tapered grid (HotConfig::kTaper): the last heads in 2^MAMBA_SSU_TAPER_SHIFT blocks each,
   // whose warps take that fraction of the rows, so that the grid's last wave drains sooner
   // (whole-head warps keep their short per-row prologue cost everywhere else). The tail is
-  // MAMBA_SSU_TAPER_PCT % of one wave of resident blocks. Only for grids of one block per head
-  // in the large-grid 10-round forms. Measured on the H200 (session 12, same-run A/B, minima of
-  // two or three repetitions, against no taper): quarters of a head over one wave (shift 2,
-  // 100 %) R=10 simple 1.3 % faster at 128 heads x 64, 0.7 % at 128 x 128, 1.2 % at 128 x 256
-  // (8 calls per graph) and 0.7-1.2 % under the 700 W power cap (128 calls per graph); R=10
-  // vertical 2.1 % and 0.9 % at 128 x 64 and 128. Halves (shift 1) gained 0.2-0.4 % less; half a
-  // wave (50 %) or two waves (200 %) less again; the 5-round kernels were not faster with it.
+  // MAMBA_SSU_TAPER_PCT % of one wave of resident blocks. Only for grids of one block per head in
+  // the large-grid 10-round forms. Measured on the H200 (docs/perf-notes.md,
+  // 'The power cap, tapered grids' (2026-12-01): same-run A/B, minima of two or three repetitions,
+  // against no taper): quarters of a head over one wave (shift 2, 100 %) R=10 simple 1.3 % faster
+  // at 128 heads x 64, 0.7 % at 128 x 128, 1.2 % at 128 x 256 (8 calls per graph) and
+  // 0.7-1.2 % under the 700 W power cap (128 calls per graph); R=10 vertical 2.1 % and 0.9 % at
+  // 128 x 64 and 128. Halves (shift 1) gained 0.2-0.4 % less; half a wave (50 %) or two waves
+  // (200 %) less again; the 5-round kernels were not faster with it.
 #ifndef MAMBA_SSU_TAPER_SHIFT
 #define MAMBA_SSU_TAPER_SHIFT 2
 #endif

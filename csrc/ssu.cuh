@@ -1,5 +1,13 @@
 // ssu.cuh — the single-token selective-state-update kernel (FlashInfer 0.7.2
-// compatible, bit for bit), as templated device code. Host launchers: ssu.cu.
+// compatible, bit for bit), as templated device code: the kernel's arguments (Args), the
+// build-time knobs, the configs (HotConfig, DynConfig: sizes, a lane's columns, its state,
+// input and output accesses, its Philox key), the row reduction in FlashInfer's tree order
+// (reduce_rows), the chunk loads, the fused seed (derive_seed), the body (ssu_body) and the
+// kernel template (ssu_kernel). Included by ssu.cu (host: validation, dispatch and the
+// instantiations); a second SSU kernel includes it for the configs and the row helpers.
+// Built on fp32_ops.cuh (FlashInfer's fp32 operations), sr.cuh (the stochastic-rounding
+// conversion), philox_words.cuh (which random words each element takes; the rounds are in
+// philox.cuh) and loads.cuh (vector loads and stores, cache operators, dtype conversions).
 //
 // Work layout
 // -----------
@@ -54,8 +62,13 @@
 // Numerics: every fp32 operation is pinned (__fmul_rn, __fadd_rn, __fmaf_rn;
 // the build flushes subnormals with -ftz=true) and ex2 / lg2 / rcp are the
 // approximate PTX instructions, which is what FlashInfer's -use_fast_math
-// build executes. See ../shared/docs/flashinfer-ssu.md for the operations,
-// the stochastic-rounding (SR) conversion and the Philox-to-column mapping.
+// build executes. FlashInfer's operations, one rounding each (rn): dt' = rn(dt + dt_bias),
+// then softplus when enabled and dt' <= 20 (fp32_ops.cuh); dA = ex2(rn(rn(A * dt') * L2E));
+// s' = fma(dA, s, rn(x * rn(B * dt'))); y = the lane partials, whose first accumulate takes
+// form F0, fma(sel, rn(D * x), rn(C * s')), or F1, fma(C, s', rn(sel * rn(D * x))) (sel = 1 on
+// lane 0, else 0), then fma(C, s', acc) in the lane's column order, summed by the shuffle-down
+// tree; gated by z (fp32_ops.cuh: gate) and rounded to nearest into out. The stochastic-rounding
+// (SR) conversion is described in sr.cuh, the Philox-to-column mapping in philox_words.cuh.
 //
 // The body is written once (ssu_body) over a config type:
 //   - HotConfig<kSimple, kRounds, kU, kGate, kZW>: fp16 state, bf16 inputs and weights, dim 64,
@@ -68,8 +81,12 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "fp32_ops.cuh"
 #include "include/mamba_ssu.h"
+#include "loads.cuh"
 #include "philox.cuh"
+#include "philox_words.cuh"
+#include "sr.cuh"
 
 namespace mamba_ssu {
 namespace ssu {
@@ -147,244 +164,6 @@ struct Args {
 };
 
 // ---------------------------------------------------------------------------
-// Exact fp32 helpers
-// ---------------------------------------------------------------------------
-
-constexpr float kL2E = 1.4426950408889634f; // log2(e)
-constexpr float kLN2 = 0.6931471805599453f; // ln(2)
-
-__device__ __forceinline__ float ex2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ float lg2_approx(float x) {
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ float rcp_approx(float x) {
-  float y;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// dt' = log(1 + exp(dt')) the way FlashInfer computes it.
-__device__ __forceinline__ float softplus(float v) {
-  return __fmul_rn(lg2_approx(__fadd_rn(ex2_approx(__fmul_rn(v, kL2E)), 1.0f)), kLN2);
-}
-
-// y * (z * sigmoid(z)).
-__device__ __forceinline__ float gate(float y, float z) {
-  const float sig =
-      rcp_approx(__fadd_rn(ex2_approx(__fmul_rn(__fsub_rn(0.0f, z), kL2E)), 1.0f));
-  return __fmul_rn(y, __fmul_rn(z, sig));
-}
-
-// ---------------------------------------------------------------------------
-// Stochastic rounding fp32 -> fp16 (software, as FlashInfer does on sm_90)
-// ---------------------------------------------------------------------------
-
-// The reference, for v with bits b and 13 random bits r: a = (b & 0x7FFFFFFF)
-// + r (u32); e = (a >> 23) & 0xFF, m = a & 0x7FFFFF; e == 255: NaN 0x7E00 if
-// m != 0 else Inf 0x7C00; e > 142: Inf; e < 113: 0; else ((e - 112) << 10) |
-// (m >> 13); then the sign bit of b as bit 15.
-//
-// Computed here on a2 = (b + r) << 1 = (2a) mod 2^32: the carry out of the
-// magnitude (a NaN near 0x7FFFFFFF, e.g. the canonical NaN, plus r) falls off
-// the top exactly as the reference's & 0xFF drops it, e = a2 >> 24 and
-// a2 >> 14 = (e << 10) | (m >> 13). So, comparing a2 unsigned:
-//   a2 < 113 << 24 -> 0; a2 > 0xFF000000 (e == 255, m != 0) -> 0x7E00;
-//   otherwise min((a2 >> 14) - (112 << 10), 0x7C00) (e > 142 gives >= 0x7C00).
-// Returns the magnitude bits (the sign is merged when two are packed).
-__device__ __forceinline__ uint32_t sr_fp16_magnitude(float v, uint32_t r13) {
-  // The shift as PTX keeps the compiler from splitting a2 >> 14 into
-  // ((b + r) >> 13) & 0x3FFFF, which costs one more instruction.
-  uint32_t a2;
-  asm("shl.b32 %0, %1, 1;" : "=r"(a2) : "r"(__float_as_uint(v) + r13));
-  int32_t h = static_cast<int32_t>(a2 >> 14) - (112 << 10);
-  h = min(h, 0x7c00);
-  h = a2 < (113u << 24) ? 0 : h;
-  h = a2 > 0xff000000u ? 0x7e00 : h;
-  return static_cast<uint32_t>(h);
-}
-
-// Two stochastically rounded fp16 values (magnitudes h0, h1 of v0, v1) as
-// one word, v0 in the low half, with the signs of v0 and v1.
-__device__ __forceinline__ uint32_t sr_pack(uint32_t h0, uint32_t h1, float v0, float v1) {
-  const uint32_t signs = __byte_perm(__float_as_uint(v0), __float_as_uint(v1), 0x7632);
-  return __byte_perm(h0, h1, 0x5410) | (signs & 0x80008000u);
-}
-
-// Two stochastically rounded fp16 values of v0 (low half) and v1 with random
-// bits r0, r1, equal to sr_pair_exact (the reference) unless the pair is
-// flagged, with most of the work on the conversion unit instead of the
-// integer ALU. The flags of a row's pairs are OR-ed together and tested once
-// (sr_needs_exact): a flagged row is converted again with sr_pair_exact.
-// a = b + r keeps b's sign, and for 2^-14 <= |a| < 65504 the reference is
-// exactly a truncated to fp16 (e in 113..142: ((e - 112) << 10) | (m >> 13)),
-// i.e. cvt.rz.f16x2.f32 of a. Every other result takes the exact path: a
-// truncated magnitude below 0x0400 (zero, fp16-subnormal: the reference
-// flushes to 0; also a NaN whose + r carried into the sign bit) or at least
-// 0x7BFF (65504, where truncation saturates but the reference may give Inf;
-// Inf and NaN). Both halves are tested at once: adding 0x0401 to a half sets
-// its bit 15 iff it is >= 0x7BFF, adding 0x7C00 leaves bit 15 clear iff it is
-// < 0x0400 (no carry crosses halves: every half is <= 0x7FFF).
-__device__ __forceinline__ uint32_t sr_pair_fast(float v0, float v1, uint32_t r0, uint32_t r1,
-                                                 uint32_t &flags) {
-  const float a0 = __uint_as_float(__float_as_uint(v0) + r0);
-  const float a1 = __uint_as_float(__float_as_uint(v1) + r1);
-  uint32_t h;
-  asm("cvt.rz.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(a1), "f"(a0));  // a1 -> upper half
-  const uint32_t m = h & 0x7fff7fffu;
-  flags |= (m + 0x04010401u) | ~(m + 0x7c007c00u);
-  return h;
-}
-
-// The exact conversion of the pair (the reference formula), for rows whose flags are set.
-__device__ __forceinline__ uint32_t sr_pair_exact(float v0, float v1, uint32_t r0, uint32_t r1) {
-  return sr_pack(sr_fp16_magnitude(v0, r0), sr_fp16_magnitude(v1, r1), v0, v1);
-}
-
-// Whether flags accumulated by sr_pair_fast mark any pair for the exact path.
-__device__ __forceinline__ bool sr_needs_exact(uint32_t flags) {
-  return (flags & 0x80008000u) != 0;
-}
-
-// The hot kernels' fast path: results below 2^-14 need no branch and only the rare large ones
-// (and NaN) are sent to the exact path, once per chunk. A pair truncated by cvt.rz is correct
-// except where its magnitude is below 0x0400 (the reference gives a signed zero: e < 113) or at
-// least 0x7BFF (saturated, Inf, NaN). The low case is fixed in place: a half-precision compare
-// gives a 0xFFFF mask per half where |h| >= 2^-14, and h & (mask | sign bits) zeroes the
-// magnitude elsewhere and keeps h's sign, which is v's sign because a = v + r changes the sign
-// only when v is a NaN whose magnitude carries into the sign bit (the reference then gives a
-// zero with v's sign; the chunk's NaN test sends those to the exact path). The high case is
-// tracked by a running NaN-propagating maximum of |h| (two half-precision instructions per
-// pair in all) and tested once per chunk (sr_chunk_bad).
-//
-// kFtz: the low case by one half-precision multiply by 1 with flush-to-zero (HMUL2.FTZ, on the
-// FMA pipe; subnormal inputs and results become zeros of the same sign) instead of the compare
-// and the LOP3 (the integer ALU is the pipe the 10-round kernels wait on). Normal values are
-// unchanged (x * 1 is exact); NaN payloads may change, but a chunk with a NaN is redone exactly.
-// bits + (w mod 2^13). kMadHi: as mad.hi(w << 19, 2^13, bits), which ptxas turns into an
-// IMAD and a LEA.HI, and for the last Philox round's low words folds the shift into the
-// product (an IMAD by M << 19 instead of the wide multiply's low half); else a mask (LOP3) and
-// an add.
-template <bool kMadHi>
-__device__ __forceinline__ uint32_t sr_add13(uint32_t bits, uint32_t w) {
-  if constexpr (kMadHi) {
-    uint32_t t, a;
-    asm("mul.lo.u32 %0, %1, 524288;" : "=r"(t) : "r"(w));
-    asm("mad.hi.u32 %0, %1, 8192, %2;" : "=r"(a) : "r"(t), "r"(bits));
-    return a;
-  } else {
-    return bits + (w & 0x1fffu);
-  }
-}
-
-// kHalfAcc: the high side is tracked by a half-precision FMA accumulator, acc = h * 2.0019531 +
-// acc (FMA or MMA pipe), instead of the running maximum (HMNMX2): |h| >= 65504 (or Inf, NaN)
-// makes the accumulator non-finite whatever it held, since a finite accumulator is at most
-// 65504 in magnitude and |h| * 2.0019531 - 65504 >= 65520 rounds to Inf, and Inf and NaN stay
-// non-finite; large sums of smaller values only cause false alarms (the exact path then
-// recomputes a correct chunk).
-template <bool kFtz, bool kMadHi, bool kHalfAcc>
-__device__ __forceinline__ uint32_t sr_pair_fast_low(float v0, float v1, uint32_t w0, uint32_t w1,
-                                                     uint32_t &hmax) {
-  const float a0 = __uint_as_float(sr_add13<kMadHi>(__float_as_uint(v0), w0));
-  const float a1 = __uint_as_float(sr_add13<kMadHi>(__float_as_uint(v1), w1));
-  uint32_t h;
-  asm("cvt.rz.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(a1), "f"(a0));  // a1 -> upper half
-  if constexpr (kHalfAcc) {
-    asm("fma.rn.f16x2 %0, %1, %2, %0;" : "+r"(hmax) : "r"(h), "r"(0x40014001u));
-  } else {
-    asm("max.NaN.xorsign.abs.f16x2 %0, %0, %1;" : "+r"(hmax) : "r"(h));
-  }
-  if constexpr (kFtz) {
-    uint32_t f;
-    asm("mul.ftz.f16x2 %0, %1, %2;" : "=r"(f) : "r"(h), "r"(0x3c003c00u));
-    return f;
-  } else {
-    const __half2 mag = __habs2(*reinterpret_cast<const __half2 *>(&h));
-    const unsigned normal =
-        __hge2_mask(mag, __half2(__ushort_as_half(0x0400), __ushort_as_half(0x0400)));
-    return h & (normal | 0x80008000u);
-  }
-}
-
-// Starting value of the running maximum: 0; 0x7C00 in both halves forces the exact path.
-constexpr uint32_t kSrMaxInit = 0u;
-constexpr uint32_t kSrMaxForceExact = 0x7c007c00u;
-
-// Whether a chunk needs the exact path: a magnitude of at least 0x7BFF (hmax, whose halves
-// carry xorsign signs in bit 15; with kHalfAcc a non-finite accumulator half), or a NaN state
-// value (nan_probe, see nan_step).
-template <bool kHalfAcc>
-__device__ __forceinline__ bool sr_chunk_bad(uint32_t hmax, float nan_probe) {
-  constexpr uint32_t kAdd = kHalfAcc ? 0x04000400u : 0x04010401u;
-  return ((((hmax & 0x7fff7fffu) + kAdd) & 0x80008000u) != 0) || nan_probe != nan_probe;
-}
-
-// One step of the NaN probe over the rows' partial sums, which are NaN when one of the lane's
-// new state values is: a NaN-propagating maximum, or with kHalfAcc an fp32 FMA p = y * 0 + p
-// (also NaN for an infinite y: a false alarm).
-template <bool kHalfAcc>
-__device__ __forceinline__ float nan_step(float p, float y) {
-  if constexpr (kHalfAcc) {
-    return __fmaf_rn(y, 0.0f, p);
-  } else {
-    float d;
-    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(p), "f"(y));
-    return d;
-  }
-}
-
-// ---------------------------------------------------------------------------
-// Element conversions
-// ---------------------------------------------------------------------------
-
-__device__ __forceinline__ float half_bits_to_float(uint32_t bits16) {
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits16)));
-}
-
-__device__ __forceinline__ float bf16_bits_to_float(uint32_t bits16) {
-  return __uint_as_float(bits16 << 16);
-}
-
-__device__ __forceinline__ uint32_t float_to_half_bits_rn(float v) {
-  return __half_as_ushort(__float2half_rn(v));
-}
-
-__device__ __forceinline__ uint32_t float_to_bf16_bits_rn(float v) {
-  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-}
-
-// Element idx of a tensor of the given float dtype, widened to fp32.
-__device__ __forceinline__ float load_float(const void *p, int64_t idx, int32_t dtype) {
-  if (dtype == MAMBA_SSU_F32) return static_cast<const float *>(p)[idx];
-  const uint32_t bits = static_cast<const unsigned short *>(p)[idx];
-  return dtype == MAMBA_SSU_F16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits);
-}
-
-// v rounded to nearest into element idx of a tensor of the given float dtype.
-__device__ __forceinline__ void store_float(void *p, int64_t idx, int32_t dtype, float v) {
-  if (dtype == MAMBA_SSU_F32) {
-    static_cast<float *>(p)[idx] = v;
-  } else {
-    const uint32_t bits =
-        dtype == MAMBA_SSU_F16 ? float_to_half_bits_rn(v) : float_to_bf16_bits_rn(v);
-    static_cast<unsigned short *>(p)[idx] = static_cast<unsigned short>(bits);
-  }
-}
-
-__device__ __forceinline__ int64_t load_index(const void *p, int64_t idx, int32_t dtype) {
-  return dtype == MAMBA_SSU_I64 ? static_cast<const int64_t *>(p)[idx]
-                                : static_cast<int64_t>(static_cast<const int32_t *>(p)[idx]);
-}
-
-// ---------------------------------------------------------------------------
 // Configs
 // ---------------------------------------------------------------------------
 //
@@ -422,13 +201,14 @@ struct HotConfig {
   static constexpr int kRowsPerChunk = kU;
   // dim 64 is a multiple of 4 warps x rows_per_warp (4, 8 or 16).
   static constexpr bool kFullChunks = true;
-  // Occupancy floor in 4-warp blocks (measured on the H200): 7 (72 registers) for 5 rounds
-  // (at 8 blocks: 1 % slower at 128 heads x 256, 7-8 % faster at exactly 65 536 rows, where a
-  // grid of 1 024 blocks is one wave at 8 per SM and 1.11 waves at 7; session 5), 8 (64
-  // registers) for 10 rounds, which fit there without spilling since the key words live in
-  // uniform registers (key_table; 2-5 % faster than 6 blocks, session 5), and 6 (80 registers)
-  // without SR, which spills at 64. Build-time knobs for experiments: -DMAMBA_SSU_R5_BLOCKS=N,
-  // -DMAMBA_SSU_R5V_BLOCKS=N (5 rounds, vertical layout only), -DMAMBA_SSU_R10_BLOCKS=N.
+  // Occupancy floor in 4-warp blocks (measured on the H200: docs/perf-notes.md,
+  // 'Uniform key, profiler stall reasons' (2026-11-30)): 7 (72 registers) for 5 rounds (at 8
+  // blocks: 1 % slower at 128 heads x 256, 7-8 % faster at exactly 65 536 rows, where a grid of
+  // 1 024 blocks is one wave at 8 per SM and 1.11 waves at 7), 8 (64 registers) for 10 rounds,
+  // which fit there without spilling since the key words live in uniform registers (key_table;
+  // 2-5 % faster than 6 blocks), and 6 (80 registers) without SR, which spills at 64. Build-time
+  // knobs for experiments: -DMAMBA_SSU_R5_BLOCKS=N, -DMAMBA_SSU_R5V_BLOCKS=N (5 rounds, vertical
+  // layout only), -DMAMBA_SSU_R10_BLOCKS=N.
 #ifndef MAMBA_SSU_R5_BLOCKS
 #define MAMBA_SSU_R5_BLOCKS 7
 #endif
@@ -438,17 +218,18 @@ struct HotConfig {
 #ifndef MAMBA_SSU_R5V_BLOCKS
 #define MAMBA_SSU_R5V_BLOCKS MAMBA_SSU_R5_BLOCKS
 #endif
-  // The 10-round simple 4-row kernel's large-grid form (kZW == 1, from 262 144 rows on) has its
-  // own knob, -DMAMBA_SSU_R10L_BLOCKS=N: at 7 blocks (72 registers) it measured as fast as at 8
-  // within the spread (128 heads x 256: medians 313.8 vs 314.8 us over four alternating
-  // repetitions, 128 x 64 0.5 % slower; session 8), so 8 stays.
+  // The 10-round simple 4-row kernel's large-grid form (kZW == 1, from 262 144 rows on) has its own
+  // knob, -DMAMBA_SSU_R10L_BLOCKS=N: at 7 blocks (72 registers) it measured as fast as at 8 within
+  // the spread (128 heads x 256: medians 313.8 vs 314.8 us over four alternating repetitions,
+  // 128 x 64 0.5 % slower; docs/perf-notes.md, '2-row chunks on small grids, occupancy of the large
+  // R=10 form' (2026-11-30)), so 8 stays.
 #ifndef MAMBA_SSU_R10L_BLOCKS
 #define MAMBA_SSU_R10L_BLOCKS 8
 #endif
-  // Warps per block: 4, except the 2-row kernels without SR (tiny grids only, see
-  // small_grid_rows in ssu.cu): MAMBA_SSU_SMALL_WARPS, 8 — half the blocks of the 32 heads x
-  // batch 1 grid (256 -> 128); measured 2.68 -> 2.62 us there (-2 %, four alternating
-  // repetitions, session 9), 32 x 2 (4-row kernels) unchanged.
+  // Warps per block: 4, except the 2-row kernels without SR (tiny grids only, see small_grid_rows
+  // in ssu.cu): MAMBA_SSU_SMALL_WARPS, 8 — half the blocks of the 32 heads x batch 1 grid
+  // (256 -> 128); measured 2.68 -> 2.62 us there (-2 %, four alternating repetitions;
+  // docs/perf-notes.md, '8-warp blocks at 32 × 1' (2026-11-30)), 32 x 2 (4-row kernels) unchanged.
 #ifndef MAMBA_SSU_SMALL_WARPS
 #define MAMBA_SSU_SMALL_WARPS 8
 #endif
@@ -464,18 +245,19 @@ struct HotConfig {
   // The first accumulate form when it is a compile-time fact: with SR, F0 for simple and F1
   // for vertical (the launcher's rule); -1: read Args::first_form_f1.
   static constexpr int kFirstForm = kRounds > 0 ? (kSimple ? 0 : 1) : -1;
-  // Whether z is given, a compile-time fact (the launcher picks the instantiation): without
-  // z the loop carries no z loads, their predicates nor the gate's branch (R=10 simple 2 % at
-  // 128 heads, R=10 vertical 3-6 %, R=5 vertical 5-10 % at 32 heads faster; session 7, same-run
-  // A/B). Engines' Mamba-2 mixers call the SSU without z (the gate is applied by the
-  // following gated RMSNorm).
+  // Whether z is given, a compile-time fact (the launcher picks the instantiation): without z the
+  // loop carries no z loads, their predicates nor the gate's branch (R=10 simple 2 % at 128 heads,
+  // R=10 vertical 3-6 %, R=5 vertical 5-10 % at 32 heads faster; same-run A/B, docs/perf-notes.md,
+  // 'z as a compile-time fact, pad zeroing' (2026-11-30)). Engines' Mamba-2 mixers call the SSU
+  // without z (the gate is applied by the following gated RMSNorm).
   static constexpr int kZ = kGate ? 1 : 0;
-  // A pad chunk's state zeroed word by word (see load_chunk) rather than by `= {}`, which
-  // ptxas compiles into loads of a zero constant. The instruction schedule it leads to was
-  // faster for the SR kernels except the 10-round 4-row ones on small grids (session 7,
-  // same-run A/B): R=10 vertical 12 % slower at 32 heads x 8 (never used there), R=10 simple
-  // 1.6-2.0 % faster at 128 heads x 64-256 but 2-10 % slower at 32 heads x 2-32, so that
-  // kernel has both forms, chosen by grid size (kZW, set by the launcher; -1: this rule).
+  // A pad chunk's state zeroed word by word (see load_chunk) rather than by `= {}`, which ptxas
+  // compiles into loads of a zero constant. The instruction schedule it leads to was faster for the
+  // SR kernels except the 10-round 4-row ones on small grids (same-run A/B, docs/perf-notes.md,
+  // 'z as a compile-time fact, pad zeroing' (2026-11-30)): R=10 vertical 12 % slower at 32
+  // heads x 8 (never used there), R=10 simple 1.6-2.0 % faster at 128 heads x 64-256 but
+  // 2-10 % slower at 32 heads x 2-32, so that kernel has both forms, chosen by grid size (kZW, set
+  // by the launcher; -1: this rule).
   static constexpr bool kZeroWords =
       kZW >= 0 ? kZW != 0 : !(kRounds == 10 && !kSimple && kU > 1);
   struct Raw {
@@ -500,12 +282,12 @@ struct HotConfig {
   __device__ static void load_pairs(const void *row, int lane, Raw &r) {
     const char *p = static_cast<const char *>(row);
     if (kSimple) {
-      const uint2 v = *reinterpret_cast<const uint2 *>(p + 8 * lane);
+      const uint2 v = load_u32x2(p + 8 * lane);
       r.w[0] = v.x;
       r.w[1] = v.y;
     } else {
-      r.w[0] = *reinterpret_cast<const uint32_t *>(p + 4 * lane);
-      r.w[1] = *reinterpret_cast<const uint32_t *>(p + 128 + 4 * lane);
+      r.w[0] = load_u32(p + 4 * lane);
+      r.w[1] = load_u32(p + 128 + 4 * lane);
     }
   }
   __device__ static uint32_t pair_elem(const Raw &r, int i) {
@@ -516,22 +298,23 @@ struct HotConfig {
   __device__ static float state_value(const Raw &r, int i) {
     return half_bits_to_float(pair_elem(r, i));
   }
-  // State stores are streaming (st.global.cs: L2 evict-first): a slot's state is read again
-  // only at the next decode step, after every other layer has gone through L2, so it should not
-  // displace lines that are reused sooner. Measured on the H200 (session 10, same-run A/B on
-  // two machines, minima of four repetitions): 32 heads x batch 1-32 and 128 heads x 8 0.5-4.5 %
-  // faster (no SR 32 x 2 2.87 -> 2.74 us, 32 x 32 11.65 -> 11.22), 128 heads x 256 within the
-  // spread; the simulated decode step (src/bin/decode_step.rs) 2.7-7.6 % faster at batch 2-16
-  // and 64, equal at 1 and 32. The output y keeps default stores (the next kernel reads it).
+  // State stores are streaming (st.global.cs: L2 evict-first): a slot's state is read again only at
+  // the next decode step, after every other layer has gone through L2, so it should not displace
+  // lines that are reused sooner. Measured on the H200 (docs/perf-notes.md,
+  // 'Streaming state stores' (2026-11-30): same-run A/B on two machines, minima of four
+  // repetitions): 32 heads x batch 1-32 and 128 heads x 8 0.5-4.5 % faster (no SR 32 x 2
+  // 2.87 -> 2.74 us, 32 x 32 11.65 -> 11.22), 128 heads x 256 within the spread; the simulated
+  // decode step (src/bin/decode_step.rs) 2.7-7.6 % faster at batch 2-16 and 64, equal at 1 and 32.
+  // The output y keeps default stores (the next kernel reads it).
   __device__ static void store_state(void *row, int lane, const uint32_t (&bits)[kMaxCols]) {
     char *p = static_cast<char *>(row);
     const uint32_t w0 = bits[0] | (bits[1] << 16);
     const uint32_t w1 = bits[2] | (bits[3] << 16);
     if (kSimple) {
-      __stcs(reinterpret_cast<uint2 *>(p + 8 * lane), make_uint2(w0, w1));
+      store_cs_u32x2(p + 8 * lane, w0, w1);
     } else {
-      __stcs(reinterpret_cast<uint32_t *>(p + 4 * lane), w0);
-      __stcs(reinterpret_cast<uint32_t *>(p + 128 + 4 * lane), w1);
+      store_cs_u32(p + 4 * lane, w0);
+      store_cs_u32(p + 128 + 4 * lane, w1);
     }
   }
   __device__ static uint32_t round_nearest(float v) { return float_to_half_bits_rn(v); }
@@ -554,13 +337,13 @@ struct HotConfig {
   __device__ static void load_x(const void *p, I idx, float (&x)[kU]) {
     const unsigned short *q = static_cast<const unsigned short *>(p) + idx;
     if constexpr (kU == 4) {
-      const uint2 v = *reinterpret_cast<const uint2 *>(q);
+      const uint2 v = load_u32x2(q);
       x[0] = __uint_as_float(v.x << 16);
       x[1] = __uint_as_float(v.x & 0xffff0000u);
       x[2] = __uint_as_float(v.y << 16);
       x[3] = __uint_as_float(v.y & 0xffff0000u);
     } else if constexpr (kU == 2) {
-      const uint32_t v = *reinterpret_cast<const uint32_t *>(q);
+      const uint32_t v = load_u32(q);
       x[0] = __uint_as_float(v << 16);
       x[1] = __uint_as_float(v & 0xffff0000u);
     } else {
@@ -573,19 +356,14 @@ struct HotConfig {
     static_cast<unsigned short *>(p)[idx] = static_cast<unsigned short>(float_to_bf16_bits_rn(v));
   }
 
-  // The Philox key schedule, computed once per block. Left to itself the
-  // compiler re-derives the per-round key words (2 adds per round) at every
-  // call; passing them through a volatile shared-memory load makes them
-  // opaque, so they are loaded once. The 4-row kernels' table is one per block (a block
-  // serves one (b, h), so every warp of it has the same seed) at a fixed
-  // shared address: loads at a uniform address let the compiler keep the key
-  // words in uniform registers, which frees 2 * rounds vector registers per
-  // thread (the 10-round kernels run at 64 registers without spilling, and
-  // their rows' Philox chains interleave).
+  // The Philox key schedule, computed once per block and read back through volatile shared loads
+  // (philox_words.cuh: KeySchedule). The 4-row kernels' table is one per block (a block serves one
+  // (b, h), so every warp of it has the same seed) at a fixed shared address: loads at a uniform
+  // address let the compiler keep the key words in uniform registers, which frees 2 * rounds vector
+  // registers per thread (the 10-round kernels run at 64 registers without spilling, and their
+  // rows' Philox chains interleave).
   static constexpr int kKeyRounds = kRounds > 0 ? kRounds : 1;
-  struct Key {
-    uint32_t k0[kKeyRounds], k1[kKeyRounds];
-  };
+  using Key = KeySchedule<kKeyRounds>;
   // The one-row kernels (tiny grids with SR, one latency chain) keep a table per warp: no block
   // barrier in front of their first Philox round.
   static constexpr bool kBlockKey = kU > 1;
@@ -600,32 +378,14 @@ struct HotConfig {
   }
   // The key from the block's table (make_key filled it). Also called by the exact SR path, so
   // that key words the fast path does not use need not stay in registers.
-  __device__ static Key load_key() {
-    const uint32_t *mine = key_table();
-    Key k;
-#pragma unroll
-    for (int r = 0; r < kKeyRounds; ++r) {
-      asm volatile("ld.volatile.shared.u32 %0, [%1];"
-                   : "=r"(k.k0[r])
-                   : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(mine + r))));
-      asm volatile("ld.volatile.shared.u32 %0, [%1];"
-                   : "=r"(k.k1[r])
-                   : "r"(static_cast<uint32_t>(
-                       __cvta_generic_to_shared(mine + kKeyRounds + r))));
-    }
-    return k;
-  }
+  __device__ static Key load_key() { return load_key_schedule<kKeyRounds>(key_table()); }
   __device__ static Key make_key(uint64_t seed) {
     if constexpr (kRounds == 0) return Key{};  // no stochastic rounding
     // Every thread of the block calls this (full chunks: no warp has returned; the seed is
     // block-uniform), so a block barrier is reached by all.
     uint32_t *table = key_table();
     const int t = kBlockKey ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x & 31);
-    if (t < kKeyRounds) {
-      table[t] = static_cast<uint32_t>(seed) + static_cast<uint32_t>(t) * kPhiloxW0;
-      table[kKeyRounds + t] =
-          static_cast<uint32_t>(seed >> 32) + static_cast<uint32_t>(t) * kPhiloxW1;
-    }
+    store_key_schedule<kKeyRounds>(table, t, seed);
     if constexpr (kBlockKey) {
       __syncthreads();
     } else {
@@ -633,17 +393,11 @@ struct HotConfig {
     }
     return load_key();
   }
-  __device__ static U32x4 philox(U32x4 c, const Key &k) {
-#pragma unroll
-    for (int r = 0; r < kRounds; ++r) c = philox_round(c, k.k0[r], k.k1[r]);
-    return c;
-  }
+  __device__ static U32x4 philox(U32x4 c, const Key &k) { return philox_scheduled<kRounds>(c, k); }
 
-  // The fast SR path (the kFastSr branch of ssu_body): Philox of counter (lo, hi, 0, 0) for a
-  // high word hi that is the same for all of a warp's counters. Round 1 gives
-  // (hi ^ k0[0], 0, z1, w1) with (z1 ^ k1[0], w1) the product M0 * lo, and round 2's first
-  // product M0 * (hi ^ k0[0]) depends on hi alone: it is computed once per warp (RoundTwo),
-  // which saves a wide multiply, an XOR and the 64-bit counter's carry per call. Only for
+  // The fast SR path (the kFastSr branch of ssu_body): the lane's counters over the warp's rows
+  // share their high word, so round 2's first product is computed once per warp (round_two;
+  // philox_words.cuh: philox_round_two), each call from its low word (philox_lo). Only for
   // 4-row chunks: the one-row kernels (tiny grids, latency-bound) keep the per-row path.
   static constexpr bool kFastSr = kRounds >= 2 && kU > 1;
   // The fast path's low-side flush by HMUL2.FTZ (sr_pair_fast_low), except in the 10-round
@@ -653,27 +407,29 @@ struct HotConfig {
 #endif
   static constexpr bool kFtzFlush = MAMBA_SSU_FTZ_FLUSH && !(kRounds == 10 && !kSimple);
   // The random add by mad.hi (sr_add13) and the half-precision accumulator for the high side
-  // (sr_pair_fast_low), where each measured faster on the H200 (session 6, same-run A/B at
-  // 128 heads x 64-256 and 32 heads x 1-32): the mad.hi add for R=10 simple (0.2-0.9 %) and
-  // R=5 vertical (0.6-1.8 %), not for R=5 simple (0.1-0.5 % slower) nor R=10 vertical (equal
-  // at 128 heads, 0.7 % slower at 32 x 8 with the accumulator); the accumulator for R=10
-  // vertical (1.1 %), 0-0.5 % slower elsewhere. Build-time knobs: -DMAMBA_SSU_MADHI_ADD=0/1,
-  // -DMAMBA_SSU_HACC=0/1 force them for every kernel.
+  // (sr_pair_fast_low), where each measured faster on the H200 (docs/perf-notes.md,
+  // 'L2 prefetch, pipe-neutral SR forms, zero page' (2026-11-30): same-run A/B at 128
+  // heads x 64-256 and 32 heads x 1-32): the mad.hi add for R=10 simple (0.2-0.9 %) and R=5
+  // vertical (0.6-1.8 %), not for R=5 simple (0.1-0.5 % slower) nor R=10 vertical (equal at 128
+  // heads, 0.7 % slower at 32 x 8 with the accumulator); the accumulator for R=10 vertical (1.1 %),
+  // 0-0.5 % slower elsewhere. Build-time knobs: -DMAMBA_SSU_MADHI_ADD=0/1, -DMAMBA_SSU_HACC=0/1
+  // force them for every kernel.
 #ifndef MAMBA_SSU_MADHI_ADD
 #define MAMBA_SSU_MADHI_ADD -1
 #endif
 #ifndef MAMBA_SSU_HACC
 #define MAMBA_SSU_HACC -1
 #endif
-  // Pad reads from zero_page (unconditional state loads, 4-17 fewer instructions per chunk):
-  // R=5 vertical 2-4 % faster at 128 heads x 64-256 (session 6); the other SR kernels were as
+  // Pad reads from zero_page (unconditional state loads, 4-17 fewer instructions per chunk): R=5
+  // vertical 2-4 % faster at 128 heads x 64-256 (docs/perf-notes.md,
+  // 'L2 prefetch, pipe-neutral SR forms, zero page' (2026-11-30)); the other SR kernels were as
   // fast or slower with it then (R=10 simple up to 2.7 %, R=10 vertical 1.9 % at 32 heads x 8).
-  // With kVecX (session 11, same-run A/B against the kVecX build without it, four repetitions,
-  // minima): the 4-row R=5 simple kernel 0.2-1.4 % faster at 32 heads x 4-32 and 128 x 8-256,
-  // the large-grid R=10 simple form 0.7 % faster and the large-grid R=10 vertical one 2.1 %
-  // faster at 128 x 256. The R=10 simple small-grid and 2-row forms were 1.4-6.4 % SLOWER, the
-  // 2-row R=5 simple and one-row R=10 vertical kernels 1.7 and 5 %: those keep the predicated
-  // loads.
+  // With kVecX (docs/perf-notes.md, 'The chunk's overhead instructions' (2026-12-01): same-run A/B
+  // against the kVecX build without it, four repetitions, minima): the 4-row R=5 simple kernel
+  // 0.2-1.4 % faster at 32 heads x 4-32 and 128 x 8-256, the large-grid R=10 simple form
+  // 0.7 % faster and the large-grid R=10 vertical one 2.1 % faster at 128 x 256. The R=10 simple
+  // small-grid and 2-row forms were 1.4-6.4 % SLOWER, the 2-row R=5 simple and one-row R=10
+  // vertical kernels 1.7 and 5 %: those keep the predicated loads.
   // MAMBA_SSU_ZERO_PAGE=0/1 forces it off/on for every SR kernel.
   static constexpr bool kZeroPage =
       kRounds > 0 &&
@@ -681,23 +437,26 @@ struct HotConfig {
            ? MAMBA_SSU_ZERO_PAGE != 0
            : (kRounds == 5 && !kSimple) ||
                  (kU == 4 && (kRounds == 5 || (kRounds == 10 && kZW == 1))));
-  // A chunk's x in one vector load (load_x) and, without z, the output stored through a
-  // per-lane pointer bumped per chunk (ssu_body): 3-17 fewer instructions per chunk (8 % for
-  // the 4-row no-SR kernels), with the chunk's loads 5 instead of 8 in the 4-row kernels.
-  // Measured on the H200 (session 11, same-run A/B, three or four repetitions, minima): no SR
-  // 4 % faster at 32 heads x 32 and 128 x 8 but 0.5-0.9 % slower at 128 x 64-256, R=5 vertical
-  // 2-5 % faster from 32 x 2 on, R=10 simple 3 % faster at 32 x 8-32 and 128 x 8, R=10 vertical 1.4 %
-  // faster at 128 x 256 but 5-7.5 % SLOWER at 32 x 4-8, other sizes within 1 %. So the no-SR
-  // 4-row kernels take it on small grids only and the 4-row R=10 vertical one on large grids
-  // only (kZW, chosen by the launcher, see MAMBA_SSU_R10S_ZW_ROWS in ssu.cu).
+  // A chunk's x in one vector load (load_x) and, without z, the output stored through a per-lane
+  // pointer bumped per chunk (ssu_body): 3-17 fewer instructions per chunk (8 % for the 4-row no-SR
+  // kernels), with the chunk's loads 5 instead of 8 in the 4-row kernels. Measured on the H200
+  // (docs/perf-notes.md, 'The chunk's overhead instructions' (2026-12-01): same-run A/B, three or
+  // four repetitions, minima): no SR 4 % faster at 32 heads x 32 and 128 x 8 but 0.5-0.9 % slower
+  // at 128 x 64-256, R=5 vertical 2-5 % faster from 32 x 2 on, R=10 simple 3 % faster at 32 x 8-32
+  // and 128 x 8, R=10 vertical 1.4 % faster at 128 x 256 but 5-7.5 % SLOWER at 32 x 4-8, other
+  // sizes within 1 %. So the no-SR 4-row kernels take it on small grids only and the 4-row R=10
+  // vertical one on large grids only (kZW, chosen by the launcher, see MAMBA_SSU_R10S_ZW_ROWS in
+  // ssu.cu).
   static constexpr bool kVecX =
       kRounds == 0 ? kZW != 1 : !(kRounds == 10 && !kSimple && kU == 4 && kZW != 1);
   // L2 prefetch of a warp's rows after its first two chunks, one bulk prefetch at its start
-  // (ssu_body): without SR 2.9-3.7 % faster at 128 heads x 64-256 (1.4-1.8 % at 32 heads x
-  // 1-8); with SR 4-6 % SLOWER (session 6, same-run A/B), so the SR kernels do not.
+  // (ssu_body): without SR 2.9-3.7 % faster at 128 heads x 64-256 (1.4-1.8 % at 32 heads x 1-8);
+  // with SR 4-6 % SLOWER (same-run A/B, docs/perf-notes.md,
+  // 'L2 prefetch, pipe-neutral SR forms, zero page' (2026-11-30)), so the SR kernels do not.
   // A tapered grid (Args::taper_start, set by the launcher): the large-grid 4-row 10-round
   // kernels, whose warps take up to a whole head. The 5-round kernels with a taper were as fast
-  // or slower (-DMAMBA_SSU_TAPER_R5=1, an experiment knob; session 12).
+  // or slower (-DMAMBA_SSU_TAPER_R5=1, an experiment knob; docs/perf-notes.md,
+  // 'The power cap, tapered grids' (2026-12-01)).
 #ifndef MAMBA_SSU_TAPER_R5
 #define MAMBA_SSU_TAPER_R5 0
 #endif
@@ -709,24 +468,12 @@ struct HotConfig {
       MAMBA_SSU_MADHI_ADD >= 0 ? MAMBA_SSU_MADHI_ADD != 0 : (kRounds == 10) == kSimple;
   static constexpr bool kHalfAcc =
       MAMBA_SSU_HACC >= 0 ? MAMBA_SSU_HACC != 0 : (kRounds == 10 && !kSimple);
-  struct RoundTwo {
-    uint32_t z_xor;  // hi(M0 * (hi ^ k0[0])) ^ k1[1]
-    uint32_t w;      // lo(M0 * (hi ^ k0[0]))
-  };
+  using RoundTwo = PhiloxRoundTwo;
   __device__ static RoundTwo round_two(uint32_t hi, const Key &k) {
-    const uint32_t x1 = hi ^ k.k0[0];
-    return RoundTwo{__umulhi(kPhiloxM0, x1) ^ k.k1[kRounds > 1 ? 1 : 0], kPhiloxM0 * x1};
+    return philox_round_two<kRounds>(hi, k);
   }
   __device__ static U32x4 philox_lo(uint32_t lo, const Key &k, const RoundTwo &t) {
-    const uint32_t hi0 = __umulhi(kPhiloxM0, lo);
-    const uint32_t lo0 = kPhiloxM0 * lo;
-    const uint32_t z1 = hi0 ^ k.k1[0];
-    const uint32_t hi1 = __umulhi(kPhiloxM1, z1);
-    const uint32_t lo1 = kPhiloxM1 * z1;
-    U32x4 c{hi1 ^ k.k0[kRounds > 1 ? 1 : 0], lo1, t.z_xor ^ lo0, t.w};
-#pragma unroll
-    for (int r = 2; r < kRounds; ++r) c = philox_round(c, k.k0[r], k.k1[r]);
-    return c;
+    return philox_from_lo<kRounds>(lo, k, t);
   }
 };
 
@@ -800,9 +547,9 @@ struct DynConfig {
       if (i < ncols_) {
         const int n = col(lane, i);
         if (state_bytes_ == 4)
-          __stcs(static_cast<uint32_t *>(row) + n, bits[i]);
+          store_cs_u32(static_cast<uint32_t *>(row) + n, bits[i]);
         else
-          __stcs(static_cast<unsigned short *>(row) + n, static_cast<unsigned short>(bits[i]));
+          store_cs_u16(static_cast<unsigned short *>(row) + n, bits[i]);
       }
     }
   }
@@ -890,11 +637,12 @@ struct Chunk {
   float z;
 };
 
-// A chunk before its loads: zeroed when Cfg::kZeroChunks, else left for the loads to fill
-// (every field the body reads is then loaded). Written as an initialiser: with relocatable
-// device code (how the crate is built), declaring the chunk and assigning {} afterwards made
-// the no-SR kernels 7 % slower at 128 heads x batch 32-256 (different instruction schedule,
-// same-machine A/B in docs/gpu-runs), while this form gives them their former code exactly.
+// A chunk before its loads: zeroed when Cfg::kZeroChunks, else left for the loads to fill (every
+// field the body reads is then loaded). Written as an initialiser: with relocatable device code
+// (how the crate is built), declaring the chunk and assigning {} afterwards made the no-SR kernels
+// 7 % slower at 128 heads x batch 32-256 (different instruction schedule, same-machine A/B:
+// docs/perf-notes.md, 'What the profiler and a micro-benchmark said' (2026-11-30)), while this form
+// gives them their former code exactly.
 #pragma nv_diagnostic push
 #pragma nv_diag_suppress 549  // "c is used before its value is set": on purpose, see above
 template <class Cfg>
@@ -927,14 +675,17 @@ __device__ __forceinline__ void load_chunk(const Cfg &cfg, const Args &a, Chunk<
 #define MAMBA_SSU_VEC_X 1
 #endif
   if constexpr (Cfg::kVecX && MAMBA_SSU_VEC_X) cfg.load_x(a.x, x_row + d0, c.x);
-  // The large-grid 10-round simple kernel without z loads its state rows without allocating
-  // them in L1 (`ld.global.L1::no_allocate`: each byte is read once), as inline PTX whose
-  // immediate row offsets keep the addresses folded (the SASS is the default loads' with the
-  // .NA qualifier; the `__ldcs`-style intrinsics cost 19 more instructions per chunk, session
-  // 10). Measured on the H200 (session 12, S12-6, three repetitions on one machine, spreads
-  // below 0.35 us): 128 heads x 256 0.4 % faster in 8-call graphs (299.10 -> 297.91 us) and
-  // 0.1 % under the 700 W power cap (128 calls: 318.42 -> 317.96), 128 x 64-128 equal. Not
-  // measured for the other kernels, which keep their loads. -DMAMBA_SSU_LD_NA=0: off.
+  // The large-grid 10-round simple kernel without z loads its state rows without allocating them in
+  // L1 (`ld.global.L1::no_allocate`: each byte is read once), as inline PTX whose immediate row
+  // offsets keep the addresses folded (loads.cuh: load_no_allocate_u32x2; the SASS is the default
+  // loads' with the .NA qualifier; the `__ldcs`-style intrinsics cost 19 more instructions per
+  // chunk: docs/perf-notes.md, 'The Philox high products on the FP64 pipe, streaming state stores'
+  // (2026-11-30), the cache-hint row). Measured on the H200 (docs/perf-notes.md,
+  // 'The power cap, tapered grids' (2026-12-01), run S12-6 in docs/gpu-runs/2026-12-01.md: three
+  // repetitions on one machine, spreads below 0.35 us): 128 heads x 256 0.4 % faster in 8-call
+  // graphs (299.10 -> 297.91 us) and 0.1 % under the 700 W power cap (128 calls: 318.42 -> 317.96),
+  // 128 x 64-128 equal. Not measured for the other kernels, which keep their loads.
+  // -DMAMBA_SSU_LD_NA=0: off.
 #ifndef MAMBA_SSU_LD_NA
 #define MAMBA_SSU_LD_NA 1
 #endif
@@ -944,14 +695,18 @@ __device__ __forceinline__ void load_chunk(const Cfg &cfg, const Args &a, Chunk<
     // Pads read the zero page (kZeroPage). The asm has no memory clobber: a row's load precedes
     // the store that depends on its value, and no other store of the kernel touches it.
     const char *base = read_head + static_cast<int64_t>(d0) * 256 + 8 * lane;
-    asm("ld.global.L1::no_allocate.v2.u32 {%0, %1}, [%2];"
-        : "=r"(c.state[0].w[0]), "=r"(c.state[0].w[1]) : "l"(base));
-    asm("ld.global.L1::no_allocate.v2.u32 {%0, %1}, [%2+256];"
-        : "=r"(c.state[1].w[0]), "=r"(c.state[1].w[1]) : "l"(base));
-    asm("ld.global.L1::no_allocate.v2.u32 {%0, %1}, [%2+512];"
-        : "=r"(c.state[2].w[0]), "=r"(c.state[2].w[1]) : "l"(base));
-    asm("ld.global.L1::no_allocate.v2.u32 {%0, %1}, [%2+768];"
-        : "=r"(c.state[3].w[0]), "=r"(c.state[3].w[1]) : "l"(base));
+    const uint2 r0 = load_no_allocate_u32x2<0>(base);
+    const uint2 r1 = load_no_allocate_u32x2<256>(base);
+    const uint2 r2 = load_no_allocate_u32x2<512>(base);
+    const uint2 r3 = load_no_allocate_u32x2<768>(base);
+    c.state[0].w[0] = r0.x;
+    c.state[0].w[1] = r0.y;
+    c.state[1].w[0] = r1.x;
+    c.state[1].w[1] = r1.y;
+    c.state[2].w[0] = r2.x;
+    c.state[2].w[1] = r2.y;
+    c.state[3].w[0] = r3.x;
+    c.state[3].w[1] = r3.y;
     c.z = 0.0f;  // never read
   } else {
 #pragma unroll
@@ -1006,30 +761,6 @@ __device__ __forceinline__ uint64_t derive_seed(const Args &a, uint64_t seed, ui
     }
   }
   return static_cast<uint64_t>(torch_seed_draw(seed, offset));
-}
-
-// The stochastic-rounding random words of one state row at this lane's columns: column n
-// takes word (n mod G) of Philox(counter = the Philox element offset of the first column of its
-// group of G); a lane's G consecutive elements are one group. sr_lane is the offset of the
-// lane's first column, col(lane, 0); the other groups are at fixed distances from it.
-template <class Cfg>
-__device__ __forceinline__ void sr_words(const Cfg &cfg, const typename Cfg::Key &key,
-                                         uint64_t sr_lane, int lane,
-                                         uint32_t (&rnd)[Cfg::kMaxCols]) {
-  constexpr int K = Cfg::kMaxCols;
-#pragma unroll
-  for (int i = 0; i < K; i += 2) {
-    if (i < cfg.ncols() && i % cfg.sr_group() == 0) {
-      const uint32_t dist = static_cast<uint32_t>(cfg.col(lane, i) - cfg.col(lane, 0));
-      const U32x4 w = cfg.philox(philox_counter(sr_lane + dist), key);
-      rnd[i] = w.x;
-      rnd[i + 1] = w.y;
-      if (i + 3 < K && cfg.sr_group() == 4) {
-        rnd[i + 2] = w.z;
-        rnd[i + 3] = w.w;
-      }
-    }
-  }
 }
 
 // Zeros read in place of a pad slot's state by the hot SR kernels (kZeroPage): their state loads
@@ -1155,9 +886,7 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
   if constexpr (kPrefetch == 1) {
     const int first = d_begin + 2 * U;
     if (!pad && lane == 0 && first < d_end) {
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(read_head + first * kRowBytes),
-                   "r"((d_end - first) * kRowBytes)
-                   : "memory");
+      prefetch_l2_bulk(read_head + first * kRowBytes, (d_end - first) * kRowBytes);
     }
   }
 
@@ -1227,8 +956,7 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
     if constexpr (kPrefetch == 2) {
       // One 128-byte line per lane of the first U * kRowBytes / 128 lanes.
       if (!pad && lane < U * kRowBytes / 128 && d0 + 2 * U < d_end) {
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(read_head + (d0 + 2 * U) * kRowBytes +
-                                                      lane * 128));
+        prefetch_l2_line(read_head + (d0 + 2 * U) * kRowBytes + lane * 128);
       }
     }
 
