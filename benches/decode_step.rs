@@ -12,7 +12,8 @@
 //! decode_step [--batch 1,2,4,8,16,32,64] [--steps N] [--json PATH] [--quick] [--nvtx-only]
 //!
 //! cargo bench --bench decode_step -- ARGS    (here)
-//! .gpu/bin/decode_step ARGS                  (../shared/tools/gpu-bundle --bench decode_step)
+//! BIN ARGS      (BIN: the binary `cargo bench --no-run --bench decode_step` builds, copied
+//!                to a GPU host without Rust)
 //! ```
 //! `--nvtx-only` runs one eager step per mode (for `ncu --nvtx` range checks). A bench with
 //! `harness = false`: `cargo bench` passes `--bench`, which is ignored. Bad arguments: clap's

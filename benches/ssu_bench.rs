@@ -13,7 +13,8 @@
 //!
 //! Usage: `cargo bench --bench ssu_bench -- [--quick] [--nheads 32,128] [--batch 1,2,4]
 //! [--variants off,5s,10v] [--calls K] [--soak SECS] [--json PATH] [--seed-sources]`, or
-//! `.gpu/bin/ssu_bench ...` (built by `../shared/tools/gpu-bundle --bench ssu_bench`).
+//! the binary `cargo bench --no-run --bench ssu_bench` builds, run by hand (e.g. on a GPU host
+//! without Rust).
 //! `--variants` picks among off (no SR), 5s, 5v, 10s and 10v (rounds and layout; default all
 //! five); `--calls K` puts at least K calls in each graph instead of 32 (the per-call time of
 //! a long graph includes any clock the GPU lowers under sustained load). `--soak SECS` follows

@@ -304,7 +304,7 @@ struct HotConfig {
   // 'Streaming state stores' (2026-11-30): same-run A/B on two machines, minima of four
   // repetitions): 32 heads x batch 1-32 and 128 heads x 8 0.5-4.5 % faster (no SR 32 x 2
   // 2.87 -> 2.74 us, 32 x 32 11.65 -> 11.22), 128 heads x 256 within the spread; the simulated
-  // decode step (src/bin/decode_step.rs) 2.7-7.6 % faster at batch 2-16 and 64, equal at 1 and 32.
+  // decode step (benches/decode_step.rs) 2.7-7.6 % faster at batch 2-16 and 64, equal at 1 and 32.
   // The output y keeps default stores (the next kernel reads it).
   __device__ static void store_state(void *row, int lane, const uint32_t (&bits)[kMaxCols]) {
     char *p = static_cast<char *>(row);

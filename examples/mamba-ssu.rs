@@ -5,7 +5,7 @@
 //! cargo run --release --example mamba-ssu -- seeds --seed S --offset O --count N [--device]
 //! cargo run --release --example mamba-ssu -- demo
 //! cargo run --release --example mamba-ssu -- bench-seeds [--json PATH] [--replays N]
-//! .gpu/bin/mamba-ssu ARGS          (bundled by ../shared/tools/gpu-bundle --example mamba-ssu)
+//! target/release/examples/mamba-ssu ARGS   (the built program, e.g. copied to a GPU host)
 //! ```
 //! - `seeds`: one JSON object of N torch-identical draws,
 //!   `{"seed","offset","draws","offset_after"}` (on the CPU, or on the GPU with `--device`).

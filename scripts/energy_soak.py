@@ -2,8 +2,8 @@
 """Board energy per call of `ssu_bench --soak` phases (run on the GPU host).
 
 Usage: energy_soak.py [--label NAME] -- ssu_bench ARGS... --soak SECS
-  where ssu_bench is the bundled .gpu/bin/ssu_bench (`../shared/tools/gpu-bundle --bench
-  ssu_bench`; source benches/ssu_bench.rs) or `cargo bench --bench ssu_bench --`.
+  where ssu_bench is the binary `cargo bench --no-run --bench ssu_bench` builds (source
+  benches/ssu_bench.rs; copied to the GPU host) or `cargo bench --bench ssu_bench --`.
 
 Runs the command, echoes its output, and samples the GPU through NVML (pynvml, from the
 nvidia-ml-py package) every ~2 ms in a thread: the board's energy counter, power, SM clock and

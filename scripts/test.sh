@@ -27,6 +27,6 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q 
   echo "test.sh: GPU found: running the CPU and GPU tests"
   MAMBA_SSU_REQUIRE_GPU=1 cargo test --release --locked -- --include-ignored
 else
-  echo "test.sh: no GPU: running the CPU tests (GPU tests are ignored; see README 'GPU host')"
+  echo "test.sh: no GPU: running the CPU tests (GPU tests are ignored; README 'Build notes' says how to run them on a GPU host)"
   cargo test --locked
 fi

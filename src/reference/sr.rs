@@ -363,7 +363,7 @@ mod tests {
     }
 
     /// The hot SR kernels' high-side check with a half-precision accumulator (`kHalfAcc` in
-    /// `csrc/ssu.cuh`, `sr_pair_fast_low`: `acc = fma(h, 2.0019531 (0x4001), acc)` per result
+    /// `csrc/sr.cuh`, `sr_pair_fast_low`: `acc = fma(h, 2.0019531 (0x4001), acc)` per result
     /// `h`, one test per chunk): every result of magnitude 65504 or more, Inf or NaN makes the
     /// accumulator non-finite whatever finite value it held, and a non-finite accumulator stays
     /// so; the chunk test `((acc & 0x7FFF) + 0x0400) & 0x8000` is exactly "non-finite". With a
