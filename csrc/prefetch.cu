@@ -28,6 +28,7 @@
 // a slot is rewritten only 64 inline draws later, by then its consumer (enqueued on the same
 // stream before the next request, per the documented contract) is ordered before the rewrite.
 #include <cstdint>
+#include <cstdio>
 #include <new>
 
 #include "common.cuh"
@@ -102,9 +103,28 @@ int check_generator(const mamba_ssu_generator_state *g) {
   return MAMBA_SSU_SUCCESS;
 }
 
-int set_device(const mamba_ssu_prefetcher *p) {
-  return check_cuda(cudaSetDevice(p->device), "cudaSetDevice");
-}
+// Makes the prefetcher's device current for one entry point and restores the caller's current
+// device when it returns (a library call must not move the caller's device).
+class DeviceGuard {
+ public:
+  DeviceGuard() = default;
+  DeviceGuard(const DeviceGuard &) = delete;
+  DeviceGuard &operator=(const DeviceGuard &) = delete;
+  int set(int device) {
+    if (int s = check_cuda(cudaGetDevice(&previous_), "cudaGetDevice")) return s;
+    if (previous_ == device) return MAMBA_SSU_SUCCESS;
+    if (int s = check_cuda(cudaSetDevice(device), "cudaSetDevice")) return s;
+    restore_ = true;
+    return MAMBA_SSU_SUCCESS;
+  }
+  ~DeviceGuard() {
+    if (restore_) (void)cudaSetDevice(previous_);
+  }
+
+ private:
+  int previous_ = 0;
+  bool restore_ = false;
+};
 
 // Forks the side stream off main and enqueues the batched draw of the forward.
 int issue_batched_draw(mamba_ssu_prefetcher *p, const mamba_ssu_generator_state *g) {
@@ -171,7 +191,6 @@ int take_request(mamba_ssu_prefetcher *p, cudaStream_t stream, mamba_ssu_generat
                  uint32_t layer, bool *capturing, bool *prefetched, uint32_t *k) {
   if (p == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "prefetcher: null pointer");
   if (int s = check_generator(g)) return s;
-  if (int s = set_device(p)) return s;
   if (int s = capture_state(p, stream, capturing)) return s;
   *prefetched = false;
   if (!p->in_forward) return MAMBA_SSU_SUCCESS;
@@ -241,8 +260,10 @@ extern "C" int mamba_ssu_prefetcher_create(mamba_ssu_prefetcher **out,
   if (!s) s = check_cuda(cudaMalloc(&p->dev_state, sizeof(mamba_ssu_generator_state)), "state");
   if (!s) s = check_cuda(cudaMemset(p->dev_state, 0, sizeof(mamba_ssu_generator_state)), "state");
   if (s) {
-    mamba_ssu_prefetcher_destroy(p);
-    return s;
+    char detail[512];
+    std::snprintf(detail, sizeof(detail), "%s", mamba_ssu_last_error_detail());
+    mamba_ssu_prefetcher_destroy(p);  // its own errors, if any, must not replace the first
+    return fail(s, "%s", detail);
   }
   *out = p;
   return MAMBA_SSU_SUCCESS;
@@ -264,7 +285,8 @@ extern "C" int mamba_ssu_prefetcher_set_capture_layout(mamba_ssu_prefetcher *p, 
 
 extern "C" int mamba_ssu_prefetcher_destroy(mamba_ssu_prefetcher *p) {
   if (p == nullptr) return MAMBA_SSU_SUCCESS;
-  int s = set_device(p);
+  DeviceGuard guard;
+  int s = guard.set(p->device);
   if (p->side != nullptr && !s) s = check_cuda(cudaStreamSynchronize(p->side), "sync side");
   if (p->seeds) cudaFree(p->seeds);
   if (p->chain) cudaFree(p->chain);
@@ -285,7 +307,8 @@ extern "C" int mamba_ssu_prefetcher_begin_forward(mamba_ssu_prefetcher *p,
   if (p->in_forward)
     return fail(MAMBA_SSU_ERROR_SCOPE, "begin_forward: a forward is already open; end it first");
   if (int s = check_generator(generator)) return s;
-  if (int s = set_device(p)) return s;
+  DeviceGuard guard;
+  if (int s = guard.set(p->device)) return s;
   const cudaStream_t main = reinterpret_cast<cudaStream_t>(main_stream);
   bool capturing = false;
   if (int s = capture_state(p, main, &capturing)) return s;
@@ -316,7 +339,8 @@ extern "C" int mamba_ssu_prefetcher_begin_fused_forward(mamba_ssu_prefetcher *p,
     return fail(MAMBA_SSU_ERROR_SCOPE,
                 "begin_fused_forward: a forward is already open; end it first");
   if (int s = check_generator(generator)) return s;
-  if (int s = set_device(p)) return s;
+  DeviceGuard guard;
+  if (int s = guard.set(p->device)) return s;
   const cudaStream_t main = reinterpret_cast<cudaStream_t>(main_stream);
   bool capturing = false;
   if (int s = capture_state(p, main, &capturing)) return s;
@@ -337,6 +361,9 @@ extern "C" int mamba_ssu_prefetcher_seed(mamba_ssu_prefetcher *p, mamba_ssu_stre
                                          const int64_t **seed_out) {
   clear_error();
   if (seed_out == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "seed_out: null pointer");
+  if (p == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "prefetcher: null pointer");
+  DeviceGuard guard;
+  if (int s = guard.set(p->device)) return s;
   const cudaStream_t s_ = reinterpret_cast<cudaStream_t>(stream);
   bool capturing = false, prefetched = false;
   uint32_t k = 0;
@@ -360,7 +387,8 @@ extern "C" int mamba_ssu_prefetcher_fused_seed(mamba_ssu_prefetcher *p, mamba_ss
                 "fused_seed: a prefetching forward is open (its seeds come from seed()); fused "
                 "seeds are requested outside a forward or in a fused one");
   if (int s = check_generator(generator)) return s;
-  if (int s = set_device(p)) return s;
+  DeviceGuard guard;
+  if (int s = guard.set(p->device)) return s;
   const cudaStream_t s_ = reinterpret_cast<cudaStream_t>(stream);
   bool capturing = false;
   if (int s = capture_state(p, s_, &capturing)) return s;
@@ -391,6 +419,17 @@ extern "C" int mamba_ssu_prefetcher_fused_seed(mamba_ssu_prefetcher *p, mamba_ss
     params->seed_offset = position;
   }
   if (chained_forward) {
+    // The previous call's kernel stores this call's link: if that SSU was never launched (or
+    // its launch failed), the link holds a stale value. Report it once instead of handing it
+    // out; the next request derives its own seed.
+    const uint32_t k0 = p->summary.requested;
+    if (k0 > 0 && k0 < p->n && p->link_ready && last_ssu_seed_next() != p->chain + k0) {
+      p->link_ready = false;
+      return fail(MAMBA_SSU_ERROR_SCOPE,
+                  "fused_seed: the previous fused seed was not consumed by a successful "
+                  "mamba_ssu_selective_state_update on this thread (its chain link was never "
+                  "written); request again to derive this layer's seed");
+    }
     const uint32_t k = p->summary.requested++;
     // The link stored by the previous call is this call's seed only if the generator is
     // exactly where that call left it (someone else drawing in between moves the sequence).
@@ -423,7 +462,8 @@ extern "C" int mamba_ssu_prefetcher_end_forward(mamba_ssu_prefetcher *p,
   clear_error();
   if (p == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "prefetcher: null pointer");
   if (!p->in_forward) return fail(MAMBA_SSU_ERROR_SCOPE, "end_forward: no forward is open");
-  int s = set_device(p);
+  DeviceGuard guard;
+  int s = guard.set(p->device);
   // Always join the side stream into main: under capture an unjoined side stream would make
   // the capture fail; eagerly it keeps the next forward's ordering argument simple.
   if (!s) s = join(p);
@@ -461,7 +501,8 @@ extern "C" int mamba_ssu_prefetcher_prepare_replay(mamba_ssu_prefetcher *p,
     return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
                 "graph_increment: expected a multiple of 4, got %llu",
                 static_cast<unsigned long long>(graph_increment));
-  if (int s = set_device(p)) return s;
+  DeviceGuard guard;
+  if (int s = guard.set(p->device)) return s;
   if (int s = mamba_ssu_set_generator_state(stream, p->dev_state, generator->seed,
                                             generator->offset))
     return s;

@@ -102,6 +102,12 @@ int check(const mamba_ssu_params *p) {
                 ll(p->ngroups));
   if (p->state_cache_size < 1)
     return invalid("state_cache_size: expected >= 1, got %lld", ll(p->state_cache_size));
+  // Without read indices batch entry b reads slot b (the Rust API's rule as well).
+  if (p->state_batch_indices == nullptr && p->batch > p->state_cache_size)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                "state_cache_size: without state_batch_indices batch entry b uses slot b: "
+                "expected >= batch (%lld), got %lld",
+                ll(p->batch), ll(p->state_cache_size));
   {
     const __int128 blocks = static_cast<__int128>(p->batch) * p->nheads *
                             ((p->dim + kMinRowsPerBlock - 1) / kMinRowsPerBlock);
@@ -420,38 +426,19 @@ bool is_hot(const mamba_ssu_params *p) {
          (p->philox_rounds == 0 || p->philox_rounds == 5 || p->philox_rounds == 10);
 }
 
-}  // namespace
-}  // namespace mamba_ssu
+// The launch configuration of a checked problem: a pure function of the parameters and the SM
+// count (no device needed), shared by the launcher and mamba_ssu_selective_state_update_plan.
+struct Plan {
+  bool below, simple, f1, hot;
+  int64_t rows;
+  int small_rows, rows_per_chunk, rpw, warps_per_block;
+  int64_t blocks_per_head, blocks;
+  uint32_t taper_start, taper_shift;
+  unsigned nblocks;
+};
 
-using namespace mamba_ssu;
-
-extern "C" int mamba_ssu_selective_state_update_check(const mamba_ssu_params *params) {
-  clear_error();
-  return check(params);
-}
-
-extern "C" int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch, int64_t nheads,
-                                           int32_t num_sms) {
-  // Returns MAMBA_SSU_ALGO_SIMPLE or MAMBA_SSU_ALGO_VERTICAL; on an invalid
-  // algorithm or a failed device query, minus the status (detail recorded).
-  clear_error();
-  if (algorithm == MAMBA_SSU_ALGO_SIMPLE || algorithm == MAMBA_SSU_ALGO_VERTICAL) return algorithm;
-  if (algorithm != MAMBA_SSU_ALGO_AUTO)
-    return -invalid("algorithm: expected AUTO (0), SIMPLE (1) or VERTICAL (2), got %lld",
-                    ll(algorithm));
-  int sms = 0;
-  if (int s = device_num_sms(num_sms, &sms)) return -s;
-  return below_switch(batch, nheads, sms) ? MAMBA_SSU_ALGO_SIMPLE : MAMBA_SSU_ALGO_VERTICAL;
-}
-
-extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
-                                                const mamba_ssu_params *params) {
-  clear_error();
-  if (int s = check(params)) return s;
-  const mamba_ssu_params &p = *params;
-
-  int num_sms = 0;
-  if (int s = device_num_sms(p.num_sms, &num_sms)) return s;
+int plan_launch(const mamba_ssu_params &p, int num_sms, Plan *out) {
+  if (num_sms < 1) return invalid("num_sms: expected >= 1, got %lld", ll(num_sms));
   const bool below = below_switch(p.batch, p.nheads, num_sms);
   const bool simple = p.algorithm == MAMBA_SSU_ALGO_SIMPLE ||
                       (p.algorithm == MAMBA_SSU_ALGO_AUTO && below);
@@ -510,7 +497,9 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   // a multiple of 2 rows times it).
   const int warps_per_block =
       small_rows == 2 && p.philox_rounds == 0 ? HotConfig<true, 0, 2>::kBlockWarps
-      : rpw * ssu::kWarpsPerBlock > p.dim     ? static_cast<int>(p.dim / rpw)
+      // A head of fewer rows than one warp takes (dim < rpw): one warp, its rows past dim
+      // skipped by the run-time kernel's partial chunks (the hot kernels have dim 64).
+      : rpw * ssu::kWarpsPerBlock > p.dim     ? std::max(1, static_cast<int>(p.dim / rpw))
                                               : ssu::kWarpsPerBlock;
   const int64_t rows_per_block = int64_t{warps_per_block} * rpw;
   const int64_t blocks_per_head = (p.dim + rows_per_block - 1) / rows_per_block;
@@ -553,6 +542,88 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
       blocks = heads - tail + tail * parts;
     }
   }
+
+  // One extra block (block 0, see ssu_body) stores a fused chain's next seed.
+  if (p.seed_next != nullptr && blocks + 1 > INT32_MAX)
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "seed_next: the grid has no room for its block");
+  const int64_t nblocks = blocks + (p.seed_next != nullptr ? 1 : 0);
+  // Invariants of a valid launch (a violation is a planning bug: reported, never launched).
+  if (rpw < 1 || warps_per_block < 1 || warps_per_block > 32 || blocks_per_head < 1 ||
+      int64_t{warps_per_block} * rpw * blocks_per_head < p.dim || nblocks < 1 ||
+      nblocks > INT32_MAX)
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
+                "launch plan: no valid grid (rows per warp %d, warps per block %d, blocks per "
+                "head %lld, blocks %lld)",
+                rpw, warps_per_block, ll(blocks_per_head), ll(nblocks));
+  *out = Plan{below,        simple,          f1,        hot,         rows,
+              small_rows,   rows_per_chunk,  rpw,       warps_per_block,
+              blocks_per_head, blocks,       taper_start, taper_shift,
+              static_cast<unsigned>(nblocks)};
+  return MAMBA_SSU_SUCCESS;
+}
+
+}  // namespace
+}  // namespace mamba_ssu
+
+using namespace mamba_ssu;
+
+extern "C" int mamba_ssu_selective_state_update_check(const mamba_ssu_params *params) {
+  clear_error();
+  return check(params);
+}
+
+extern "C" int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch, int64_t nheads,
+                                           int32_t num_sms) {
+  // Returns MAMBA_SSU_ALGO_SIMPLE or MAMBA_SSU_ALGO_VERTICAL; on an invalid
+  // algorithm or a failed device query, minus the status (detail recorded).
+  clear_error();
+  if (algorithm == MAMBA_SSU_ALGO_SIMPLE || algorithm == MAMBA_SSU_ALGO_VERTICAL) return algorithm;
+  if (algorithm != MAMBA_SSU_ALGO_AUTO)
+    return -invalid("algorithm: expected AUTO (0), SIMPLE (1) or VERTICAL (2), got %lld",
+                    ll(algorithm));
+  int sms = 0;
+  if (int s = device_num_sms(num_sms, &sms)) return -s;
+  return below_switch(batch, nheads, sms) ? MAMBA_SSU_ALGO_SIMPLE : MAMBA_SSU_ALGO_VERTICAL;
+}
+
+
+extern "C" int mamba_ssu_selective_state_update_plan(const mamba_ssu_params *params,
+                                                     int32_t num_sms,
+                                                     mamba_ssu_launch_plan *out) {
+  clear_error();
+  if (out == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "out: null pointer");
+  if (int s = check(params)) return s;
+  int sms = 0;
+  if (int s = device_num_sms(num_sms, &sms)) return s;
+  Plan plan;
+  if (int s = plan_launch(*params, sms, &plan)) return s;
+  out->grid_blocks = plan.nblocks;
+  out->threads_per_block = 32 * plan.warps_per_block;
+  out->rows_per_warp = plan.rpw;
+  out->warps_per_block = plan.warps_per_block;
+  out->blocks_per_head = plan.blocks_per_head;
+  out->algorithm = plan.simple ? MAMBA_SSU_ALGO_SIMPLE : MAMBA_SSU_ALGO_VERTICAL;
+  out->compiled_kernel = plan.hot ? 1 : 0;
+  out->num_sms = sms;
+  return MAMBA_SSU_SUCCESS;
+}
+
+extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
+                                                const mamba_ssu_params *params) {
+  clear_error();
+  note_ssu_launch(nullptr);
+  if (int s = check(params)) return s;
+  const mamba_ssu_params &p = *params;
+
+  int num_sms = 0;
+  if (int s = device_num_sms(p.num_sms, &num_sms)) return s;
+  Plan plan;
+  if (int s = plan_launch(p, num_sms, &plan)) return s;
+  const bool below = plan.below, simple = plan.simple, f1 = plan.f1, hot = plan.hot;
+  const int64_t rows = plan.rows;
+  const int small_rows = plan.small_rows, rpw = plan.rpw, warps_per_block = plan.warps_per_block;
+  const int64_t blocks_per_head = plan.blocks_per_head;
+  const uint32_t taper_start = plan.taper_start, taper_shift = plan.taper_shift;
 
   Args a{};
   a.x = p.x;
@@ -616,17 +687,15 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   a.seed_next = p.seed_next;
 
   const auto st = reinterpret_cast<cudaStream_t>(stream);
-  // One extra block (block 0, see ssu_body) stores a fused chain's next seed.
-  if (p.seed_next != nullptr && blocks + 1 > INT32_MAX)
-    return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "seed_next: the grid has no room for its block");
-  const auto nblocks = static_cast<unsigned>(blocks + (p.seed_next != nullptr ? 1 : 0));
+  const unsigned nblocks = plan.nblocks;
   const int wpb = warps_per_block;
-  if (!hot) return launch<DynConfig>(a, nblocks, wpb, st);
-  if (small_rows == 1)
-    return simple ? launch_hot<true, 1>(a, nblocks, wpb, st, rows)
-                  : launch_hot<false, 1>(a, nblocks, wpb, st, rows);
-  if (small_rows == 2)
-    return simple ? launch_small2<true>(a, nblocks, wpb, st) : launch_small2<false>(a, nblocks, wpb, st);
-  return simple ? launch_hot<true, 4>(a, nblocks, wpb, st, rows)
-                : launch_hot<false, 4>(a, nblocks, wpb, st, rows);
+  const int s = !hot              ? launch<DynConfig>(a, nblocks, wpb, st)
+                : small_rows == 1 ? (simple ? launch_hot<true, 1>(a, nblocks, wpb, st, rows)
+                                            : launch_hot<false, 1>(a, nblocks, wpb, st, rows))
+                : small_rows == 2 ? (simple ? launch_small2<true>(a, nblocks, wpb, st)
+                                            : launch_small2<false>(a, nblocks, wpb, st))
+                                  : (simple ? launch_hot<true, 4>(a, nblocks, wpb, st, rows)
+                                            : launch_hot<false, 4>(a, nblocks, wpb, st, rows));
+  if (s == MAMBA_SSU_SUCCESS) note_ssu_launch(p.seed_next);
+  return s;
 }

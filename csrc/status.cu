@@ -7,7 +7,11 @@
 namespace mamba_ssu {
 namespace {
 thread_local char g_detail[512] = "";
+thread_local const int64_t *g_last_seed_next = nullptr;
 }
+
+void note_ssu_launch(const int64_t *seed_next) { g_last_seed_next = seed_next; }
+const int64_t *last_ssu_seed_next() { return g_last_seed_next; }
 
 int fail(int status, const char *fmt, ...) {
   va_list ap;
@@ -17,7 +21,13 @@ int fail(int status, const char *fmt, ...) {
   return status;
 }
 
-void clear_error() { g_detail[0] = '\0'; }
+void clear_error() {
+  g_detail[0] = '\0';
+  // A non-sticky error left by an earlier runtime call on this thread is not this call's: drop
+  // it, so that check_launch reads only what this call's launch reports. (A sticky error, from
+  // a faulted context, cannot be cleared and fails this call's launch as well.)
+  (void)cudaGetLastError();
+}
 
 int check_cuda(cudaError_t err, const char *what) {
   if (err == cudaSuccess) return MAMBA_SSU_SUCCESS;

@@ -51,3 +51,43 @@ pub(crate) fn check(status: c_int) -> Result<()> {
         detail,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every status code of the C ABI has its own message; anything else is "unknown".
+    #[test]
+    fn every_status_code_has_a_message() {
+        let message = |s: c_int| {
+            // SAFETY: mamba_ssu_status_string returns a static NUL-terminated string.
+            unsafe { CStr::from_ptr(sys::mamba_ssu_status_string(s)) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        let codes = [
+            sys::MAMBA_SSU_SUCCESS,
+            sys::MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+            sys::MAMBA_SSU_ERROR_UNSUPPORTED,
+            sys::MAMBA_SSU_ERROR_CUDA,
+            sys::MAMBA_SSU_ERROR_SCOPE,
+        ];
+        let mut seen = std::collections::HashSet::new();
+        for code in codes {
+            let m = message(code as c_int);
+            assert!(!m.contains("unknown"), "status {code}: {m}");
+            assert!(
+                seen.insert(m.clone()),
+                "status {code} shares its message {m:?}"
+            );
+        }
+        assert_eq!(
+            codes.len(),
+            5,
+            "a new status code needs a message and a line here"
+        );
+        for other in [-1, 5, 99] {
+            assert!(message(other).contains("unknown"), "status {other}");
+        }
+    }
+}

@@ -57,6 +57,41 @@ fn run(args: &[&str]) -> Output {
     spawn(&programs().0, args)
 }
 
+/// A stale runtime error left on the thread before a launch (the demo's
+/// MAMBA_SSU_DEMO_STALE_ERROR=1: cudaSetDevice of a missing device) does not turn the
+/// successful draw into a reported failure: the output is exactly the draws.
+#[test]
+fn stale_runtime_error_is_not_reported_against_a_launch() {
+    let out = Command::new(&programs().0)
+        .args(["42", "0", "40"])
+        .env("MAMBA_SSU_DEMO_STALE_ERROR", "1")
+        .output()
+        .expect("running the C demo");
+    match out.status.code() {
+        Some(77) => {
+            assert!(
+                !common::gpu_required(),
+                "MAMBA_SSU_REQUIRE_GPU=1 but no CUDA device"
+            );
+            eprintln!("skipped: the C demo found no CUDA device");
+        }
+        Some(0) => {
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let draws: Vec<u64> = v["draws"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap())
+                .collect();
+            assert_eq!(draws, torch_seeds(42, 0, 40));
+        }
+        other => panic!(
+            "C demo with a stale error exited {other:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
 fn run_prefetch(args: &[&str]) -> Output {
     spawn(&programs().1, args)
 }

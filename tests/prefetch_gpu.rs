@@ -15,6 +15,47 @@ use mamba_ssu::{filler::filler, Error, Generator};
 
 const N: usize = 40;
 
+/// A small SSU problem (fp16 state, bf16 inputs, 4 heads of dim 64, dstate 128) that consumes
+/// one fused seed with a real launch, as the fused chain's contract requires.
+struct SsuRig {
+    state: CudaSlice<half::f16>,
+    x: CudaSlice<half::bf16>,
+    dt: CudaSlice<half::bf16>,
+    a: CudaSlice<f32>,
+    bc: CudaSlice<half::bf16>,
+    out: CudaSlice<half::bf16>,
+}
+
+impl SsuRig {
+    const H: usize = 4;
+    fn new(stream: &Arc<CudaStream>) -> Self {
+        Self {
+            state: stream.alloc_zeros(Self::H * 64 * 128).unwrap(),
+            x: stream.alloc_zeros(Self::H * 64).unwrap(),
+            dt: stream.alloc_zeros(Self::H).unwrap(),
+            a: stream.alloc_zeros(Self::H).unwrap(),
+            bc: stream.alloc_zeros(128).unwrap(),
+            out: stream.alloc_zeros(Self::H * 64).unwrap(),
+        }
+    }
+
+    fn consume(&mut self, stream: &CudaStream, seed: mamba_ssu::prefetch::FusedSeed<'_>) {
+        use mamba_ssu::ssu::{selective_state_update, SeedSource, SsuArgs, Tensor, TensorMut};
+        let h = Self::H;
+        let mut args = SsuArgs::new(
+            TensorMut::contiguous(&mut self.state, &[1, h, 64, 128]).unwrap(),
+            Tensor::contiguous(&self.x, &[1, h, 64]).unwrap(),
+            Tensor::new(&self.dt, &[1, h, 64], &[h, 1, 0]).unwrap(),
+            Tensor::new(&self.a, &[h, 64, 128], &[1, 0, 0]).unwrap(),
+            Tensor::contiguous(&self.bc, &[1, 1, 128]).unwrap(),
+            Tensor::contiguous(&self.bc, &[1, 1, 128]).unwrap(),
+            TensorMut::contiguous(&mut self.out, &[1, h, 64]).unwrap(),
+        )
+        .stochastic_rounding(SeedSource::Fused(seed), 10);
+        selective_state_update(stream, &mut args).unwrap();
+    }
+}
+
 /// Copies the int64 behind `seed` into `results[k]` on `stream` (a consumer on the stream, like
 /// the SSU kernel reading `rand_seed`).
 fn consume(stream: &CudaStream, seed: SeedPtr, results: &mut CudaSlice<i64>, k: usize) {
@@ -322,6 +363,7 @@ fn fused_forward_chains_links_and_falls_back() {
     // A prefetching request inside a fused forward is a scope error.
     assert!(matches!(p.seed(&stream, &mut gen, 0), Err(Error::Scope(_))));
     let mut linked = Vec::new();
+    let mut rig = SsuRig::new(&stream);
     for k in 0..N + 2 {
         if k == 11 {
             gen.next_cpu(); // someone else draws: the sequence moves
@@ -335,6 +377,7 @@ fn fused_forward_chains_links_and_falls_back() {
         );
         linked.push(f.linked_seed().is_some());
         assert_eq!(f.seed_next().is_some(), k + 1 < N, "call {k}");
+        rig.consume(&stream, f); // the chain's contract: one SSU launch per fused seed
         expected_offset += 4;
     }
     assert_eq!(gen.offset(), expected_offset);
@@ -364,4 +407,43 @@ fn fused_forward_chains_links_and_falls_back() {
     p.end_forward().unwrap();
     let f = p.fused_seed(&stream, &mut gen).unwrap();
     assert!(f.linked_seed().is_none() && f.seed_next().is_none());
+}
+
+/// A fused seed whose SSU was never launched leaves the next chain link unwritten: the next
+/// request is a scope error (not a stale seed), and the one after it derives its own seed.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn fused_chain_detects_a_skipped_consumer() {
+    let Some(s) = setup() else { return };
+    let mut p = Prefetcher::new(&s.ctx, N).unwrap();
+    let stream = s.stream.clone();
+    let mut gen = Generator::new(7, 40).unwrap();
+    let mut rig = SsuRig::new(&stream);
+    p.begin_fused_forward(&stream, &gen).unwrap();
+    let f0 = p.fused_seed(&stream, &mut gen).unwrap();
+    rig.consume(&stream, f0);
+    let f1 = p.fused_seed(&stream, &mut gen).unwrap();
+    assert!(
+        f1.linked_seed().is_some(),
+        "call 1 reads the link call 0 stored"
+    );
+    let _skipped = f1; // its SSU is never launched, so link 2 is never written
+    let offset = gen.offset();
+    assert!(matches!(
+        p.fused_seed(&stream, &mut gen),
+        Err(Error::Scope(_))
+    ));
+    assert_eq!(gen.offset(), offset, "a refused request draws nothing");
+    let f2 = p.fused_seed(&stream, &mut gen).unwrap();
+    assert!(
+        f2.linked_seed().is_none(),
+        "after the error the call derives its own seed"
+    );
+    assert_eq!(f2.eager_value(), Some(torch_seed(7, offset)));
+    rig.consume(&stream, f2);
+    let f3 = p.fused_seed(&stream, &mut gen).unwrap();
+    assert!(f3.linked_seed().is_some(), "the chain resumes");
+    rig.consume(&stream, f3);
+    p.end_forward().unwrap();
+    stream.synchronize().unwrap();
 }

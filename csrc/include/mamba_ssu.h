@@ -11,7 +11,10 @@
  * pointers, launches nothing when an argument is invalid, and returns a
  * mamba_ssu_status (0 = success). mamba_ssu_status_string() turns a code into
  * a message; mamba_ssu_last_error_detail() gives the detail of the last error
- * raised by this thread (e.g. the CUDA error text).
+ * raised by this thread (e.g. the CUDA error text). A launch failure is reported only for this
+ * call's own launch: every entry point first discards a non-sticky runtime error that an
+ * earlier call on the thread left behind (cudaGetLastError), so such an error is neither
+ * reported against a kernel that was in fact enqueued nor left for the caller afterwards.
  *
  * The stream type is the driver's CUstream (the runtime's cudaStream_t is the
  * same type); a NULL stream is the legacy default stream.
@@ -233,6 +236,25 @@ int mamba_ssu_selective_state_update_check(const mamba_ssu_params *params);
 int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
                                      const mamba_ssu_params *params);
 
+/* The launch configuration mamba_ssu_selective_state_update would use for *params (a pure
+ * function of the parameters and the SM count: no device is touched when num_sms > 0). */
+typedef struct mamba_ssu_launch_plan {
+  int64_t grid_blocks;       /* thread blocks (a fused chain's extra block included) */
+  int64_t blocks_per_head;   /* blocks serving one (batch, head) */
+  int32_t threads_per_block;
+  int32_t warps_per_block;
+  int32_t rows_per_warp;     /* state rows (dim) one warp serves */
+  int32_t algorithm;         /* the resolved layout: SIMPLE or VERTICAL */
+  int32_t compiled_kernel;   /* 1: a compiled-in (hot) kernel, 0: the run-time one */
+  int32_t num_sms;           /* the SM count the plan is for */
+} mamba_ssu_launch_plan;
+
+/* Checks *params like the launcher and fills *out with its launch configuration for a device
+ * of num_sms multiprocessors (num_sms <= 0: the current device's count is queried). Nothing is
+ * launched. */
+int mamba_ssu_selective_state_update_plan(const mamba_ssu_params *params, int32_t num_sms,
+                                          mamba_ssu_launch_plan *out);
+
 /* The algorithm ALGO_AUTO resolves to for batch*nheads on a device with
  * num_sms multiprocessors (SIMPLE or VERTICAL). */
 int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch,
@@ -274,7 +296,10 @@ typedef struct mamba_ssu_forward_summary {
   int32_t captured;    /* whether the forward was captured in a CUDA graph */
 } mamba_ssu_forward_summary;
 
-/* Creates a prefetcher on the current CUDA device for forwards of seeds_per_forward
+/* Every prefetcher call makes the prefetcher's device current for its own work and restores
+ * the caller's current device before it returns.
+ *
+ * Creates a prefetcher on the current CUDA device for forwards of seeds_per_forward
  * (N >= 1) stochastic-rounding layers: allocates its side stream (non-blocking), events and
  * device buffers. *out receives the handle. */
 int mamba_ssu_prefetcher_create(mamba_ssu_prefetcher **out, uint32_t seeds_per_forward,
@@ -317,7 +342,9 @@ int mamba_ssu_prefetcher_seed(mamba_ssu_prefetcher *p, mamba_ssu_stream_t stream
  * stock sequence; calls beyond N, or after the generator was moved by someone else, derive
  * their own seed. Contract: every fused seed requested in the forward is consumed by exactly
  * one SSU launch on main before the next request (the chain's next link is written by that
- * launch). end_forward closes it; the summary counts chained calls as `prefetched` and
+ * launch); a request whose predecessor was not consumed by a successful
+ * mamba_ssu_selective_state_update on the same thread returns MAMBA_SSU_ERROR_SCOPE instead of
+ * a stale link (nothing drawn; requesting again derives the seed). end_forward closes it; the summary counts chained calls as `prefetched` and
  * self-deriving ones as `fallback`. */
 int mamba_ssu_prefetcher_begin_fused_forward(mamba_ssu_prefetcher *p, mamba_ssu_stream_t main,
                                              mamba_ssu_generator_state *generator);

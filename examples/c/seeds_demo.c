@@ -4,6 +4,9 @@
  * Draws COUNT torch-identical seeds from generator state (SEED, OFFSET) on the GPU in one
  * launch and prints {"seed":S,"offset":O,"draws":[...],"offset_after":O2}.
  * Exit codes: 0 success, 2 bad arguments, 3 a mamba_ssu or CUDA error, 77 no CUDA device.
+ * With MAMBA_SSU_DEMO_STALE_ERROR=1 in the environment it first leaves a stale runtime error on
+ * the thread (cudaSetDevice of a device that does not exist): the draw must still succeed and
+ * report success (the C ABI attributes only its own launch errors).
  *
  * Build (see README, "C and C++"):
  *   cc -std=c11 -Iinclude seeds_demo.c -Llib -lmamba_ssu -lcudart_static -lstdc++ -ldl -lpthread -lrt
@@ -44,6 +47,11 @@ int main(int argc, char **argv) {
   if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
       cudaMalloc((void **)&d_out, count * sizeof(int64_t)) != cudaSuccess) {
     fprintf(stderr, "seeds_demo: CUDA setup failed\n");
+    return 3;
+  }
+  const char *stale = getenv("MAMBA_SSU_DEMO_STALE_ERROR");
+  if (stale != NULL && stale[0] == '1' && cudaSetDevice(ndev) == cudaSuccess) {
+    fprintf(stderr, "seeds_demo: cudaSetDevice(%d) unexpectedly succeeded\n", ndev);
     return 3;
   }
   int st = mamba_ssu_draw_seeds((mamba_ssu_stream_t)stream, d_out, (uint32_t)count, seed, offset);

@@ -275,6 +275,179 @@ mod tests {
         p
     }
 
+    /// Raw parameters of a problem that the C check accepts whenever its sizes and dtypes do:
+    /// aligned fake pointers (nothing is launched), 16-byte batch strides.
+    #[allow(clippy::too_many_arguments)]
+    fn raw_params(
+        batch: usize,
+        nheads: usize,
+        dim: usize,
+        dstate: usize,
+        dtypes: [i32; 3],
+        rounds: i32,
+        algorithm: i32,
+        z: bool,
+        index: Option<i32>,
+        seed_next: bool,
+        num_sms: i32,
+    ) -> sys::mamba_ssu_params {
+        let fake = |k: usize| (0x1000_0000usize + k * 0x100_0000) as *mut std::ffi::c_void;
+        let round8 = |v: usize| v.div_ceil(8) * 8;
+        let row = round8(nheads * dim) as i64;
+        let index_ptr = |k| {
+            if index.is_some() {
+                fake(k) as *const _
+            } else {
+                std::ptr::null()
+            }
+        };
+        sys::mamba_ssu_params {
+            batch: batch as i64,
+            nheads: nheads as i64,
+            dim: dim as i64,
+            dstate: dstate as i64,
+            ngroups: 1,
+            state_cache_size: batch as i64 + 1,
+            state_stride_batch: (nheads * dim * dstate) as i64,
+            x_stride_batch: row,
+            dt_stride_batch: nheads as i64,
+            B_stride_batch: dstate as i64,
+            C_stride_batch: dstate as i64,
+            z_stride_batch: if z { row } else { 0 },
+            out_stride_batch: row,
+            state_batch_indices_stride: 1,
+            dst_state_batch_indices_stride: 1,
+            pad_slot_id: -1,
+            state: fake(1),
+            x: fake(2),
+            dt: fake(3),
+            dt_bias: fake(4),
+            A: fake(5) as *const f32,
+            B: fake(6),
+            C: fake(7),
+            D: fake(8),
+            z: if z { fake(9) } else { std::ptr::null() },
+            out: fake(10),
+            state_batch_indices: index_ptr(11),
+            dst_state_batch_indices: std::ptr::null(),
+            rand_seed: fake(12) as *const i64,
+            seed_next: if seed_next {
+                fake(13) as *mut i64
+            } else {
+                std::ptr::null_mut()
+            },
+            state_dtype: dtypes[0],
+            input_dtype: dtypes[1],
+            weight_dtype: dtypes[2],
+            index_dtype: index.unwrap_or(sys::MAMBA_SSU_I32 as i32),
+            dt_softplus: 1,
+            update_state: 1,
+            philox_rounds: rounds,
+            algorithm,
+            seed_source: sys::MAMBA_SSU_SEED_POINTER as i32,
+            num_sms,
+            ..Default::default()
+        }
+    }
+
+    /// Every problem the C check accepts gets a valid launch configuration (no division by
+    /// zero, no empty or oversized grid, every row of a head covered), over a dense grid of
+    /// shapes — dim 1..=256, nheads up to 8192, batch up to 512 — with every dtype, dstate,
+    /// round count, algorithm, z, index and fused-chain combination, on three SM counts.
+    /// Among them the shapes that once crashed the host (dim 8 × 1024 heads × batch 4, dim 4 ×
+    /// 512 × 64, dim 1 × batch 2): the grid rule divided by zero there.
+    #[test]
+    fn every_accepted_problem_has_a_valid_launch_plan() {
+        let f = [sys::MAMBA_SSU_F32, sys::MAMBA_SSU_F16, sys::MAMBA_SSU_BF16].map(|v| v as i32);
+        let hot = [sys::MAMBA_SSU_F16, sys::MAMBA_SSU_BF16, sys::MAMBA_SSU_BF16].map(|v| v as i32);
+        let algos = [0, 1, 2];
+        let heads = [1usize, 2, 3, 8, 32, 128, 512, 1024, 8192];
+        let batches = [1usize, 2, 4, 7, 64, 256, 512];
+        let (mut accepted, mut k) = (0usize, 0usize);
+        for dim in 1..=256usize {
+            for &nheads in &heads {
+                for &batch in &batches {
+                    let mut cases = Vec::new();
+                    for rounds in [0, 5, 10] {
+                        for algo in algos {
+                            cases.push((128, hot, rounds, algo, k % 2 == 0, None, k % 5 == 0));
+                        }
+                    }
+                    // One generic combination per shape, cycling through all of them.
+                    let dtypes = [f[k % 3], f[(k / 3) % 3], f[(k / 9) % 3]];
+                    let dstate = [64, 128, 256][(k / 27) % 3];
+                    let rounds = if dtypes[0] == f[1] {
+                        [0, 1, 5, 10][(k / 81) % 4]
+                    } else {
+                        0
+                    };
+                    let index = [
+                        None,
+                        Some(sys::MAMBA_SSU_I32 as i32),
+                        Some(sys::MAMBA_SSU_I64 as i32),
+                    ][(k / 7) % 3];
+                    cases.push((
+                        dstate,
+                        dtypes,
+                        rounds,
+                        algos[k % 3],
+                        k % 2 == 1,
+                        index,
+                        k % 3 == 0,
+                    ));
+                    let sms = [132, 1, 78][k % 3];
+                    k += 1;
+                    for (dstate, dtypes, rounds, algo, z, index, next) in cases {
+                        let p = raw_params(
+                            batch, nheads, dim, dstate, dtypes, rounds, algo, z, index, next, sms,
+                        );
+                        // SAFETY: a valid parameter block whose pointers are never dereferenced.
+                        if unsafe { sys::mamba_ssu_selective_state_update_check(&p) } != 0 {
+                            continue;
+                        }
+                        accepted += 1;
+                        let mut plan = sys::mamba_ssu_launch_plan::default();
+                        // SAFETY: valid params and output pointers; the plan touches no device.
+                        let st = unsafe {
+                            sys::mamba_ssu_selective_state_update_plan(&p, sms, &mut plan)
+                        };
+                        let what = format!("b={batch} h={nheads} dim={dim} dstate={dstate} {dtypes:?} R={rounds} alg={algo} z={z} next={next} sms={sms}");
+                        assert_eq!(st, 0, "{what}: {:?}", ffi::check(st));
+                        assert!(
+                            (1..=i64::from(i32::MAX)).contains(&plan.grid_blocks),
+                            "{what}: {plan:?}"
+                        );
+                        assert!(
+                            plan.threads_per_block >= 32 && plan.threads_per_block <= 1024,
+                            "{what}: {plan:?}"
+                        );
+                        assert_eq!(plan.threads_per_block, 32 * plan.warps_per_block, "{what}");
+                        assert!(
+                            plan.rows_per_warp >= 1 && plan.blocks_per_head >= 1,
+                            "{what}: {plan:?}"
+                        );
+                        let covered = i64::from(plan.warps_per_block)
+                            * i64::from(plan.rows_per_warp)
+                            * plan.blocks_per_head;
+                        assert!(
+                            covered >= dim as i64,
+                            "{what}: {plan:?} covers {covered} rows"
+                        );
+                        assert!(
+                            plan.grid_blocks >= (batch * nheads) as i64,
+                            "{what}: {plan:?}"
+                        );
+                        assert_eq!(plan.num_sms, sms, "{what}");
+                    }
+                }
+            }
+        }
+        assert!(
+            accepted > 100_000,
+            "only {accepted} accepted problems: the grid lost its coverage"
+        );
+    }
+
     #[test]
     fn launcher_check_accepts_what_validate_accepts() {
         let specs = [
