@@ -288,10 +288,17 @@ extern "C" int mamba_ssu_prefetcher_destroy(mamba_ssu_prefetcher *p) {
   DeviceGuard guard;
   int s = guard.set(p->device);
   if (p->side != nullptr && !s) s = check_cuda(cudaStreamSynchronize(p->side), "sync side");
-  if (p->seeds) cudaFree(p->seeds);
-  if (p->chain) cudaFree(p->chain);
-  if (p->fallback) cudaFree(p->fallback);
-  if (p->dev_state) cudaFree(p->dev_state);
+  // A CUDA graph captured with this prefetcher keeps raw pointers to its device buffers and
+  // may be replayed after this call: once the prefetcher has been used under capture, its
+  // buffers (a few hundred bytes) are left allocated for the rest of the process instead of
+  // freed, so that such a replay reads and writes live memory (it then draws from the last
+  // state prepare_replay wrote) rather than freed or reused memory.
+  if (!p->capture_seen) {
+    if (p->seeds) cudaFree(p->seeds);
+    if (p->chain) cudaFree(p->chain);
+    if (p->fallback) cudaFree(p->fallback);
+    if (p->dev_state) cudaFree(p->dev_state);
+  }
   if (p->fork) cudaEventDestroy(p->fork);
   if (p->ready) cudaEventDestroy(p->ready);
   if (p->side) cudaStreamDestroy(p->side);

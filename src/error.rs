@@ -26,6 +26,15 @@ pub enum Error {
         /// What was expected and what was given.
         message: String,
     },
+    /// A valid combination the kernels do not serve (e.g. a `dstate` other than 64, 128 or 256,
+    /// stochastic rounding of a non-fp16 state, a grid or extent past the kernel's limits);
+    /// nothing was launched. The C ABI's `MAMBA_SSU_ERROR_UNSUPPORTED`.
+    Unsupported {
+        /// The argument, as named in the API.
+        argument: &'static str,
+        /// What is served and what was given.
+        message: String,
+    },
     /// A device buffer lives on another device than the stream it is used on.
     WrongDevice {
         /// The argument.
@@ -61,6 +70,14 @@ impl Error {
         }
     }
 
+    /// Shorthand for [`Error::Unsupported`].
+    pub(crate) fn unsupported(argument: &'static str, message: impl Into<String>) -> Self {
+        Error::Unsupported {
+            argument,
+            message: message.into(),
+        }
+    }
+
     /// Whether the error means "no GPU here" (no driver or no device) rather than a failure.
     pub fn is_no_gpu(&self) -> bool {
         matches!(self, Error::NoDriver | Error::NoDevice { .. })
@@ -76,6 +93,9 @@ impl fmt::Display for Error {
             }
             Error::Driver(e) => write!(f, "CUDA driver error: {e}"),
             Error::InvalidArgument { argument, message } => write!(f, "`{argument}`: {message}"),
+            Error::Unsupported { argument, message } => {
+                write!(f, "`{argument}`: unsupported: {message}")
+            }
             Error::WrongDevice {
                 argument,
                 expected,

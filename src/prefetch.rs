@@ -170,6 +170,11 @@ pub struct ForwardSummary {
 /// One prefetcher per device: its side stream, events, seed buffer and device generator state.
 ///
 /// Not `Sync`: drive it from one thread (its C object keeps per-forward state).
+///
+/// A CUDA graph captured with a prefetcher may be replayed after the prefetcher is dropped:
+/// once used under capture, its device buffers stay allocated for the rest of the process, so
+/// such a replay touches live memory (and draws from the state the last
+/// [`Prefetcher::prepare_replay`] wrote) — safe Rust cannot make a captured graph dangle.
 pub struct Prefetcher {
     raw: NonNull<sys::mamba_ssu_prefetcher>,
     ctx: Arc<CudaContext>,

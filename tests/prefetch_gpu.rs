@@ -447,3 +447,57 @@ fn fused_chain_detects_a_skipped_consumer() {
     p.end_forward().unwrap();
     stream.synchronize().unwrap();
 }
+
+/// A graph captured with a prefetcher stays safe to replay after the prefetcher is dropped (its
+/// device buffers are kept once it was used under capture): the replays run, and draw from the
+/// device state the last prepare_replay wrote (compute-sanitizer memcheck runs this test).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn graph_replays_after_the_prefetcher_is_dropped_touch_live_memory() {
+    let Some(mut s) = setup() else { return };
+    let mut p = Prefetcher::new(&s.ctx, N).unwrap();
+    let mut gen = Generator::new(77, 4 * 9).unwrap();
+    let mut results = s.stream.alloc_zeros::<i64>(N).unwrap();
+    let stream = s.stream.clone();
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    run_forward(&mut s, &mut p, &mut gen, N, &mut results);
+    let graph = stream
+        .end_capture(CUgraphInstantiate_flags(0))
+        .unwrap()
+        .expect("a graph");
+    let inc = p.graph_increment();
+    let last = gen.offset();
+    p.prepare_replay(&stream, &mut gen, inc).unwrap();
+    graph.launch().unwrap();
+    assert_eq!(download(&stream, &results), torch_seeds(77, last, N));
+    drop(p);
+    // The prefetcher is gone: two more replays, each drawing from the last prepared state.
+    for _ in 0..2 {
+        graph.launch().unwrap();
+        stream.synchronize().unwrap();
+        assert_eq!(download(&stream, &results), torch_seeds(77, last, N));
+    }
+}
+
+/// The filler writes exactly its `n` elements: a poisoned tail past them is untouched, and
+/// each element is rewritten `rounds` times (`v = v * 0.5 + 1`).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn filler_writes_only_its_elements() {
+    let Some(s) = setup() else { return };
+    let stream = s.stream.clone();
+    let (n, tail) = (1000usize, 64usize);
+    let poison = f32::from_bits(0x7FA5_A5A5);
+    let mut buf = stream.clone_htod(&vec![poison; n + tail]).unwrap();
+    let mut head = buf.slice_mut(0..n);
+    stream.memset_zeros(&mut head).unwrap();
+    filler(&stream, &mut head, 3).unwrap();
+    let got = stream.clone_dtoh(&buf).unwrap();
+    assert!(got[..n].iter().all(|&v| v == 1.75), "0 -> 1 -> 1.5 -> 1.75");
+    assert!(
+        got[n..].iter().all(|v| v.to_bits() == poison.to_bits()),
+        "wrote past n"
+    );
+}

@@ -310,7 +310,10 @@ int mamba_ssu_prefetcher_create(mamba_ssu_prefetcher **out, uint32_t seeds_per_f
  * (MAMBA_SSU_ERROR_SCOPE). */
 int mamba_ssu_prefetcher_set_capture_layout(mamba_ssu_prefetcher *p, int32_t layout);
 
-/* Destroys the prefetcher (synchronizes its side stream first). NULL is a no-op. */
+/* Destroys the prefetcher (synchronizes its side stream first). NULL is a no-op. A prefetcher
+ * that was ever used under CUDA-graph capture keeps its device buffers allocated for the rest
+ * of the process (a few hundred bytes): a graph captured with it stays safe to replay after
+ * destroy (it then draws from the state last written by prepare_replay). */
 int mamba_ssu_prefetcher_destroy(mamba_ssu_prefetcher *p);
 
 /* Begins a forward on main: every seed of this forward must be requested on main.

@@ -77,7 +77,9 @@ class SeedPrefetcher:
     stock value itself. Inside :meth:`fused_forward` the fused calls are chained (the first call
     derives its seed; every call stores the next call's seed from one extra thread block).
 
-    Keep the prefetcher alive for as long as any CUDA graph captured with it is replayed.
+    A CUDA graph captured with it stays safe to replay after the prefetcher is gone: the
+    buffers captured kernels point into are allocated from the graph's memory pool or kept for
+    the rest of the process.
     """
 
     def __init__(self, num_layers: int, device=None):

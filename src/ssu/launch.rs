@@ -17,6 +17,95 @@ fn to_i64(name: &'static str, v: usize) -> Result<i64> {
     i64::try_from(v).map_err(|_| Error::invalid(name, format!("{v} does not fit in int64")))
 }
 
+/// The argument a C check's detail names (its text up to the first `:`), as a static name.
+fn c_argument(detail: &str) -> &'static str {
+    const NAMES: [&str; 33] = [
+        "batch",
+        "nheads",
+        "dim",
+        "dstate",
+        "ngroups",
+        "state_cache_size",
+        "state_dtype",
+        "input_dtype",
+        "weight_dtype",
+        "index_dtype",
+        "algorithm",
+        "seed_source",
+        "philox_rounds",
+        "state",
+        "x",
+        "dt",
+        "A",
+        "B",
+        "C",
+        "out",
+        "z",
+        "D",
+        "dt_bias",
+        "seed_next",
+        "generator_state",
+        "rand_seed",
+        "seed_offset",
+        "state_batch_indices",
+        "dst_state_batch_indices",
+        "state_stride_batch",
+        "x_stride_batch",
+        "out_stride_batch",
+        "z_stride_batch",
+    ];
+    let head = detail.split(':').next().unwrap_or("").trim();
+    NAMES
+        .iter()
+        .find(|n| **n == head)
+        .copied()
+        .unwrap_or("arguments")
+}
+
+/// The C ABI's contract check (`mamba_ssu_selective_state_update_check`) of a call that passed
+/// the Rust checks, with placeholder device pointers (aligned, never dereferenced): the one
+/// contract both front doors enforce. A violation maps to [`Error::InvalidArgument`] or
+/// [`Error::Unsupported`] as the C status says.
+pub(super) fn contract_check(spec: &SsuSpec, problem: &SsuProblem) -> Result<()> {
+    let mut p = fill_params(spec, problem, -1, true, true, Algorithm::Auto)?;
+    let placeholder = |k: usize| (0x1000_0000usize + k * 0x1000) as *mut std::ffi::c_void;
+    let opt = |present: bool, k: usize| {
+        if present {
+            placeholder(k) as *const std::ffi::c_void
+        } else {
+            std::ptr::null()
+        }
+    };
+    p.state = placeholder(1);
+    p.x = placeholder(2);
+    p.dt = placeholder(3);
+    p.A = placeholder(4) as *const f32;
+    p.B = placeholder(5);
+    p.C = placeholder(6);
+    p.out = placeholder(7);
+    p.D = opt(spec.d.is_some(), 8);
+    p.z = opt(spec.z.is_some(), 9);
+    p.dt_bias = opt(spec.dt_bias.is_some(), 10);
+    p.state_batch_indices = opt(spec.state_batch_indices.is_some(), 11);
+    p.dst_state_batch_indices = opt(spec.dst_state_batch_indices.is_some(), 12);
+    p.rand_seed = placeholder(13) as *const i64;
+    p.generator_state = placeholder(14) as *const sys::mamba_ssu_generator_state;
+    // SAFETY: the check reads `p` only (pointer values included, never the memory behind them).
+    let status = unsafe { sys::mamba_ssu_selective_state_update_check(&p) };
+    match ffi::check(status) {
+        Ok(()) => Ok(()),
+        Err(Error::Launcher { status, detail, .. }) => {
+            let argument = c_argument(&detail);
+            if status == sys::MAMBA_SSU_ERROR_UNSUPPORTED as i32 {
+                Err(Error::unsupported(argument, detail))
+            } else {
+                Err(Error::invalid(argument, detail))
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// `mamba_ssu_params` of a validated call, every pointer null (filled at launch).
 fn fill_params(
     spec: &SsuSpec,
@@ -446,6 +535,307 @@ mod tests {
             accepted > 100_000,
             "only {accepted} accepted problems: the grid lost its coverage"
         );
+    }
+
+    /// A small deterministic generator for the property test.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+        fn pick<T: Copy>(&mut self, v: &[T]) -> T {
+            v[(self.next() % v.len() as u64) as usize]
+        }
+        fn chance(&mut self, percent: u64) -> bool {
+            self.next() % 100 < percent
+        }
+    }
+
+    /// A layout over an exactly long enough buffer, or None where its extent overflows usize.
+    fn try_lay(dtype: DType, shape: &[usize], strides: &[usize]) -> Option<TensorLayout> {
+        let mut max = 0usize;
+        for (n, s) in shape.iter().zip(strides) {
+            max = max.checked_add(n.checked_sub(1)?.checked_mul(*s)?)?;
+        }
+        TensorLayout::new(dtype, shape, strides, max.checked_add(1)?).ok()
+    }
+
+    /// The C parameter block that carries `spec` (no validation: what the C ABI receives when a
+    /// caller passes the same sizes, dtypes, strides and flags), with placeholder pointers.
+    fn spec_params(spec: &SsuSpec) -> sys::mamba_ssu_params {
+        let ph = |k: usize| (0x1000_0000usize + k * 0x1000) as *mut std::ffi::c_void;
+        let opt = |l: &Option<TensorLayout>, k| {
+            if l.is_some() {
+                ph(k) as *const std::ffi::c_void
+            } else {
+                std::ptr::null()
+            }
+        };
+        let s0 = |l: &Option<TensorLayout>| l.map_or(0, |l| l.strides()[0] as i64);
+        let sr = spec.philox_rounds > 0;
+        let (seed_source, seed_offset, generator_seed) = match spec.seed {
+            Some(SeedSpec::FromGenerator { offset }) if sr => {
+                (sys::MAMBA_SSU_SEED_FROM_GENERATOR, offset, 0)
+            }
+            Some(SeedSpec::FromValues { seed, offset }) if sr => {
+                (sys::MAMBA_SSU_SEED_FROM_VALUES, offset, seed)
+            }
+            _ => (sys::MAMBA_SSU_SEED_POINTER, 0, 0),
+        };
+        let index_dtype = spec
+            .state_batch_indices
+            .or(spec.dst_state_batch_indices)
+            .map_or(DType::I32, |l| l.dtype());
+        sys::mamba_ssu_params {
+            batch: spec.x.shape()[0] as i64,
+            nheads: spec.state.shape()[1] as i64,
+            dim: spec.state.shape()[2] as i64,
+            dstate: spec.state.shape()[3] as i64,
+            ngroups: spec.b.shape()[1] as i64,
+            state_cache_size: spec.state.shape()[0] as i64,
+            state_stride_batch: spec.state.strides()[0] as i64,
+            x_stride_batch: spec.x.strides()[0] as i64,
+            dt_stride_batch: spec.dt.strides()[0] as i64,
+            B_stride_batch: spec.b.strides()[0] as i64,
+            C_stride_batch: spec.c.strides()[0] as i64,
+            z_stride_batch: s0(&spec.z),
+            out_stride_batch: spec.out.strides()[0] as i64,
+            state_batch_indices_stride: s0(&spec.state_batch_indices),
+            dst_state_batch_indices_stride: s0(&spec.dst_state_batch_indices),
+            pad_slot_id: -1,
+            state: ph(1),
+            x: ph(2),
+            dt: ph(3),
+            A: ph(4) as *const f32,
+            B: ph(5),
+            C: ph(6),
+            out: ph(7),
+            D: opt(&spec.d, 8),
+            z: opt(&spec.z, 9),
+            dt_bias: opt(&spec.dt_bias, 10),
+            state_batch_indices: opt(&spec.state_batch_indices, 11),
+            dst_state_batch_indices: opt(&spec.dst_state_batch_indices, 12),
+            rand_seed: match spec.seed {
+                Some(SeedSpec::Pointer(_)) => ph(13) as *const i64,
+                _ => std::ptr::null(),
+            },
+            generator_state: match spec.seed {
+                Some(SeedSpec::FromGenerator { .. }) => {
+                    ph(14) as *const sys::mamba_ssu_generator_state
+                }
+                _ => std::ptr::null(),
+            },
+            state_dtype: spec.state.dtype().ffi(),
+            input_dtype: spec.x.dtype().ffi(),
+            weight_dtype: spec.dt.dtype().ffi(),
+            index_dtype: index_dtype.ffi(),
+            dt_softplus: 1,
+            update_state: 1,
+            philox_rounds: spec.philox_rounds as i32,
+            algorithm: 0,
+            seed_source: seed_source as i32,
+            seed_offset,
+            generator_seed,
+            num_sms: 132,
+            ..Default::default()
+        }
+    }
+
+    /// A random valid call the C parameter block can express (every tensor's shape follows
+    /// from the common sizes, inner strides canonical), then at most one mutation of a field
+    /// the block carries: a size to a limit or an overflowing value, a batch stride, a dtype,
+    /// an optional tensor, an index, the rounds or the seed.
+    fn random_spec(rng: &mut Rng) -> Option<SsuSpec> {
+        let f = [DType::F16, DType::BF16, DType::F32];
+        let mut batch = rng.pick(&[1usize, 2, 3, 5, 64, 512]);
+        let mut nheads = rng.pick(&[1usize, 2, 4, 6, 64, 8192]);
+        let mut dim = rng.pick(&[1usize, 2, 7, 8, 64, 100]);
+        let mut dstate = rng.pick(&[64usize, 128, 256]);
+        let mut ngroups = rng.pick(&[1usize, 2]).min(nheads);
+        if nheads % ngroups != 0 {
+            ngroups = 1;
+        }
+        let mut rounds = rng.pick(&[0u32, 5, 10]);
+        let mut state_dtype = if rounds > 0 { DType::F16 } else { rng.pick(&f) };
+        let mut input = rng.pick(&f);
+        let mut weight = rng.pick(&f);
+        let mut idx_dtype = rng.pick(&[DType::I32, DType::I64]);
+        let mut dst_dtype = idx_dtype;
+        let mut width = rng.pick(&[1usize, 4]);
+        let (mut with_sbi, mut with_dsbi) = (rng.chance(70), rng.chance(50));
+        let mut slots = batch + rng.pick(&[0usize, 1, 7]);
+        let mut seed = match rng.next() % 3 {
+            0 => Some(SeedSpec::FromGenerator {
+                offset: 4 * (rng.next() % 1000),
+            }),
+            1 => Some(SeedSpec::FromValues {
+                seed: rng.next(),
+                offset: 8,
+            }),
+            _ => Some(SeedSpec::Pointer(try_lay(DType::I64, &[1], &[1])?)),
+        };
+        let (mut with_d, mut with_z, mut with_bias) =
+            (rng.chance(70), rng.chance(50), rng.chance(70));
+        // One mutation (or none, one case in eight).
+        let mutation = rng.next() % 24;
+        match mutation {
+            0 => batch = rng.pick(&[1 << 20, (1 << 31) - 1, 1 << 31, 1 << 40]),
+            1 => nheads = rng.pick(&[1 << 20, 1 << 31, 3 << 30]),
+            2 => dim = rng.pick(&[1 << 20, 1 << 30, (1 << 30) + 1, 1 << 40]),
+            3 => dstate = rng.pick(&[0, 16, 32, 96, 512]),
+            4 => ngroups = rng.pick(&[3, nheads + 1, 0]),
+            5 => slots = rng.pick(&[batch - 1, 0, 1 << 40]),
+            6 => state_dtype = rng.pick(&[DType::I32, DType::I64, DType::BF16, DType::F32]),
+            7 => input = rng.pick(&[DType::I32, DType::I64]),
+            8 => weight = rng.pick(&[DType::I32, DType::I64]),
+            9 => idx_dtype = rng.pick(&[DType::F32, DType::F16, DType::I64]),
+            10 => dst_dtype = rng.pick(&[DType::F32, DType::I32, DType::I64]),
+            11 => rounds = rng.pick(&[1, 2, 9, 11, 64]),
+            12 => {
+                seed = rng.pick(&[
+                    None,
+                    Some(SeedSpec::FromGenerator { offset: 6 }),
+                    Some(SeedSpec::FromValues { seed: 1, offset: 2 }),
+                ])
+            }
+            13 => {
+                (with_sbi, with_dsbi, slots) =
+                    (false, rng.chance(50), batch.saturating_sub(1).max(1))
+            }
+            14 => width = rng.pick(&[2, 16]),
+            15 => (with_d, with_z, with_bias) = (rng.chance(50), rng.chance(50), rng.chance(50)),
+            _ => {}
+        }
+        let bytes = |d: DType| match d {
+            DType::F32 | DType::I32 => 4,
+            DType::I64 => 8,
+            _ => 2,
+        };
+        let align = |d: DType| 16 / bytes(d);
+        let up = |v: usize, a: usize| v.div_ceil(a).checked_mul(a);
+        let head = dim.checked_mul(dstate)?;
+        let slot = up(nheads.checked_mul(head)?, align(state_dtype))?;
+        let row = nheads.checked_mul(dim)?;
+        let xrow = up(row, align(input))?;
+        let bcrow = up(ngroups.checked_mul(dstate)?, align(input))?;
+        let (mut xs, mut os, mut zs, mut bs, mut cs, mut dts, mut ss) = (
+            xrow,
+            xrow,
+            xrow,
+            bcrow,
+            bcrow,
+            nheads,
+            slot + 64 * rng.pick(&[0usize, 1]),
+        );
+        match mutation {
+            16 => xs = rng.pick(&[0, xrow + 1, 1 << 62]),
+            17 => os = rng.pick(&[0, xrow.saturating_sub(align(input)), xrow + 1]),
+            18 => zs = rng.pick(&[0, xrow + 1]),
+            19 => bs = rng.pick(&[0, bcrow + 1, 1 << 62]),
+            20 => cs = rng.pick(&[0, bcrow + 1]),
+            21 => dts = rng.pick(&[0, 1 << 62]),
+            22 => ss = rng.pick(&[slot.saturating_sub(1), slot + 1, 1 << 62]),
+            _ => {}
+        }
+        let index = |d: DType| -> Option<TensorLayout> {
+            if width == 1 {
+                try_lay(d, &[batch], &[1])
+            } else {
+                try_lay(d, &[batch, width], &[width, 1])
+            }
+        };
+        Some(SsuSpec {
+            state: try_lay(
+                state_dtype,
+                &[slots, nheads, dim, dstate],
+                &[ss, head, dstate, 1],
+            )?,
+            x: try_lay(input, &[batch, nheads, dim], &[xs, dim, 1])?,
+            dt: try_lay(weight, &[batch, nheads, dim], &[dts, 1, 0])?,
+            a: try_lay(DType::F32, &[nheads, dim, dstate], &[1, 0, 0])?,
+            b: try_lay(input, &[batch, ngroups, dstate], &[bs, dstate, 1])?,
+            c: try_lay(input, &[batch, ngroups, dstate], &[cs, dstate, 1])?,
+            d: if with_d {
+                Some(try_lay(weight, &[nheads, dim], &[1, 0])?)
+            } else {
+                None
+            },
+            z: if with_z {
+                Some(try_lay(input, &[batch, nheads, dim], &[zs, dim, 1])?)
+            } else {
+                None
+            },
+            dt_bias: if with_bias {
+                Some(try_lay(weight, &[nheads, dim], &[1, 0])?)
+            } else {
+                None
+            },
+            state_batch_indices: if with_sbi {
+                Some(index(idx_dtype)?)
+            } else {
+                None
+            },
+            dst_state_batch_indices: if with_dsbi {
+                Some(index(dst_dtype)?)
+            } else {
+                None
+            },
+            out: try_lay(input, &[batch, nheads, dim], &[os, dim, 1])?,
+            philox_rounds: rounds,
+            seed,
+        })
+    }
+
+    /// One contract behind both front doors: for random calls both can express — valid ones
+    /// and ones mutated in every field the C block carries, with sizes near the limits and
+    /// overflowing products — Rust's `validate` and the C ABI's check accept exactly the same
+    /// calls, and reject the others with the same kind of error (invalid vs unsupported).
+    #[test]
+    fn rust_validate_and_the_c_check_accept_the_same_calls() {
+        let mut rng = Rng(0x00C0_47AC_7000);
+        let (mut cases, mut accepted, mut kinds) = (0, 0, std::collections::BTreeMap::new());
+        let mut mismatches: Vec<String> = Vec::new();
+        while cases < 20_000 {
+            let Some(spec) = random_spec(&mut rng) else {
+                continue;
+            };
+            // The C block has one index dtype: two different ones are a Rust-only call.
+            if let (Some(a), Some(b)) = (spec.state_batch_indices, spec.dst_state_batch_indices) {
+                if a.dtype() != b.dtype() {
+                    continue;
+                }
+            }
+            cases += 1;
+            let rust = match validate(&spec) {
+                Ok(_) => 0,
+                Err(Error::InvalidArgument { .. }) => 1,
+                Err(Error::Unsupported { .. }) => 2,
+                Err(e) => panic!("unexpected error kind {e:?}"),
+            };
+            let p = spec_params(&spec);
+            // SAFETY: the check reads `p` only (never the memory behind its pointers).
+            let c = unsafe { sys::mamba_ssu_selective_state_update_check(&p) };
+            if rust != c {
+                let detail = ffi::check(c).err().map(|e| e.to_string());
+                let r = validate(&spec).err().map(|e| e.to_string());
+                mismatches.push(format!("Rust {r:?} vs C {detail:?}"));
+            }
+            accepted += usize::from(rust == 0);
+            *kinds.entry(rust).or_insert(0usize) += 1;
+        }
+        mismatches.sort();
+        mismatches.dedup_by(|a, b| a.split(" vs ").next() == b.split(" vs ").next());
+        assert!(
+            mismatches.is_empty(),
+            "{} kinds of disagreement:\n{}",
+            mismatches.len(),
+            mismatches.join("\n")
+        );
+        assert!(accepted > 1_000 && kinds.len() == 3, "coverage: {kinds:?}");
     }
 
     #[test]

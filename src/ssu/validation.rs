@@ -230,10 +230,11 @@ fn check_indices(name: &'static str, l: &TensorLayout, batch: usize) -> Result<(
 /// Checks a call's layouts and flags against the kernel's contract (the module doc's table);
 /// a pure function of `spec`, no device involved. Returns the call's sizes and dtypes.
 ///
-/// Every violation is an [`Error::InvalidArgument`] naming the argument (`state`, `x`, `dt`,
-/// `A`, `B`, `C`, `D`, `z`, `dt_bias`, `out`, `state_batch_indices`,
-/// `dst_state_batch_indices`, `rand_seed`, `seed_offset`, `philox_rounds`) and saying what was
-/// expected and what was got.
+/// Every violation is an [`Error::InvalidArgument`] (or, for a valid combination the kernels
+/// do not serve, an [`Error::Unsupported`]) naming the argument (`state`, `x`, `dt`, `A`, `B`,
+/// `C`, `D`, `z`, `dt_bias`, `out`, `state_batch_indices`, `dst_state_batch_indices`,
+/// `rand_seed`, `seed_offset`, `philox_rounds`) and saying what was expected and what was got.
+/// The C ABI's check of the same call runs last, so the two front doors accept the same calls.
 pub fn validate(spec: &SsuSpec) -> Result<SsuProblem> {
     // state: (slots, nheads, dim, dstate), inner three dims contiguous.
     let st = &spec.state;
@@ -242,7 +243,7 @@ pub fn validate(spec: &SsuSpec) -> Result<SsuProblem> {
     expect_nonempty("state", st)?;
     let [slots, nheads, dim, dstate] = [st.shape[0], st.shape[1], st.shape[2], st.shape[3]];
     if !SUPPORTED_DSTATE.contains(&dstate) {
-        return Err(Error::invalid(
+        return Err(Error::unsupported(
             "state",
             format!("expected size(3) == dstate in {{64, 128, 256}}, got {dstate}"),
         ));
@@ -374,7 +375,7 @@ pub fn validate(spec: &SsuSpec) -> Result<SsuProblem> {
     let sr = spec.philox_rounds > 0;
     if sr {
         if st.dtype() != DType::F16 {
-            return Err(Error::invalid(
+            return Err(Error::unsupported(
                 "philox_rounds",
                 format!(
                     "stochastic rounding ({} rounds) needs an F16 state, got a {} state",
@@ -414,7 +415,7 @@ pub fn validate(spec: &SsuSpec) -> Result<SsuProblem> {
         }
     }
 
-    Ok(SsuProblem {
+    let problem = SsuProblem {
         batch,
         nheads,
         dim,
@@ -426,7 +427,12 @@ pub fn validate(spec: &SsuSpec) -> Result<SsuProblem> {
         weight_dtype: dt.dtype(),
         index_dtype,
         stochastic_rounding: sr,
-    })
+    };
+    // Last, the C ABI's own check of what the parameter block carries: one contract for both
+    // front doors (what passes here passes the C launcher, and the other way round for every
+    // call the Rust API can express: the property test in `launch.rs` checks both ways).
+    super::launch::contract_check(spec, &problem)?;
+    Ok(problem)
 }
 
 #[cfg(test)]
@@ -497,10 +503,16 @@ mod tests {
             let mut spec = base();
             change(&mut spec);
             match validate(&spec) {
-                Err(Error::InvalidArgument {
-                    argument: got,
-                    message,
-                }) => {
+                Err(
+                    Error::InvalidArgument {
+                        argument: got,
+                        message,
+                    }
+                    | Error::Unsupported {
+                        argument: got,
+                        message,
+                    },
+                ) => {
                     assert_eq!(got, *argument, "case {i}: {message}");
                     assert!(
                         message.contains(needle),

@@ -413,6 +413,14 @@ void draw_seeds(Tensor out) {
 // ---------------------------------------------------------------------------------------------
 // The seed prefetcher of one device.
 
+// Chain buffers of destroyed prefetchers that captured kernels point into: kept for the rest
+// of the process, so that a graph replayed after its prefetcher is gone touches live memory.
+std::vector<Tensor> &retired_buffers() {
+  static auto *v = new std::vector<Tensor>();  // never destroyed (outlives every graph)
+  return *v;
+}
+std::mutex retired_mutex;
+
 class SeedPrefetcher {
  public:
   SeedPrefetcher(int64_t n, int64_t device) : n_(n), device_(static_cast<c10::DeviceIndex>(device)) {
@@ -533,6 +541,12 @@ class SeedPrefetcher {
     }
   }
 
+  ~SeedPrefetcher() {
+    if (keepalive_.empty()) return;
+    std::lock_guard<std::mutex> lock(retired_mutex);
+    for (auto &t : keepalive_) retired_buffers().push_back(std::move(t));
+  }
+
   int64_t num_layers() const { return n_; }
   int64_t device() const { return device_; }
   // Counters: next_seed/fused requests, requests served from a batch or chain link, batches drawn.
@@ -557,7 +571,8 @@ class SeedPrefetcher {
   Tensor links_;
   Position chain_pos_;
   std::optional<c10::cuda::CUDAStream> chain_stream_;
-  // Chain buffers that captured kernels point into (kept for the prefetcher's lifetime).
+  // Chain buffers that captured kernels point into (kept for the prefetcher's lifetime, then
+  // retired: see retired_buffers).
   std::vector<Tensor> keepalive_;
 
   struct {
