@@ -166,16 +166,47 @@ pub struct SsuReference {
 }
 
 impl SsuReference {
-    /// Index into [`SsuReference::state`] of element `(slot, h, d, n)`.
+    /// Index into [`SsuReference::state`] of element `(slot, h, d, n)` (wrapping arithmetic:
+    /// for coordinates outside the reference's shape the index is meaningless, never a panic).
     pub fn state_index(&self, slot: usize, h: usize, d: usize, n: usize) -> usize {
         let s = self.state_strides;
-        slot * s[0] + h * s[1] + d * s[2] + n * s[3]
+        slot.wrapping_mul(s[0])
+            .wrapping_add(h.wrapping_mul(s[1]))
+            .wrapping_add(d.wrapping_mul(s[2]))
+            .wrapping_add(n.wrapping_mul(s[3]))
     }
 
     /// `out[b, h, d]`.
+    ///
+    /// # Panics
+    /// If `(b, h, d)` lies outside `out` (an indexing error of the caller, like a slice's).
     pub fn out_at(&self, b: usize, h: usize, d: usize) -> f64 {
-        self.out[(b * self.nheads + h) * self.dim + d]
+        self.out[b
+            .wrapping_mul(self.nheads)
+            .wrapping_add(h)
+            .wrapping_mul(self.dim)
+            .wrapping_add(d)]
     }
+}
+
+/// Most f64 elements the reference allocates for one output (2^34, 128 GiB): far above any
+/// problem it is used for, and below what would only fail (or swap) on a host.
+const MAX_HOST_ELEMS: usize = 1 << 34;
+
+/// `n` zeros, or an error naming `name` when `n` is above [`MAX_HOST_ELEMS`] or the host cannot
+/// allocate them.
+fn zeros(n: usize, name: &'static str) -> Result<Vec<f64>> {
+    if n > MAX_HOST_ELEMS {
+        return Err(Error::invalid(
+            name,
+            format!("cannot allocate {n} f64 on the host (limit {MAX_HOST_ELEMS})"),
+        ));
+    }
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| Error::invalid(name, format!("cannot allocate {n} f64 on the host")))?;
+    v.resize(n, 0.0);
+    Ok(v)
 }
 
 fn softplus(v: f64) -> f64 {
@@ -252,10 +283,16 @@ pub fn selective_state_update_f64(args: &SsuHostArgs<'_>) -> Result<SsuReference
     let heads_per_group = nheads / ngroups;
     let state_strides = [st.strides[0], st.strides[1], st.strides[2], st.strides[3]];
     let mut new_state = st.data.to_vec();
-    let mut out = vec![0.0; batch * nheads * dim];
+    // Broadcast (stride-0) inputs can describe an output far larger than any input: its size
+    // is checked and allocated fallibly (an error, not an overflow panic or an allocation abort).
+    let out_len = batch
+        .checked_mul(nheads)
+        .and_then(|v| v.checked_mul(dim))
+        .ok_or_else(|| Error::invalid("x", "batch * nheads * dim overflows usize"))?;
+    let mut out = zeros(out_len, "x")?;
     let mut writes = Vec::new();
     let in_range = |slot: i64| slot >= 0 && (slot as u64) < slots as u64;
-    let mut s_new = vec![0.0f64; dstate];
+    let mut s_new = zeros(dstate, "state")?;
 
     for b in 0..batch {
         let read_slot = args
@@ -369,7 +406,14 @@ pub fn predict_sr_state_f16(
                 for n in 0..reference.dstate {
                     let idx = reference.state_index(w.write_slot, h, d, n);
                     let r = mapping.random_bits(w.read_slot as i64, h, d, n);
-                    bits[idx] = sr_f16_bits(reference.state[idx] as f32, r);
+                    let (Some(bit), Some(&v)) = (bits.get_mut(idx), reference.state.get(idx))
+                    else {
+                        return Err(Error::invalid(
+                            "reference",
+                            format!("write {w:?} reaches element {idx} outside the state"),
+                        ));
+                    };
+                    *bit = sr_f16_bits(v as f32, r);
                 }
             }
         }
@@ -798,5 +842,47 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// Public fields can describe what no allocation holds: errors, never a panic or an abort.
+    #[test]
+    fn oversized_or_tampered_inputs_are_errors() {
+        let t = Tiny::new();
+        // Broadcast inputs (stride 0) with an output of 2^70 elements: an overflow error.
+        let mut a = t.args();
+        let big = [1usize << 40, 1, 1 << 30];
+        a.state = HostTensor::new(&t.state, &[1, 1, 1 << 30, 2], &[0, 0, 0, 1]);
+        a.x = HostTensor::new(&t.x, &big, &[0, 0, 0]);
+        a.dt = HostTensor::new(&t.dt, &big, &[0, 0, 0]);
+        a.a = HostTensor::new(&t.a, &[1, 1 << 30, 2], &[0, 0, 0]);
+        a.b = HostTensor::new(&t.b, &[1 << 40, 1, 2], &[0, 0, 1]);
+        a.c = HostTensor::new(&t.c, &[1 << 40, 1, 2], &[0, 0, 1]);
+        a.d = None;
+        a.dt_bias = None;
+        let e = selective_state_update_f64(&a).unwrap_err().to_string();
+        assert!(e.contains("overflows"), "{e}");
+        // 2^42 f64 (32 TiB): an error, not an allocation abort.
+        let big = [1usize << 22, 1, 1 << 20];
+        a.state = HostTensor::new(&t.state, &[1, 1, 1 << 20, 2], &[0, 0, 0, 1]);
+        a.x = HostTensor::new(&t.x, &big, &[0, 0, 0]);
+        a.dt = HostTensor::new(&t.dt, &big, &[0, 0, 0]);
+        a.a = HostTensor::new(&t.a, &[1, 1 << 20, 2], &[0, 0, 0]);
+        a.b = HostTensor::new(&t.b, &[1 << 22, 1, 2], &[0, 0, 1]);
+        a.c = HostTensor::new(&t.c, &[1 << 22, 1, 2], &[0, 0, 1]);
+        let e = selective_state_update_f64(&a).unwrap_err().to_string();
+        assert!(e.contains("cannot allocate"), "{e}");
+        // A reference whose public fields were changed after the fact: an error naming it.
+        let mut r = selective_state_update_f64(&t.args()).unwrap();
+        r.writes[0].write_slot = usize::MAX;
+        r.dstate = 64;
+        let m = SrMapping::new(Algorithm::Simple, r.state_strides[0], r.dim, 64, 7, 10).unwrap();
+        let e = predict_sr_state_f16(&[0u16; 2], &r, &m)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("outside the state"), "{e}");
+        assert_eq!(
+            r.state_index(usize::MAX, 1, 1, 1),
+            r.state_index(usize::MAX, 1, 1, 1)
+        );
     }
 }
