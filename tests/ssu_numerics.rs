@@ -515,6 +515,52 @@ fn check_against(
 // 1. Against the f64 reference
 // ---------------------------------------------------------------------------------------------
 
+/// A sample of the launch-plan test's shapes on the GPU: head dims below one warp's rows (1, 3,
+/// 4, 5, 8) on large grids — the shapes whose grid rule once divided by zero in the host
+/// process — and a dim that is no multiple of the block's rows, against the f64 reference with
+/// every algorithm and 0, 5 and 10 rounds.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn small_head_dims_on_large_grids_match_f64_reference() {
+    let Some((_ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let mut rng = Rng(run_seed());
+    let shapes = [
+        (8usize, 1024usize, 4usize, 8usize),
+        (4, 512, 64, 8),
+        (1, 8, 2, 2),
+        (1, 2048, 8, 1),
+        (3, 96, 16, 4),
+        (5, 64, 33, 2),
+        (100, 16, 3, 4),
+    ];
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for (k, (dim, nheads, batch, ngroups)) in shapes.into_iter().enumerate() {
+        let mut cfg = Cfg::base();
+        (cfg.dim, cfg.nheads, cfg.batch, cfg.ngroups) = (dim, nheads, batch, ngroups);
+        cfg.rounds = [0, 5, 10][k % 3];
+        cfg.z = k % 2 == 0;
+        cfg.pad = k % 3 == 1;
+        cfg.padded_strides = rng.coin();
+        let p = Problem::new(cfg, &mut rng);
+        for alg in ["simple", "vertical", "auto"] {
+            let (s, o) = run(&stream, &p, alg);
+            runs += 1;
+            if let Some(f) = check_against_reference(&p, alg, &s, &o) {
+                eprintln!("FAIL {f}");
+                failures.push(f);
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} runs failed: {failures:?}",
+        failures.len()
+    );
+}
+
 #[test]
 #[ignore = "requires a CUDA GPU"]
 fn all_dtype_combinations_match_f64_reference() {
