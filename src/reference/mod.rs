@@ -13,7 +13,7 @@
 pub mod sr;
 pub mod ssu;
 
-pub use sr::{sr_f16_bits, SrMapping};
+pub use sr::{sr_f16_bits, sr_f16_bits_v074, SrMapping, SrRule};
 pub use ssu::{
     predict_sr_state_f16, selective_state_update_f64, HostTensor, SsuHostArgs, SsuReference,
     StateWrite,

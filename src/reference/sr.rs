@@ -40,6 +40,61 @@ pub fn sr_f16_bits(x: f32, r13: u32) -> u16 {
     sign | mag
 }
 
+/// The stochastic-rounding conversion a FlashInfer release uses (`docs/flashinfer-ssu.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SrRule {
+    /// FlashInfer 0.7.2 (what engines pin): [`sr_f16_bits`].
+    #[default]
+    V072,
+    /// FlashInfer 0.7.4: [`sr_f16_bits_v074`] — Inf stays Inf, a NaN stays a canonical NaN,
+    /// fp16 subnormals are rounded stochastically.
+    V074,
+}
+
+impl SrRule {
+    /// The fp16 bits this rule gives `x` with the random number `r13`.
+    pub fn round(self, x: f32, r13: u32) -> u16 {
+        match self {
+            SrRule::V072 => sr_f16_bits(x, r13),
+            SrRule::V074 => sr_f16_bits_v074(x, r13),
+        }
+    }
+}
+
+/// Stochastically rounds `x` to fp16 with `r13` (its low 13 bits) as FlashInfer 0.7.4 does,
+/// returning the fp16 bits.
+///
+/// With `a` the bits of `|x|`, `e = a >> 23` and the full significand
+/// `M = (a & 0x7FFFFF) | 0x800000`: `s = a - (112 << 23)` for `e >= 113` (the normal fp16
+/// range: the same add-and-truncate as 0.7.2), `s = M >> (113 - e)` for `90 <= e < 113` (the
+/// fp16 subnormal grid, spacing 2^-24, in the same units), `s = 0` for `e < 90`; the magnitude
+/// is `min((s + r) >> 13, 0x7C00)`; then, from the input, a NaN gives `0x7E00` and an Inf
+/// `0x7C00`; the sign of `x` is ORed back in. For finite `x` with `|x| >= 2^-14` it equals
+/// [`sr_f16_bits`]; it differs for Inf and NaN inputs (0.7.2 turns ±Inf into NaN whenever
+/// `r != 0`) and below 2^-14 (0.7.2 flushes to zero; here the result is unbiased on the
+/// subnormal grid as well).
+pub fn sr_f16_bits_v074(x: f32, r13: u32) -> u16 {
+    let bits = x.to_bits();
+    let sign = ((bits >> 16) & 0x8000) as u16;
+    let a = bits & 0x7FFF_FFFF;
+    if a > 0x7F80_0000 {
+        return sign | 0x7E00;
+    }
+    if a == 0x7F80_0000 {
+        return sign | 0x7C00;
+    }
+    let e = a >> 23;
+    let s = if e >= 113 {
+        a - (112 << 23)
+    } else if e >= 90 {
+        ((a & 0x7F_FFFF) | 0x80_0000) >> (113 - e)
+    } else {
+        0
+    };
+    let mag = ((s + (r13 & SR_BITS_MASK)) >> 13).min(0x7C00);
+    sign | mag as u16
+}
+
 /// Which 13 random bits each state element gets, for one call's layout and seed.
 ///
 /// With `base = read_slot * slot_stride + h * dim * dstate` (the READ slot; u64 wrapping
@@ -155,6 +210,99 @@ impl SrMapping {
 mod tests {
     use super::*;
     use half::f16;
+
+    /// 0.7.4's rule at every edge its description lists.
+    #[test]
+    fn v074_rule_at_its_edges() {
+        let v = sr_f16_bits_v074;
+        // Inf stays Inf and NaN a canonical NaN, for every r (0.7.2: NaN once r != 0).
+        for r in [0, 1, 0x1000, 0x1FFF] {
+            assert_eq!(v(f32::INFINITY, r), 0x7C00);
+            assert_eq!(v(f32::NEG_INFINITY, r), 0xFC00);
+            assert_eq!(v(f32::NAN, r), 0x7E00);
+            assert_eq!(
+                v(f32::from_bits(0xFF80_0001), r),
+                0xFE00,
+                "negative NaN payload"
+            );
+            assert_eq!(
+                v(f32::from_bits(0x7FC1_2345), r),
+                0x7E00,
+                "NaN payload dropped"
+            );
+        }
+        assert_eq!(
+            sr_f16_bits(f32::INFINITY, 1),
+            0x7E00,
+            "0.7.2: Inf + r != 0 is NaN"
+        );
+        // Finite values rounding past 65504 saturate to Inf; 65504 itself stays with r = 0.
+        assert_eq!(v(65504.0, 0), 0x7BFF);
+        assert_eq!(
+            v(65504.0, 0x1FFF),
+            0x7BFF,
+            "65504 is exact: no low bits to round"
+        );
+        assert_eq!(
+            v(65519.0, 0x1FFF),
+            0x7C00,
+            "rounds up past the largest finite value"
+        );
+        assert_eq!(v(1.0e6, 0), 0x7C00);
+        assert_eq!(v(-3.4e38, 0), 0xFC00);
+        // The subnormal grid (2^-24 apart), rounded stochastically.
+        let tiny = 2f32.powi(-24);
+        assert_eq!(v(tiny, 0), 0x0001, "the smallest subnormal is exact");
+        assert_eq!(v(-tiny, 0x1FFF), 0x8001);
+        assert_eq!(v(2f32.powi(-14) - tiny, 0), 0x03FF, "the largest subnormal");
+        assert_eq!(v(2f32.powi(-14), 0), 0x0400, "the smallest normal");
+        let half = tiny / 2.0; // 2^-25: up with probability 1/2
+        let ups = (0..8192u32).filter(|&r| v(half, r) == 1).count();
+        assert_eq!(ups, 4096);
+        assert_eq!(sr_f16_bits(half, 0x1FFF), 0, "0.7.2 flushes below 2^-14");
+        // Exponent 90 is the last one that can round up; below it the result is zero.
+        let e90 = f32::from_bits(90 << 23); // 2^-37: s = 1, up only when r == 8191
+        assert_eq!(v(e90, 0x1FFF), 1);
+        assert_eq!(v(e90, 0x1FFE), 0);
+        let e89 = f32::from_bits((89 << 23) | 0x7F_FFFF);
+        assert_eq!(v(e89, 0x1FFF), 0);
+        assert_eq!(v(0.0, 0x1FFF), 0);
+        assert_eq!(v(-0.0, 0x1FFF), 0x8000);
+        // Unbiased on the subnormal grid: the mean over all r is x.
+        for k in [3u32, 1000, 0x5555] {
+            let x = tiny * (k as f32) / 8192.0 * 7.0;
+            let mean = (0..8192u32)
+                .map(|r| f64::from(f16::from_bits(v(x, r)).to_f32()))
+                .sum::<f64>()
+                / 8192.0;
+            assert!((mean - f64::from(x)).abs() <= 1e-12, "{x}: mean {mean}");
+        }
+    }
+
+    /// For finite inputs of magnitude >= 2^-14 the two rules give the same bits.
+    #[test]
+    fn v074_equals_v072_in_the_normal_range() {
+        let mut state = 0x1234_5678_9ABC_DEF0u64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 32) as u32
+        };
+        let mut checked = 0;
+        for _ in 0..200_000 {
+            let bits = next();
+            let x = f32::from_bits(bits);
+            if !x.is_finite() || x.abs() < 2f32.powi(-14) {
+                continue;
+            }
+            let r = next() & SR_BITS_MASK;
+            assert_eq!(sr_f16_bits_v074(x, r), sr_f16_bits(x, r), "{x:e} r={r}");
+            assert_eq!(SrRule::V074.round(x, r), SrRule::V072.round(x, r));
+            checked += 1;
+        }
+        assert!(checked > 10_000);
+    }
 
     fn sr(x: f32, r: u32) -> u16 {
         sr_f16_bits(x, r)
