@@ -8,11 +8,17 @@
 //!   tensors, and the predicted stochastically rounded fp16 state
 //!   ([`ssu::predict_sr_state_f16`]).
 //!
+//! - [`mtp`]: the multi-token (speculative-decoding verify) selective-state-update in f64
+//!   ([`mtp::selective_state_update_mtp_f64`]): fixed-length and varlen sequences, read slots
+//!   with `num_accepted_tokens`, and the three write modes, with every write recorded.
+//!
 //! The seed draws' reference is [`crate::philox`].
 
+pub mod mtp;
 pub mod sr;
 pub mod ssu;
 
+pub use mtp::{selective_state_update_mtp_f64, MtpHostArgs, MtpReference, MtpTarget, MtpWrite};
 pub use sr::{sr_f16_bits, sr_f16_bits_v074, SrMapping, SrRule};
 pub use ssu::{
     predict_sr_state_f16, selective_state_update_f64, HostTensor, SsuHostArgs, SsuReference,

@@ -45,7 +45,7 @@ impl<'a, T: Copy> HostTensor<'a, T> {
     }
 
     /// Checks rank, shape (`None`: any size >= 1) and that every element lies inside `data`.
-    fn check(&self, name: &'static str, expected: &[Option<usize>]) -> Result<()> {
+    pub(crate) fn check(&self, name: &'static str, expected: &[Option<usize>]) -> Result<()> {
         if self.shape.len() != expected.len() || self.strides.len() != expected.len() {
             return Err(Error::invalid(
                 name,
@@ -91,7 +91,7 @@ impl<'a, T: Copy> HostTensor<'a, T> {
     }
 
     /// Element at `idx` (in bounds after [`HostTensor::check`]).
-    fn at(&self, idx: &[usize]) -> T {
+    pub(crate) fn at(&self, idx: &[usize]) -> T {
         let off: usize = idx.iter().zip(&self.strides).map(|(i, s)| i * s).sum();
         self.data[off]
     }
@@ -195,7 +195,7 @@ const MAX_HOST_ELEMS: usize = 1 << 34;
 
 /// `n` zeros, or an error naming `name` when `n` is above [`MAX_HOST_ELEMS`] or the host cannot
 /// allocate them.
-fn zeros(n: usize, name: &'static str) -> Result<Vec<f64>> {
+pub(crate) fn zeros(n: usize, name: &'static str) -> Result<Vec<f64>> {
     if n > MAX_HOST_ELEMS {
         return Err(Error::invalid(
             name,
@@ -209,11 +209,11 @@ fn zeros(n: usize, name: &'static str) -> Result<Vec<f64>> {
     Ok(v)
 }
 
-fn softplus(v: f64) -> f64 {
+pub(crate) fn softplus(v: f64) -> f64 {
     v.exp().ln_1p()
 }
 
-fn sigmoid(v: f64) -> f64 {
+pub(crate) fn sigmoid(v: f64) -> f64 {
     1.0 / (1.0 + (-v).exp())
 }
 
