@@ -1,9 +1,10 @@
 //! Shared support of the integration tests (each test file does `mod common;`).
 //!
 //! - [`gpu`]: the device or a skip (a panic under `MAMBA_SSU_REQUIRE_GPU=1`).
-//! - [`Manifest`]: the FlashInfer reference data of `tests/data/flashinfer_ssu/` (README §3):
-//!   cases, tensor descriptors, storages assembled from blocks (blocks without a `bin` are
-//!   regenerated), SHA-256 helpers.
+//! - [`Manifest`]: the FlashInfer reference data of `tests/data/flashinfer_ssu/` (README §3)
+//!   and, same format, of the multi-token path in `tests/data/flashinfer_ssu_mtp/`
+//!   ([`Manifest::embedded_mtp`]): cases, tensor descriptors, storages assembled from blocks
+//!   (blocks without a `bin` are regenerated), SHA-256 helpers.
 //! - [`gen`]: the integer input generator of the README §4, bit-exact.
 //! - small numeric helpers (ulp distances, dtype sizes).
 #![allow(dead_code)]
@@ -224,6 +225,9 @@ pub mod gen {
     pub const TAG_D: u64 = 8;
     /// `z`.
     pub const TAG_Z: u64 = 9;
+    /// The multi-token path's `intermediate_states_buffer` poison: every element's bits are
+    /// all ones (no value formula; see [`block_bytes`]).
+    pub const TAG_INTERMEDIATE: u64 = 10;
 
     /// The SplitMix64 finaliser.
     pub fn mix64(mut z: u64) -> u64 {
@@ -280,6 +284,7 @@ pub mod gen {
             TAG_DT_BIAS => "((r%33)-16)/64",
             TAG_D => "1+((r%33)-16)/64",
             TAG_A => "-(512+(r&511))*2^(((r>>9)%5)-2-9)",
+            TAG_INTERMEDIATE => "const_bits_0xFFFF",
             other => panic!("unknown generator tag {other}"),
         }
     }
@@ -311,6 +316,9 @@ pub mod gen {
 
     /// Storage elements `[start, start + n)` of tensor `tag` as bytes of `dtype`.
     pub fn block_bytes(gen_seed: u64, tag: u64, dtype: &str, start: u64, n: usize) -> Vec<u8> {
+        if tag == TAG_INTERMEDIATE {
+            return vec![0xFF; n * super::dtype_size(dtype)];
+        }
         to_dtype_bytes(&values_f32(gen_seed, tag, start, n), dtype)
     }
 }
@@ -470,6 +478,8 @@ pub struct Case {
     pub inputs: Vec<TensorDesc>,
     /// Algorithm runs.
     pub results: Vec<ResultEntry>,
+    /// The case's JSON as given (fields of the multi-token path: `expected`, `cu_seqlens`...).
+    pub json: Value,
 }
 
 impl Case {
@@ -608,7 +618,8 @@ fn parse_case(c: &Value) -> Case {
         .as_object()
         .expect("manifest: `present` is an object")
         .iter()
-        .map(|(k, v)| (k.clone(), v.as_bool().unwrap_or(false)))
+        // The multi-token manifest gives index tensors as "1d" / "2d": present.
+        .map(|(k, v)| (k.clone(), v.as_bool().unwrap_or_else(|| v.is_string())))
         .collect();
     let results = get(c, "results")
         .as_array()
@@ -683,6 +694,7 @@ fn parse_case(c: &Value) -> Case {
             .map(parse_tensor)
             .collect(),
         results,
+        json: c.clone(),
     }
 }
 
@@ -724,6 +736,13 @@ impl Manifest {
             Arc::new(EMBEDDED_FIXTURES.to_vec()),
         );
         Self::from_parts(EMBEDDED_MANIFEST, bins)
+    }
+
+    /// The multi-token path's data (`tests/data/flashinfer_ssu_mtp/`), read from the source
+    /// tree (only the tests that use it pay for its 5 MiB bin).
+    pub fn embedded_mtp() -> Self {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/flashinfer_ssu_mtp");
+        Self::from_path(&dir.join("manifest.json"))
     }
 
     /// The manifest at `path`, with its bins read relative to the manifest's directory.
