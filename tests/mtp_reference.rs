@@ -273,6 +273,28 @@ fn compare_f16(
     }
 }
 
+/// Compares recorded bf16 `out` rows (of `dim` elements) with the reference's.
+fn compare_out(what: &str, got: &[f64], want: &[f64], dim: usize, worst: &mut Worst) {
+    assert_eq!(got.len(), want.len(), "{what}: size");
+    for (row, (g, w)) in got.chunks(dim).zip(want.chunks(dim)).enumerate() {
+        let scale = w.iter().fold(0f64, |a, v| a.max(v.abs()));
+        assert!(scale.is_finite() && scale > 0.0, "{what}: row {row}");
+        for (k, (&gv, &wv)) in g.iter().zip(w).enumerate() {
+            let e = (gv - wv).abs() / scale;
+            assert!(
+                e <= OUT_REL,
+                "{what} row {row} col {k}: recorded {gv} vs reference {wv} \
+                 (err {e:e} of the row scale {scale:e})"
+            );
+            if e > worst.ratio {
+                worst.ratio = e;
+                worst.at = format!("{what} row {row} col {k}: {gv} vs {wv}");
+            }
+            worst.elems += 1;
+        }
+    }
+}
+
 /// Slots (of `slot_elems` elements) whose recorded bytes differ from the initial ones.
 fn changed_slots(got: &[u8], init: &[u8], slot_bytes: usize) -> Vec<usize> {
     got.chunks(slot_bytes)
@@ -297,7 +319,6 @@ fn check_case(m: &Manifest, c: &Case, tot: &mut Totals) {
     let args = inputs.args(c);
     let r: MtpReference = selective_state_update_mtp_f64(&args)
         .unwrap_or_else(|e| panic!("{n}: reference refused the case: {e}"));
-    let cache_steps = args.cache_steps;
 
     // Write pattern: reference == expected == every recorded run.
     let exp = &c.json["expected"];
@@ -315,7 +336,7 @@ fn check_case(m: &Manifest, c: &Case, tot: &mut Totals) {
     // The manifest writes a pad's read slot as the pad id.
     assert_eq!(read, exp_read, "{n}: read slots");
     let ref_state_slots = r.state_slots_written();
-    let ref_inter_slots = r.intermediate_slots_written(cache_steps);
+    let ref_inter_slots = r.intermediate_slots_written();
     assert_eq!(
         ref_state_slots,
         json_usizes(exp, "state_slots_written"),
@@ -412,24 +433,7 @@ fn check_case(m: &Manifest, c: &Case, tot: &mut Totals) {
                 }
                 "out" => {
                     let got = to_f64(&bytes, &o.dtype);
-                    assert_eq!(got.len(), r.out.len(), "{what}: size");
-                    for (row, (g, w)) in got.chunks(r.dim).zip(r.out.chunks(r.dim)).enumerate() {
-                        let scale = w.iter().fold(0f64, |a, v| a.max(v.abs()));
-                        assert!(scale.is_finite() && scale > 0.0, "{what}: row {row}");
-                        for (k, (&gv, &wv)) in g.iter().zip(w).enumerate() {
-                            let e = (gv - wv).abs() / scale;
-                            assert!(
-                                e <= OUT_REL,
-                                "{what} row {row} col {k}: recorded {gv} vs reference {wv} \
-                                 (err {e:e} of the row scale {scale:e})"
-                            );
-                            if e > tot.out.ratio {
-                                tot.out.ratio = e;
-                                tot.out.at = format!("{what} row {row} col {k}: {gv} vs {wv}");
-                            }
-                            tot.out.elems += 1;
-                        }
-                    }
+                    compare_out(&what, &got, &r.out, r.dim, &mut tot.out);
                 }
                 other => panic!("{n}: unknown output {other}"),
             }
@@ -479,4 +483,32 @@ fn reference_matches_every_recorded_case() {
     );
     assert_eq!(tot.compared.len() + tot.pattern_only.len(), m.cases.len());
     assert!(tot.state.elems > 0 && tot.inter.elems > 0 && tot.out.elems > 0);
+}
+
+/// The T = 4 case runs on `x[:, :4]` views of the T = 8 case's inputs (its own `out` and buffer
+/// are hash-only): its reference must match the first 4 steps of the T = 8 recording, whose
+/// `out` and intermediate buffer are stored (same tolerances).
+#[test]
+fn t4_prefix_matches_the_first_steps_of_the_t8_recording() {
+    let m = Manifest::embedded_mtp();
+    let case = |n: &str| m.cases.iter().find(|c| c.name == n).unwrap();
+    let (c4, c8) = (case("T4_pr10_h8_b1_inter_prefix"), case("pr10_h8_b1_inter"));
+    let inputs = Inputs::load(&m, c4);
+    let r = selective_state_update_mtp_f64(&inputs.args(c4)).unwrap();
+    assert_eq!(r.intermediate_slots_written(), vec![0, 1, 2, 3]);
+    let mut worst = Worst::default();
+    for res in &c8.results {
+        let out8 = to_f64(&storage_bytes(&m, res.output("out"), &c8.name), "bfloat16");
+        // out (1, 4, 8, 64) is the first half of (1, 8, 8, 64).
+        compare_out("T4 out", &out8[..r.out.len()], &r.out, r.dim, &mut worst);
+        let buf8 = storage_bytes(&m, res.output("intermediate_states_buffer"), &c8.name);
+        let want = r.intermediate.as_ref().unwrap();
+        // Buffer (1, 4, ..) is the first 4 steps of entry 0 of (1, 8, ..).
+        let got = common::as_u16(&buf8[..want.len() * 2]);
+        compare_f16("T4 buffer", true, &got, want, 0..want.len(), &mut worst);
+    }
+    assert_eq!(
+        worst.elems,
+        2 * (r.out.len() + r.intermediate.as_ref().unwrap().len())
+    );
 }

@@ -126,6 +126,8 @@ pub struct MtpReference {
     pub state_strides: [usize; 4],
     /// Strides of the intermediate buffer, in elements (zeros without one).
     pub intermediate_strides: [usize; 5],
+    /// Steps per intermediate buffer entry (the argument; 0 without a buffer).
+    pub cache_steps: usize,
 }
 
 impl MtpReference {
@@ -175,7 +177,8 @@ impl MtpReference {
 
     /// The intermediate buffer slots (`entry * cache_steps + step`) written, sorted, without
     /// repeats.
-    pub fn intermediate_slots_written(&self, cache_steps: usize) -> Vec<usize> {
+    pub fn intermediate_slots_written(&self) -> Vec<usize> {
+        let cache_steps = self.cache_steps;
         let mut v: Vec<usize> = self
             .writes
             .iter()
@@ -553,6 +556,11 @@ pub fn selective_state_update_mtp_f64(args: &MtpHostArgs<'_>) -> Result<MtpRefer
         dstate,
         state_strides,
         intermediate_strides,
+        cache_steps: if args.intermediate_states_buffer.is_some() {
+            args.cache_steps
+        } else {
+            0
+        },
     })
 }
 
@@ -768,7 +776,7 @@ mod tests {
         let r = run(&a);
         assert!(r.state_slots_written().is_empty());
         assert_eq!(r.state, m.state);
-        assert_eq!(r.intermediate_slots_written(3), vec![0, 1, 2, 3, 4, 5]);
+        assert_eq!(r.intermediate_slots_written(), vec![0, 1, 2, 3, 4, 5]);
         let (_, s0) = m.direct(0..3, Some(2));
         let (_, s1) = m.direct(3..6, Some(0));
         let buf = r.intermediate.as_ref().unwrap();
@@ -797,7 +805,7 @@ mod tests {
                 MtpTarget::Intermediate { entry: 0, step: 0 }
             ]
         );
-        assert_eq!(r.intermediate_slots_written(3), vec![0, 1, 2, 6, 7, 8]);
+        assert_eq!(r.intermediate_slots_written(), vec![0, 1, 2, 6, 7, 8]);
         let buf = r.intermediate.as_ref().unwrap();
         assert!(buf[6..12].iter().all(|&v| v == -9.0), "entry 1 untouched");
     }
@@ -894,7 +902,7 @@ mod tests {
         a.intermediate_state_indices = Some(HostTensor::contiguous(&ent, &[3]));
         a.cache_steps = 3;
         let r = run(&a);
-        assert_eq!(r.intermediate_slots_written(3), vec![0, 1, 2, 6, 7]);
+        assert_eq!(r.intermediate_slots_written(), vec![0, 1, 2, 6, 7]);
         // dst mode: only as many columns as the sequences are long are needed.
         let dst = [3i64, 3, 3, 2, 2, 2, 1, 0, 9];
         let mut a = m.varlen(&cu);
