@@ -681,7 +681,7 @@ __device__ __forceinline__ void load_chunk(const Cfg &cfg, const Args &a, Chunk<
   // loads' with the .NA qualifier; the `__ldcs`-style intrinsics cost 19 more instructions per
   // chunk: docs/perf-notes.md, 'The Philox high products on the FP64 pipe, streaming state stores'
   // (2026-11-30), the cache-hint row). Measured on the H200 (docs/perf-notes.md,
-  // 'The power cap, tapered grids' (2026-12-01), run S12-6 in docs/gpu-runs/2026-12-01.md: three
+  // 'The power cap, tapered grids' (2026-12-01), with its GPU log of that day: three
   // repetitions on one machine, spreads below 0.35 us): 128 heads x 256 0.4 % faster in 8-call
   // graphs (299.10 -> 297.91 us) and 0.1 % under the 700 W power cap (128 calls: 318.42 -> 317.96),
   // 128 x 64-128 equal. Not measured for the other kernels, which keep their loads.

@@ -15,7 +15,7 @@
 //   nvcc -O3 -arch=sm_90 -std=c++17 scripts/launch_floor_bench.cu -o launch_floor_bench \
 //        -L$CUDA/lib -lcudart_static -ldl -lpthread -lrt
 //   ./launch_floor_bench
-// Run on the H200 on 2026-11-30 (run S7-1, docs/gpu-runs/2026-11-30.md): empty kernel
+// Run on the H200 on 2026-11-30 (docs/gpu-runs/2026-11-30.md, the 20:03 UTC runs): empty kernel
 // 0.806 us per launch, chain kernel 1.90 us, the same for parameter blocks of 32, 128, 336 and
 // 1 024 bytes (two repetitions) — the SSU's 320-byte Args costs nothing; at 32 x 1 the SSU
 // (2.71-2.78 us) spends ~0.8 us beyond the bare index -> row -> store chain.

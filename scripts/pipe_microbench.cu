@@ -2,7 +2,7 @@
 // hand: IMAD (32-bit multiply-add), IMAD.HI, IMAD.WIDE (32 x 32 -> 64), LOP3, FFMA, and a
 // Philox4x32 round written three ways. Used to decide how to write the SSU's Philox
 // (docs/perf-notes.md, 'what the profiler and a micro-benchmark said' (2026-11-30)). On the
-// H200 (run S3-2 of docs/gpu-runs/2026-11-30.md,
+// H200 (docs/gpu-runs/2026-11-30.md, the 15:40 UTC runs,
 // measured with the first version of this program: the same kernels, other output format):
 // IMAD 63.7 and LOP3 63.1 operations per clock per SM, FFMA 122.5, IMAD.HI 30.0, IMAD.WIDE
 // 24.7 (its chain has a LOP3 too); Philox rounds 30.6 wide multiplies per clock per SM with
