@@ -67,29 +67,39 @@ fn stale_runtime_error_is_not_reported_against_a_launch() {
         .env("MAMBA_SSU_DEMO_STALE_ERROR", "1")
         .output()
         .expect("running the C demo");
+    if let Some(v) = demo_json(&out, "the C demo with a stale error") {
+        assert_eq!(draws_of(&v), torch_seeds(42, 0, 40));
+    }
+}
+
+/// The demo's JSON on exit code 0; `None` when it found no CUDA device (77; a failure under
+/// MAMBA_SSU_REQUIRE_GPU=1); a panic with its stderr on any other exit.
+fn demo_json(out: &Output, what: &str) -> Option<serde_json::Value> {
     match out.status.code() {
         Some(77) => {
             assert!(
                 !common::gpu_required(),
-                "MAMBA_SSU_REQUIRE_GPU=1 but no CUDA device"
+                "MAMBA_SSU_REQUIRE_GPU=1 but {what} found no CUDA device"
             );
-            eprintln!("skipped: the C demo found no CUDA device");
+            eprintln!("skipped: {what} found no CUDA device");
+            None
         }
-        Some(0) => {
-            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-            let draws: Vec<u64> = v["draws"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_u64().unwrap())
-                .collect();
-            assert_eq!(draws, torch_seeds(42, 0, 40));
-        }
+        Some(0) => Some(serde_json::from_slice(&out.stdout).unwrap()),
         other => panic!(
-            "C demo with a stale error exited {other:?}: {}",
+            "{what} exited {other:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         ),
     }
+}
+
+/// The `draws` array of the demo's JSON.
+fn draws_of(v: &serde_json::Value) -> Vec<u64> {
+    v["draws"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
 }
 
 fn run_prefetch(args: &[&str]) -> Output {
@@ -116,32 +126,12 @@ fn c_program_draws_torch_seeds_or_reports_no_gpu() {
     let cases: [(u64, u64, usize); 3] = [(42, 0, 40), (u64::MAX, (1 << 34) - 8, 5), (2024, 12, 1)];
     for (seed, offset, n) in cases {
         let out = run(&[&seed.to_string(), &format!("{offset:#x}"), &n.to_string()]);
-        match out.status.code() {
-            Some(77) => {
-                assert!(
-                    !common::gpu_required(),
-                    "MAMBA_SSU_REQUIRE_GPU=1 but the C demo found no CUDA device"
-                );
-                eprintln!("skipped: the C demo found no CUDA device");
-                return;
-            }
-            Some(0) => {
-                let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-                let draws: Vec<u64> = v["draws"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.as_u64().unwrap())
-                    .collect();
-                assert_eq!(draws, torch_seeds(seed, offset, n));
-                assert_eq!(v["seed"].as_u64(), Some(seed));
-                assert_eq!(v["offset_after"].as_u64(), Some(offset + 4 * n as u64));
-            }
-            other => panic!(
-                "C demo exited {other:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        }
+        let Some(v) = demo_json(&out, "the C demo") else {
+            return;
+        };
+        assert_eq!(draws_of(&v), torch_seeds(seed, offset, n));
+        assert_eq!(v["seed"].as_u64(), Some(seed));
+        assert_eq!(v["offset_after"].as_u64(), Some(offset + 4 * n as u64));
     }
 }
 
