@@ -11,6 +11,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "include/mamba_ssu.h"
+
 namespace mamba_ssu {
 namespace ssu {
 
@@ -73,6 +75,37 @@ __device__ __forceinline__ uint32_t sr_pair_fast(float v0, float v1, uint32_t r0
 // The exact conversion of the pair (the reference formula), for rows whose flags are set.
 __device__ __forceinline__ uint32_t sr_pair_exact(float v0, float v1, uint32_t r0, uint32_t r1) {
   return sr_pack(sr_fp16_magnitude(v0, r0), sr_fp16_magnitude(v1, r1), v0, v1);
+}
+
+// FlashInfer 0.7.4's conversion (MAMBA_SSU_SR_V074), for v with 13 random bits r: with
+// a = |v| as fp32 bits, e = a >> 23 and the full significand M = (a & 0x7FFFFF) | 0x800000,
+// s = a - (112 << 23) for e >= 113 (the normal fp16 range), M >> (113 - e) for 90 <= e < 113
+// (the fp16 subnormal grid in the same units), 0 below; magnitude = min((s + r) >> 13,
+// 0x7C00); then a NaN input (a > 0x7F800000) gives 0x7E00 and an Inf input 0x7C00. Returns the
+// magnitude bits (sr_pack merges the sign). For finite |v| >= 2^-14 with a finite result it is
+// the 0.7.2 magnitude (sr_fp16_magnitude).
+__device__ __forceinline__ uint32_t sr_fp16_magnitude_v074(float v, uint32_t r13) {
+  const uint32_t a = __float_as_uint(v) & 0x7fffffffu;
+  const uint32_t e = a >> 23;
+  const uint32_t m = (a & 0x7fffffu) | 0x800000u;
+  const uint32_t s = e >= 113u ? a - (112u << 23) : (e >= 90u ? m >> (113u - e) : 0u);
+  uint32_t h = min((s + r13) >> 13, 0x7c00u);
+  h = a == 0x7f800000u ? 0x7c00u : h;
+  h = a > 0x7f800000u ? 0x7e00u : h;
+  return h;
+}
+
+// The exact 0.7.4 conversion of a pair (v0 in the low half), signs of v0 and v1.
+__device__ __forceinline__ uint32_t sr_pair_exact_v074(float v0, float v1, uint32_t r0,
+                                                       uint32_t r1) {
+  return sr_pack(sr_fp16_magnitude_v074(v0, r0), sr_fp16_magnitude_v074(v1, r1), v0, v1);
+}
+
+// The exact conversion of a pair under a rule chosen at run time (mamba_ssu_sr_rule).
+__device__ __forceinline__ uint32_t sr_pair_exact_rule(float v0, float v1, uint32_t r0,
+                                                       uint32_t r1, int32_t rule) {
+  return rule == MAMBA_SSU_SR_V074 ? sr_pair_exact_v074(v0, v1, r0, r1)
+                                   : sr_pair_exact(v0, v1, r0, r1);
 }
 
 // Whether flags accumulated by sr_pair_fast mark any pair for the exact path.

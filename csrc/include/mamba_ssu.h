@@ -139,6 +139,17 @@ typedef enum mamba_ssu_seed_source {
   MAMBA_SSU_SEED_FROM_VALUES = 2
 } mamba_ssu_seed_source;
 
+/* The fp32 -> fp16 conversion of stochastic rounding (the random bits are the same in both).
+ * V072: FlashInfer 0.7.2's (add 13 random bits to the fp32 magnitude and truncate; results
+ * below 2^-14 flush to zero, an Inf input becomes NaN whenever the bits are not 0).
+ * V074: FlashInfer 0.7.4's (Inf stays Inf, NaN stays NaN, a finite value that rounds past
+ * 65504 saturates to Inf, values below 2^-14 round stochastically onto fp16 subnormals). The
+ * two agree for every finite |x| >= 2^-14 whose result is finite. */
+typedef enum mamba_ssu_sr_rule {
+  MAMBA_SSU_SR_V072 = 0,
+  MAMBA_SSU_SR_V074 = 1
+} mamba_ssu_sr_rule;
+
 /* Arguments of one selective-state-update call. All strides are in elements.
  *
  * Shapes (FlashInfer's):
@@ -226,6 +237,10 @@ typedef struct mamba_ssu_params {
    * not together with generator_state. 8-byte aligned. */
   const int64_t *generator_seed_ptr;
   const int64_t *generator_offset_ptr;
+
+  /* With stochastic rounding: which release's fp32 -> fp16 conversion the state gets
+   * (mamba_ssu_sr_rule; 0 = FlashInfer 0.7.2's, what engines pin). */
+  int32_t sr_rule;
 } mamba_ssu_params;
 
 /* Checks *params against the kernel's contract (the same checks the launcher
@@ -259,6 +274,133 @@ int mamba_ssu_selective_state_update_plan(const mamba_ssu_params *params, int32_
  * num_sms multiprocessors (SIMPLE or VERTICAL). */
 int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch,
                                 int64_t nheads, int32_t num_sms);
+
+/* ------------------------------------------------------------------------ */
+/* Selective state update over T tokens per sequence (speculative-decoding   */
+/* verify), FlashInfer 0.7.2 compatible                                      */
+/* ------------------------------------------------------------------------ */
+
+/* Most tokens per sequence of one multi-token call (ntokens). */
+#define MAMBA_SSU_MTP_MAX_TOKENS 16
+
+/* Arguments of one multi-token selective-state-update call: T tokens of each of `batch`
+ * sequences, the state read once per sequence, carried in fp32 across its tokens and written
+ * per token. All strides are in elements.
+ *
+ * Sequences. Fixed length (cu_seqlens == NULL): sequence b is the ntokens tokens t of
+ *   x (batch, ntokens, nheads, dim) at [b*x_stride_batch + t*x_stride_token + h*dim + d].
+ * Varlen (cu_seqlens != NULL, batch + 1 offsets): sequence b is the token rows
+ *   r = cu_seqlens[b] .. cu_seqlens[b+1]-1 of x (total_tokens, nheads, dim) at
+ *   [r*x_stride_token + h*dim + d]; the *_stride_batch fields are not read; ntokens is the
+ *   most tokens a sequence may have (FlashInfer's cache_steps / max_seqlen): tokens of a
+ *   longer sequence past ntokens are not computed (their out rows are left as they were).
+ *   The offsets live in device memory: non-decreasing values in 0..=total_tokens are the
+ *   caller's contract (a sequence whose offsets are not is skipped: nothing read or written).
+ * z, out: as x (own strides). dt: as x with strides (.., .., 1, 0): dt[b, t, h] at
+ *   [b*dt_stride_batch + t*dt_stride_token + h]. B, C: (.., ngroups, dstate) at
+ *   [.. + g*dstate + n]. A, D, dt_bias: per head, as single token.
+ * state (state_cache_size, nheads, dim, dstate): inner three dims contiguous.
+ *
+ * Read slot of sequence b: a 1-D state_batch_indices (cols 0): [b*stride]; a 2-D one:
+ *   [b*stride + k*stride_col] with k = max(num_accepted_tokens[b] - 1, 0) when
+ *   num_accepted_tokens is given, else k = 0; b without indices. A read slot equal to
+ *   pad_slot_id, or outside 0..state_cache_size, or a column k >= cols, makes the sequence
+ *   a pad: zero initial state, out computed for every token, nothing written.
+ * Write modes, exclusive:
+ *   intermediate_states (entries, cache_steps, nheads, dim, dstate), contiguous, state dtype:
+ *     token t of sequence b goes to entry e, step t, e = intermediate_state_indices[b] (or
+ *     the read slot without that tensor); an entry outside 0..intermediate_cache_size or
+ *     equal to pad_slot_id is not written; the state itself is never written;
+ *   dst_state_batch_indices (batch, cols) 2-D: token t goes to slot dst[b, t] unless it is
+ *     pad_slot_id or outside 0..state_cache_size (in-place verify: pass the read index here
+ *     as well);
+ *   neither: the sequence's last token goes to the read slot when update_state is set.
+ * A zero-length sequence writes nothing. out uses the fp32 state before any rounding.
+ * Index tensors (state_batch_indices, dst_state_batch_indices, num_accepted_tokens,
+ * cu_seqlens, intermediate_state_indices) all have index_dtype.
+ * Stochastic rounding: Philox once per state element per call (the token is not in the
+ * counter, as FlashInfer's; see docs/flashinfer-ssu.md of the crate for the mapping).
+ * Speed: F16 state, BF16 inputs and weights, dstate 128 and 0, 5 or 10 Philox rounds run
+ * compiled-in kernels; every other combination a kernel that takes them at run time. */
+typedef struct mamba_ssu_mtp_params {
+  int64_t batch;   /* sequences: >= 1 */
+  int64_t ntokens; /* 1..MAMBA_SSU_MTP_MAX_TOKENS: T (fixed length) or the longest (varlen) */
+  int64_t total_tokens; /* varlen: token rows of x (>= 0); fixed length: not read */
+  int64_t nheads;
+  int64_t dim;
+  int64_t dstate;
+  int64_t ngroups;
+  int64_t state_cache_size; /* state.size(0) */
+  int64_t cache_steps;      /* intermediate_states: steps per entry, >= ntokens */
+  int64_t intermediate_cache_size; /* intermediate_states: entries */
+
+  int64_t state_stride_batch;
+  int64_t x_stride_batch, x_stride_token;
+  int64_t dt_stride_batch, dt_stride_token;
+  int64_t B_stride_batch, B_stride_token;
+  int64_t C_stride_batch, C_stride_token;
+  int64_t z_stride_batch, z_stride_token;
+  int64_t out_stride_batch, out_stride_token;
+  /* 2-D index tensors: cols = size(1) (0 for a 1-D state_batch_indices; dst must be 2-D) */
+  int64_t state_batch_indices_stride, state_batch_indices_stride_col, state_batch_indices_cols;
+  int64_t dst_state_batch_indices_stride, dst_state_batch_indices_stride_col,
+      dst_state_batch_indices_cols;
+  int64_t num_accepted_tokens_stride;
+  int64_t cu_seqlens_stride;
+  int64_t intermediate_state_indices_stride;
+
+  int64_t pad_slot_id;
+
+  void *state;
+  const void *x;
+  const void *dt;
+  const void *dt_bias; /* optional */
+  const float *A;
+  const void *B;
+  const void *C;
+  const void *D; /* optional */
+  const void *z; /* optional */
+  void *out;
+  const void *state_batch_indices;        /* optional */
+  const void *dst_state_batch_indices;    /* optional */
+  const void *num_accepted_tokens;        /* optional */
+  const void *cu_seqlens;                 /* optional: varlen */
+  void *intermediate_states;              /* optional */
+  const void *intermediate_state_indices; /* optional, needs intermediate_states */
+
+  /* Seed: exactly as mamba_ssu_params (mamba_ssu_seed_source; seed_next for a fused chain). */
+  const int64_t *rand_seed;
+  const mamba_ssu_generator_state *generator_state;
+  const int64_t *generator_seed_ptr;
+  const int64_t *generator_offset_ptr;
+  uint64_t seed_offset;
+  uint64_t generator_seed;
+  int64_t *seed_next;
+
+  int32_t state_dtype;   /* F16, BF16 or F32 (also intermediate_states) */
+  int32_t input_dtype;   /* x, z, B, C, out */
+  int32_t weight_dtype;  /* dt, D, dt_bias */
+  int32_t index_dtype;   /* I32 or I64: every index tensor */
+  int32_t dt_softplus;   /* bool */
+  int32_t update_state;  /* bool: 0 = disable_state_update (matters without a write tensor) */
+  int32_t philox_rounds; /* 0 = round to nearest; 1..10: SR of an F16 state */
+  int32_t sr_rule;       /* mamba_ssu_sr_rule */
+  int32_t seed_source;   /* mamba_ssu_seed_source */
+  int32_t num_sms;       /* <= 0: query the current device (grid sizing only) */
+} mamba_ssu_mtp_params;
+
+/* Checks *params against the multi-token kernel's contract without launching anything. */
+int mamba_ssu_selective_state_update_mtp_check(const mamba_ssu_mtp_params *params);
+
+/* Enqueues one multi-token selective-state-update on stream. */
+int mamba_ssu_selective_state_update_mtp(mamba_ssu_stream_t stream,
+                                         const mamba_ssu_mtp_params *params);
+
+/* The multi-token launch configuration for *params on a device of num_sms multiprocessors
+ * (<= 0: the current device's), checked like the launcher; nothing is launched. Fields as
+ * mamba_ssu_launch_plan (algorithm: SIMPLE, the only multi-token layout). */
+int mamba_ssu_selective_state_update_mtp_plan(const mamba_ssu_mtp_params *params,
+                                              int32_t num_sms, mamba_ssu_launch_plan *out);
 
 /* ------------------------------------------------------------------------ */
 /* Seed prefetcher: a forward's N seeds in one launch on a side stream       */

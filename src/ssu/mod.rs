@@ -93,6 +93,10 @@ pub use args::{Algorithm, SeedSource, SeedSpec, SsuArgs, SsuProblem, SsuSpec};
 pub use launch::selective_state_update;
 pub use validation::{validate, MAX_PHILOX_ROUNDS, SUPPORTED_DSTATE};
 
+/// The stochastic-rounding conversion of a call (FlashInfer 0.7.2's, the default, or 0.7.4's);
+/// the same type as the CPU reference's.
+pub use crate::reference::SrRule;
+
 #[doc(inline)]
 pub use crate::tensor::{
     DType, Element, IntoDeviceView, IntoDeviceViewMut, Tensor, TensorLayout, TensorMut, MAX_RANK,
