@@ -7,6 +7,8 @@
 //! ("intragraph" offset), and before every replay the host writes its current state there and
 //! then advances by the graph's total; [`GraphSeedState`] implements that protocol.
 
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
@@ -90,9 +92,23 @@ impl Generator {
 /// on the replay stream: it writes the host generator's current `(seed, offset)` to device
 /// memory (as a kernel, so it is ordered with the replay) and advances the host generator by
 /// the graph's total, so each replay draws fresh values equal to eager draws at that point.
+///
+/// Once a draw or an SSU reading it has been captured, dropping the state does not free its
+/// 16-byte device buffer (it stays allocated for the process's life): a captured graph may
+/// still be replayed, and it must not read freed or reused memory.
 pub struct GraphSeedState {
-    state: CudaSlice<u64>,
+    state: ManuallyDrop<CudaSlice<u64>>,
     intragraph: u64,
+    captured: AtomicBool,
+}
+
+impl Drop for GraphSeedState {
+    fn drop(&mut self) {
+        if !self.captured.load(Ordering::Relaxed) {
+            // SAFETY: dropped exactly once, here; no graph captured a pointer to it.
+            unsafe { ManuallyDrop::drop(&mut self.state) };
+        }
+    }
 }
 
 impl GraphSeedState {
@@ -100,9 +116,20 @@ impl GraphSeedState {
     pub fn new(stream: &Arc<CudaStream>) -> Result<Self> {
         let state = stream.alloc_zeros::<u64>(2)?;
         Ok(Self {
-            state,
+            state: ManuallyDrop::new(state),
             intragraph: 0,
+            captured: AtomicBool::new(false),
         })
+    }
+
+    /// Records that work enqueued on `stream` now reads this state; when `stream` is being
+    /// captured the buffer is kept past drop (see the type's docs).
+    pub(crate) fn note_use(&self, stream: &CudaStream) -> Result<()> {
+        let status = stream.capture_status()?;
+        if status != cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            self.captured.store(true, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// The device state: two u64, `[seed, offset]` (a `mamba_ssu_generator_state`).

@@ -110,6 +110,7 @@ where
     }
     check_same_device("out", stream, out.stream())?;
     check_same_device("state", stream, state.device_state().stream())?;
+    state.note_use(stream)?;
     // The launcher uses the thread's current context: make it the buffers' (== the stream's).
     stream.context().bind_to_thread()?;
     let (state_ptr, _state_guard) = state.device_state().device_ptr(stream);

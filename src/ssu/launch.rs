@@ -221,7 +221,8 @@ pub fn selective_state_update(stream: &CudaStream, args: &mut SsuArgs<'_>) -> Re
                 check_same_device("rand_seed", stream, t.buffer_stream())?
             }
             Some(SeedSource::FromGenerator { state, .. }) => {
-                check_same_device("generator_state", stream, state.device_state().stream())?
+                check_same_device("generator_state", stream, state.device_state().stream())?;
+                state.note_use(stream)?;
             }
             Some(SeedSource::Prefetched(p)) => check_ordinal("rand_seed", stream, p.ordinal())?,
             Some(SeedSource::Fused(f)) => check_ordinal("generator_state", stream, f.ordinal())?,
