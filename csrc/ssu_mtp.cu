@@ -1,19 +1,210 @@
-// ssu_mtp.cu — host side of the multi-token selective-state-update: planning and dispatch.
-// (The kernel lands here; until then the launcher reports MAMBA_SSU_ERROR_UNSUPPORTED.)
+// ssu_mtp.cu — host side of the multi-token selective-state-update: planning (a pure function
+// of the checked parameters and the SM count) and dispatch. The contract check is
+// ssu_mtp_check.cu, the device code ssu_mtp.cuh.
+//
+// Dispatch: F16 state, BF16 inputs and weights, dstate 128 and 0, 5 or 10 Philox rounds run
+// compiled-in kernels (mtp_kernel<true, 128, R>); everything else that passes the check runs a
+// kernel per dstate that takes dtypes and rounds at run time (mtp_kernel<false, dstate, -1>).
+#include <algorithm>
+#include <limits>
+
 #include "common.cuh"
+#include "ssu_mtp.cuh"
 #include "ssu_mtp_check.h"
+
+namespace mamba_ssu {
+namespace {
+
+using mtp::MtpArgs;
+
+long long ll(int64_t v) { return static_cast<long long>(v); }
+
+bool is_hot(const mamba_ssu_mtp_params &p) {
+  return p.state_dtype == MAMBA_SSU_F16 && p.input_dtype == MAMBA_SSU_BF16 &&
+         p.weight_dtype == MAMBA_SSU_BF16 && p.dstate == 128 &&
+         (p.philox_rounds == 0 || p.philox_rounds == 5 || p.philox_rounds == 10);
+}
+
+int device_num_sms(int32_t given, int *out) {
+  if (given > 0) {
+    *out = given;
+    return MAMBA_SSU_SUCCESS;
+  }
+  int dev = 0;
+  if (int s = check_cuda(cudaGetDevice(&dev), "cudaGetDevice")) return s;
+  return check_cuda(cudaDeviceGetAttribute(out, cudaDevAttrMultiProcessorCount, dev),
+                    "cudaDeviceGetAttribute(MultiProcessorCount)");
+}
+
+// Blocks per (sequence, head): at least enough for 64 rows per block (the rows a block
+// stages), doubled while the grid has fewer than MAMBA_SSU_MTP_BLOCKS_PER_SM blocks per SM and
+// a block keeps at least one row per 8-lane group (16 rows).
+#ifndef MAMBA_SSU_MTP_BLOCKS_PER_SM
+#define MAMBA_SSU_MTP_BLOCKS_PER_SM 4
+#endif
+struct Plan {
+  int64_t blocks_per_head, rows_per_block, blocks;
+  unsigned nblocks;
+  size_t smem;
+  bool hot;
+};
+
+int plan_launch(const mamba_ssu_mtp_params &p, int num_sms, Plan *out) {
+  if (num_sms < 1)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "num_sms: expected >= 1, got %d", num_sms);
+  const int64_t heads = p.batch * p.nheads;  // < 2^31 (checked)
+  int64_t bph = (p.dim + mtp::kMaxRowsPerBlock - 1) / mtp::kMaxRowsPerBlock;
+  const int64_t max_bph = std::max<int64_t>(bph, (p.dim + mtp::kGroups - 1) / mtp::kGroups);
+  while (2 * bph <= max_bph &&
+         heads * bph < int64_t{MAMBA_SSU_MTP_BLOCKS_PER_SM} * num_sms)
+    bph *= 2;
+  const int64_t rpb = (p.dim + bph - 1) / bph;
+  const __int128 blocks = static_cast<__int128>(heads) * bph + (p.seed_next != nullptr ? 1 : 0);
+  if (blocks > std::numeric_limits<int32_t>::max())
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
+                "batch * nheads * ceil(dim / 64): expected a grid of <= %d blocks, got %lld x "
+                "%lld x %lld",
+                std::numeric_limits<int32_t>::max(), ll(p.batch), ll(p.nheads), ll(bph));
+  const size_t smem = mtp::mtp_smem_bytes(static_cast<int>(p.ntokens), static_cast<int>(p.dstate),
+                                          static_cast<int>(rpb), p.z != nullptr);
+  if (rpb < 1 || rpb > mtp::kMaxRowsPerBlock || bph * rpb < p.dim || smem > 48 * 1024)
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
+                "launch plan: no valid grid (rows per block %lld, blocks per head %lld, shared "
+                "memory %zu bytes)",
+                ll(rpb), ll(bph), smem);
+  *out = Plan{bph, rpb, static_cast<int64_t>(blocks), static_cast<unsigned>(blocks), smem,
+              is_hot(p)};
+  return MAMBA_SSU_SUCCESS;
+}
+
+template <bool kHot, int kDstate, int kRounds>
+int launch(const MtpArgs &a, const Plan &plan, cudaStream_t st) {
+  mtp::mtp_kernel<kHot, kDstate, kRounds><<<plan.nblocks, mtp::kThreads, plan.smem, st>>>(a);
+  return check_launch("multi-token selective-state-update kernel launch");
+}
+
+}  // namespace
+}  // namespace mamba_ssu
 
 using namespace mamba_ssu;
 
-extern "C" int mamba_ssu_selective_state_update_mtp(mamba_ssu_stream_t, const mamba_ssu_mtp_params *params) {
+extern "C" int mamba_ssu_selective_state_update_mtp_plan(const mamba_ssu_mtp_params *params,
+                                                         int32_t num_sms,
+                                                         mamba_ssu_launch_plan *out) {
   clear_error();
+  if (out == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "out: null pointer");
   if (int s = mtp_check(params)) return s;
-  return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "multi-token kernel: not built yet");
+  int sms = 0;
+  if (int s = device_num_sms(num_sms, &sms)) return s;
+  Plan plan;
+  if (int s = plan_launch(*params, sms, &plan)) return s;
+  out->grid_blocks = plan.blocks;
+  out->blocks_per_head = plan.blocks_per_head;
+  out->threads_per_block = mtp::kThreads;
+  out->warps_per_block = mtp::kThreads / 32;
+  // Rows one warp serves: its 4 groups take rows_per_block / 16 rows each.
+  out->rows_per_warp = static_cast<int32_t>(
+      4 * ((plan.rows_per_block + mtp::kGroups - 1) / mtp::kGroups));
+  out->algorithm = MAMBA_SSU_ALGO_SIMPLE;
+  out->compiled_kernel = plan.hot ? 1 : 0;
+  out->num_sms = sms;
+  return MAMBA_SSU_SUCCESS;
 }
 
-extern "C" int mamba_ssu_selective_state_update_mtp_plan(const mamba_ssu_mtp_params *params, int32_t,
-                                                         mamba_ssu_launch_plan *) {
+extern "C" int mamba_ssu_selective_state_update_mtp(mamba_ssu_stream_t stream,
+                                                    const mamba_ssu_mtp_params *params) {
   clear_error();
+  note_ssu_launch(nullptr);
   if (int s = mtp_check(params)) return s;
-  return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "multi-token kernel: not built yet");
+  const mamba_ssu_mtp_params &p = *params;
+  int sms = 0;
+  if (int s = device_num_sms(p.num_sms, &sms)) return s;
+  Plan plan;
+  if (int s = plan_launch(p, sms, &plan)) return s;
+
+  MtpArgs a{};
+  a.x = p.x;
+  a.dt = p.dt;
+  a.dt_bias = p.dt_bias;
+  a.B = p.B;
+  a.C = p.C;
+  a.D = p.D;
+  a.z = p.z;
+  a.A = p.A;
+  a.out = p.out;
+  a.state = p.state;
+  a.inter = p.intermediate_states;
+  a.sbi = p.state_batch_indices;
+  a.dst = p.dst_state_batch_indices;
+  a.nat = p.num_accepted_tokens;
+  a.cu = p.cu_seqlens;
+  a.inter_idx = p.intermediate_state_indices;
+  a.rand_seed = p.rand_seed;
+  if (p.generator_seed_ptr != nullptr) {
+    a.gen_seed = reinterpret_cast<const uint64_t *>(p.generator_seed_ptr);
+    a.gen_offset = reinterpret_cast<const uint64_t *>(p.generator_offset_ptr);
+  } else if (p.generator_state != nullptr) {
+    a.gen_seed = &p.generator_state->seed;
+    a.gen_offset = &p.generator_state->offset;
+  }
+  a.seed_next = p.seed_next;
+  a.seed_offset = p.seed_offset;
+  a.generator_seed = p.generator_seed;
+  a.state_stride = p.state_stride_batch;
+  a.x_sb = p.x_stride_batch;
+  a.x_st = p.x_stride_token;
+  a.dt_sb = p.dt_stride_batch;
+  a.dt_st = p.dt_stride_token;
+  a.B_sb = p.B_stride_batch;
+  a.B_st = p.B_stride_token;
+  a.C_sb = p.C_stride_batch;
+  a.C_st = p.C_stride_token;
+  a.z_sb = p.z_stride_batch;
+  a.z_st = p.z_stride_token;
+  a.out_sb = p.out_stride_batch;
+  a.out_st = p.out_stride_token;
+  a.sbi_s = p.state_batch_indices_stride;
+  a.sbi_sc = p.state_batch_indices_stride_col;
+  a.sbi_cols = p.state_batch_indices_cols;
+  a.dst_s = p.dst_state_batch_indices_stride;
+  a.dst_sc = p.dst_state_batch_indices_stride_col;
+  a.nat_s = p.num_accepted_tokens_stride;
+  a.cu_s = p.cu_seqlens_stride;
+  a.ii_s = p.intermediate_state_indices_stride;
+  a.pad_slot_id = p.pad_slot_id;
+  a.state_cache_size = p.state_cache_size;
+  a.inter_cache_size = p.intermediate_cache_size;
+  a.cache_steps = p.cache_steps;
+  a.total_tokens = p.total_tokens;
+  a.nheads = static_cast<uint32_t>(p.nheads);
+  a.heads_per_group = static_cast<uint32_t>(p.nheads / p.ngroups);
+  a.blocks_per_head = static_cast<uint32_t>(plan.blocks_per_head);
+  a.ntokens = static_cast<int32_t>(p.ntokens);
+  a.dim = static_cast<int32_t>(p.dim);
+  a.dstate = static_cast<int32_t>(p.dstate);
+  a.rows_per_block = static_cast<int32_t>(plan.rows_per_block);
+  a.philox_rounds = p.philox_rounds;
+  a.sr_rule = p.sr_rule;
+  a.state_dtype = p.state_dtype;
+  a.input_dtype = p.input_dtype;
+  a.weight_dtype = p.weight_dtype;
+  a.index_dtype = p.index_dtype;
+  a.dt_softplus = p.dt_softplus != 0;
+  a.update_state = p.update_state != 0;
+  a.seed_source = p.seed_source;
+  a.varlen = p.cu_seqlens != nullptr;
+
+  const auto st = reinterpret_cast<cudaStream_t>(stream);
+  int s;
+  if (plan.hot) {
+    s = p.philox_rounds == 0   ? launch<true, 128, 0>(a, plan, st)
+        : p.philox_rounds == 5 ? launch<true, 128, 5>(a, plan, st)
+                               : launch<true, 128, 10>(a, plan, st);
+  } else {
+    s = p.dstate == 64    ? launch<false, 64, -1>(a, plan, st)
+        : p.dstate == 128 ? launch<false, 128, -1>(a, plan, st)
+                          : launch<false, 256, -1>(a, plan, st);
+  }
+  if (s == MAMBA_SSU_SUCCESS) note_ssu_launch(p.seed_next);
+  return s;
 }

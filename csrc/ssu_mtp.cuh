@@ -1,0 +1,483 @@
+// ssu_mtp.cuh — the multi-token selective-state-update kernel (speculative-decoding verify,
+// FlashInfer 0.7.2 compatible, bit for bit): T tokens per sequence in one call, the state read
+// once per sequence, carried in fp32 across its tokens and written per token. Device code:
+// the kernel's arguments (MtpArgs), the per-lane column layout, the body (mtp_body) and the
+// kernel template (mtp_kernel). Included by ssu_mtp.cu (host: planning, dispatch and the
+// instantiations). Built on the single-token kernel's pieces: fp32_ops.cuh (FlashInfer's fp32
+// operations), sr.cuh (the stochastic-rounding conversions, both rules), philox.cuh (the rounds
+// and the fused seed's torch draw) and loads.cuh (dtype conversions, streaming stores).
+//
+// Work layout
+// -----------
+// Eight lanes per state row (b, h, d), as FlashInfer's multi-token kernel: lane m of a row's
+// group owns the columns 64 j + 8 m + i (i < 8, j < dstate / 64; dstate 128: 8m..8m+7 and
+// 64+8m..64+8m+7), visited in that order, so that its even and odd partial sums and the
+// shuffle-down tree over the group (4, 2, 1) are FlashInfer's. A 4-warp block holds 16 such
+// groups and serves one (sequence, head) and up to 64 consecutive rows of it (blocks_per_head
+// blocks share a head on small grids); group k takes the block's rows k, k + 16, ...
+//
+// A block first resolves, once, everything that depends on the sequence alone (thread 0: its
+// token range, read slot and seed; threads t < T: dt' and dA of token t and where token t's
+// state goes) and stages the tokens' B and C rows and the block's x and z values as fp32 in
+// shared memory; then every group walks its rows: it loads the row's state (the next row's
+// load goes out before the current row is computed), derives the row's stochastic-rounding
+// words ONCE (the token is not in FlashInfer's counter, so every token of the call rounds an
+// element with the same bits; FlashInfer recomputes them at every token), and runs the T
+// tokens on the fp32 state in registers, writing y and, where the token has a target, the
+// rounded state (streaming stores: the written states are read again only at a later step).
+//
+// Numerics per token, exactly FlashInfer's (every operation pinned; the build flushes
+// subnormals): dt' = rn(dt + dt_bias), softplus when enabled and dt' <= 20; dA =
+// ex2(rn(rn(A * dt') * L2E)); dtx = rn(dt' * x); even columns s = fma(dA, s, rn(B * dtx)),
+// odd columns s = fma(B, dtx, rn(dA * s)); acc_even = fma(s, C, acc_even) over the even
+// columns and acc_odd likewise, in the lane's column order, from 0; the lane's partial =
+// rn(acc_even + acc_odd); the group's sum by shuffle-down 4, 2, 1; y = fma(D, x, partial),
+// gated by z as single token, rounded to nearest into out. out uses the fp32 state (it does
+// not depend on stochastic rounding).
+//
+// Stochastic-rounding words: columns in pairs; column c takes word (c mod 4) >> 1 of Philox
+// with counter word 0 = low32(read_slot * state stride + h * dim * dstate + d * dstate +
+// 4 floor(c / 4)), word 1 = 0xFFFFFFFF when bit 31 of word 0 is set (the offset truncated to
+// 32 bits and sign-extended), words 2, 3 = 0; bits 12..0 for even c, 28..16 for odd c. A lane
+// keeps one word per column pair (dstate / 16 words).
+//
+// Each lane reads its state elements before it writes them, and a row's elements are
+// written by the lane that read them, so a call whose read slot is also a write target
+// (in-place verify) is race-free; as in FlashInfer, a slot one sequence writes that another
+// sequence reads is a caller error.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "fp32_ops.cuh"
+#include "include/mamba_ssu.h"
+#include "loads.cuh"
+#include "philox.cuh"
+#include "sr.cuh"
+
+namespace mamba_ssu {
+namespace mtp {
+
+using ssu::bf16_bits_to_float;
+using ssu::half_bits_to_float;
+using ssu::load_float;
+using ssu::load_index;
+
+constexpr int kThreads = 128;             // 4 warps
+constexpr int kGroupLanes = 8;            // lanes per state row
+constexpr int kGroups = kThreads / kGroupLanes;  // rows in flight per block
+constexpr int kMaxRowsPerBlock = 64;      // rows staged per block (x, z)
+constexpr int kMaxTokens = MAMBA_SSU_MTP_MAX_TOKENS;
+
+// Everything the kernel reads, filled by the launcher from a checked mamba_ssu_mtp_params.
+struct MtpArgs {
+  const void *x, *dt, *dt_bias, *B, *C, *D, *z;
+  const float *A;
+  void *out, *state, *inter;
+  const void *sbi, *dst, *nat, *cu, *inter_idx;
+  const int64_t *rand_seed;
+  const uint64_t *gen_seed, *gen_offset;  // device generator state (or nullptr)
+  int64_t *seed_next;
+  uint64_t seed_offset, generator_seed;
+
+  int64_t state_stride;
+  int64_t x_sb, x_st, dt_sb, dt_st, B_sb, B_st, C_sb, C_st, z_sb, z_st, out_sb, out_st;
+  int64_t sbi_s, sbi_sc, sbi_cols, dst_s, dst_sc, nat_s, cu_s, ii_s;
+  int64_t pad_slot_id, state_cache_size, inter_cache_size, cache_steps, total_tokens;
+
+  uint32_t nheads, heads_per_group, blocks_per_head;
+  int32_t ntokens, dim, dstate, rows_per_block;
+  int32_t philox_rounds, sr_rule;
+  int32_t state_dtype, input_dtype, weight_dtype, index_dtype;
+  int32_t dt_softplus, update_state, seed_source, varlen;
+};
+
+// Dynamic shared memory of a block: B and C of every token (ntokens x dstate fp32 each), then
+// x and z of the block's rows for every token (ntokens x rows_per_block fp32 each).
+__host__ __device__ constexpr size_t mtp_smem_bytes(int ntokens, int dstate, int rows_per_block,
+                                                    bool has_z) {
+  return sizeof(float) * (2 * static_cast<size_t>(ntokens) * dstate +
+                          static_cast<size_t>(ntokens) * rows_per_block * (has_z ? 2 : 1));
+}
+
+// Column of a lane's element i (lane m of the row's 8): 64 (i / 8) + 8 m + i % 8.
+__device__ __forceinline__ int mtp_col(int m, int i) { return 64 * (i / 8) + 8 * m + (i % 8); }
+
+// The 8 fp16 or bf16 elements at p (16-byte aligned) widened to fp32.
+template <bool kHalf>
+__device__ __forceinline__ void widen8(const uint4 &v, float *out) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if constexpr (kHalf) {
+      out[2 * k] = half_bits_to_float(w[k] & 0xffffu);
+      out[2 * k + 1] = half_bits_to_float(w[k] >> 16);
+    } else {
+      out[2 * k] = bf16_bits_to_float(w[k] & 0xffffu);
+      out[2 * k + 1] = bf16_bits_to_float(w[k] >> 16);
+    }
+  }
+}
+
+// kHot: F16 state, BF16 inputs and weights (vector state and B/C accesses); otherwise every
+// dtype at run time. kDstate: 64, 128 or 256. kRounds: 0, 5, 10 compiled in; -1 at run time.
+template <bool kHot, int kDstate, int kRounds>
+__device__ __forceinline__ void mtp_body(const MtpArgs &a) {
+  constexpr int NC = kDstate / 8;  // columns per lane
+  constexpr int NP = NC / 2;       // column pairs per lane
+  const int32_t sdt = kHot ? MAMBA_SSU_F16 : a.state_dtype;
+  const int32_t idt = kHot ? MAMBA_SSU_BF16 : a.input_dtype;
+  const int32_t wdt = kHot ? MAMBA_SSU_BF16 : a.weight_dtype;
+  const int rounds = kRounds >= 0 ? kRounds : a.philox_rounds;
+
+  __shared__ int64_t s_tgt[kMaxTokens];      // element offset of token t's state write, or -1
+  __shared__ float s_dtp[kMaxTokens], s_dA[kMaxTokens];
+  __shared__ int64_t s_tok0, s_read_slot;
+  __shared__ int s_len, s_pad, s_any_write;
+  __shared__ uint64_t s_seed;
+  extern __shared__ float smem[];
+
+  // A fused chain's next link: the grid's extra first block stores the stock draw that follows
+  // this call's position (the next call's seed) and does nothing else.
+  if (a.seed_next != nullptr && blockIdx.x == 0) {
+    if (threadIdx.x == 0) {
+      uint64_t seed = a.generator_seed, offset = a.seed_offset;
+      if (a.gen_seed != nullptr) {
+        seed = *a.gen_seed;
+        offset += *a.gen_offset;
+      }
+      *a.seed_next = torch_seed_draw(seed, offset + 4);
+    }
+    return;
+  }
+  const uint32_t block = blockIdx.x - (a.seed_next != nullptr ? 1u : 0u);
+  const uint32_t bh = block / a.blocks_per_head;
+  const int part = static_cast<int>(block - bh * a.blocks_per_head);
+  const int64_t b = bh / a.nheads;
+  const int64_t h = bh - b * a.nheads;
+  const int64_t g = h / a.heads_per_group;
+  const int dim = a.dim;
+  const int row0 = part * a.rows_per_block;
+  const int rows = min(a.rows_per_block, dim - row0);
+  const int64_t head_elems = h * dim * kDstate;
+
+  // Phase 1 (thread 0): the sequence's tokens, its read slot, its seed.
+  if (threadIdx.x == 0) {
+    int64_t tok0 = 0, len = a.ntokens;
+    if (a.varlen) {
+      const int64_t lo = load_index(a.cu, b * a.cu_s, a.index_dtype);
+      const int64_t hi = load_index(a.cu, (b + 1) * a.cu_s, a.index_dtype);
+      // Offsets outside 0..=total_tokens or decreasing: the sequence is skipped.
+      const bool ok = lo >= 0 && lo <= hi && hi <= a.total_tokens;
+      tok0 = ok ? lo : 0;
+      len = ok ? min(hi - lo, static_cast<int64_t>(a.ntokens)) : 0;
+    }
+    int64_t slot = b;
+    bool pad = false;
+    if (a.sbi != nullptr) {
+      int64_t k = 0;
+      if (a.sbi_cols > 0 && a.nat != nullptr) {
+        k = load_index(a.nat, b * a.nat_s, a.index_dtype) - 1;
+        k = k < 0 ? 0 : k;
+      }
+      if (a.sbi_cols > 0 && k >= a.sbi_cols) {
+        pad = true;
+      } else {
+        slot = load_index(a.sbi, b * a.sbi_s + k * a.sbi_sc, a.index_dtype);
+      }
+    }
+    pad = pad || slot == a.pad_slot_id || slot < 0 || slot >= a.state_cache_size;
+    s_tok0 = tok0;
+    s_len = static_cast<int>(len);
+    s_pad = pad ? 1 : 0;
+    s_read_slot = slot;
+    uint64_t seed = 0;
+    if (rounds > 0 && !pad && len > 0) {
+      if (a.seed_source == MAMBA_SSU_SEED_POINTER) {
+        seed = static_cast<uint64_t>(*a.rand_seed);
+      } else if (a.seed_source == MAMBA_SSU_SEED_FROM_GENERATOR) {
+        seed = static_cast<uint64_t>(torch_seed_draw(*a.gen_seed, *a.gen_offset + a.seed_offset));
+      } else {
+        seed = static_cast<uint64_t>(torch_seed_draw(a.generator_seed, a.seed_offset));
+      }
+    }
+    s_seed = seed;
+    s_any_write = 0;
+  }
+  __syncthreads();
+  const int len = s_len;
+  if (len == 0) return;  // block-uniform
+  const int64_t tok0 = s_tok0;
+  const bool pad = s_pad != 0;
+  const int64_t read_slot = s_read_slot;
+
+  // Token rows of the token tensors: fixed length (b, t) with a batch and a token stride,
+  // varlen row tok0 + t with the token stride.
+  auto tok_off = [&](int64_t sb, int64_t st, int t) -> int64_t {
+    return a.varlen ? (tok0 + t) * st : b * sb + t * st;
+  };
+
+  // Phase 2: per token t (threads t < len) dt', dA and its state target; staging of B, C, x, z.
+  const int tid = threadIdx.x;
+  if (tid < len) {
+    const int t = tid;
+    float dt = load_float(a.dt, tok_off(a.dt_sb, a.dt_st, t) + h, wdt);
+    if (a.dt_bias != nullptr) dt = __fadd_rn(dt, load_float(a.dt_bias, h, wdt));
+    if (a.dt_softplus != 0 && dt <= 20.0f) dt = ssu::softplus(dt);  // NaN skips
+    s_dtp[t] = dt;
+    s_dA[t] = ssu::ex2_approx(__fmul_rn(__fmul_rn(a.A[h], dt), ssu::kL2E));
+    int64_t tgt = -1;
+    if (!pad) {
+      if (a.inter != nullptr) {
+        const int64_t e =
+            a.inter_idx != nullptr ? load_index(a.inter_idx, b * a.ii_s, a.index_dtype) : read_slot;
+        if (e != a.pad_slot_id && e >= 0 && e < a.inter_cache_size)
+          tgt = ((e * a.cache_steps + t) * a.nheads + h) * dim * kDstate;
+      } else if (a.dst != nullptr) {
+        const int64_t s = load_index(a.dst, b * a.dst_s + t * a.dst_sc, a.index_dtype);
+        if (s != a.pad_slot_id && s >= 0 && s < a.state_cache_size)
+          tgt = s * a.state_stride + head_elems;
+      } else if (a.update_state != 0 && t == len - 1) {
+        tgt = read_slot * a.state_stride + head_elems;
+      }
+    }
+    s_tgt[t] = tgt;
+    if (tgt >= 0) s_any_write = 1;  // benign race: every writer stores 1
+  }
+  const bool has_z = a.z != nullptr;
+  float *const sB = smem;
+  float *const sC = sB + a.ntokens * kDstate;
+  float *const sx = sC + a.ntokens * kDstate;
+  float *const sz = sx + a.ntokens * a.rows_per_block;
+  {
+    const int ibytes = kHot ? 2 : (idt == MAMBA_SSU_F32 ? 4 : 2);
+    // B and C: 8 elements per thread and step of the loop.
+    const int per_tok = kDstate / 8;
+    for (int j = tid; j < 2 * len * per_tok; j += kThreads) {
+      const bool is_c = j >= len * per_tok;
+      const int jj = is_c ? j - len * per_tok : j;
+      const int t = jj / per_tok;
+      const int n0 = (jj - t * per_tok) * 8;
+      const int64_t off = (is_c ? tok_off(a.C_sb, a.C_st, t) : tok_off(a.B_sb, a.B_st, t)) +
+                          g * kDstate + n0;
+      const void *src = is_c ? a.C : a.B;
+      float *dst = (is_c ? sC : sB) + t * kDstate + n0;
+      if (kHot || ibytes == 2) {
+        const uint4 v = *reinterpret_cast<const uint4 *>(static_cast<const char *>(src) + off * 2);
+        float f[8];
+        if (idt == MAMBA_SSU_F16) widen8<true>(v, f); else widen8<false>(v, f);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) dst[k] = f[k];
+      } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) dst[k] = static_cast<const float *>(src)[off + k];
+      }
+    }
+    for (int j = tid; j < len * rows; j += kThreads) {
+      const int t = j / rows;
+      const int r = j - t * rows;
+      const int64_t d = row0 + r;
+      sx[t * a.rows_per_block + r] = load_float(a.x, tok_off(a.x_sb, a.x_st, t) + h * dim + d, idt);
+      if (has_z)
+        sz[t * a.rows_per_block + r] =
+            load_float(a.z, tok_off(a.z_sb, a.z_st, t) + h * dim + d, idt);
+    }
+  }
+  __syncthreads();
+
+  const bool any_write = s_any_write != 0;
+  const bool sr = rounds > 0 && any_write;
+  const uint64_t seed = s_seed;
+  const uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  const float Dh = a.D != nullptr ? load_float(a.D, h, wdt) : 0.0f;
+  const int grp = tid / kGroupLanes;
+  const int m = tid % kGroupLanes;
+  const int esize = kHot ? 2 : (sdt == MAMBA_SSU_F32 ? 4 : 2);
+  char *const state = static_cast<char *>(a.state);
+  char *const inter = static_cast<char *>(a.inter);
+  char *const tgt_base = a.inter != nullptr ? inter : state;
+  const char *read_head =
+      pad ? nullptr : state + (read_slot * a.state_stride + head_elems) * esize;
+  // Philox element offset of the head (READ slot), truncated to 32 bits later.
+  const uint64_t sr_head =
+      static_cast<uint64_t>(read_slot) * static_cast<uint64_t>(a.state_stride) +
+      static_cast<uint64_t>(head_elems);
+  const unsigned gmask = 0xffu << (tid & 24);  // this group's lanes within the warp
+
+  // One row's state at the lane's columns: raw (hot: 2 16-byte words per 64 columns).
+  struct Raw {
+    uint4 v[kHot ? NC / 8 : 1];
+  };
+  auto load_raw = [&](int d, Raw &raw) {
+    if constexpr (kHot) {
+      const char *row = read_head + static_cast<int64_t>(d) * kDstate * 2;
+#pragma unroll
+      for (int j = 0; j < NC / 8; ++j)
+        raw.v[j] = __ldcs(reinterpret_cast<const uint4 *>(row + 2 * (64 * j + 8 * m)));
+    }
+  };
+
+  int d = row0 + grp;
+  Raw next{};
+  if (kHot && !pad && grp < rows) load_raw(d, next);
+  for (; d < row0 + rows; d += kGroups) {
+    // This row's state in fp32.
+    float s[NC];
+    if constexpr (kHot) {
+      const Raw cur = next;
+      if (!pad) {
+#pragma unroll
+        for (int j = 0; j < NC / 8; ++j) widen8<true>(cur.v[j], s + 8 * j);
+      } else {
+#pragma unroll
+        for (int i = 0; i < NC; ++i) s[i] = 0.0f;
+      }
+      if (!pad && d + kGroups < row0 + rows) load_raw(d + kGroups, next);
+    } else {
+#pragma unroll
+      for (int i = 0; i < NC; ++i) {
+        s[i] = pad ? 0.0f
+                   : load_float(read_head, static_cast<int64_t>(d) * kDstate + mtp_col(m, i), sdt);
+      }
+    }
+
+    // The row's stochastic-rounding words, once for all tokens: word p of the lane feeds its
+    // column pair p (columns mtp_col(m, 2p), +1; bits 12..0 and 28..16).
+    uint32_t wrd[NP];
+    if (sr) {
+#pragma unroll
+      for (int q = 0; q < NC / 4; ++q) {
+        const uint32_t lo = static_cast<uint32_t>(sr_head + static_cast<uint64_t>(d) * kDstate +
+                                                  static_cast<uint64_t>(mtp_col(m, 4 * q)));
+        const U32x4 c{lo, static_cast<uint32_t>(static_cast<int32_t>(lo) >> 31), 0u, 0u};
+        U32x4 w;
+        if constexpr (kRounds > 0) {
+          w = philox4x32<kRounds>(c, k0, k1);
+        } else {
+          w = philox4x32_dyn(c, k0, k1, rounds);
+        }
+        wrd[2 * q] = w.x;
+        wrd[2 * q + 1] = w.y;
+      }
+    }
+
+    const int r = d - row0;
+    for (int t = 0; t < len; ++t) {
+      const float x = sx[t * a.rows_per_block + r];
+      const float dtx = __fmul_rn(s_dtp[t], x);
+      const float dA = s_dA[t];
+      const float *Bt = sB + t * kDstate;
+      const float *Ct = sC + t * kDstate;
+      float acc_e = 0.0f, acc_o = 0.0f;
+#pragma unroll
+      for (int j = 0; j < NC / 8; ++j) {
+        const int n0 = 64 * j + 8 * m;
+        const float4 b0 = *reinterpret_cast<const float4 *>(Bt + n0);
+        const float4 b1 = *reinterpret_cast<const float4 *>(Bt + n0 + 4);
+        const float4 c0 = *reinterpret_cast<const float4 *>(Ct + n0);
+        const float4 c1 = *reinterpret_cast<const float4 *>(Ct + n0 + 4);
+        const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+        const float cv[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+#pragma unroll
+        for (int i = 0; i < 8; i += 2) {
+          float &se = s[8 * j + i];
+          float &so = s[8 * j + i + 1];
+          se = __fmaf_rn(dA, se, __fmul_rn(bv[i], dtx));
+          so = __fmaf_rn(bv[i + 1], dtx, __fmul_rn(dA, so));
+          acc_e = __fmaf_rn(se, cv[i], acc_e);
+          acc_o = __fmaf_rn(so, cv[i + 1], acc_o);
+        }
+      }
+      const float part_lane = __fadd_rn(acc_e, acc_o);
+      float y = part_lane;
+      y = __fadd_rn(y, __shfl_down_sync(gmask, y, 4, kGroupLanes));
+      y = __fadd_rn(y, __shfl_down_sync(gmask, y, 2, kGroupLanes));
+      y = __fadd_rn(y, __shfl_down_sync(gmask, y, 1, kGroupLanes));
+      if (m == 0) {
+        y = __fmaf_rn(Dh, x, y);
+        if (has_z) y = ssu::gate(y, sz[t * a.rows_per_block + r]);
+        ssu::store_float(a.out, tok_off(a.out_sb, a.out_st, t) + h * dim + d, idt, y);
+      }
+
+      const int64_t tgt = s_tgt[t];
+      if (tgt < 0) continue;  // block-uniform
+      char *const row = tgt_base + (tgt + static_cast<int64_t>(d) * kDstate) * esize;
+      if (sdt == MAMBA_SSU_F16 || kHot) {
+        uint32_t h2[NP];
+        if (rounds > 0) {
+          bool bad;
+          if (a.sr_rule == MAMBA_SSU_SR_V074) {
+            uint32_t flags = 0;
+#pragma unroll
+            for (int p = 0; p < NP; ++p) {
+              const uint32_t w = wrd[p];
+              h2[p] = ssu::sr_pair_fast(s[2 * p], s[2 * p + 1], w & 0x1fffu, (w >> 16) & 0x1fffu,
+                                        flags);
+            }
+            bad = ssu::sr_needs_exact(flags);
+          } else {
+            uint32_t hmax = ssu::kSrMaxInit;
+#pragma unroll
+            for (int p = 0; p < NP; ++p) {
+              const uint32_t w = wrd[p];
+              h2[p] = ssu::sr_pair_fast_low<true, false, false>(s[2 * p], s[2 * p + 1], w,
+                                                                w >> 16, hmax);
+            }
+            bad = ssu::sr_chunk_bad<false>(hmax, part_lane);
+          }
+          if (bad) {  // rare: zero or subnormal (0.7.4), saturated, Inf or NaN results
+#pragma unroll
+            for (int p = 0; p < NP; ++p) {
+              const uint32_t w = wrd[p];
+              h2[p] = ssu::sr_pair_exact_rule(s[2 * p], s[2 * p + 1], w & 0x1fffu,
+                                              (w >> 16) & 0x1fffu, a.sr_rule);
+            }
+          }
+        } else {
+#pragma unroll
+          for (int p = 0; p < NP; ++p) {
+            const __half2 v = __floats2half2_rn(s[2 * p], s[2 * p + 1]);
+            h2[p] = *reinterpret_cast<const uint32_t *>(&v);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < NC / 8; ++j) {
+          uint4 v{h2[4 * j], h2[4 * j + 1], h2[4 * j + 2], h2[4 * j + 3]};
+          __stcs(reinterpret_cast<uint4 *>(row + 2 * (64 * j + 8 * m)), v);
+        }
+      } else if (sdt == MAMBA_SSU_BF16) {
+#pragma unroll
+        for (int j = 0; j < NC / 8; ++j) {
+          uint32_t w[4];
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const __nv_bfloat162 v =
+                __floats2bfloat162_rn(s[8 * j + 2 * k], s[8 * j + 2 * k + 1]);
+            w[k] = *reinterpret_cast<const uint32_t *>(&v);
+          }
+          __stcs(reinterpret_cast<uint4 *>(row + 2 * (64 * j + 8 * m)),
+                 uint4{w[0], w[1], w[2], w[3]});
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < NC / 8; ++j) {
+          float *p = reinterpret_cast<float *>(row + 4 * (64 * j + 8 * m));
+          __stcs(reinterpret_cast<float4 *>(p),
+                 make_float4(s[8 * j], s[8 * j + 1], s[8 * j + 2], s[8 * j + 3]));
+          __stcs(reinterpret_cast<float4 *>(p + 4),
+                 make_float4(s[8 * j + 4], s[8 * j + 5], s[8 * j + 6], s[8 * j + 7]));
+        }
+      }
+    }
+  }
+}
+
+template <bool kHot, int kDstate, int kRounds>
+__global__ void __launch_bounds__(kThreads) mtp_kernel(const MtpArgs a) {
+  mtp_body<kHot, kDstate, kRounds>(a);
+}
+
+}  // namespace mtp
+}  // namespace mamba_ssu
