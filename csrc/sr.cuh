@@ -174,6 +174,22 @@ __device__ __forceinline__ uint32_t sr_pair_fast_low(float v0, float v1, uint32_
   }
 }
 
+// sr_pair_fast_low<true, false, false> for random numbers r0, r1 that are already 13 bits (a
+// kernel that keeps them across several conversions, the multi-token one): a = bits + r, one
+// cvt.rz.f16x2.f32, the running NaN-propagating maximum of |h| and the flush of results below
+// 2^-14 by a half-precision multiply with flush-to-zero; the same bits for the same inputs.
+__device__ __forceinline__ uint32_t sr_pair_trunc_ftz(float v0, float v1, uint32_t r0,
+                                                      uint32_t r1, uint32_t &hmax) {
+  const float a0 = __uint_as_float(__float_as_uint(v0) + r0);
+  const float a1 = __uint_as_float(__float_as_uint(v1) + r1);
+  uint32_t h;
+  asm("cvt.rz.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(a1), "f"(a0));  // a1 -> upper half
+  asm("max.NaN.xorsign.abs.f16x2 %0, %0, %1;" : "+r"(hmax) : "r"(h));
+  uint32_t f;
+  asm("mul.ftz.f16x2 %0, %1, %2;" : "=r"(f) : "r"(h), "r"(0x3c003c00u));
+  return f;
+}
+
 // Starting value of the running maximum: 0; 0x7C00 in both halves forces the exact path.
 constexpr uint32_t kSrMaxInit = 0u;
 constexpr uint32_t kSrMaxForceExact = 0x7c007c00u;

@@ -39,7 +39,7 @@
 // with counter word 0 = low32(read_slot * state stride + h * dim * dstate + d * dstate +
 // 4 floor(c / 4)), word 1 = 0xFFFFFFFF when bit 31 of word 0 is set (the offset truncated to
 // 32 bits and sign-extended), words 2, 3 = 0; bits 12..0 for even c, 28..16 for odd c. A lane
-// keeps one word per column pair (dstate / 16 words).
+// keeps the 13-bit numbers of its columns (dstate / 8) in registers for all tokens.
 //
 // Each lane reads its state elements before it writes them, and a row's elements are
 // written by the lane that read them, so a call whose read slot is also a write target
@@ -343,9 +343,10 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
       }
     }
 
-    // The row's stochastic-rounding words, once for all tokens: word p of the lane feeds its
-    // column pair p (columns mtp_col(m, 2p), +1; bits 12..0 and 28..16).
-    uint32_t wrd[NP];
+    // The row's stochastic-rounding numbers, once for all tokens: word p of the lane's Philox
+    // calls feeds its column pair p (columns mtp_col(m, 2p), +1: bits 12..0 and 28..16), kept
+    // as the two 13-bit numbers (no mask or shift per token).
+    uint32_t rlo[NP], rhi[NP];
     if (sr) {
 #pragma unroll
       for (int q = 0; q < NC / 4; ++q) {
@@ -358,8 +359,10 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
         } else {
           w = philox4x32_dyn(c, k0, k1, rounds);
         }
-        wrd[2 * q] = w.x;
-        wrd[2 * q + 1] = w.y;
+        rlo[2 * q] = w.x & 0x1fffu;
+        rhi[2 * q] = (w.x >> 16) & 0x1fffu;
+        rlo[2 * q + 1] = w.y & 0x1fffu;
+        rhi[2 * q + 1] = (w.y >> 16) & 0x1fffu;
       }
     }
 
@@ -411,29 +414,20 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
           if (a.sr_rule == MAMBA_SSU_SR_V074) {
             uint32_t flags = 0;
 #pragma unroll
-            for (int p = 0; p < NP; ++p) {
-              const uint32_t w = wrd[p];
-              h2[p] = ssu::sr_pair_fast(s[2 * p], s[2 * p + 1], w & 0x1fffu, (w >> 16) & 0x1fffu,
-                                        flags);
-            }
+            for (int p = 0; p < NP; ++p)
+              h2[p] = ssu::sr_pair_fast(s[2 * p], s[2 * p + 1], rlo[p], rhi[p], flags);
             bad = ssu::sr_needs_exact(flags);
           } else {
             uint32_t hmax = ssu::kSrMaxInit;
 #pragma unroll
-            for (int p = 0; p < NP; ++p) {
-              const uint32_t w = wrd[p];
-              h2[p] = ssu::sr_pair_fast_low<true, false, false>(s[2 * p], s[2 * p + 1], w,
-                                                                w >> 16, hmax);
-            }
+            for (int p = 0; p < NP; ++p)
+              h2[p] = ssu::sr_pair_trunc_ftz(s[2 * p], s[2 * p + 1], rlo[p], rhi[p], hmax);
             bad = ssu::sr_chunk_bad<false>(hmax, part_lane);
           }
           if (bad) {  // rare: zero or subnormal (0.7.4), saturated, Inf or NaN results
 #pragma unroll
-            for (int p = 0; p < NP; ++p) {
-              const uint32_t w = wrd[p];
-              h2[p] = ssu::sr_pair_exact_rule(s[2 * p], s[2 * p + 1], w & 0x1fffu,
-                                              (w >> 16) & 0x1fffu, a.sr_rule);
-            }
+            for (int p = 0; p < NP; ++p)
+              h2[p] = ssu::sr_pair_exact_rule(s[2 * p], s[2 * p + 1], rlo[p], rhi[p], a.sr_rule);
           }
         } else {
 #pragma unroll
