@@ -355,7 +355,7 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             (state >> 32) as u32
         };
-        let mut edge = |k: u32, w: u32| -> u32 {
+        let edge = |k: u32, w: u32| -> u32 {
             let sign = (w & 1) << 31;
             let low = w >> 1 & 0x7F_FFFF;
             match k % 8 {
