@@ -225,6 +225,7 @@ fn enqueue(
         } else {
             None
         },
+        sr_rule: ssu::SrRule::V072,
     };
     ssu::selective_state_update(stream, &mut args)?;
     Ok(())

@@ -61,6 +61,29 @@ __device__ __forceinline__ uint32_t sr_pack(uint32_t h0, uint32_t h1, float v0, 
 // Inf and NaN). Both halves are tested at once: adding 0x0401 to a half sets
 // its bit 15 iff it is >= 0x7BFF, adding 0x7C00 leaves bit 15 clear iff it is
 // < 0x0400 (no carry crosses halves: every half is <= 0x7FFF).
+//
+// An unflagged pair is also exactly FlashInfer 0.7.4's conversion (sr_fp16_magnitude_v074), so
+// the generic kernel serves both rules with this one fast path and a rule-dependent exact path
+// (sr_pair_exact_rule). With A = |v|'s bits (the integer, sign dropped) and t = the magnitude
+// of the truncated half, for each input:
+// - v finite: A <= 0x7F7FFFFF, so A + r < 2^31 and b + r = sign | (A + r) (no carry reaches the
+//   sign bit; the half's sign is v's). A + r an fp32 Inf or NaN gives t >= 0x7C00 (flagged);
+//   A + r >= 65504 truncates to t = 0x7BFF (cvt.rz saturates; flagged); A + r < 2^-14 gives
+//   t < 0x0400 (zero or fp16-subnormal; flagged). Unflagged: 2^-14 <= A + r < 65504 and t =
+//   ((A + r) >> 13) - (112 << 10). If A >= 2^-14 (e >= 113), 0.7.4's s = A - (112 << 23) and
+//   (s + r) >> 13 = t (112 << 23 is a multiple of 2^13), below its min with 0x7C00. If A <
+//   2^-14, then A + r >= 2^-14 = 113 << 23 needs e = 112 (from e <= 111, A + r < (112 << 23)
+//   + 2^13) and m + r >= 2^23 (m = A's fraction, r >= 1), so t = 0x0400; 0.7.4's s = (m |
+//   2^23) >> 1 = 2^22 + floor(m / 2) >= 2^22 + (2^23 - r - 1) / 2, s + r >= 2^23 + (r - 1) / 2
+//   >= 2^23, and s + r <= 2^22 + 2^22 + 2^13 - 2 < 2^23 + 2^13: (s + r) >> 13 = 0x0400 = t.
+// - v = +-Inf: A + r is Inf (r = 0) or a NaN: t >= 0x7C00, flagged.
+// - v NaN: A + r <= 0x7FFFFFFF is a NaN (t >= 0x7C01, flagged), or A + r carries into bit 31:
+//   b + r is then 0x80000000 + (A + r - 2^31) (v positive) or, wrapping past 2^32, A + r -
+//   2^31 (v negative), with A + r - 2^31 < 2^13: an fp32 zero or subnormal of either sign,
+//   which truncates to t = 0 < 0x0400, flagged (the exact path then gives 0.7.2's zero or
+//   0.7.4's canonical NaN).
+// So every pair the exact path does not redo has 2^-14 <= |result| < 65504, where both rules
+// agree with the truncation, signs included (sr_pack puts back v's sign, equal to the half's).
 __device__ __forceinline__ uint32_t sr_pair_fast(float v0, float v1, uint32_t r0, uint32_t r1,
                                                  uint32_t &flags) {
   const float a0 = __uint_as_float(__float_as_uint(v0) + r0);
@@ -72,7 +95,7 @@ __device__ __forceinline__ uint32_t sr_pair_fast(float v0, float v1, uint32_t r0
   return h;
 }
 
-// The exact conversion of the pair (the reference formula), for rows whose flags are set.
+// The exact conversion of the pair (the 0.7.2 reference formula), for rows whose flags are set.
 __device__ __forceinline__ uint32_t sr_pair_exact(float v0, float v1, uint32_t r0, uint32_t r1) {
   return sr_pack(sr_fp16_magnitude(v0, r0), sr_fp16_magnitude(v1, r1), v0, v1);
 }

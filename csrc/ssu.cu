@@ -9,8 +9,9 @@
 // without SR and with 10 rounds), and for small grids in 1-row (SR) or 2-row chunks
 // (small_grid_rows); 38 kernels. The large-grid 10-round kernels' grids are tapered (their
 // last wave of blocks in quarter-head warps, see MAMBA_SSU_TAPER_SHIFT). Everything else that
-// passes the checks runs the generic kernel (DynConfig). Index dtype, the other optional
-// tensors and flags are run time values in both.
+// passes the checks runs the generic kernel (DynConfig), and so does every SR call under
+// FlashInfer 0.7.4's conversion (sr_rule MAMBA_SSU_SR_V074; the hot kernels are 0.7.2's).
+// Index dtype, the other optional tensors and flags are run time values in both.
 #include <algorithm>
 #include <limits>
 
@@ -141,6 +142,8 @@ int check(const mamba_ssu_params *p) {
         ll(p->seed_source));
   if (p->philox_rounds < 0 || p->philox_rounds > 10)
     return invalid("philox_rounds: expected 0..=10, got %lld", ll(p->philox_rounds));
+  if (p->sr_rule != MAMBA_SSU_SR_V072 && p->sr_rule != MAMBA_SSU_SR_V074)
+    return invalid("sr_rule: expected V072 (0) or V074 (1), got %lld", ll(p->sr_rule));
   if (p->philox_rounds > 0 && p->state_dtype != MAMBA_SSU_F16)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "philox_rounds: stochastic rounding (%d rounds) needs an F16 state, got "
@@ -420,10 +423,14 @@ int small_grid_rows(int64_t rows, int num_sms, int rounds, bool simple) {
   return 0;
 }
 
+// The hot kernels implement FlashInfer 0.7.2's SR conversion only: a call with SR under
+// MAMBA_SSU_SR_V074 runs the generic kernel (same layouts, random words and summation forms;
+// its exact SR path takes the rule). Without SR the rule changes nothing.
 bool is_hot(const mamba_ssu_params *p) {
   return p->state_dtype == MAMBA_SSU_F16 && p->input_dtype == MAMBA_SSU_BF16 &&
          p->weight_dtype == MAMBA_SSU_BF16 && p->dim == 64 && p->dstate == 128 &&
-         (p->philox_rounds == 0 || p->philox_rounds == 5 || p->philox_rounds == 10);
+         (p->philox_rounds == 0 || p->philox_rounds == 5 || p->philox_rounds == 10) &&
+         !(p->philox_rounds > 0 && p->sr_rule == MAMBA_SSU_SR_V074);
 }
 
 // The launch configuration of a checked problem: a pure function of the parameters and the SM
@@ -685,6 +692,7 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
 #endif
   a.block_seed = (MAMBA_SSU_BLOCK_SEED != 0 && !below) ? 1 : 0;
   a.seed_next = p.seed_next;
+  a.sr_rule = p.sr_rule;
 
   const auto st = reinterpret_cast<cudaStream_t>(stream);
   const unsigned nblocks = plan.nblocks;

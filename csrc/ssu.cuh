@@ -81,6 +81,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "fp32_ops.cuh"
 #include "include/mamba_ssu.h"
 #include "loads.cuh"
@@ -158,9 +160,13 @@ struct Args {
   // taper_shift rows (taper_start = UINT32_MAX: no taper).
   uint32_t taper_start;
   uint32_t taper_shift;
-  // The generator state's offset (with gen_seed). Last, so that adding it left the offsets of
-  // every other argument unchanged.
+  // The generator state's offset (with gen_seed). Appended after the fields above, so that
+  // adding it left the offsets of every other argument unchanged.
   const uint64_t *gen_offset;
+  // The stochastic-rounding conversion (mamba_ssu_sr_rule), read by DynConfig only: the hot
+  // kernels implement FlashInfer 0.7.2's and are never launched for MAMBA_SSU_SR_V074 with SR.
+  // Last, like gen_offset.
+  int32_t sr_rule;
 };
 
 // ---------------------------------------------------------------------------
@@ -588,6 +594,14 @@ struct DynConfig {
 // ---------------------------------------------------------------------------
 // The body
 // ---------------------------------------------------------------------------
+
+// Whether a config's exact SR path converts under the call's rule (Args::sr_rule): the generic
+// kernel only. The hot kernels are FlashInfer 0.7.2's alone (the launcher sends SR calls under
+// MAMBA_SSU_SR_V074 to DynConfig), so their code does not change with the rule's existence.
+template <class Cfg>
+__device__ constexpr bool sr_rule_at_run_time() {
+  return std::is_same<Cfg, DynConfig>::value;
+}
 
 // The rows of a chunk are reduced together (see reduce_rows), and after the
 // reduction lane l holds the output of row chunk_row(l) of the chunk when
@@ -1072,8 +1086,16 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
 #pragma unroll
             for (int i = 0; i < K; i += 2) {
               if (i < cfg.ncols()) {
-                const uint32_t word = sr_pair_exact(s[r][i], s[r][i + 1], rnd[i] & 0x1fffu,
-                                                    rnd[i + 1] & 0x1fffu);
+                // The generic kernel converts under the call's rule (sr_pair_fast's unflagged
+                // pairs are the same under both, see there); the one-row hot kernels, only ever
+                // launched for 0.7.2, keep the 0.7.2 formula without reading the rule.
+                uint32_t word;
+                if constexpr (sr_rule_at_run_time<Cfg>())
+                  word = sr_pair_exact_rule(s[r][i], s[r][i + 1], rnd[i] & 0x1fffu,
+                                            rnd[i + 1] & 0x1fffu, a.sr_rule);
+                else
+                  word = sr_pair_exact(s[r][i], s[r][i + 1], rnd[i] & 0x1fffu,
+                                       rnd[i + 1] & 0x1fffu);
                 bits[i] = word & 0xffffu;
                 bits[i + 1] = word >> 16;
               }

@@ -5,7 +5,9 @@
 //! 2. stochastic rounding is unbiased (z-score over many seeds) where round-to-nearest is not;
 //! 3. poison: nothing outside the written state slots changes and `out` is fully written;
 //! 4. the CPU-predicted SR bits (documented Philox mapping + software SR) agree with the
-//!    kernel's for both layouts;
+//!    kernel's for both layouts; under FlashInfer 0.7.4's conversion (`SrRule::V074`) and
+//!    0.7.2's, bit for bit, on inputs whose fp32 state the CPU computes exactly and that reach
+//!    every edge of the conversion (Inf, NaN, past 65504, fp16 subnormals, below them);
 //! 5. invalid arguments are rejected by name and launch nothing.
 
 mod common;
@@ -18,6 +20,7 @@ use common::{dtype_size, gen, DevBuf};
 use cudarc::driver::CudaStream;
 use half::{bf16, f16};
 use mamba_ssu::philox;
+use mamba_ssu::ssu::SrRule;
 
 // ---------------------------------------------------------------------------------------------
 // Random problems
@@ -412,11 +415,22 @@ fn call<'a>(p: &Problem, dev: &'a mut Dev, algorithm: &'static str) -> ssu_dev::
 
 /// Runs `p` with `algorithm`; returns (state storage bytes, out bytes) after the call.
 fn run(stream: &Arc<CudaStream>, p: &Problem, algorithm: &'static str) -> (Vec<u8>, Vec<u8>) {
+    run_rule(stream, p, algorithm, SrRule::V072)
+}
+
+/// [`run`] under the stochastic-rounding conversion `rule`.
+fn run_rule(
+    stream: &Arc<CudaStream>,
+    p: &Problem,
+    algorithm: &'static str,
+    rule: SrRule,
+) -> (Vec<u8>, Vec<u8>) {
     let mut dev = upload(stream, p, 0xFF);
     {
         let mut cl = call(p, &mut dev, algorithm);
-        ssu_dev::launch(stream, &mut cl)
-            .unwrap_or_else(|e| panic!("launch failed for {:?} ({algorithm}): {e}", p.cfg));
+        ssu_dev::launch_with_rule(stream, &mut cl, rule).unwrap_or_else(|e| {
+            panic!("launch failed for {:?} ({algorithm}, {rule:?}): {e}", p.cfg)
+        });
     }
     stream.synchronize().expect("kernel");
     (dev.state.download_all(stream), dev.out.download_all(stream))
@@ -1062,6 +1076,282 @@ fn predicted_sr_bits_match_for_both_layouts() {
                     assert!(f_other < 0.97, "the other mapping agrees too: {f_other}");
                 }
             }
+        }
+    }
+}
+
+/// A random value with 8 significant bits (exact in bf16, and in fp16 inside its normal range),
+/// magnitude in [2^lo, 2^hi), random sign.
+fn exact_value(rng: &mut Rng, lo: i32, hi: i32) -> f32 {
+    let e = lo + rng.below((hi - lo) as u64) as i32;
+    let m = 1.0 + rng.below(128) as f32 / 128.0;
+    let v = m * 2f32.powi(e);
+    if rng.coin() {
+        -v
+    } else {
+        v
+    }
+}
+
+/// Which edge of the SR conversion column `n` of a row exercises (see [`edge_problem`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Edge {
+    Ordinary,
+    Special,
+    PastMax,
+    Subnormal,
+    Tiny,
+}
+
+fn edge_of(n: usize) -> Edge {
+    match n % 8 {
+        0..=2 => Edge::Ordinary,
+        3 => Edge::Special,
+        4 => Edge::PastMax,
+        5 | 6 => Edge::Subnormal,
+        _ => Edge::Tiny,
+    }
+}
+
+/// A problem whose new fp32 state the CPU computes exactly — A = 0 (dA = ex2(0) = 1), dt = 1,
+/// no dt_bias or softplus, so s' = rn(s + x * B) with the product exact (8-bit significands)
+/// and every value an fp32 normal, zero, Inf or NaN — and whose values reach every edge of the
+/// SR conversion, by column (`edge_of`): ordinary values; Inf, -Inf, NaN and +-65504 as the
+/// state with B = 0; +-65504 plus a product that rounds past the largest fp16 (or far past it);
+/// results in the fp16 subnormal range [2^-37, 2^-14) (from zero or a subnormal state); tiny
+/// results below 2^-37 (and zeros).
+fn edge_problem(mut cfg: Cfg, rng: &mut Rng) -> Problem {
+    cfg.z = false;
+    cfg.d = false;
+    cfg.dt_bias = false;
+    cfg.softplus = false;
+    cfg.dst = false;
+    cfg.pad = false;
+    cfg.update_state = true;
+    let mut p = Problem::new(cfg, rng);
+    let c = p.cfg.clone();
+    let n_state = p.state.len() / 2;
+    let head = c.dim * c.dstate;
+    let mut state = Vec::with_capacity(n_state);
+    for e in 0..n_state {
+        let n = (e % p.state_stride) % c.dstate;
+        let d = ((e % p.state_stride) % head) / c.dstate;
+        let sign = if rng.coin() { 0x8000u16 } else { 0 };
+        let bits = match edge_of(n) {
+            Edge::Ordinary => f16::from_f32(exact_value(rng, -4, 4)).to_bits(),
+            Edge::Special => [0x7C00u16, 0xFC00, 0x7E00, 0x7BFF, 0xFBFF, 0x3C00][d % 6],
+            Edge::PastMax => [0x7BFFu16, 0xFBFF][d % 2],
+            Edge::Subnormal => {
+                if rng.coin() {
+                    sign | rng.below(0x400) as u16
+                } else {
+                    sign
+                }
+            }
+            Edge::Tiny => sign,
+        };
+        state.push(bits);
+    }
+    p.state = state.iter().flat_map(|b| b.to_le_bytes()).collect();
+    let nx = p.x.len() / dtype_size(c.input);
+    let x: Vec<f32> = (0..nx).map(|_| exact_value(rng, -1, 1)).collect();
+    p.x = gen::to_dtype_bytes(&x, c.input);
+    let nb = p.b.len() / dtype_size(c.input);
+    let b: Vec<f32> = (0..nb)
+        .map(|e| match edge_of((e % p.bc_stride) % c.dstate) {
+            Edge::Ordinary => exact_value(rng, -6, 2),
+            Edge::Special => 0.0,
+            // With |x| in [0.5, 2): 65504 + x * B from just past 65504 to far past 65536.
+            Edge::PastMax => {
+                if rng.below(4) == 0 {
+                    exact_value(rng, 8, 12)
+                } else {
+                    exact_value(rng, 3, 5).abs()
+                }
+            }
+            Edge::Subnormal => exact_value(rng, -37, -14),
+            Edge::Tiny => exact_value(rng, -60, -37),
+        })
+        .collect();
+    p.b = gen::to_dtype_bytes(&b, c.input);
+    let ndt = p.dt.len() / dtype_size(c.weight);
+    p.dt = gen::to_dtype_bytes(&vec![1.0; ndt], c.weight);
+    p.a = vec![0u8; p.a.len()];
+    p
+}
+
+/// The kernel's fp32 new state of element (b, h, d, n), exactly: rn(s + rn(x * B)) (the
+/// product is exact); `None` for a NaN (its bits are the device's).
+fn edge_new_state(p: &Problem, state: &[u16], x: &[f64], bm: &[f64], e: [usize; 4]) -> Option<f32> {
+    let c = &p.cfg;
+    let [b, h, d, n] = e;
+    let rs = p.read_slots[b] as usize;
+    let s = f16::from_bits(state[rs * p.state_stride + h * c.dim * c.dstate + d * c.dstate + n]);
+    let g = h / (c.nheads / c.ngroups);
+    let prod =
+        x[b * p.x_stride + h * c.dim + d] as f32 * bm[b * p.bc_stride + g * c.dstate + n] as f32;
+    let v = s.to_f32() + prod;
+    (!v.is_nan()).then_some(v)
+}
+
+/// Runs an [`edge_problem`] under both rules and both layouts and checks the fp16 state bit for
+/// bit: under 0.7.4 against `SrRule::V074` of the exact fp32 state with the layout's random
+/// bits, under 0.7.2 against `SrRule::V072` (a NaN state value, whose fp32 bits are the
+/// device's — canonical 0x7FFFFFFF, or the input's quiet NaN — may give either's 0.7.2
+/// result); nothing outside the written slots changes; the two runs differ exactly where the
+/// predictions do, and they do at edge elements only (Inf, NaN, fp16 subnormals).
+fn check_edges_under_both_rules(stream: &Arc<CudaStream>, cfg: Cfg, rng: &mut Rng) {
+    let p = edge_problem(cfg, rng);
+    let c = p.cfg.clone();
+    let before = common::as_u16(&p.state);
+    let x = decode(c.input, &p.x);
+    let bm = decode(c.input, &p.b);
+    let written = p.written();
+    for alg in ["simple", "vertical"] {
+        let (own, _) = layout_groups(&p, alg);
+        let got = [SrRule::V072, SrRule::V074]
+            .map(|rule| common::as_u16(&run_rule(stream, &p, alg, rule).0));
+        let label = format!("{alg} R{} {:?}", c.rounds, c);
+        for (rule, g) in [SrRule::V072, SrRule::V074].iter().zip(&got) {
+            for (e, (a, b)) in g.iter().zip(&before).enumerate() {
+                if !in_written(&written, e) {
+                    assert_eq!(
+                        a, b,
+                        "{label} {rule:?}: state[{e}] changed outside the written slots"
+                    );
+                }
+            }
+        }
+        // Coverage: [edge][0: exponent field 0 (zero or subnormal), 1: Inf or NaN, 2: normal].
+        let mut seen = [[false; 3]; 5];
+        let (mut differ, mut checked) = (0usize, 0usize);
+        for b in 0..c.batch {
+            let (rs, ws) = (p.read_slots[b], p.write_slots[b] as usize);
+            for h in 0..c.nheads {
+                for d in 0..c.dim {
+                    for n in 0..c.dstate {
+                        let e = ws * p.state_stride + h * c.dim * c.dstate + d * c.dstate + n;
+                        let r = random_bits(&p, rs, h, d, n, own);
+                        let v = edge_new_state(&p, &before, &x, &bm, [b, h, d, n]);
+                        let (want072, alt072, want074) = match v {
+                            Some(v) => (SrRule::V072.round(v, r), None, SrRule::V074.round(v, r)),
+                            None => (
+                                SrRule::V072.round(f32::from_bits(0x7FFF_FFFF), r),
+                                Some(SrRule::V072.round(f32::from_bits(0x7FC0_0000), r)),
+                                0x7E00,
+                            ),
+                        };
+                        let what = |rule: &str, g: u16, w: u16| {
+                            format!(
+                                "{label} {rule}: element (b {b}, h {h}, d {d}, n {n}, {:?}) \
+                                 fp32 {v:?} r {r:#x}: got {g:#06x}, predicted {w:#06x}",
+                                edge_of(n)
+                            )
+                        };
+                        assert_eq!(got[1][e], want074, "{}", what("V074", got[1][e], want074));
+                        assert!(
+                            got[0][e] == want072 || Some(got[0][e]) == alt072,
+                            "{}",
+                            what("V072", got[0][e], want072)
+                        );
+                        let pred_differ = v.is_none_or(|_| want072 != want074);
+                        if got[0][e] != got[1][e] {
+                            assert!(
+                                pred_differ,
+                                "{}",
+                                what("V072 vs V074", got[0][e], got[1][e])
+                            );
+                            // Only Inf, NaN and results below 2^-14 (or within 2^13 ulps of
+                            // f32::MAX) may differ.
+                            assert!(
+                                v.is_none_or(|v| v.is_infinite()
+                                    || v.abs() < 2f32.powi(-14)
+                                    || v.abs() > f32::from_bits(0x7F7F_E000)),
+                                "{}: the rules differ at an element that is no edge",
+                                what("V072 vs V074", got[0][e], got[1][e])
+                            );
+                            differ += 1;
+                        } else if v.is_some() {
+                            assert!(!pred_differ, "{}", what("V072 = V074", got[0][e], want074));
+                        }
+                        let bucket = match want074 & 0x7C00 {
+                            0 => 0,
+                            0x7C00 => 1,
+                            _ => 2,
+                        };
+                        seen[edge_of(n) as usize][bucket] = true;
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        eprintln!("{label}: {checked} elements bit for bit under both rules, {differ} differ");
+        assert!(
+            differ > checked / 100,
+            "{label}: too few edge elements differ ({differ})"
+        );
+        // Coverage: Inf and NaN state values, results past 65504, fp16 subnormals and zeros,
+        // ordinary results.
+        for (edge, bucket) in [
+            (Edge::Special, 1),
+            (Edge::PastMax, 1),
+            (Edge::PastMax, 2),
+            (Edge::Subnormal, 0),
+            (Edge::Tiny, 0),
+            (Edge::Ordinary, 2),
+        ] {
+            assert!(
+                seen[edge as usize][bucket],
+                "{label}: no {edge:?} result of kind {bucket}"
+            );
+        }
+    }
+}
+
+/// FlashInfer 0.7.4's SR conversion (`SrRule::V074`, served by the generic kernel) on the hot
+/// shape — fp16 state, bf16 inputs, dim 64, dstate 128, 5 and 10 rounds, on a grid small enough
+/// for the one-row hot kernels and on a 4-row one for the 0.7.2 runs — bit for bit against the
+/// CPU at every edge of the rule, and 0.7.2 on the same inputs bit for bit against its own.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn sr_rule_v074_hot_shape_matches_the_cpu_bit_for_bit_at_every_edge() {
+    let Some((_ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let mut rng = Rng(run_seed());
+    for rounds in [5, 10] {
+        for (batch, nheads, ngroups) in [(3usize, 8usize, 2usize), (16, 32, 8)] {
+            let mut cfg = Cfg::base();
+            cfg.rounds = rounds;
+            cfg.batch = batch;
+            cfg.nheads = nheads;
+            cfg.ngroups = ngroups;
+            check_edges_under_both_rules(&stream, cfg, &mut rng);
+        }
+    }
+}
+
+/// The same on shapes only the generic kernel serves (fp32 inputs and weights; dstate 64 with
+/// a dim that is no multiple of the chunk rows, and dstate 256).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn sr_rule_v074_generic_shape_matches_the_cpu_bit_for_bit_at_every_edge() {
+    let Some((_ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let mut rng = Rng(run_seed());
+    for rounds in [5, 10] {
+        for (dim, dstate) in [(23usize, 64usize), (8, 256)] {
+            let mut cfg = Cfg::base();
+            cfg.input = "float32";
+            cfg.weight = "float32";
+            cfg.index = "int64";
+            cfg.rounds = rounds;
+            cfg.batch = 3;
+            cfg.nheads = 4;
+            cfg.dim = dim;
+            cfg.dstate = dstate;
+            check_edges_under_both_rules(&stream, cfg, &mut rng);
         }
     }
 }

@@ -239,7 +239,9 @@ typedef struct mamba_ssu_params {
   const int64_t *generator_offset_ptr;
 
   /* With stochastic rounding: which release's fp32 -> fp16 conversion the state gets
-   * (mamba_ssu_sr_rule; 0 = FlashInfer 0.7.2's, what engines pin). */
+   * (mamba_ssu_sr_rule; 0 = FlashInfer 0.7.2's, what engines pin; any other value than 0 or 1
+   * is rejected, with or without SR). MAMBA_SSU_SR_V074 with SR runs the generic kernel, also
+   * for the hot shapes (mamba_ssu_launch_plan.compiled_kernel 0), which is slower. */
   int32_t sr_rule;
 } mamba_ssu_params;
 

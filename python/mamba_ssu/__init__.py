@@ -42,6 +42,8 @@ MAX_SEEDS_PER_DRAW = _C.MAX_SEEDS_PER_DRAW
 # FlashInfer's algorithm names -> the crate's mamba_ssu_algorithm values. "async_horizontal" is
 # served by FlashInfer's simple kernel, whose results it therefore has.
 _ALGORITHMS = {"auto": 0, "simple": 1, "vertical": 2, "async_horizontal": 1}
+# The stochastic-rounding conversion of a FlashInfer release -> mamba_ssu_sr_rule.
+_SR_RULES = {"0.7.2": 0, "0.7.4": 1}
 
 
 class FusedSeed:
@@ -187,6 +189,8 @@ def selective_state_update(
     cu_seqlens: Optional[torch.Tensor] = None,
     num_accepted_tokens: Optional[torch.Tensor] = None,
     backend: str = "auto",
+    *,
+    sr_rule: str = "0.7.2",
 ) -> torch.Tensor:
     """One Mamba-2 selective-state update (single token), FlashInfer 0.7.2's Python contract.
 
@@ -204,6 +208,14 @@ def selective_state_update(
     :class:`FusedSeed` (the kernel derives the stock seed itself); without ``rand_seed`` the
     state is rounded to nearest. ``algorithm``: "auto", "simple", "vertical" (FlashInfer's
     random mappings; "async_horizontal" is served as "simple").
+
+    ``sr_rule`` (keyword-only, not one of FlashInfer's arguments): the fp32 -> fp16 conversion
+    of stochastic rounding, "0.7.2" (the default: FlashInfer 0.7.2's, what engines pin) or
+    "0.7.4" (FlashInfer 0.7.4's: Inf stays Inf, NaN stays NaN, finite values past 65504
+    saturate to Inf, values below 2^-14 round stochastically onto fp16 subnormals). The random
+    bits are the same; the two agree for every finite result of magnitude at least 2^-14.
+    "0.7.4" runs the crate's generic kernel (slower than the compiled-in kernels of the hot
+    shapes); without ``rand_seed`` it changes nothing.
 
     Not served (each raises NotImplementedError naming it): ``state_scale`` / int16 state,
     ``intermediate_states_buffer``, ``intermediate_state_indices``,
@@ -239,6 +251,10 @@ def selective_state_update(
             f'algorithm: expected "auto", "simple", "vertical", "horizontal" or '
             f'"async_horizontal", got {algorithm!r}'
         ) from None
+    try:
+        rule = _SR_RULES[sr_rule]
+    except (KeyError, TypeError):
+        raise ValueError(f'sr_rule: expected "0.7.2" or "0.7.4", got {sr_rule!r}') from None
     if intermediate_states_buffer is not None and dst_state_batch_indices is not None:
         raise ValueError("intermediate_states_buffer and dst_state_batch_indices are mutually exclusive")
 
@@ -299,18 +315,18 @@ def selective_state_update(
         fused._impl.ssu_fused(
             state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), state_batch_indices,
             dst_state_batch_indices, pad_slot_id, out, bool(disable_state_update),
-            philox_rounds, algo,
+            philox_rounds, algo, rule,
         )
     elif torch.compiler.is_compiling() or state.device.type == "meta":
         torch.ops.mamba_ssu.selective_state_update(
             state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), state_batch_indices,
             dst_state_batch_indices, pad_slot_id, out, bool(disable_state_update), rand_seed,
-            philox_rounds, algo,
+            philox_rounds, algo, rule,
         )
     else:
         _C.selective_state_update(
             state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), state_batch_indices,
             dst_state_batch_indices, pad_slot_id, out, bool(disable_state_update), rand_seed,
-            philox_rounds, algo,
+            philox_rounds, algo, rule,
         )
     return result

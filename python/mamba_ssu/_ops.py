@@ -12,7 +12,7 @@ import torch
 def _selective_state_update_fake(
     state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices,
     dst_state_batch_indices, pad_slot_id, out, disable_state_update, rand_seed,
-    philox_rounds, algorithm,
+    philox_rounds, algorithm, sr_rule=0,
 ):
     return None
 

@@ -41,7 +41,7 @@ def test_import_and_version():
 def test_op_schemas():
     s = str(torch.ops.mamba_ssu.selective_state_update.default._schema)
     assert s.startswith("mamba_ssu::selective_state_update(Tensor(a!) state, Tensor x, Tensor dt")
-    assert "Tensor(b!) out" in s and s.endswith("-> ()")
+    assert "Tensor(b!) out" in s and s.endswith("int algorithm, int sr_rule=0) -> ()")
     assert str(torch.ops.mamba_ssu.draw_seeds.default._schema) == "mamba_ssu::draw_seeds(Tensor(a!) out) -> ()"
 
 
@@ -138,6 +138,9 @@ def _bad_cases():
         (dict(algorithm="horizontal"), NotImplementedError, "horizontal"),
         (dict(algorithm="fastest"), ValueError, "algorithm"),
         (dict(algorithm=1), ValueError, "algorithm"),
+        (dict(sr_rule="0.7.3"), ValueError, "sr_rule"),
+        (dict(sr_rule=1), ValueError, "sr_rule"),
+        (dict(sr_rule=None), ValueError, "sr_rule"),
         # rand_seed / philox_rounds.
         (dict(rand_seed=torch.zeros(2, dtype=torch.int64)), ValueError, "single-element"),
         (dict(rand_seed=torch.zeros(1, dtype=torch.int32)), ValueError, "int64"),
@@ -187,6 +190,32 @@ def test_argument_checks(changes, exc, fragment):
     with pytest.raises(exc) as info:
         call(**changes)
     assert fragment in str(info.value), str(info.value)
+
+
+def test_sr_rule_is_one_keyword_only_argument_after_flashinfers():
+    """The signature is FlashInfer 0.7.2's plus a keyword-only ``sr_rule`` at the end."""
+    import inspect
+
+    params = list(inspect.signature(mamba_ssu.selective_state_update).parameters.values())
+    last = params[-1]
+    assert last.name == "sr_rule" and last.kind is inspect.Parameter.KEYWORD_ONLY
+    assert last.default == "0.7.2"
+    assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params[:-1])
+    assert [p.name for p in params[-4:-1]] == ["cu_seqlens", "num_accepted_tokens", "backend"]
+
+
+def test_sr_rule_on_meta():
+    """Both rules trace through the op (its schema's sr_rule), with and without a seed; the op
+    takes sr_rule positionally and by its default."""
+    for rule in ("0.7.2", "0.7.4"):
+        kw = make("meta")
+        assert mamba_ssu.selective_state_update(**kw, sr_rule=rule).shape == (BATCH, NHEADS, DIM)
+        kw["rand_seed"] = None
+        assert mamba_ssu.selective_state_update(**kw, sr_rule=rule).shape == (BATCH, NHEADS, DIM)
+    args = _op_args(make("meta"))
+    for extra in ((), (0,), (1,)):
+        result = torch.library.opcheck(torch.ops.mamba_ssu.selective_state_update.default, args + extra)
+        assert all(v == "SUCCESS" for v in result.values()), result
 
 
 def test_rand_seed_on_cpu_refused_with_meta_state():

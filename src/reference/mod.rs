@@ -1,12 +1,13 @@
 //! CPU references the GPU kernels are held to (layer: pure host Rust, no device needed).
 //!
 //! - [`sr`]: the software fp32 → fp16 stochastic rounding FlashInfer uses on the H200
-//!   ([`sr::sr_f16_bits`], bit exact) and which 13 random bits each state element gets
+//!   ([`sr::sr_f16_bits`], bit exact; 0.7.4's [`sr::sr_f16_bits_v074`], [`sr::SrRule`]) and which 13 random bits each state element gets
 //!   ([`sr::SrMapping`], from Philox, per kernel layout).
 //! - [`ssu`]: the selective-state-update in f64 on host arrays
 //!   ([`ssu::selective_state_update_f64`]), with pads, destination slots and the optional
 //!   tensors, and the predicted stochastically rounded fp16 state
-//!   ([`ssu::predict_sr_state_f16`]).
+//!   ([`ssu::predict_sr_state_f16`]; under either release's conversion
+//!   [`ssu::predict_sr_state_f16_with_rule`]).
 //!
 //! - [`mtp`]: the multi-token (speculative-decoding verify) selective-state-update in f64
 //!   ([`mtp::selective_state_update_mtp_f64`]): fixed-length and varlen sequences, read slots
@@ -21,6 +22,6 @@ pub mod ssu;
 pub use mtp::{selective_state_update_mtp_f64, MtpHostArgs, MtpReference, MtpTarget, MtpWrite};
 pub use sr::{sr_f16_bits, sr_f16_bits_v074, SrMapping, SrRule};
 pub use ssu::{
-    predict_sr_state_f16, selective_state_update_f64, HostTensor, SsuHostArgs, SsuReference,
-    StateWrite,
+    predict_sr_state_f16, predict_sr_state_f16_with_rule, selective_state_update_f64, HostTensor,
+    SsuHostArgs, SsuReference, StateWrite,
 };

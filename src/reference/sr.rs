@@ -70,7 +70,8 @@ impl SrRule {
 /// fp16 subnormal grid, spacing 2^-24, in the same units), `s = 0` for `e < 90`; the magnitude
 /// is `min((s + r) >> 13, 0x7C00)`; then, from the input, a NaN gives `0x7E00` and an Inf
 /// `0x7C00`; the sign of `x` is ORed back in. For finite `x` with `|x| >= 2^-14` it equals
-/// [`sr_f16_bits`]; it differs for Inf and NaN inputs (0.7.2 turns ±Inf into NaN whenever
+/// [`sr_f16_bits`] (except within 2^13 ulps of `f32::MAX`, where 0.7.2's add can reach the
+/// NaN encodings and gives a NaN, 0.7.4 Inf); it differs for Inf and NaN inputs (0.7.2 turns ±Inf into NaN whenever
 /// `r != 0`) and below 2^-14 (0.7.2 flushes to zero; here the result is unbiased on the
 /// subnormal grid as well).
 pub fn sr_f16_bits_v074(x: f32, r13: u32) -> u16 {
@@ -302,6 +303,168 @@ mod tests {
             checked += 1;
         }
         assert!(checked > 10_000);
+    }
+
+    /// `cvt.rz.f16.f32` of the fp32 bits `a` (PTX: round toward zero, a finite value beyond
+    /// 65504 gives 65504, Inf stays Inf, a NaN gives the canonical 0x7FFF; sign kept).
+    fn cvt_rz_f16(a: u32) -> u32 {
+        let sign = (a >> 16) & 0x8000;
+        let mag = a & 0x7FFF_FFFF;
+        let e = mag >> 23;
+        let h = if mag > 0x7F80_0000 {
+            return 0x7FFF;
+        } else if mag == 0x7F80_0000 {
+            0x7C00
+        } else if e >= 143 {
+            0x7BFF
+        } else if e >= 113 {
+            ((e - 112) << 10) | ((mag & 0x7F_FFFF) >> 13)
+        } else if e >= 1 {
+            // fp16 subnormal or zero: floor(|a| / 2^-24) = M * 2^(e - 126), truncated.
+            let big = u64::from((mag & 0x7F_FFFF) | 0x80_0000);
+            (big >> (126 - e).min(63)) as u32
+        } else {
+            0
+        };
+        sign | h
+    }
+
+    /// The generic kernel's fast pair conversion (`sr_pair_fast` in `csrc/sr.cuh`) on the CPU:
+    /// the truncated pair word and whether its flags send it to the exact path.
+    fn pair_fast(v0: f32, v1: f32, r0: u32, r1: u32) -> (u32, bool) {
+        let a0 = v0.to_bits().wrapping_add(r0);
+        let a1 = v1.to_bits().wrapping_add(r1);
+        let h = cvt_rz_f16(a0) | (cvt_rz_f16(a1) << 16);
+        let m = h & 0x7fff_7fff;
+        let flags = m.wrapping_add(0x0401_0401) | !m.wrapping_add(0x7c00_7c00);
+        (h, flags & 0x8000_8000 != 0)
+    }
+
+    /// The argument written at `sr_pair_fast`: every pair it does not flag is exactly both
+    /// rules' result (so the generic kernel's fast path serves 0.7.2 and 0.7.4 alike, and only
+    /// its exact path depends on the rule), and every input where the rules differ — Inf, NaN
+    /// (also with the add carrying into the sign bit), saturation, results below 2^-14 — is
+    /// flagged. Inputs: all of fp32 at random, and dense near the edges (exponents around
+    /// 2^-14 and 65504, the largest finite values, Inf and NaN up to 0xFFFFFFFF).
+    #[test]
+    fn fast_pair_path_is_exact_for_both_rules_where_it_is_not_flagged() {
+        let mut state = 0x0DDB_1A5E_5BAD_5EEDu64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 32) as u32
+        };
+        let edge = |k: u32, w: u32| -> u32 {
+            let sign = (w & 1) << 31;
+            let low = w >> 1 & 0x7F_FFFF;
+            match k % 8 {
+                0 => w,                                            // anything
+                1 => sign | ((110 + (w >> 24) % 4) << 23) | low,   // around 2^-14
+                2 => sign | ((140 + (w >> 24) % 3) << 23) | low,   // around 65504
+                3 => sign | (0x7F80_0000 - 1 - (w >> 8) % 0x4000), // the largest finite
+                4 => sign | 0x7F80_0000 | (w >> 24),               // Inf, NaN of small payload
+                5 => sign | (0x7FFF_FFFF - (w >> 8) % 0x4000),     // NaN whose add may carry
+                6 => sign | ((89 + (w >> 24) % 24) << 23) | low,   // the 0.7.4 subnormal range
+                _ => sign | (w >> 9),                              // small and fp32 subnormal
+            }
+        };
+        let (mut unflagged, mut flagged, mut differ_flagged) = (0usize, 0usize, 0usize);
+        for i in 0..400_000u32 {
+            let (w0, w1, w2) = (next(), next(), next());
+            let v0 = f32::from_bits(edge(i, w0));
+            let v1 = if i % 2 == 0 {
+                // An ordinary partner in [2^-10, 2^10), so that edge values are tested unflagged.
+                f32::from_bits(((w1 & 1) << 31) | ((117 + (w1 >> 24) % 20) << 23) | (w1 >> 9))
+            } else {
+                f32::from_bits(edge(i / 8, w1))
+            };
+            let r0 = [0, 0x1FFF, w2 & 0x1FFF][(i % 3) as usize];
+            let r1 = (w2 >> 13) & 0x1FFF;
+            let (h, flag) = pair_fast(v0, v1, r0, r1);
+            let differ = (SrRule::V072.round(v0, r0) != SrRule::V074.round(v0, r0))
+                || (SrRule::V072.round(v1, r1) != SrRule::V074.round(v1, r1));
+            if flag {
+                flagged += 1;
+                differ_flagged += usize::from(differ);
+                continue;
+            }
+            unflagged += 1;
+            assert!(
+                !differ,
+                "unflagged where the rules differ: {v0:e} {v1:e} r {r0} {r1}"
+            );
+            for rule in [SrRule::V072, SrRule::V074] {
+                let want = u32::from(rule.round(v0, r0)) | (u32::from(rule.round(v1, r1)) << 16);
+                assert_eq!(
+                    h,
+                    want,
+                    "{rule:?}: {:#010x} {:#010x} r {r0} {r1}",
+                    v0.to_bits(),
+                    v1.to_bits()
+                );
+            }
+        }
+        assert!(
+            unflagged > 50_000 && flagged > 50_000 && differ_flagged > 10_000,
+            "coverage: {unflagged} unflagged, {flagged} flagged, {differ_flagged} differing"
+        );
+        // The cases by name: each one flagged.
+        let flagged_alone = |v: f32, r: u32| pair_fast(v, 1.0, r, 0).1;
+        assert!(flagged_alone(f32::INFINITY, 0) && flagged_alone(f32::NEG_INFINITY, 7));
+        assert!(flagged_alone(f32::NAN, 0));
+        assert!(
+            flagged_alone(f32::from_bits(0x7FFF_FFFF), 1),
+            "+NaN carrying into the sign"
+        );
+        assert!(
+            flagged_alone(f32::from_bits(0xFFFF_FFFF), 1),
+            "-NaN wrapping past 2^32"
+        );
+        assert!(flagged_alone(65504.0, 0) && flagged_alone(65519.0, 0x1FFF));
+        assert!(flagged_alone(2f32.powi(-15), 0x1FFF) && flagged_alone(0.0, 0));
+        assert!(!flagged_alone(2f32.powi(-14), 0) && !flagged_alone(65472.0, 0x1FFE));
+        // Just below 2^-14, rounding up into it: unflagged, and 0x0400 under both rules.
+        let y = f32::from_bits(0x387F_F000);
+        assert_eq!(pair_fast(y, 1.0, 0x1000, 0), (0x3C00_0400, false));
+        assert_eq!(sr_f16_bits_v074(y, 0x1000), 0x0400);
+    }
+
+    /// 0.7.4 agrees with 0.7.2 for every finite `|x| >= 2^-14`, exhaustively in `r` at the edges
+    /// of that range (2^-14 itself, the top of each binade, 65504 and values that round past it
+    /// to Inf under both).
+    #[test]
+    fn v074_equals_v072_at_the_edges_of_the_normal_range() {
+        let xs = [
+            2f32.powi(-14),
+            f32::from_bits(0x3880_0001),
+            f32::from_bits(0x38FF_FFFF),
+            f32::from_bits(0x3FFF_FFFF),
+            1.0,
+            65504.0,
+            65519.0,
+            65520.0,
+            65535.99,
+            65536.0,
+            f32::from_bits(0x7F7F_E000), // 2^13 ulps below f32::MAX: + r stays finite
+        ];
+        for x in xs {
+            for r in 0..8192u32 {
+                for v in [x, -x] {
+                    assert_eq!(sr_f16_bits_v074(v, r), sr_f16_bits(v, r), "{v:e} r {r}");
+                }
+            }
+        }
+        // Saturation: both give Inf past 65504 (0.7.4's rule is a min with Inf).
+        assert_eq!(sr_f16_bits_v074(65520.0, 0x1000), 0x7C00);
+        assert_eq!(sr_f16_bits_v074(-f32::MAX, 0), 0xFC00);
+        // The one finite exception: within 2^13 ulps of f32::MAX 0.7.2's add can reach the NaN
+        // encodings (a NaN result), where 0.7.4 saturates to Inf.
+        assert_eq!(sr_f16_bits(f32::MAX, 1), 0x7C00, "exactly the Inf encoding");
+        assert_eq!(sr_f16_bits(f32::MAX, 2), 0x7E00);
+        assert_eq!(sr_f16_bits(-f32::MAX, 0x1FFF), 0xFE00);
+        assert_eq!(sr_f16_bits_v074(f32::MAX, 2), 0x7C00);
+        assert_eq!(sr_f16_bits_v074(-f32::MAX, 0x1FFF), 0xFC00);
     }
 
     fn sr(x: f32, r: u32) -> u16 {

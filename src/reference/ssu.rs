@@ -10,7 +10,7 @@
 //! another is a caller error on the GPU).
 
 use crate::error::{Error, Result};
-use crate::reference::sr::{sr_f16_bits, SrMapping};
+use crate::reference::sr::{SrMapping, SrRule};
 
 /// A strided host tensor: element `[i0, i1, ..]` at `data[Σ i_k · strides_k]`.
 #[derive(Clone, Debug, PartialEq)]
@@ -369,10 +369,13 @@ pub fn selective_state_update_f64(args: &SsuHostArgs<'_>) -> Result<SsuReference
 
 /// The fp16 state buffer stochastic rounding produces from `reference`: `initial` (the fp16
 /// bits of the state buffer before the call, same indexing as [`SsuReference::state`]) with
-/// every written element replaced by `sr_f16_bits(value as f32, r)`, `r` from `mapping` at the
-/// element's READ slot. The f64 value is rounded to f32 first (round to nearest), so an
+/// every written element replaced by [`sr_f16_bits`](crate::reference::sr_f16_bits)`(value as
+/// f32, r)`, `r` from `mapping` at the element's READ slot. The f64 value is rounded to f32
+/// first (round to nearest), so an
 /// element whose GPU fp32 value differs from that rounding may land one fp16 ulp away; use it
 /// to check the random mapping statistically, not bit for bit.
+///
+/// FlashInfer 0.7.2's conversion; [`predict_sr_state_f16_with_rule`] takes the rule.
 ///
 /// Errors: `initial` of another length than the state (`state`); `mapping` built for another
 /// dim, dstate or slot stride (`mapping`).
@@ -380,6 +383,21 @@ pub fn predict_sr_state_f16(
     initial: &[u16],
     reference: &SsuReference,
     mapping: &SrMapping,
+) -> Result<Vec<u16>> {
+    predict_sr_state_f16_with_rule(initial, reference, mapping, SrRule::V072)
+}
+
+/// [`predict_sr_state_f16`] under the stochastic-rounding conversion `rule`
+/// ([`SrRule::round`]: [`SrRule::V072`], or [`SrRule::V074`] for a call made with
+/// `SsuArgs::sr_rule(SrRule::V074)`); the random bits are the same for both rules. The same
+/// caveat: the f64 value is rounded to f32 first.
+///
+/// Errors: as [`predict_sr_state_f16`].
+pub fn predict_sr_state_f16_with_rule(
+    initial: &[u16],
+    reference: &SsuReference,
+    mapping: &SrMapping,
+    rule: SrRule,
 ) -> Result<Vec<u16>> {
     if initial.len() != reference.state.len() {
         return Err(Error::invalid(
@@ -413,7 +431,7 @@ pub fn predict_sr_state_f16(
                             format!("write {w:?} reaches element {idx} outside the state"),
                         ));
                     };
-                    *bit = sr_f16_bits(v as f32, r);
+                    *bit = rule.round(v as f32, r);
                 }
             }
         }
@@ -424,6 +442,7 @@ pub fn predict_sr_state_f16(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reference::sr::{sr_f16_bits, sr_f16_bits_v074};
     use crate::ssu::Algorithm;
     use half::f16;
 
@@ -824,6 +843,31 @@ mod tests {
             rounded_up += usize::from(got != lo);
         }
         assert!(rounded_up > 0);
+        // The rule: 0.7.2 is the default; 0.7.4 rounds each written element by its own formula
+        // with the same random bits.
+        assert_eq!(
+            predict_sr_state_f16_with_rule(&initial, &r, &m, SrRule::V072).unwrap(),
+            bits
+        );
+        let bits074 = predict_sr_state_f16_with_rule(&initial, &r, &m, SrRule::V074).unwrap();
+        for (i, (&got, &init)) in bits074.iter().zip(&initial).enumerate() {
+            let (slot, within) = (i / SS, i % SS);
+            if slot != 1 || within >= 128 {
+                assert_eq!(got, init, "unwritten element {i}");
+                continue;
+            }
+            let (h, n) = (within / 64, within % 64);
+            let rr = m.random_bits(2, h, 0, n);
+            assert_eq!(got, sr_f16_bits_v074(r.state[i] as f32, rr), "element {i}");
+        }
+        let e = predict_sr_state_f16_with_rule(&initial[1..], &r, &m, SrRule::V074).unwrap_err();
+        assert!(matches!(
+            e,
+            Error::InvalidArgument {
+                argument: "state",
+                ..
+            }
+        ));
         // Mismatched inputs are errors, not panics.
         let e = predict_sr_state_f16(&initial[1..], &r, &m).unwrap_err();
         assert!(matches!(

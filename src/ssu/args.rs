@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::ffi::sys;
 use crate::generator::GraphSeedState;
 use crate::prefetch::{FusedSeed, SeedPtr};
+use crate::reference::SrRule;
 use crate::tensor::{DType, Tensor, TensorLayout, TensorMut};
 
 /// Which of FlashInfer's two kernels the results must match: it fixes the per-element random
@@ -155,11 +156,16 @@ pub struct SsuArgs<'a> {
     pub algorithm: Algorithm,
     /// The stochastic-rounding seed; ignored when `philox_rounds == 0`.
     pub seed: Option<SeedSource<'a>>,
+    /// The fp32 → fp16 conversion of stochastic rounding (default [`SrRule::V072`], FlashInfer
+    /// 0.7.2's, which the hot compiled-in kernels serve); ignored when `philox_rounds == 0`.
+    /// [`SrRule::V074`] runs the generic kernel (same random bits and summation order, slower).
+    pub sr_rule: SrRule,
 }
 
 impl<'a> SsuArgs<'a> {
     /// The required tensors, with defaults: no `D`, `z`, `dt_bias` or indices,
-    /// `pad_slot_id = -1`, no softplus, state updated, round to nearest, [`Algorithm::Auto`].
+    /// `pad_slot_id = -1`, no softplus, state updated, round to nearest, [`Algorithm::Auto`],
+    /// [`SrRule::V072`].
     pub fn new(
         state: TensorMut<'a>,
         x: Tensor<'a>,
@@ -188,6 +194,7 @@ impl<'a> SsuArgs<'a> {
             philox_rounds: 0,
             algorithm: Algorithm::Auto,
             seed: None,
+            sr_rule: SrRule::V072,
         }
     }
 
@@ -252,6 +259,18 @@ impl<'a> SsuArgs<'a> {
         self
     }
 
+    /// Sets the stochastic-rounding conversion: [`SrRule::V072`] (the default, FlashInfer
+    /// 0.7.2's, what engines pin) or [`SrRule::V074`] (FlashInfer 0.7.4's: Inf stays Inf, NaN
+    /// stays NaN, finite values past 65504 saturate to Inf, values below 2^-14 round
+    /// stochastically onto fp16 subnormals). The random bits per element are the same under
+    /// both; the two agree for every finite result of magnitude at least 2^-14. Only matters
+    /// with [`SsuArgs::stochastic_rounding`]; with it, `V074` runs the generic kernel (slower
+    /// than the compiled-in kernels of the hot shapes, which implement 0.7.2's rule).
+    pub fn sr_rule(mut self, rule: SrRule) -> Self {
+        self.sr_rule = rule;
+        self
+    }
+
     /// The layouts and flags [`validate`](super::validate) checks.
     pub fn spec(&self) -> SsuSpec {
         SsuSpec {
@@ -268,6 +287,7 @@ impl<'a> SsuArgs<'a> {
             dst_state_batch_indices: self.dst_state_batch_indices.as_ref().map(|t| *t.layout()),
             out: *self.out.layout(),
             philox_rounds: self.philox_rounds,
+            sr_rule: self.sr_rule,
             seed: self.seed.as_ref().map(|s| match s {
                 SeedSource::Pointer(t) => SeedSpec::Pointer(*t.layout()),
                 SeedSource::FromGenerator { offset, .. } => {
@@ -343,6 +363,8 @@ pub struct SsuSpec {
     pub out: TensorLayout,
     /// Philox rounds (0: round to nearest).
     pub philox_rounds: u32,
+    /// The stochastic-rounding conversion ([`SsuArgs::sr_rule`]).
+    pub sr_rule: SrRule,
     /// The seed, if any.
     pub seed: Option<SeedSpec>,
 }
@@ -372,6 +394,17 @@ pub struct SsuProblem {
     pub index_dtype: Option<DType>,
     /// Whether the state is stochastically rounded (`philox_rounds > 0`).
     pub stochastic_rounding: bool,
+    /// The stochastic-rounding conversion the call asked for (meaningful only with
+    /// `stochastic_rounding`).
+    pub sr_rule: SrRule,
+}
+
+/// The C ABI's `mamba_ssu_sr_rule` value of a rule.
+pub(super) fn sr_rule_ffi(rule: SrRule) -> i32 {
+    (match rule {
+        SrRule::V072 => sys::MAMBA_SSU_SR_V072,
+        SrRule::V074 => sys::MAMBA_SSU_SR_V074,
+    }) as i32
 }
 
 /// The layout of a prefetched seed: one int64.

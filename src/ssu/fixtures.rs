@@ -1,6 +1,7 @@
 //! Test fixtures shared by the unit tests of validation and of the launch: a valid call's
 //! layouts, to which each test applies one change.
 
+use crate::reference::SrRule;
 use crate::tensor::{DType, TensorLayout};
 
 use super::args::{SeedSpec, SsuSpec};
@@ -46,6 +47,7 @@ pub(super) fn base() -> SsuSpec {
         dst_state_batch_indices: Some(lay(DType::I32, &[BATCH], &[1])),
         out: lay(DType::BF16, &[BATCH, NH, DIM], &[row, DIM, 1]),
         philox_rounds: 10,
+        sr_rule: SrRule::V072,
         seed: Some(SeedSpec::Pointer(lay(DType::I64, &[1], &[1]))),
     }
 }

@@ -10,7 +10,9 @@ use crate::error::{Error, Result};
 use crate::ffi::{self, sys};
 use crate::tensor::{DType, Tensor, TensorLayout, VECTOR_ALIGN};
 
-use super::args::{num_sms, Algorithm, SeedSource, SeedSpec, SsuArgs, SsuProblem, SsuSpec};
+use super::args::{
+    num_sms, sr_rule_ffi, Algorithm, SeedSource, SeedSpec, SsuArgs, SsuProblem, SsuSpec,
+};
 use super::validation::validate;
 
 fn to_i64(name: &'static str, v: usize) -> Result<i64> {
@@ -19,7 +21,7 @@ fn to_i64(name: &'static str, v: usize) -> Result<i64> {
 
 /// The argument a C check's detail names (its text up to the first `:`), as a static name.
 fn c_argument(detail: &str) -> &'static str {
-    const NAMES: [&str; 33] = [
+    const NAMES: [&str; 34] = [
         "batch",
         "nheads",
         "dim",
@@ -33,6 +35,7 @@ fn c_argument(detail: &str) -> &'static str {
         "algorithm",
         "seed_source",
         "philox_rounds",
+        "sr_rule",
         "state",
         "x",
         "dt",
@@ -161,6 +164,7 @@ fn fill_params(
         seed_offset,
         generator_seed,
         num_sms: 0,
+        sr_rule: sr_rule_ffi(p.sr_rule),
         ..Default::default()
     })
 }
@@ -331,6 +335,7 @@ pub fn selective_state_update(stream: &CudaStream, args: &mut SsuArgs<'_>) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reference::SrRule;
     use crate::ssu::fixtures::*;
 
     /// Fake device addresses, 256-byte aligned, one per tensor.
@@ -538,6 +543,60 @@ mod tests {
         );
     }
 
+    /// FlashInfer 0.7.4's SR conversion runs the generic kernel (the hot kernels implement
+    /// 0.7.2's) and the plan reports it; without SR the rule changes nothing; a raw rule outside
+    /// the enumeration is an invalid argument naming `sr_rule`, with or without SR.
+    #[test]
+    fn the_v074_rule_runs_the_generic_kernel_and_the_plan_says_so() {
+        let hot = [sys::MAMBA_SSU_F16, sys::MAMBA_SSU_BF16, sys::MAMBA_SSU_BF16].map(|v| v as i32);
+        let (v072, v074) = (sys::MAMBA_SSU_SR_V072 as i32, sys::MAMBA_SSU_SR_V074 as i32);
+        for rounds in [0, 5, 10] {
+            for algo in [0, 1, 2] {
+                for (batch, nheads, z) in [(1, 32, false), (4, 32, true), (256, 128, false)] {
+                    for rule in [v072, v074] {
+                        let mut p = raw_params(
+                            batch, nheads, 64, 128, hot, rounds, algo, z, None, false, 132,
+                        );
+                        p.sr_rule = rule;
+                        let mut plan = sys::mamba_ssu_launch_plan::default();
+                        // SAFETY: valid params and output pointers; the plan touches no device.
+                        let st = unsafe {
+                            sys::mamba_ssu_selective_state_update_plan(&p, 132, &mut plan)
+                        };
+                        assert_eq!(st, 0, "{:?}", ffi::check(st));
+                        let generic = rounds > 0 && rule == v074;
+                        assert_eq!(
+                            plan.compiled_kernel,
+                            i32::from(!generic),
+                            "R={rounds} alg={algo} b={batch} h={nheads} rule={rule}"
+                        );
+                        // The layout is resolved the same way for both rules.
+                        let mut other = p;
+                        other.sr_rule = v072;
+                        let mut plan072 = sys::mamba_ssu_launch_plan::default();
+                        // SAFETY: as above.
+                        let st = unsafe {
+                            sys::mamba_ssu_selective_state_update_plan(&other, 132, &mut plan072)
+                        };
+                        assert_eq!(st, 0);
+                        assert_eq!(plan.algorithm, plan072.algorithm);
+                    }
+                }
+            }
+        }
+        for rounds in [0, 10] {
+            for bad in [2, -1, i32::MAX] {
+                let mut p = raw_params(1, 32, 64, 128, hot, rounds, 0, false, None, false, 132);
+                p.sr_rule = bad;
+                // SAFETY: the check reads `p` only.
+                let st = unsafe { sys::mamba_ssu_selective_state_update_check(&p) };
+                assert_eq!(st, sys::MAMBA_SSU_ERROR_INVALID_ARGUMENT as i32);
+                let e = ffi::check(st).unwrap_err().to_string();
+                assert!(e.contains("sr_rule"), "{e}");
+            }
+        }
+    }
+
     /// A small deterministic generator for the property test.
     struct Rng(u64);
     impl Rng {
@@ -642,6 +701,7 @@ mod tests {
             seed_offset,
             generator_seed,
             num_sms: 132,
+            sr_rule: sr_rule_ffi(spec.sr_rule),
             ..Default::default()
         }
     }
@@ -649,7 +709,8 @@ mod tests {
     /// A random valid call the C parameter block can express (every tensor's shape follows
     /// from the common sizes, inner strides canonical), then at most one mutation of a field
     /// the block carries: a size to a limit or an overflowing value, a batch stride, a dtype,
-    /// an optional tensor, an index, the rounds or the seed.
+    /// an optional tensor, an index, the rounds or the seed. The SR rule is either of the two
+    /// (the property test also sets raw values outside the enumeration in the C block).
     fn random_spec(rng: &mut Rng) -> Option<SsuSpec> {
         let f = [DType::F16, DType::BF16, DType::F32];
         let mut batch = rng.pick(&[1usize, 2, 3, 5, 64, 512]);
@@ -661,6 +722,7 @@ mod tests {
             ngroups = 1;
         }
         let mut rounds = rng.pick(&[0u32, 5, 10]);
+        let sr_rule = rng.pick(&[SrRule::V072, SrRule::V074]);
         let mut state_dtype = if rounds > 0 { DType::F16 } else { rng.pick(&f) };
         let mut input = rng.pick(&f);
         let mut weight = rng.pick(&f);
@@ -787,6 +849,7 @@ mod tests {
             },
             out: try_lay(input, &[batch, nheads, dim], &[os, dim, 1])?,
             philox_rounds: rounds,
+            sr_rule,
             seed,
         })
     }
@@ -799,6 +862,7 @@ mod tests {
     fn rust_validate_and_the_c_check_accept_the_same_calls() {
         let mut rng = Rng(0x00C0_47AC_7000);
         let (mut cases, mut accepted, mut kinds) = (0, 0, std::collections::BTreeMap::new());
+        let mut raw_rules = 0usize;
         let mut mismatches: Vec<String> = Vec::new();
         while cases < 20_000 {
             let Some(spec) = random_spec(&mut rng) else {
@@ -817,13 +881,29 @@ mod tests {
                 Err(Error::Unsupported { .. }) => 2,
                 Err(e) => panic!("unexpected error kind {e:?}"),
             };
-            let p = spec_params(&spec);
+            let mut p = spec_params(&spec);
+            // A raw sr_rule outside the enumeration, which no `SrRule` holds (the Rust API
+            // cannot express it): on a call Rust accepts, the C check must reject it as an
+            // invalid argument naming `sr_rule`.
+            let raw_rule = rust == 0 && rng.chance(5);
+            if raw_rule {
+                p.sr_rule = rng.pick(&[2, 3, -1, i32::MAX, i32::MIN]);
+            }
+            let expected = if raw_rule { 1 } else { rust };
             // SAFETY: the check reads `p` only (never the memory behind its pointers).
             let c = unsafe { sys::mamba_ssu_selective_state_update_check(&p) };
-            if rust != c {
-                let detail = ffi::check(c).err().map(|e| e.to_string());
+            let detail = ffi::check(c).err().map(|e| e.to_string());
+            if expected != c {
                 let r = validate(&spec).err().map(|e| e.to_string());
-                mismatches.push(format!("Rust {r:?} vs C {detail:?}"));
+                mismatches.push(format!(
+                    "Rust {r:?} (raw sr_rule {raw_rule}) vs C {detail:?}"
+                ));
+            } else if raw_rule {
+                raw_rules += 1;
+                let d = detail.unwrap_or_default();
+                if !d.contains("sr_rule") {
+                    mismatches.push(format!("raw sr_rule {} vs C {d:?}", p.sr_rule));
+                }
             }
             accepted += usize::from(rust == 0);
             *kinds.entry(rust).or_insert(0usize) += 1;
@@ -837,6 +917,7 @@ mod tests {
             mismatches.join("\n")
         );
         assert!(accepted > 1_000 && kinds.len() == 3, "coverage: {kinds:?}");
+        assert!(raw_rules > 20, "coverage: {raw_rules} raw sr_rule values");
     }
 
     #[test]
@@ -932,6 +1013,18 @@ mod tests {
             (p.state_dtype, p.input_dtype),
             (DType::F16.ffi(), DType::BF16.ffi())
         );
+        assert_eq!(p.sr_rule, sys::MAMBA_SSU_SR_V072 as i32, "the default rule");
+        let spec = with(|s| s.sr_rule = SrRule::V074);
+        let p = fill_params(
+            &spec,
+            &validate(&spec).unwrap(),
+            0,
+            true,
+            true,
+            Algorithm::Auto,
+        )
+        .unwrap();
+        assert_eq!(p.sr_rule, sys::MAMBA_SSU_SR_V074 as i32);
         let spec = with(|s| {
             s.seed = Some(SeedSpec::FromValues {
                 seed: 0xDEAD_BEEF_0123,

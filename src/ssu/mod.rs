@@ -45,6 +45,17 @@
 //! no `z` work at all. Every other combination runs a kernel that takes sizes, dtypes and rounds
 //! at run time (same results, slower). Figures: `BENCHMARKS.md`.
 //!
+//! # The SR conversion: FlashInfer 0.7.2's or 0.7.4's
+//! [`SsuArgs::sr_rule`] picks the fp32 → fp16 conversion of stochastic rounding per call:
+//! [`SrRule::V072`] (the default, what engines pin) or [`SrRule::V074`] (FlashInfer 0.7.4's:
+//! Inf stays Inf, NaN stays NaN, finite values past 65504 saturate to Inf, results below 2^-14
+//! round stochastically onto fp16 subnormals). The random bits, their mapping and the summation
+//! order are the same under both, and so is every result of magnitude in [2^-14, 65504). The
+//! compiled-in hot kernels implement 0.7.2's conversion only: a call with stochastic rounding
+//! under `V074` runs the run-time (generic) kernel, also for the hot shapes, and is slower than
+//! the same call under `V072`. Without stochastic rounding the rule changes nothing. The CPU
+//! prediction under either rule: [`crate::reference::predict_sr_state_f16_with_rule`].
+//!
 //! # Example
 //! ```no_run
 //! use mamba_ssu::device;

@@ -235,6 +235,8 @@ fn check_indices(name: &'static str, l: &TensorLayout, batch: usize) -> Result<(
 /// `C`, `D`, `z`, `dt_bias`, `out`, `state_batch_indices`, `dst_state_batch_indices`,
 /// `rand_seed`, `seed_offset`, `philox_rounds`) and saying what was expected and what was got.
 /// The C ABI's check of the same call runs last, so the two front doors accept the same calls.
+/// `sr_rule` needs no check here (every [`SrRule`](crate::reference::SrRule) is valid, with or
+/// without stochastic rounding); the C check rejects a raw value outside the enumeration.
 pub fn validate(spec: &SsuSpec) -> Result<SsuProblem> {
     // state: (slots, nheads, dim, dstate), inner three dims contiguous.
     let st = &spec.state;
@@ -427,6 +429,7 @@ pub fn validate(spec: &SsuSpec) -> Result<SsuProblem> {
         weight_dtype: dt.dtype(),
         index_dtype,
         stochastic_rounding: sr,
+        sr_rule: spec.sr_rule,
     };
     // Last, the C ABI's own check of what the parameter block carries: one contract for both
     // front doors (what passes here passes the C launcher, and the other way round for every
@@ -438,6 +441,7 @@ pub fn validate(spec: &SsuSpec) -> Result<SsuProblem> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reference::SrRule;
     use crate::ssu::fixtures::*;
 
     fn shorter(l: TensorLayout) -> TensorLayout {
@@ -461,6 +465,7 @@ mod tests {
                 weight_dtype: DType::BF16,
                 index_dtype: Some(DType::I32),
                 stochastic_rounding: true,
+                sr_rule: SrRule::V072,
             }
         );
     }
@@ -487,6 +492,7 @@ mod tests {
             dst_state_batch_indices: None,
             out: lay(DType::F32, &[BATCH, NH, DIM], &[row, DIM, 1]),
             philox_rounds: 0,
+            sr_rule: SrRule::V074,
             seed: None,
         };
         let p = validate(&spec).unwrap();

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use mamba_ssu::ssu::{self, Algorithm, SeedSource, SsuArgs, Tensor, TensorMut};
+use mamba_ssu::ssu::{self, Algorithm, SeedSource, SrRule, SsuArgs, Tensor, TensorMut};
 
 use crate::common::DevBuf;
 
@@ -103,6 +103,15 @@ fn tensor_mut<'a>(t: &'a mut Out<'_>) -> mamba_ssu::Result<TensorMut<'a>> {
 /// Launches `call` on `stream` (asynchronous). Errors from building the tensors (layout
 /// checks) are returned like the launch's own validation errors.
 pub fn launch(stream: &Arc<CudaStream>, call: &mut Call<'_>) -> mamba_ssu::Result<()> {
+    launch_with_rule(stream, call, SrRule::V072)
+}
+
+/// [`launch`] with the stochastic-rounding conversion `rule` (`SsuArgs::sr_rule`).
+pub fn launch_with_rule(
+    stream: &Arc<CudaStream>,
+    call: &mut Call<'_>,
+    rule: SrRule,
+) -> mamba_ssu::Result<()> {
     let seed = opt(&call.seed)?.map(SeedSource::Pointer);
     let mut args = SsuArgs {
         state: tensor_mut(&mut call.state)?,
@@ -123,6 +132,7 @@ pub fn launch(stream: &Arc<CudaStream>, call: &mut Call<'_>) -> mamba_ssu::Resul
         philox_rounds: call.flags.philox_rounds,
         algorithm: algorithm(call.flags.algorithm),
         seed,
+        sr_rule: rule,
     };
     ssu::selective_state_update(stream, &mut args)
 }

@@ -139,7 +139,7 @@ struct SsuTensors {
 
 mamba_ssu_params make_params(const SsuTensors &t, bool dt_softplus, int64_t pad_slot_id,
                              bool disable_state_update, int64_t philox_rounds,
-                             int64_t algorithm) {
+                             int64_t algorithm, int64_t sr_rule) {
   const Tensor &state = t.state;
   check_dim(state, "state", 4);
   check_dim(t.x, "x", 3);
@@ -288,6 +288,10 @@ mamba_ssu_params make_params(const SsuTensors &t, bool dt_softplus, int64_t pad_
   TORCH_CHECK_VALUE(algorithm >= MAMBA_SSU_ALGO_AUTO && algorithm <= MAMBA_SSU_ALGO_VERTICAL,
                     "algorithm: expected 0 (auto), 1 (simple) or 2 (vertical), got ", algorithm);
   p.algorithm = static_cast<int32_t>(algorithm);
+  TORCH_CHECK_VALUE(sr_rule == MAMBA_SSU_SR_V072 || sr_rule == MAMBA_SSU_SR_V074,
+                    "sr_rule: expected 0 (FlashInfer 0.7.2's SR conversion) or 1 (0.7.4's), got ",
+                    sr_rule);
+  p.sr_rule = static_cast<int32_t>(sr_rule);
   p.seed_source = MAMBA_SSU_SEED_POINTER;
   // ALGO_AUTO's rule needs the SM count.
   p.num_sms = num_sms(state.get_device());
@@ -313,11 +317,11 @@ void ssu_pointer(Tensor state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C
                  bool dt_softplus, optional<Tensor> state_batch_indices,
                  optional<Tensor> dst_state_batch_indices, int64_t pad_slot_id, Tensor out,
                  bool disable_state_update, optional<Tensor> rand_seed, int64_t philox_rounds,
-                 int64_t algorithm) {
+                 int64_t algorithm, int64_t sr_rule) {
   SsuTensors t{state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices,
                dst_state_batch_indices, out};
   mamba_ssu_params p = make_params(t, dt_softplus, pad_slot_id, disable_state_update,
-                                   rand_seed ? philox_rounds : 0, algorithm);
+                                   rand_seed ? philox_rounds : 0, algorithm, sr_rule);
   if (rand_seed) {
     check_rand_seed(*rand_seed, state);
     p.rand_seed = static_cast<const int64_t *>(rand_seed->const_data_ptr());
@@ -488,13 +492,14 @@ class SeedPrefetcher {
                  optional<Tensor> D, optional<Tensor> z, optional<Tensor> dt_bias,
                  bool dt_softplus, optional<Tensor> state_batch_indices,
                  optional<Tensor> dst_state_batch_indices, int64_t pad_slot_id, Tensor out,
-                 bool disable_state_update, int64_t philox_rounds, int64_t algorithm) {
+                 bool disable_state_update, int64_t philox_rounds, int64_t algorithm,
+                 int64_t sr_rule) {
     TORCH_CHECK_VALUE(philox_rounds >= 1 && philox_rounds <= 10,
                       "philox_rounds: expected 1..=10 with a fused seed, got ", philox_rounds);
     SsuTensors t{state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices,
                  dst_state_batch_indices, out};
-    mamba_ssu_params p =
-        make_params(t, dt_softplus, pad_slot_id, disable_state_update, philox_rounds, algorithm);
+    mamba_ssu_params p = make_params(t, dt_softplus, pad_slot_id, disable_state_update,
+                                     philox_rounds, algorithm, sr_rule);
     TORCH_CHECK_VALUE(state.get_device() == device_, "state: the seed prefetcher serves cuda:",
                       static_cast<int>(device_), ", got a tensor on ", state.device());
     // Everything is checked before the generator moves: a rejected call draws nothing.
@@ -591,7 +596,7 @@ TORCH_LIBRARY(mamba_ssu, m) {
       "Tensor C, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, "
       "Tensor? state_batch_indices, Tensor? dst_state_batch_indices, int pad_slot_id, "
       "Tensor(b!) out, bool disable_state_update, Tensor? rand_seed, int philox_rounds, "
-      "int algorithm) -> ()");
+      "int algorithm, int sr_rule=0) -> ()");
   m.def("draw_seeds(Tensor(a!) out) -> ()");
 }
 
