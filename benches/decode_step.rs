@@ -215,7 +215,7 @@ fn run() -> AnyResult<()> {
     let device_name = ctx.name()?;
 
     if opts.nvtx_only {
-        let mut step = DecodeStep::new(&stream, DecodeShape::nemotron_h_tp4(opts.batches[0]))?;
+        let mut step = DecodeStep::new(&stream, DecodeShape::nemotron_h_tp4_verify(opts.batches[0], opts.tokens))?;
         let mut gen = Generator::new(1, 0)?;
         for mode in SeedMode::ALL {
             step.run(mode, &mut inline, &mut gen)?;
@@ -227,7 +227,7 @@ fn run() -> AnyResult<()> {
 
     let mut rows: Vec<(usize, Row)> = Vec::new();
     for &batch in &opts.batches {
-        let shape = DecodeShape::nemotron_h_tp4(batch);
+        let shape = DecodeShape::nemotron_h_tp4_verify(batch, opts.tokens);
         let mut step = DecodeStep::new(&stream, shape)?;
         check_identical(&mut step, &mut inline, &stream)?;
         check_identical(&mut step, &mut branch, &stream)?;
@@ -302,10 +302,17 @@ fn run() -> AnyResult<()> {
             f64::NAN
         }
     };
-    println!(
-        "\nDecode step, Nemotron-H TP4 shapes (40 layers x [filler + SSU 32x64x128, fp16 SR, 5 rounds]) on {device_name}; median of {} steps (us)",
-        opts.steps
-    );
+    if opts.tokens > 1 {
+        println!(
+            "\nVerify step ({} tokens per sequence: multi-token SSU, vLLM's varlen in-place form), Nemotron-H TP4 shapes (40 layers x [filler + SSU 32x64x128, fp16 SR, 5 rounds]) on {device_name}; median of {} steps (us)",
+            opts.tokens, opts.steps
+        );
+    } else {
+        println!(
+            "\nDecode step, Nemotron-H TP4 shapes (40 layers x [filler + SSU 32x64x128, fp16 SR, 5 rounds]) on {device_name}; median of {} steps (us)",
+            opts.steps
+        );
+    }
     // Removed from paired differences: median(stock - mode) / median(stock - fixed).
     let removed_paired = |m: &BTreeMap<&str, f64>, mode: &str| 100.0 * m[mode] / m["fixed"];
     println!("\nCUDA graph, seed overhead removed from paired per-round differences, median(stock - mode) / median(stock - fixed):\n");
@@ -350,7 +357,7 @@ fn run() -> AnyResult<()> {
     }
     if let Some(path) = opts.json {
         let mut report =
-            json::Report::new(device_name, opts.steps, &DecodeShape::nemotron_h_tp4(1));
+            json::Report::new(device_name, opts.steps, &DecodeShape::nemotron_h_tp4_verify(1, opts.tokens));
         for (batch, row) in &rows {
             report.rows.push(json::Row {
                 batch: *batch,

@@ -3,6 +3,12 @@
 //! state and stochastic rounding, its seed taken by one of four [`SeedMode`]s. It is also a
 //! worked example of wiring the prefetcher into an engine's layer loop.
 //!
+//! With [`DecodeShape::tokens`] > 1 the step is a speculative-decoding verify step: every layer
+//! runs the multi-token SSU on `tokens` tokens per sequence in vLLM's form (varlen `x` with
+//! `cu_seqlens`, a 2-D `(batch, tokens)` index used as both the read and the dst index,
+//! `num_accepted_tokens` picking the read column, pad slot 0 = the null block), each token's
+//! state written to its own slot.
+//!
 //! Every step is enqueued on one stream, asynchronously; NVTX ranges name the step (with its
 //! mode and batch) and each layer, so an Nsight Systems timeline shows the paths.
 
@@ -15,7 +21,10 @@ use crate::error::{Error, Result};
 use crate::filler::filler;
 use crate::generator::Generator;
 use crate::prefetch::Prefetcher;
-use crate::ssu::{selective_state_update, Algorithm, SeedSource, SsuArgs, Tensor, TensorMut};
+use crate::ssu::{
+    selective_state_update, selective_state_update_mtp, Algorithm, MtpArgs, SeedSource, SsuArgs,
+    Tensor, TensorMut,
+};
 
 /// Where each layer's stochastic-rounding seed comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -75,6 +84,9 @@ pub struct DecodeShape {
     pub philox_rounds: u32,
     /// f32 elements the filler kernel rewrites per layer per sequence.
     pub filler_elems_per_seq: usize,
+    /// Tokens per sequence: 1 for a decode step (single-token SSU), 2..=16 for a verify step
+    /// (multi-token SSU, vLLM's varlen in-place form).
+    pub tokens: usize,
 }
 
 impl DecodeShape {
@@ -90,6 +102,17 @@ impl DecodeShape {
             ngroups: 8,
             philox_rounds: 5,
             filler_elems_per_seq: 4096 * 4,
+            tokens: 1,
+        }
+    }
+
+    /// The verify step of speculative decoding with `tokens` tokens per sequence (1 + the
+    /// draft tokens; the seed's MTP serving uses 8) at the same sizes as
+    /// [`DecodeShape::nemotron_h_tp4`].
+    pub fn nemotron_h_tp4_verify(batch: usize, tokens: usize) -> Self {
+        Self {
+            tokens,
+            ..Self::nemotron_h_tp4(batch)
         }
     }
 }
@@ -123,6 +146,9 @@ pub struct DecodeStep {
     d: CudaSlice<bf16>,
     dt_bias: CudaSlice<bf16>,
     indices: CudaSlice<i32>,
+    /// Verify steps: `cu_seqlens` (batch + 1) and `num_accepted_tokens` (batch).
+    cu_seqlens: CudaSlice<i32>,
+    num_accepted: CudaSlice<i32>,
     fixed_seed: CudaSlice<i64>,
     filler: CudaSlice<f32>,
 }
@@ -155,10 +181,24 @@ impl DecodeStep {
         if shape.layers == 0 || batch == 0 {
             return Err(Error::invalid("shape", "layers and batch must be >= 1"));
         }
+        let tokens = shape.tokens;
+        if tokens == 0 || tokens > crate::ssu::MTP_MAX_TOKENS {
+            return Err(Error::invalid(
+                "shape",
+                format!(
+                    "tokens must be in 1..={}, got {tokens}",
+                    crate::ssu::MTP_MAX_TOKENS
+                ),
+            ));
+        }
+        // Verify steps: slot 0 is the null block (pad), sequence b owns slots
+        // 1 + b * tokens .. 1 + (b + 1) * tokens (token t writes the t-th).
+        let slots = if tokens > 1 { 1 + batch * tokens } else { batch };
+        let rows = batch * tokens;
         let bf = |n, salt, scale: f32| -> Vec<bf16> {
             values(n, salt).map(|v| bf16::from_f32(v * scale)).collect()
         };
-        let state_elems = batch * nheads * dim * dstate;
+        let state_elems = slots * nheads * dim * dstate;
         let init: Vec<f16> = values(state_elems, 1)
             .map(|v| f16::from_f32(v * 0.5))
             .collect();
@@ -167,27 +207,36 @@ impl DecodeStep {
         for _ in 0..shape.layers {
             layers.push(Layer {
                 state: stream.clone_dtod(&initial_state)?,
-                out: stream.alloc_zeros::<bf16>(batch * nheads * dim)?,
+                out: stream.alloc_zeros::<bf16>(rows * nheads * dim)?,
             });
         }
         let a: Vec<f32> = values(nheads, 5).map(|v| -1.0 - 3.0 * v.abs()).collect();
-        let dt: Vec<bf16> = values(batch * nheads, 3)
+        let dt: Vec<bf16> = values(rows * nheads, 3)
             .map(|v| bf16::from_f32(v - 1.0))
             .collect();
-        let indices: Vec<i32> = (0..batch as i32).collect();
+        let indices: Vec<i32> = if tokens > 1 {
+            (1..=(batch * tokens) as i32).collect()
+        } else {
+            (0..batch as i32).collect()
+        };
+        let cu: Vec<i32> = (0..=batch).map(|b| (b * tokens) as i32).collect();
+        // Accepted tokens of the previous verify step cycle through 1..=tokens.
+        let accepted: Vec<i32> = (0..batch).map(|b| (b % tokens) as i32 + 1).collect();
         Ok(Self {
             shape,
             stream: stream.clone(),
             layers,
             initial_state,
-            x: stream.clone_htod(&bf(batch * nheads * dim, 2, 1.0))?,
+            x: stream.clone_htod(&bf(rows * nheads * dim, 2, 1.0))?,
             dt: stream.clone_htod(&dt)?,
             a: stream.clone_htod(&a)?,
-            b: stream.clone_htod(&bf(batch * ngroups * dstate, 6, 0.3))?,
-            c: stream.clone_htod(&bf(batch * ngroups * dstate, 7, 0.3))?,
+            b: stream.clone_htod(&bf(rows * ngroups * dstate, 6, 0.3))?,
+            c: stream.clone_htod(&bf(rows * ngroups * dstate, 7, 0.3))?,
             d: stream.clone_htod(&bf(nheads, 8, 1.0))?,
             dt_bias: stream.clone_htod(&bf(nheads, 4, 0.25))?,
             indices: stream.clone_htod(&indices)?,
+            cu_seqlens: stream.clone_htod(&cu)?,
+            num_accepted: stream.clone_htod(&accepted)?,
             fixed_seed: stream.clone_htod(&[0x5EED_i64])?,
             filler: stream.alloc_zeros::<f32>(batch * shape.filler_elems_per_seq)?,
         })
@@ -245,6 +294,7 @@ impl DecodeStep {
             dstate,
             ngroups,
             philox_rounds,
+            tokens,
             ..
         } = self.shape;
         let stream = self.stream.clone();
@@ -275,6 +325,31 @@ impl DecodeStep {
                         }
                     };
                     let layer = &mut self.layers[l];
+                    if tokens > 1 {
+                        let slots = layer.state.len() / (nheads * dim * dstate);
+                        let rows = batch * tokens;
+                        let index = Tensor::contiguous(&self.indices, &[batch, tokens])?;
+                        let mut args = MtpArgs::new(
+                            TensorMut::contiguous(&mut layer.state, &[slots, nheads, dim, dstate])?,
+                            Tensor::contiguous(&self.x, &[rows, nheads, dim])?,
+                            Tensor::new(&self.dt, &[rows, nheads, dim], &[nheads, 1, 0])?,
+                            Tensor::new(&self.a, &[nheads, dim, dstate], &[1, 0, 0])?,
+                            Tensor::contiguous(&self.b, &[rows, ngroups, dstate])?,
+                            Tensor::contiguous(&self.c, &[rows, ngroups, dstate])?,
+                            TensorMut::contiguous(&mut layer.out, &[rows, nheads, dim])?,
+                        )
+                        .d(Tensor::new(&self.d, &[nheads, dim], &[1, 0])?)
+                        .dt_bias(Tensor::new(&self.dt_bias, &[nheads, dim], &[1, 0])?)
+                        .state_batch_indices(index)
+                        .dst_state_batch_indices(Tensor::contiguous(&self.indices, &[batch, tokens])?)
+                        .num_accepted_tokens(Tensor::contiguous(&self.num_accepted, &[batch])?)
+                        .cu_seqlens(Tensor::contiguous(&self.cu_seqlens, &[batch + 1])?)
+                        .cache_steps(tokens)
+                        .pad_slot_id(0)
+                        .dt_softplus(true)
+                        .stochastic_rounding(seed, philox_rounds);
+                        return selective_state_update_mtp(&stream, &mut args);
+                    }
                     let mut args = SsuArgs::new(
                         TensorMut::contiguous(&mut layer.state, &[batch, nheads, dim, dstate])?,
                         Tensor::contiguous(&self.x, &[batch, nheads, dim])?,

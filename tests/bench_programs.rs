@@ -193,6 +193,8 @@ mod decode {
         assert!(o.nvtx_only);
         assert_eq!(o.batches, vec![8]);
         assert_eq!(o.json.unwrap(), std::path::Path::new("d.json"));
+        assert_eq!(parse("").unwrap().tokens, 1);
+        assert_eq!(parse("--tokens 8").unwrap().tokens, 8);
     }
 
     #[test]
@@ -205,6 +207,9 @@ mod decode {
             "--batch 0",
             "--batch 1,0",
             "--batch 1,x",
+            "--tokens 0",
+            "--tokens 17",
+            "--tokens +5",
             "--bogus",
         ] {
             let e = parse(bad).unwrap_err();
@@ -241,7 +246,7 @@ mod decode {
         let v: Value = serde_json::from_str(&text).unwrap();
         let want: Value = serde_json::from_str(
             r#"{"device": "NVIDIA H200", "steps": 300, "layers": 40, "nheads": 32, "dim": 64,
-                "dstate": 128, "ngroups": 8, "philox_rounds": 5, "rows": [{"batch": 1,
+                "dstate": 128, "ngroups": 8, "philox_rounds": 5, "tokens": 1, "rows": [{"batch": 1,
                 "eager_us": {"fixed": 156.128, "stock": 202.48},
                 "graph_us": {"fixed": 156.128, "stock": 202.48},
                 "graph_overhead_removed_pct": {"prefetch": 97.31, "prefetch-branch": 97.31,

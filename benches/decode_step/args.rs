@@ -15,6 +15,8 @@ pub struct Opts {
     pub steps: usize,
     pub json: Option<PathBuf>,
     pub nvtx_only: bool,
+    /// Tokens per sequence: 1 = decode step, more = speculative-decoding verify step.
+    pub tokens: usize,
 }
 
 /// The decode-step benchmark: stock, prefetch, fused and fixed seeds in a simulated Nemotron-H
@@ -41,6 +43,10 @@ struct Args {
     /// Run one eager step per mode only (for `ncu --nvtx` range checks)
     #[arg(long)]
     nvtx_only: bool,
+    /// Tokens per sequence: 1 = the decode step; 2..=16 = the verify step of speculative
+    /// decoding (multi-token SSU, vLLM's varlen in-place form; 8 = 7 draft tokens)
+    #[arg(long, value_name = "T", default_value_t = 1, value_parser = parse_tokens)]
+    tokens: usize,
     /// Passed by `cargo bench`; ignored
     #[arg(long, hide = true)]
     bench: bool,
@@ -62,6 +68,16 @@ fn parse_batches(s: &str) -> Result<Batches, String> {
         return Err("sizes must be >= 1".into());
     }
     Ok(Batches(v))
+}
+
+fn parse_tokens(s: &str) -> Result<usize, String> {
+    if s.is_empty() || !s.bytes().all(|c| c.is_ascii_digit()) {
+        return Err("expected 1..=16".into());
+    }
+    match s.parse::<usize>() {
+        Ok(n) if (1..=16).contains(&n) => Ok(n),
+        _ => Err("expected 1..=16".into()),
+    }
 }
 
 fn parse_steps(s: &str) -> Result<usize, String> {
@@ -88,5 +104,6 @@ where
         steps: a.steps.unwrap_or(steps),
         json: a.json,
         nvtx_only: a.nvtx_only,
+        tokens: a.tokens,
     })
 }

@@ -17,6 +17,8 @@ pub struct Report {
     pub dstate: usize,
     pub ngroups: usize,
     pub philox_rounds: u32,
+    /// Tokens per sequence (1: decode step; more: verify step, multi-token SSU).
+    pub tokens: usize,
     pub rows: Vec<Row>,
 }
 
@@ -32,6 +34,7 @@ impl Report {
             dstate: shape.dstate,
             ngroups: shape.ngroups,
             philox_rounds: shape.philox_rounds,
+            tokens: shape.tokens,
             rows: Vec::new(),
         }
     }
