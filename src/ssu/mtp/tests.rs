@@ -1076,7 +1076,7 @@ fn random_spec(rng: &mut Rng) -> Option<MtpSpec> {
         if varlen {
             (vec![total], vec![stride])
         } else {
-            let seq = t.max(1).checked_mul(stride).unwrap_or(usize::MAX);
+            let seq = t.max(1).saturating_mul(stride);
             let b = match bstride_extra {
                 0 => seq,
                 1 => seq.saturating_sub(1),
