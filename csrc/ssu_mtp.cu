@@ -37,8 +37,8 @@ int device_num_sms(int32_t given, int *out) {
 }
 
 // Blocks per (sequence, head): at least enough for 64 rows per block (the rows a block
-// stages), doubled while the grid has fewer than MAMBA_SSU_MTP_BLOCKS_PER_SM blocks per SM and
-// a block keeps at least one row per 8-lane group (16 rows).
+// stages), doubled up to 4 while the grid has fewer than MAMBA_SSU_MTP_BLOCKS_PER_SM blocks per
+// SM and a block keeps at least one row per 8-lane group (16 rows).
 #ifndef MAMBA_SSU_MTP_BLOCKS_PER_SM
 #define MAMBA_SSU_MTP_BLOCKS_PER_SM 4
 #endif
@@ -54,7 +54,9 @@ int plan_launch(const mamba_ssu_mtp_params &p, int num_sms, Plan *out) {
     return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "num_sms: expected >= 1, got %d", num_sms);
   const int64_t heads = p.batch * p.nheads;  // < 2^31 (checked)
   int64_t bph = (p.dim + mtp::kMaxRowsPerBlock - 1) / mtp::kMaxRowsPerBlock;
-  const int64_t max_bph = std::max<int64_t>(bph, (p.dim + mtp::kGroups - 1) / mtp::kGroups);
+  // At most 4 (or the 64-row minimum), which bounds the grid in the check.
+  const int64_t max_bph =
+      std::max<int64_t>(bph, std::min<int64_t>(4, (p.dim + mtp::kGroups - 1) / mtp::kGroups));
   while (2 * bph <= max_bph &&
          heads * bph < int64_t{MAMBA_SSU_MTP_BLOCKS_PER_SM} * num_sms)
     bph *= 2;

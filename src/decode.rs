@@ -182,12 +182,12 @@ impl DecodeStep {
             return Err(Error::invalid("shape", "layers and batch must be >= 1"));
         }
         let tokens = shape.tokens;
-        if tokens == 0 || tokens > crate::ssu::MTP_MAX_TOKENS {
+        if tokens == 0 || tokens > crate::ssu::mtp::MTP_MAX_TOKENS {
             return Err(Error::invalid(
                 "shape",
                 format!(
                     "tokens must be in 1..={}, got {tokens}",
-                    crate::ssu::MTP_MAX_TOKENS
+                    crate::ssu::mtp::MTP_MAX_TOKENS
                 ),
             ));
         }
