@@ -215,7 +215,10 @@ fn run() -> AnyResult<()> {
     let device_name = ctx.name()?;
 
     if opts.nvtx_only {
-        let mut step = DecodeStep::new(&stream, DecodeShape::nemotron_h_tp4_verify(opts.batches[0], opts.tokens))?;
+        let mut step = DecodeStep::new(
+            &stream,
+            DecodeShape::nemotron_h_tp4_verify(opts.batches[0], opts.tokens),
+        )?;
         let mut gen = Generator::new(1, 0)?;
         for mode in SeedMode::ALL {
             step.run(mode, &mut inline, &mut gen)?;
@@ -356,8 +359,11 @@ fn run() -> AnyResult<()> {
         }
     }
     if let Some(path) = opts.json {
-        let mut report =
-            json::Report::new(device_name, opts.steps, &DecodeShape::nemotron_h_tp4_verify(1, opts.tokens));
+        let mut report = json::Report::new(
+            device_name,
+            opts.steps,
+            &DecodeShape::nemotron_h_tp4_verify(1, opts.tokens),
+        );
         for (batch, row) in &rows {
             report.rows.push(json::Row {
                 batch: *batch,

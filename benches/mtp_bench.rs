@@ -48,7 +48,10 @@ const ROTATION_BYTES: usize = 192 << 20;
 const TIMINGS: &str = include_str!("../tests/data/flashinfer_ssu_mtp/timings.json");
 
 #[derive(Parser, Debug)]
-#[command(name = "mtp_bench", about = "Multi-token SSU timings next to FlashInfer's")]
+#[command(
+    name = "mtp_bench",
+    about = "Multi-token SSU timings next to FlashInfer's"
+)]
 struct Cli {
     /// Fewer sizes: 32 heads x batch 1, 8 and 128 heads x 64.
     #[arg(long)]
@@ -165,7 +168,13 @@ fn fill_bf16(n: usize, f: impl Fn(usize) -> f32) -> Vec<bf16> {
     (0..n).map(|i| bf16::from_f32(f(i))).collect()
 }
 
-fn setup(stream: &Arc<CudaStream>, form: Form, nheads: usize, batch: usize, min_calls: usize) -> Res<Setup> {
+fn setup(
+    stream: &Arc<CudaStream>,
+    form: Form,
+    nheads: usize,
+    batch: usize,
+    min_calls: usize,
+) -> Res<Setup> {
     let head_block = nheads * DIM * DSTATE;
     // Bytes one call touches in the state (and buffer); copies so that a copy is reused only
     // after ROTATION_BYTES of other traffic.
@@ -174,7 +183,11 @@ fn setup(stream: &Arc<CudaStream>, form: Form, nheads: usize, batch: usize, min_
     let calls = min_calls.max(copies);
     // State slots: dense: one read slot per sequence and copy; varlen: T slots per sequence
     // and copy (token t writes its own slot; the read slot is one of them).
-    let slots_per_copy = if form == Form::Dense { batch } else { batch * T };
+    let slots_per_copy = if form == Form::Dense {
+        batch
+    } else {
+        batch * T
+    };
     // Slot 0 of the varlen form is vLLM's null block (pad 0): one more slot, never written.
     let first = usize::from(form == Form::Varlen);
     let slots = first + copies * slots_per_copy;
@@ -197,7 +210,9 @@ fn setup(stream: &Arc<CudaStream>, form: Form, nheads: usize, batch: usize, min_
             let v: Vec<i32> = (0..batch).map(|b| (k * batch + b) as i32).collect();
             (v.clone(), v)
         } else {
-            let v: Vec<i32> = (0..batch * T).map(|j| (k * batch * T + j + 1) as i32).collect();
+            let v: Vec<i32> = (0..batch * T)
+                .map(|j| (k * batch * T + j + 1) as i32)
+                .collect();
             (v.clone(), v)
         };
         indices.push((stream.clone_htod(&a)?, stream.clone_htod(&b)?));
@@ -217,7 +232,11 @@ fn setup(stream: &Arc<CudaStream>, form: Form, nheads: usize, batch: usize, min_
         b: stream.clone_htod(&fill_bf16(batch * T * NGROUPS * DSTATE, wave))?,
         c: stream.clone_htod(&fill_bf16(batch * T * NGROUPS * DSTATE, wave))?,
         dt: stream.clone_htod(&fill_bf16(batch * T * nheads, |i| wave(i) - 1.0))?,
-        a: stream.clone_htod(&(0..nheads).map(|i| -0.5 - wave(i).abs()).collect::<Vec<f32>>())?,
+        a: stream.clone_htod(
+            &(0..nheads)
+                .map(|i| -0.5 - wave(i).abs())
+                .collect::<Vec<f32>>(),
+        )?,
         d: stream.clone_htod(&fill_bf16(nheads, |i| 1.0 + wave(i) / 4.0))?,
         dt_bias: stream.clone_htod(&fill_bf16(nheads, |i| wave(i) / 4.0))?,
         out: stream.alloc_zeros(batch * T * nheads * DIM)?,
@@ -234,7 +253,11 @@ fn enqueue(stream: &Arc<CudaStream>, s: &mut Setup, k: usize, rounds: u32) -> Re
     let hb = s.head_block();
     let copy = k % s.copies;
     let slots = s.state.len() / hb;
-    let state = TensorMut::new(&mut s.state, &[slots, h, DIM, DSTATE], &[hb, DIM * DSTATE, DSTATE, 1])?;
+    let state = TensorMut::new(
+        &mut s.state,
+        &[slots, h, DIM, DSTATE],
+        &[hb, DIM * DSTATE, DSTATE, 1],
+    )?;
     let a = Tensor::new(&s.a, &[h, DIM, DSTATE], &[1, 0, 0])?;
     let (idx, idx2) = &s.indices[copy];
     let mut args = match s.form {
@@ -245,8 +268,16 @@ fn enqueue(stream: &Arc<CudaStream>, s: &mut Setup, k: usize, rounds: u32) -> Re
                 Tensor::new(&s.x, &[b, T, h, DIM], &[T * tok, tok, DIM, 1])?,
                 Tensor::new(&s.dt, &[b, T, h, DIM], &[T * h, h, 1, 0])?,
                 a,
-                Tensor::new(&s.b, &[b, T, NGROUPS, DSTATE], &[T * NGROUPS * DSTATE, NGROUPS * DSTATE, DSTATE, 1])?,
-                Tensor::new(&s.c, &[b, T, NGROUPS, DSTATE], &[T * NGROUPS * DSTATE, NGROUPS * DSTATE, DSTATE, 1])?,
+                Tensor::new(
+                    &s.b,
+                    &[b, T, NGROUPS, DSTATE],
+                    &[T * NGROUPS * DSTATE, NGROUPS * DSTATE, DSTATE, 1],
+                )?,
+                Tensor::new(
+                    &s.c,
+                    &[b, T, NGROUPS, DSTATE],
+                    &[T * NGROUPS * DSTATE, NGROUPS * DSTATE, DSTATE, 1],
+                )?,
                 TensorMut::new(&mut s.out, &[b, T, h, DIM], &[T * tok, tok, DIM, 1])?,
             )
             .state_batch_indices(Tensor::new(idx, &[b], &[1])?)
@@ -264,8 +295,16 @@ fn enqueue(stream: &Arc<CudaStream>, s: &mut Setup, k: usize, rounds: u32) -> Re
                 Tensor::new(&s.x, &[b * T, h, DIM], &[tok, DIM, 1])?,
                 Tensor::new(&s.dt, &[b * T, h, DIM], &[h, 1, 0])?,
                 a,
-                Tensor::new(&s.b, &[b * T, NGROUPS, DSTATE], &[NGROUPS * DSTATE, DSTATE, 1])?,
-                Tensor::new(&s.c, &[b * T, NGROUPS, DSTATE], &[NGROUPS * DSTATE, DSTATE, 1])?,
+                Tensor::new(
+                    &s.b,
+                    &[b * T, NGROUPS, DSTATE],
+                    &[NGROUPS * DSTATE, DSTATE, 1],
+                )?,
+                Tensor::new(
+                    &s.c,
+                    &[b * T, NGROUPS, DSTATE],
+                    &[NGROUPS * DSTATE, DSTATE, 1],
+                )?,
                 TensorMut::new(&mut s.out, &[b * T, h, DIM], &[tok, DIM, 1])?,
             )
             .state_batch_indices(Tensor::new(idx, &[b, T], &[T, 1])?)
@@ -280,14 +319,22 @@ fn enqueue(stream: &Arc<CudaStream>, s: &mut Setup, k: usize, rounds: u32) -> Re
     .dt_bias(Tensor::new(&s.dt_bias, &[h, DIM], &[1, 0])?)
     .dt_softplus(true);
     if rounds > 0 {
-        args = args.stochastic_rounding(SeedSource::Pointer(Tensor::new(&s.seed, &[1], &[1])?), rounds);
+        args = args.stochastic_rounding(
+            SeedSource::Pointer(Tensor::new(&s.seed, &[1], &[1])?),
+            rounds,
+        );
     }
     ssu::selective_state_update_mtp(stream, &mut args)?;
     Ok(())
 }
 
 /// µs per call (median over replays).
-fn time_config(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, s: &mut Setup, rounds: u32) -> Res<f64> {
+fn time_config(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    s: &mut Setup,
+    rounds: u32,
+) -> Res<f64> {
     // One eager call first: argument errors surface here, outside the capture.
     enqueue(stream, s, 0, rounds)?;
     stream.synchronize()?;
@@ -347,7 +394,10 @@ fn run(cli: &Cli) -> Res<()> {
     let sizes: Vec<(usize, usize)> = if cli.quick {
         vec![(32, 1), (32, 8), (128, 64)]
     } else {
-        cli.nheads.iter().flat_map(|&h| cli.batch.iter().map(move |&b| (h, b))).collect()
+        cli.nheads
+            .iter()
+            .flat_map(|&h| cli.batch.iter().map(move |&b| (h, b)))
+            .collect()
     };
     let memset = memset_bandwidth(&ctx, &stream)?;
     let name = ctx.name().unwrap_or_default();
@@ -369,11 +419,19 @@ fn run(cli: &Cli) -> Res<()> {
                 let bytes = (s.state_bytes() + s.small_bytes()) as f64;
                 let tbs = bytes / (us * 1e-6) / 1e12;
                 let write_gbs = (T * batch * s.head_block() * 2) as f64 / (us * 1e-6) / 1e9;
-                let fi = if form == Form::Dense { flashinfer_us(&records, rounds, nheads, batch) } else { None };
+                let fi = if form == Form::Dense {
+                    flashinfer_us(&records, rounds, nheads, batch)
+                } else {
+                    None
+                };
                 let sr_ratio = off_us.filter(|_| rounds > 0).map(|o| us / o);
                 println!(
                     "{:<7} {:>6} {:>5} {:>6} {:>9.2} {:>7.2} {:>6.1}% {:>9} {:>7} {:>8}",
-                    if form == Form::Dense { "dense" } else { "varlen" },
+                    if form == Form::Dense {
+                        "dense"
+                    } else {
+                        "varlen"
+                    },
                     nheads,
                     batch,
                     rounds,

@@ -193,7 +193,11 @@ impl DecodeStep {
         }
         // Verify steps: slot 0 is the null block (pad), sequence b owns slots
         // 1 + b * tokens .. 1 + (b + 1) * tokens (token t writes the t-th).
-        let slots = if tokens > 1 { 1 + batch * tokens } else { batch };
+        let slots = if tokens > 1 {
+            1 + batch * tokens
+        } else {
+            batch
+        };
         let rows = batch * tokens;
         let bf = |n, salt, scale: f32| -> Vec<bf16> {
             values(n, salt).map(|v| bf16::from_f32(v * scale)).collect()
@@ -341,7 +345,10 @@ impl DecodeStep {
                         .d(Tensor::new(&self.d, &[nheads, dim], &[1, 0])?)
                         .dt_bias(Tensor::new(&self.dt_bias, &[nheads, dim], &[1, 0])?)
                         .state_batch_indices(index)
-                        .dst_state_batch_indices(Tensor::contiguous(&self.indices, &[batch, tokens])?)
+                        .dst_state_batch_indices(Tensor::contiguous(
+                            &self.indices,
+                            &[batch, tokens],
+                        )?)
                         .num_accepted_tokens(Tensor::contiguous(&self.num_accepted, &[batch])?)
                         .cu_seqlens(Tensor::contiguous(&self.cu_seqlens, &[batch + 1])?)
                         .cache_steps(tokens)
