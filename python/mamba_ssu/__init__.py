@@ -308,8 +308,9 @@ def selective_state_update(
             f'algorithm: the multi-token path has one layout ("auto" or "simple"), got {algorithm!r}'
         )
 
-    # FlashInfer's normalisation: one head fewer dimension is unsqueezed; on the fixed-length
-    # multi-token path a (batch, nheads, dim) x (and dt, B, C, z) gets a token dimension of 1.
+    # FlashInfer's normalisation: one head fewer dimension is unsqueezed; with cache_steps >= 1
+    # (outside the varlen form) a (batch, nheads, dim) x, dt, B, C or z gets a token dimension
+    # of 1 (each tensor on its own: with a 4-D x and cache_steps 0 nothing else is unsqueezed).
     if state.dim() == 3:
         state = state.unsqueeze(1)
     if A.dim() == 2:
@@ -319,7 +320,7 @@ def selective_state_update(
     if dt_bias is not None and dt_bias.dim() == 1:
         dt_bias = dt_bias.unsqueeze(0)
     if mode != "varlen":
-        per_token = mode == "multi"
+        per_token = cache_steps >= 1
 
         def norm(t):
             if t is None:
