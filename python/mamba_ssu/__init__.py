@@ -1,7 +1,8 @@
 """mamba_ssu: the Mamba-2 decode-step kernels of mamba-ssu for torch engines.
 
-- :func:`selective_state_update` — FlashInfer 0.7.2's Python signature, the crate's kernel
-  behind it: state and out bit-identical to FlashInfer's for the same ``rand_seed``.
+- :func:`selective_state_update` — FlashInfer 0.7.2's Python signature, the crate's kernels
+  behind it: state and out bit-identical to FlashInfer's for the same ``rand_seed``, for the
+  single-token decode step and for the multi-token (speculative-decoding verify) path.
 - :class:`SeedPrefetcher` — one per device; :meth:`SeedPrefetcher.next_seed` replaces the
   per-layer ``torch.randint(0, 2**32, (1,), device=...)`` with identical values and identical
   generator advance, from one batched draw per N calls (eagerly and under
@@ -30,14 +31,18 @@ __version__ = "0.1.0"
 
 __all__ = [
     "selective_state_update",
+    "ssu_mode",
     "SeedPrefetcher",
     "FusedSeed",
     "draw_seeds",
     "MAX_SEEDS_PER_DRAW",
+    "MTP_MAX_TOKENS",
 ]
 
 #: Most seeds one batched draw writes.
 MAX_SEEDS_PER_DRAW = _C.MAX_SEEDS_PER_DRAW
+#: Most tokens per sequence of one multi-token call (T, or cache_steps in the varlen form).
+MTP_MAX_TOKENS = _C.MTP_MAX_TOKENS
 
 # FlashInfer's algorithm names -> the crate's mamba_ssu_algorithm values. "async_horizontal" is
 # served by FlashInfer's simple kernel, whose results it therefore has.
@@ -162,6 +167,19 @@ def _unsupported(name: str, why: str):
     raise NotImplementedError(f"{name}: {why}")
 
 
+def ssu_mode(x_dim: int, cu_seqlens_given: bool, cache_steps: int) -> str:
+    """Which path FlashInfer 0.7.2's Python wrapper takes for an ``x`` of ``x_dim`` dimensions
+    (as passed, before any unsqueeze): ``"varlen"`` when ``cu_seqlens`` is given and x is 3-D
+    (total_tokens, nheads, dim); else ``"multi"`` (fixed length) when x is 4-D (batch, T,
+    nheads, dim) or when ``cache_steps >= 1`` (a 3-D x is then one token per sequence, a 2-D x
+    one token of one head); else ``"single"``."""
+    if cu_seqlens_given and x_dim == 3:
+        return "varlen"
+    if x_dim == 4 or (cache_steps >= 1 and x_dim in (2, 3)):
+        return "multi"
+    return "single"
+
+
 def selective_state_update(
     state: torch.Tensor,
     x: torch.Tensor,
@@ -192,10 +210,15 @@ def selective_state_update(
     *,
     sr_rule: str = "0.7.2",
 ) -> torch.Tensor:
-    """One Mamba-2 selective-state update (single token), FlashInfer 0.7.2's Python contract.
+    """One Mamba-2 selective-state update, FlashInfer 0.7.2's Python contract: the single-token
+    decode step, or the multi-token (speculative-decoding verify) path.
 
-    Shapes (FlashInfer's; 2-D/1-D forms are unsqueezed to one head as FlashInfer does):
-    state (slots, nheads, dim, dstate) with the inner three dims contiguous; x, z, out
+    Which path (FlashInfer's rule, :func:`ssu_mode`): ``cu_seqlens`` given with a 3-D x is the
+    varlen multi-token form; else a 4-D x, or ``cache_steps >= 1`` (a 3-D x gets a token
+    dimension of 1), is the fixed-length multi-token form; anything else is single token.
+
+    Single-token shapes (FlashInfer's; 2-D/1-D forms are unsqueezed to one head as FlashInfer
+    does): state (slots, nheads, dim, dstate) with the inner three dims contiguous; x, z, out
     (batch, nheads, dim); dt (batch, nheads, dim) with strides (any, 1, 0); A (nheads, dim,
     dstate) float32 with strides (1, 0, 0); B, C (batch, ngroups, dstate); D, dt_bias (nheads,
     dim) with strides (1, 0); state_batch_indices / dst_state_batch_indices int32 or int64,
@@ -203,11 +226,25 @@ def selective_state_update(
     ``disable_state_update``; slots equal to ``pad_slot_id`` are read as zeros and not written)
     and ``out`` is returned (allocated like x when not given).
 
+    Multi-token shapes: fixed length x, z, out (batch, T, nheads, dim), dt the same with strides
+    (any, any, 1, 0), B, C (batch, T, ngroups, dstate); varlen x, z, out (total_tokens, nheads,
+    dim), dt with strides (any, 1, 0), B, C (total_tokens, ngroups, dstate), ``cu_seqlens``
+    (batch + 1,) and ``cache_steps`` = the longest sequence (1..=16). Read slot of sequence b:
+    ``state_batch_indices[b]``, or with a 2-D index and ``num_accepted_tokens``
+    ``state_batch_indices[b, max(num_accepted_tokens[b] - 1, 0)]``. One write mode:
+    ``intermediate_states_buffer`` (entries, cache_steps, nheads, dim, dstate) (token t of
+    sequence b to entry ``intermediate_state_indices[b]``, or the read slot, step t; the state
+    is not written), a 2-D ``dst_state_batch_indices`` (batch, >= T) (token t to slot
+    ``dst[b, t]``), or neither (the last token's state to the read slot unless
+    ``disable_state_update``). Every index tensor has one integer dtype (int32 or int64).
+
     Stochastic rounding of an fp16 state: ``rand_seed`` a one-element int64 tensor on the
     state's device (read by the kernel, never by the host) with ``philox_rounds`` 1..10, or a
-    :class:`FusedSeed` (the kernel derives the stock seed itself); without ``rand_seed`` the
-    state is rounded to nearest. ``algorithm``: "auto", "simple", "vertical" (FlashInfer's
-    random mappings; "async_horizontal" is served as "simple").
+    :class:`FusedSeed` (the kernel derives the stock seed itself; chained inside
+    :meth:`SeedPrefetcher.fused_forward`); without ``rand_seed`` the state is rounded to nearest.
+    ``algorithm``: "auto", "simple", "vertical" (FlashInfer's random mappings;
+    "async_horizontal" is served as "simple"); the multi-token path has one layout, served for
+    "auto", "simple" and "async_horizontal".
 
     ``sr_rule`` (keyword-only, not one of FlashInfer's arguments): the fp32 -> fp16 conversion
     of stochastic rounding, "0.7.2" (the default: FlashInfer 0.7.2's, what engines pin) or
@@ -218,26 +255,15 @@ def selective_state_update(
     shapes); without ``rand_seed`` it changes nothing.
 
     Not served (each raises NotImplementedError naming it): ``state_scale`` / int16 state,
-    ``intermediate_states_buffer``, ``intermediate_state_indices``,
-    ``intermediate_state_scales``, ``cache_steps`` > 0, ``cu_seqlens``, ``num_accepted_tokens``
-    (the multi-token path), ``algorithm="horizontal"``, ``backend="cake"``.
+    ``intermediate_state_scales``, ``algorithm="horizontal"``, ``backend="cake"``.
     """
     # Arguments this package does not serve: never silently ignored.
     if state_scale is not None:
         _unsupported("state_scale", "int16 state with block scaling is not supported")
     if state.dtype == torch.int16:
         _unsupported("state", "int16 state is not supported")
-    for name, value in (
-        ("intermediate_states_buffer", intermediate_states_buffer),
-        ("intermediate_state_indices", intermediate_state_indices),
-        ("intermediate_state_scales", intermediate_state_scales),
-        ("cu_seqlens", cu_seqlens),
-        ("num_accepted_tokens", num_accepted_tokens),
-    ):
-        if value is not None:
-            _unsupported(name, "the multi-token (speculative-decoding) path is not supported yet")
-    if cache_steps:
-        _unsupported("cache_steps", "the multi-token (speculative-decoding) path is not supported yet")
+    if intermediate_state_scales is not None:
+        _unsupported("intermediate_state_scales", "an int16 intermediate buffer with block scaling is not supported")
     if backend not in ("auto", "flashinfer"):
         if backend == "cake":
             _unsupported("backend", '"cake" (an sm100 backend) is not supported')
@@ -257,8 +283,50 @@ def selective_state_update(
         raise ValueError(f'sr_rule: expected "0.7.2" or "0.7.4", got {sr_rule!r}') from None
     if intermediate_states_buffer is not None and dst_state_batch_indices is not None:
         raise ValueError("intermediate_states_buffer and dst_state_batch_indices are mutually exclusive")
+    if isinstance(cache_steps, bool) or not isinstance(cache_steps, int):
+        raise TypeError(f"cache_steps: expected an int, got {type(cache_steps).__name__}")
+    if cache_steps < 0:
+        raise ValueError(f"cache_steps: expected >= 0, got {cache_steps}")
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x: expected a tensor, got {type(x).__name__}")
 
-    # FlashInfer's normalisation of the single-token forms.
+    mode = ssu_mode(x.dim(), cu_seqlens is not None, cache_steps)
+    multi = mode != "single"
+    if not multi:
+        # Multi-token arguments on the single-token path: refused, never ignored.
+        for name, value in (
+            ("intermediate_states_buffer", intermediate_states_buffer),
+            ("intermediate_state_indices", intermediate_state_indices),
+            ("num_accepted_tokens", num_accepted_tokens),
+        ):
+            if value is not None:
+                raise ValueError(
+                    f"{name}: only the multi-token path takes it (a 4-D x, cache_steps >= 1, or "
+                    f"cu_seqlens with a 3-D x), got a {x.dim()}-D x with cache_steps {cache_steps}"
+                )
+        if cu_seqlens is not None:
+            raise ValueError(
+                f"cu_seqlens: the varlen form needs a 3-D x (total_tokens, nheads, dim), got "
+                f"shape {tuple(x.shape)}"
+            )
+    elif mode == "multi" and cu_seqlens is not None:
+        raise ValueError(
+            f"cu_seqlens: the varlen form needs a 3-D x (total_tokens, nheads, dim), got shape "
+            f"{tuple(x.shape)}"
+        )
+    if mode == "varlen" and cache_steps < 1:
+        raise ValueError(
+            "cache_steps: the varlen form (cu_seqlens) needs cache_steps >= 1, the longest "
+            f"sequence, got {cache_steps}"
+        )
+    if multi and algo == 2:
+        raise ValueError(
+            f'algorithm: the multi-token path has one layout ("auto" or "simple"), got {algorithm!r}'
+        )
+
+    # FlashInfer's normalisation: one head fewer dimension is unsqueezed; with cache_steps >= 1
+    # (outside the varlen form) a (batch, nheads, dim) x, dt, B, C or z gets a token dimension
+    # of 1 (each tensor on its own: with a 4-D x and cache_steps 0 nothing else is unsqueezed).
     if state.dim() == 3:
         state = state.unsqueeze(1)
     if A.dim() == 2:
@@ -267,16 +335,19 @@ def selective_state_update(
         D = D.unsqueeze(0)
     if dt_bias is not None and dt_bias.dim() == 1:
         dt_bias = dt_bias.unsqueeze(0)
-    if x.dim() == 2:
-        x = x.unsqueeze(1)
-    if dt.dim() == 2:
-        dt = dt.unsqueeze(1)
-    if B.dim() == 2:
-        B = B.unsqueeze(1)
-    if C.dim() == 2:
-        C = C.unsqueeze(1)
-    if z is not None and z.dim() == 2:
-        z = z.unsqueeze(1)
+    if mode != "varlen":
+        per_token = cache_steps >= 1
+
+        def norm(t):
+            if t is None:
+                return None
+            if t.dim() == 2:
+                t = t.unsqueeze(1)
+            if per_token and t.dim() == 3:
+                t = t.unsqueeze(1)
+            return t
+
+        x, dt, B, C, z = norm(x), norm(dt), norm(B), norm(C), norm(z)
 
     fused = None
     if rand_seed is not None:
@@ -308,8 +379,24 @@ def selective_state_update(
     result = out
     if out is None:
         out = result = torch.empty_like(x)
-    elif out.dim() == 2:
+    elif out.dim() == x.dim() - 1 and (out.dim() == 2 or mode == "multi"):
+        # The caller's out without the unsqueezed dimension (single head, or one token).
         out = out.unsqueeze(1)
+
+    if multi:
+        args = (
+            state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), state_batch_indices,
+            dst_state_batch_indices, pad_slot_id, out, bool(disable_state_update),
+            intermediate_states_buffer, intermediate_state_indices, cache_steps, cu_seqlens,
+            num_accepted_tokens,
+        )
+        if fused is not None:
+            fused._impl.ssu_fused_mtp(*args, philox_rounds, rule)
+        elif torch.compiler.is_compiling() or state.device.type == "meta":
+            torch.ops.mamba_ssu.selective_state_update_mtp(*args, rand_seed, philox_rounds, rule)
+        else:
+            _C.selective_state_update_mtp(*args, rand_seed, philox_rounds, rule)
+        return result
 
     if fused is not None:
         fused._impl.ssu_fused(

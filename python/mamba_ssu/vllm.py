@@ -6,7 +6,11 @@ and does what that call does — with stochastic rounding on, one stock ``torch.
 the crate's SSU behind it and the draw served by a per-device :class:`mamba_ssu.SeedPrefetcher`
 (``seed_mode="next_seed"``, the default: the same values, one batched draw per N calls) or
 derived by the kernel itself (``seed_mode="fused"``). ``seed_mode="stock"`` keeps vLLM's own
-``torch.randint``. Registering it (package README, "vLLM"):
+``torch.randint``. The same call serves vLLM's speculative-decoding verify step: varlen x with
+``cu_seqlens``, a 2-D (N, 1 + num_spec) index passed as both read and destination index,
+``num_accepted_tokens``, and ``cache_steps`` = the index width, which this backend derives as
+vLLM's does (one seed per call, as for a single-token call). Registering it (package README,
+"vLLM"):
 
     from vllm.model_executor.layers.mamba.ops import ssu_dispatch
     ssu_dispatch._BACKEND_REGISTRY[<the FlashInfer backend's enum member>] = MambaSSUBackend
@@ -84,6 +88,7 @@ class MambaSSUBackend:
                 rand_seed = self._prefetcher(state.device).next_seed()
             else:
                 rand_seed = self._prefetcher(state.device).fused
+        # vLLM's rule: the varlen multi-token form's longest sequence is the index width.
         cache_steps = 0
         if cu_seqlens is not None and state_batch_indices is not None:
             cache_steps = state_batch_indices.size(-1)

@@ -42,6 +42,7 @@ def test_op_schemas():
     s = str(torch.ops.mamba_ssu.selective_state_update.default._schema)
     assert s.startswith("mamba_ssu::selective_state_update(Tensor(a!) state, Tensor x, Tensor dt")
     assert "Tensor(b!) out" in s and s.endswith("int algorithm, int sr_rule=0) -> ()")
+    assert "Tensor(c!)" not in s  # the single-token op mutates state and out only
     assert str(torch.ops.mamba_ssu.draw_seeds.default._schema) == "mamba_ssu::draw_seeds(Tensor(a!) out) -> ()"
 
 
@@ -127,12 +128,15 @@ def _bad_cases():
         # Unsupported arguments: never silently ignored.
         (dict(state_scale=torch.ones(SLOTS, NHEADS, DIM)), NotImplementedError, "state_scale"),
         (dict(state=k["state"].to(torch.int16)), NotImplementedError, "int16"),
-        (dict(intermediate_states_buffer=torch.zeros(1)), NotImplementedError, "intermediate_states_buffer"),
-        (dict(intermediate_state_indices=torch.zeros(1)), NotImplementedError, "intermediate_state_indices"),
         (dict(intermediate_state_scales=torch.zeros(1)), NotImplementedError, "intermediate_state_scales"),
-        (dict(cu_seqlens=torch.zeros(2, dtype=torch.int32)), NotImplementedError, "cu_seqlens"),
-        (dict(num_accepted_tokens=torch.zeros(3, dtype=torch.int32)), NotImplementedError, "num_accepted_tokens"),
-        (dict(cache_steps=4), NotImplementedError, "cache_steps"),
+        # Multi-token arguments on the single-token path (3-D x, cache_steps 0): refused.
+        (dict(intermediate_states_buffer=torch.zeros(1)), ValueError, "intermediate_states_buffer: only the multi-token path"),
+        (dict(intermediate_state_indices=torch.zeros(1)), ValueError, "intermediate_state_indices: only the multi-token path"),
+        (dict(num_accepted_tokens=torch.zeros(3, dtype=torch.int32)), ValueError, "num_accepted_tokens: only the multi-token path"),
+        # cu_seqlens with a 3-D x is the varlen form, which needs cache_steps (the longest sequence).
+        (dict(cu_seqlens=torch.zeros(2, dtype=torch.int32)), ValueError, "cache_steps: the varlen form"),
+        (dict(cache_steps=-1), ValueError, "cache_steps"),
+        (dict(cache_steps=1.0), TypeError, "cache_steps"),
         (dict(backend="cake"), NotImplementedError, "backend"),
         (dict(backend="triton"), ValueError, "backend"),
         (dict(algorithm="horizontal"), NotImplementedError, "horizontal"),
@@ -153,7 +157,9 @@ def _bad_cases():
         (dict(pad_slot_id=0.5), TypeError, "pad_slot_id"),
         # Shapes.
         (dict(x=torch.zeros(BATCH, NHEADS + 1, DIM, dtype=torch.bfloat16)), ValueError, "x: expected size(1)"),
-        (dict(x=torch.zeros(BATCH, NHEADS, DIM, 1, dtype=torch.bfloat16)), ValueError, "x: expected 3 dimensions"),
+        (dict(x=torch.zeros(BATCH, 1, NHEADS, DIM, 1, dtype=torch.bfloat16)), ValueError, "x: expected 3 dimensions"),
+        # A 4-D x is the multi-token form (FlashInfer's rule): checked as (batch, T, nheads, dim).
+        (dict(x=torch.zeros(BATCH, NHEADS, DIM, 1, dtype=torch.bfloat16)), ValueError, "x: expected size(2) == 4 (nheads of state)"),
         (dict(dt=torch.zeros(BATCH + 1, NHEADS, dtype=torch.bfloat16)[:, :, None].expand(-1, -1, DIM)), ValueError, "dt: expected size(0)"),
         (dict(A=torch.zeros(NHEADS, DIM, DSTATE // 2)[:, :1, :1].expand(-1, DIM, DSTATE // 2)), ValueError, "A: expected size(2)"),
         (dict(B=torch.zeros(BATCH, NGROUPS, 64, dtype=torch.bfloat16)), ValueError, "B: expected size(2)"),

@@ -9,12 +9,16 @@
 //     current stream of the tensors' device under a device guard. The same function is the
 //     CUDA kernel of the torch op `mamba_ssu::selective_state_update` (TORCH_LIBRARY, for
 //     torch.compile; its fake implementation is in Python).
+//   - `_C.selective_state_update_mtp(...)` / op `mamba_ssu::selective_state_update_mtp`: the
+//     multi-token (speculative-decoding verify) form, fixed length (4-D x) or varlen (3-D x with
+//     cu_seqlens), mapped onto one mamba_ssu_mtp_params with the same kind of checks; the op
+//     also mutates the optional intermediate_states_buffer.
 //   - `_C.draw_seeds(out)` / op `mamba_ssu::draw_seeds`: n consecutive stock
 //     `torch.randint(0, 2**32, (1,))` draws from the device's default CUDA generator in one
 //     launch (graph-safe: under capture it reads the generator's device state).
 //   - `_C.SeedPrefetcher`: per device, `next_seed()` replaces the per-layer `torch.randint`
 //     (one batched draw per N calls), and the fused path (the SSU derives the stock seed
-//     itself), per call or chained over a delimited forward.
+//     itself), per call or chained over a delimited forward, for both SSU forms.
 //
 // Torch's generator contract this relies on (torch 2.11, ATen/cuda/CUDAGeneratorImpl.h and
 // PhiloxCudaStateRaw.cuh): one `torch.randint(0, 2**32, (1,))` takes philox_cuda_state(4) under
@@ -33,6 +37,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "mamba_ssu.h"
@@ -331,6 +337,343 @@ void ssu_pointer(Tensor state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C
 }
 
 // ---------------------------------------------------------------------------------------------
+// The multi-token SSU (speculative-decoding verify): tensors -> mamba_ssu_mtp_params.
+//
+// Two forms, told apart by cu_seqlens (the Python layer has already normalised the shapes as
+// FlashInfer does): fixed length, x (batch, T, nheads, dim) with T tokens per sequence; varlen,
+// x (total_tokens, nheads, dim) with cu_seqlens (batch + 1,) and at most cache_steps tokens per
+// sequence. dt, B, C, z and out have the leading dimensions of x.
+
+struct MtpTensors {
+  Tensor state, x, dt, A, B, C;
+  optional<Tensor> D, z, dt_bias, sbi, dsbi;
+  Tensor out;
+  optional<Tensor> inter, inter_idx, cu, nat;
+};
+
+// The leading dimensions of a token tensor: (batch, T) fixed length, (total_tokens,) varlen.
+struct TokenShape {
+  bool varlen;
+  int64_t n0;  // batch (fixed) or total tokens (varlen)
+  int64_t T;   // tokens per sequence (fixed); not used varlen
+  int64_t lead() const { return varlen ? 1 : 2; }
+};
+
+// Checks a token tensor's rank and sizes: its leading dimensions those of x, then `mid` (< 0:
+// not checked) and `last`.
+void check_tokens(const Tensor &t, const char *name, const TokenShape &s, int64_t mid,
+                  const char *mid_what, int64_t last, const char *last_what) {
+  check_dim(t, name, s.lead() + 2);
+  check_size(t, name, 0, s.n0, s.varlen ? "total tokens of x" : "batch of x");
+  if (!s.varlen) check_size(t, name, 1, s.T, "tokens per sequence of x");
+  if (mid >= 0) check_size(t, name, s.lead(), mid, mid_what);
+  check_size(t, name, s.lead() + 1, last, last_what);
+}
+
+// Token and batch strides of a token tensor whose token row holds `row` elements when dense.
+// Varlen: the batch stride is not read (0). A size-1 dimension takes the dense stride.
+std::pair<int64_t, int64_t> token_strides(const Tensor &t, const TokenShape &s, int64_t row) {
+  if (s.varlen) return {0, outer_stride(t, row)};
+  const int64_t st = t.size(1) > 1 ? t.stride(1) : row;
+  const int64_t sb = t.size(0) > 1 ? t.stride(0) : s.T * st;
+  return {sb, st};
+}
+
+void check_index_dtype(const Tensor &idx, const char *name) {
+  TORCH_CHECK_TYPE(idx.scalar_type() == at::kInt || idx.scalar_type() == at::kLong, name,
+                   ": expected int32 or int64, got ", idx.scalar_type());
+}
+
+void check_index_1d(const Tensor &idx, const char *name, int64_t n, const char *what) {
+  check_index_dtype(idx, name);
+  check_dim(idx, name, 1);
+  check_size(idx, name, 0, n, what);
+}
+
+mamba_ssu_mtp_params make_mtp_params(const MtpTensors &t, bool dt_softplus, int64_t pad_slot_id,
+                                     bool disable_state_update, int64_t cache_steps,
+                                     int64_t philox_rounds, int64_t sr_rule) {
+  const Tensor &state = t.state;
+  check_dim(state, "state", 4);
+  const int64_t slots = state.size(0), nheads = state.size(1), dim = state.size(2),
+                dstate = state.size(3);
+  const bool varlen = t.cu.has_value();
+
+  // Sequences and tokens.
+  int64_t batch = 0, ntokens = 0, total_tokens = 0;
+  if (varlen) {
+    TORCH_CHECK_VALUE(t.x.dim() == 3, "x: the varlen form (cu_seqlens given) expects 3 "
+                      "dimensions (total_tokens, nheads, dim), got shape ", t.x.sizes());
+    const Tensor &cu = *t.cu;
+    check_index_dtype(cu, "cu_seqlens");
+    check_dim(cu, "cu_seqlens", 1);
+    TORCH_CHECK_VALUE(cu.size(0) >= 2, "cu_seqlens: expected at least 2 offsets (batch + 1), "
+                      "got shape ", cu.sizes());
+    batch = cu.size(0) - 1;
+    total_tokens = t.x.size(0);
+    ntokens = cache_steps;
+    TORCH_CHECK_VALUE(ntokens >= 1 && ntokens <= MAMBA_SSU_MTP_MAX_TOKENS,
+                      "cache_steps: the varlen form needs the longest sequence in 1..=",
+                      MAMBA_SSU_MTP_MAX_TOKENS, ", got ", cache_steps);
+  } else {
+    check_dim(t.x, "x", 4);
+    batch = t.x.size(0);
+    ntokens = t.x.size(1);
+    total_tokens = batch * ntokens;
+    TORCH_CHECK_VALUE(batch >= 1, "x: expected at least one sequence (size(0) >= 1), got shape ",
+                      t.x.sizes());
+    TORCH_CHECK_VALUE(ntokens >= 1 && ntokens <= MAMBA_SSU_MTP_MAX_TOKENS, "x: expected 1..=",
+                      MAMBA_SSU_MTP_MAX_TOKENS, " tokens per sequence (size(1)), got shape ",
+                      t.x.sizes());
+  }
+  const TokenShape ts{varlen, t.x.size(0), varlen ? 0 : ntokens};
+  const int64_t lead = ts.lead();
+  check_size(t.x, "x", lead, nheads, "nheads of state");
+  check_size(t.x, "x", lead + 1, dim, "dim of state");
+  check_tokens(t.dt, "dt", ts, nheads, "nheads", dim, "dim");
+  TORCH_CHECK_VALUE(t.B.dim() == lead + 2, "B: expected ", lead + 2, " dimensions, got shape ",
+                    t.B.sizes());
+  const int64_t ngroups = t.B.size(lead);
+  check_tokens(t.B, "B", ts, -1, "", dstate, "dstate");
+  check_tokens(t.C, "C", ts, ngroups, "ngroups of B", dstate, "dstate");
+  check_tokens(t.out, "out", ts, nheads, "nheads", dim, "dim");
+  if (t.z) check_tokens(*t.z, "z", ts, nheads, "nheads", dim, "dim");
+  check_dim(t.A, "A", 3);
+  check_size(t.A, "A", 0, nheads, "nheads");
+  check_size(t.A, "A", 1, dim, "dim");
+  check_size(t.A, "A", 2, dstate, "dstate");
+  for (const auto &[opt, name] : {std::pair{&t.D, "D"}, std::pair{&t.dt_bias, "dt_bias"}}) {
+    if (!opt->has_value()) continue;
+    check_dim(**opt, name, 2);
+    check_size(**opt, name, 0, nheads, "nheads");
+    check_size(**opt, name, 1, dim, "dim");
+  }
+
+  // Index tensors: one integer dtype for all of them (the kernel's index_dtype).
+  const optional<Tensor> *first_idx = nullptr;
+  const char *first_name = nullptr;
+  for (const auto &[opt, name] :
+       {std::pair{&t.sbi, "state_batch_indices"}, std::pair{&t.dsbi, "dst_state_batch_indices"},
+        std::pair{&t.inter_idx, "intermediate_state_indices"},
+        std::pair{&t.nat, "num_accepted_tokens"}, std::pair{&t.cu, "cu_seqlens"}}) {
+    if (!opt->has_value()) continue;
+    check_index_dtype(**opt, name);
+    if (first_idx == nullptr) {
+      first_idx = opt;
+      first_name = name;
+    } else {
+      same_dtype(**opt, name, **first_idx, first_name);
+    }
+  }
+  int64_t sbi_cols = 0;
+  if (t.sbi) {
+    const Tensor &idx = *t.sbi;
+    TORCH_CHECK_VALUE(idx.dim() == 1 || idx.dim() == 2, "state_batch_indices: expected 1 or 2 "
+                      "dimensions ((batch,) or (batch, T)), got shape ", idx.sizes());
+    check_size(idx, "state_batch_indices", 0, batch, "batch");
+    if (idx.dim() == 2) {
+      sbi_cols = idx.size(1);
+      TORCH_CHECK_VALUE(sbi_cols >= 1, "state_batch_indices: a 2-D index needs at least one "
+                        "column, got shape ", idx.sizes());
+    }
+  } else {
+    TORCH_CHECK_VALUE(slots >= batch, "state: without state_batch_indices sequence b uses slot "
+                      "b: expected size(0) >= ", batch, " (the batch), got shape ",
+                      state.sizes());
+  }
+  if (t.dsbi) {
+    const Tensor &idx = *t.dsbi;
+    TORCH_CHECK_VALUE(idx.dim() == 2, "dst_state_batch_indices: the multi-token path expects a "
+                      "2-D (batch, T) index (one write slot per token), got shape ", idx.sizes());
+    check_size(idx, "dst_state_batch_indices", 0, batch, "batch");
+    TORCH_CHECK_VALUE(idx.size(1) >= ntokens, "dst_state_batch_indices: expected at least ",
+                      ntokens, " columns (one per token", varlen ? ", cache_steps" : "",
+                      "), got shape ", idx.sizes());
+  }
+  if (t.nat) {
+    check_index_1d(*t.nat, "num_accepted_tokens", batch, "batch");
+    TORCH_CHECK_VALUE(sbi_cols > 0, "num_accepted_tokens: needs a 2-D state_batch_indices "
+                      "(batch, T) to pick the read slot from");
+  }
+  if (t.inter_idx) {
+    TORCH_CHECK_VALUE(t.inter.has_value(), "intermediate_state_indices: given without an "
+                      "intermediate_states_buffer");
+    check_index_1d(*t.inter_idx, "intermediate_state_indices", batch, "batch");
+  }
+  int64_t steps = ntokens, entries = 0;
+  if (t.inter) {
+    const Tensor &buf = *t.inter;
+    TORCH_CHECK_VALUE(!t.dsbi.has_value(), "intermediate_states_buffer and "
+                      "dst_state_batch_indices are mutually exclusive");
+    check_dim(buf, "intermediate_states_buffer", 5);
+    TORCH_CHECK_VALUE(buf.size(1) == cache_steps, "intermediate_states_buffer: expected "
+                      "size(1) == cache_steps (", cache_steps, "), got shape ", buf.sizes());
+    TORCH_CHECK_VALUE(cache_steps >= ntokens, "cache_steps: expected >= the tokens per sequence (",
+                      ntokens, ") with an intermediate_states_buffer, got ", cache_steps);
+    check_size(buf, "intermediate_states_buffer", 2, nheads, "nheads of state");
+    check_size(buf, "intermediate_states_buffer", 3, dim, "dim of state");
+    check_size(buf, "intermediate_states_buffer", 4, dstate, "dstate of state");
+    same_dtype(buf, "intermediate_states_buffer", state, "state");
+    const int64_t head_block = nheads * dim * dstate;
+    check_stride(buf, "intermediate_states_buffer", 4, 1);
+    check_stride(buf, "intermediate_states_buffer", 3, dstate);
+    check_stride(buf, "intermediate_states_buffer", 2, dim * dstate);
+    check_stride(buf, "intermediate_states_buffer", 1, head_block);
+    check_stride(buf, "intermediate_states_buffer", 0, cache_steps * head_block);
+    steps = cache_steps;
+    entries = buf.size(0);
+  }
+
+  // Dtypes.
+  const int32_t state_dtype = float_dtype(state, "state");
+  const int32_t input_dtype = float_dtype(t.x, "x");
+  for (const auto &[ten, name] : {std::pair{&t.B, "B"}, std::pair{&t.C, "C"}, std::pair{&t.out, "out"}})
+    same_dtype(*ten, name, t.x, "x");
+  if (t.z) same_dtype(*t.z, "z", t.x, "x");
+  const int32_t weight_dtype = float_dtype(t.dt, "dt");
+  if (t.D) same_dtype(*t.D, "D", t.dt, "dt");
+  if (t.dt_bias) same_dtype(*t.dt_bias, "dt_bias", t.dt, "dt");
+  TORCH_CHECK_TYPE(t.A.scalar_type() == at::kFloat, "A: expected float32, got ",
+                   t.A.scalar_type());
+
+  // Strides: within a token row the single-token layouts; token and batch strides free.
+  check_stride(state, "state", 3, 1);
+  check_stride(state, "state", 2, dstate);
+  check_stride(state, "state", 1, dim * dstate);
+  for (const auto &[ten, name] : {std::pair{&t.x, "x"}, std::pair{&t.out, "out"}}) {
+    check_stride(*ten, name, lead + 1, 1);
+    check_stride(*ten, name, lead, dim);
+  }
+  if (t.z) {
+    check_stride(*t.z, "z", lead + 1, 1);
+    check_stride(*t.z, "z", lead, dim);
+  }
+  check_stride(t.dt, "dt", lead, 1);
+  check_stride(t.dt, "dt", lead + 1, 0);
+  check_stride(t.A, "A", 0, 1);
+  check_stride(t.A, "A", 1, 0);
+  check_stride(t.A, "A", 2, 0);
+  for (const auto &[ten, name] : {std::pair{&t.B, "B"}, std::pair{&t.C, "C"}}) {
+    check_stride(*ten, name, lead + 1, 1);
+    check_stride(*ten, name, lead, dstate);
+  }
+  for (const auto &[opt, name] : {std::pair{&t.D, "D"}, std::pair{&t.dt_bias, "dt_bias"}}) {
+    if (!opt->has_value()) continue;
+    check_stride(**opt, name, 0, 1);
+    check_stride(**opt, name, 1, 0);
+  }
+
+  // Devices: every tensor on the device of state, a CUDA device.
+  TORCH_CHECK_VALUE(state.is_cuda(), "state: expected a CUDA tensor, got one on ",
+                    state.device());
+  for (const auto &[ten, name] : {std::pair{&t.x, "x"}, std::pair{&t.dt, "dt"}, std::pair{&t.A, "A"},
+                                  std::pair{&t.B, "B"}, std::pair{&t.C, "C"}, std::pair{&t.out, "out"}})
+    check_device(*ten, name, state);
+  for (const auto &[opt, name] :
+       {std::pair{&t.D, "D"}, std::pair{&t.z, "z"}, std::pair{&t.dt_bias, "dt_bias"},
+        std::pair{&t.sbi, "state_batch_indices"}, std::pair{&t.dsbi, "dst_state_batch_indices"},
+        std::pair{&t.inter, "intermediate_states_buffer"},
+        std::pair{&t.inter_idx, "intermediate_state_indices"},
+        std::pair{&t.cu, "cu_seqlens"}, std::pair{&t.nat, "num_accepted_tokens"}})
+    if (opt->has_value()) check_device(**opt, name, state);
+
+  mamba_ssu_mtp_params p{};
+  p.batch = batch;
+  p.ntokens = ntokens;
+  p.total_tokens = total_tokens;
+  p.nheads = nheads;
+  p.dim = dim;
+  p.dstate = dstate;
+  p.ngroups = ngroups;
+  p.state_cache_size = slots;
+  p.cache_steps = steps;
+  p.intermediate_cache_size = entries;
+  p.state_stride_batch = outer_stride(state, nheads * dim * dstate);
+  std::tie(p.x_stride_batch, p.x_stride_token) = token_strides(t.x, ts, nheads * dim);
+  std::tie(p.dt_stride_batch, p.dt_stride_token) = token_strides(t.dt, ts, nheads);
+  std::tie(p.B_stride_batch, p.B_stride_token) = token_strides(t.B, ts, ngroups * dstate);
+  std::tie(p.C_stride_batch, p.C_stride_token) = token_strides(t.C, ts, ngroups * dstate);
+  if (t.z) std::tie(p.z_stride_batch, p.z_stride_token) = token_strides(*t.z, ts, nheads * dim);
+  std::tie(p.out_stride_batch, p.out_stride_token) = token_strides(t.out, ts, nheads * dim);
+  if (t.sbi) {
+    p.state_batch_indices_stride = outer_stride(*t.sbi, sbi_cols > 0 ? sbi_cols : 1);
+    p.state_batch_indices_stride_col = sbi_cols > 1 ? t.sbi->stride(1) : 1;
+    p.state_batch_indices_cols = sbi_cols;
+  }
+  if (t.dsbi) {
+    const int64_t cols = t.dsbi->size(1);
+    p.dst_state_batch_indices_stride = outer_stride(*t.dsbi, cols);
+    p.dst_state_batch_indices_stride_col = cols > 1 ? t.dsbi->stride(1) : 1;
+    p.dst_state_batch_indices_cols = cols;
+  }
+  p.num_accepted_tokens_stride = t.nat ? outer_stride(*t.nat, 1) : 0;
+  p.cu_seqlens_stride = t.cu ? outer_stride(*t.cu, 1) : 0;
+  p.intermediate_state_indices_stride = t.inter_idx ? outer_stride(*t.inter_idx, 1) : 0;
+  p.pad_slot_id = pad_slot_id;
+  p.state = state.data_ptr();
+  p.x = t.x.const_data_ptr();
+  p.dt = t.dt.const_data_ptr();
+  p.dt_bias = t.dt_bias ? t.dt_bias->const_data_ptr() : nullptr;
+  p.A = static_cast<const float *>(t.A.const_data_ptr());
+  p.B = t.B.const_data_ptr();
+  p.C = t.C.const_data_ptr();
+  p.D = t.D ? t.D->const_data_ptr() : nullptr;
+  p.z = t.z ? t.z->const_data_ptr() : nullptr;
+  p.out = t.out.data_ptr();
+  p.state_batch_indices = t.sbi ? t.sbi->const_data_ptr() : nullptr;
+  p.dst_state_batch_indices = t.dsbi ? t.dsbi->const_data_ptr() : nullptr;
+  p.num_accepted_tokens = t.nat ? t.nat->const_data_ptr() : nullptr;
+  p.cu_seqlens = t.cu ? t.cu->const_data_ptr() : nullptr;
+  p.intermediate_states = t.inter ? t.inter->data_ptr() : nullptr;
+  p.intermediate_state_indices = t.inter_idx ? t.inter_idx->const_data_ptr() : nullptr;
+  p.state_dtype = state_dtype;
+  p.input_dtype = input_dtype;
+  p.weight_dtype = weight_dtype;
+  p.index_dtype = (first_idx != nullptr && (*first_idx)->scalar_type() == at::kLong)
+                      ? MAMBA_SSU_I64
+                      : MAMBA_SSU_I32;
+  p.dt_softplus = dt_softplus ? 1 : 0;
+  p.update_state = disable_state_update ? 0 : 1;
+  TORCH_CHECK_VALUE(philox_rounds >= 0 && philox_rounds <= 10,
+                    "philox_rounds: expected 0..=10, got ", philox_rounds);
+  p.philox_rounds = static_cast<int32_t>(philox_rounds);
+  TORCH_CHECK_VALUE(sr_rule == MAMBA_SSU_SR_V072 || sr_rule == MAMBA_SSU_SR_V074,
+                    "sr_rule: expected 0 (FlashInfer 0.7.2's SR conversion) or 1 (0.7.4's), got ",
+                    sr_rule);
+  p.sr_rule = static_cast<int32_t>(sr_rule);
+  p.seed_source = MAMBA_SSU_SEED_POINTER;
+  p.num_sms = num_sms(state.get_device());
+  return p;
+}
+
+void launch_ssu_mtp(const mamba_ssu_mtp_params &p, const c10::cuda::CUDAStream &stream) {
+  check_status(mamba_ssu_selective_state_update_mtp(as_stream(stream), &p),
+               "mamba_ssu.selective_state_update");
+}
+
+// The multi-token SSU with its seed in device memory (FlashInfer's contract) or no SR.
+void ssu_mtp_pointer(Tensor state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C,
+                     optional<Tensor> D, optional<Tensor> z, optional<Tensor> dt_bias,
+                     bool dt_softplus, optional<Tensor> state_batch_indices,
+                     optional<Tensor> dst_state_batch_indices, int64_t pad_slot_id, Tensor out,
+                     bool disable_state_update, optional<Tensor> intermediate_states_buffer,
+                     optional<Tensor> intermediate_state_indices, int64_t cache_steps,
+                     optional<Tensor> cu_seqlens, optional<Tensor> num_accepted_tokens,
+                     optional<Tensor> rand_seed, int64_t philox_rounds, int64_t sr_rule) {
+  MtpTensors t{state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices,
+               dst_state_batch_indices, out, intermediate_states_buffer,
+               intermediate_state_indices, cu_seqlens, num_accepted_tokens};
+  mamba_ssu_mtp_params p = make_mtp_params(t, dt_softplus, pad_slot_id, disable_state_update,
+                                           cache_steps, rand_seed ? philox_rounds : 0, sr_rule);
+  if (rand_seed) {
+    check_rand_seed(*rand_seed, state);
+    p.rand_seed = static_cast<const int64_t *>(rand_seed->const_data_ptr());
+  }
+  const c10::cuda::CUDAGuard guard(state.device());
+  launch_ssu_mtp(p, c10::cuda::getCurrentCUDAStream(state.get_device()));
+}
+
+// ---------------------------------------------------------------------------------------------
 // Torch's generator.
 
 at::CUDAGeneratorImpl *default_generator(c10::DeviceIndex device) {
@@ -494,17 +837,67 @@ class SeedPrefetcher {
                  optional<Tensor> dst_state_batch_indices, int64_t pad_slot_id, Tensor out,
                  bool disable_state_update, int64_t philox_rounds, int64_t algorithm,
                  int64_t sr_rule) {
-    TORCH_CHECK_VALUE(philox_rounds >= 1 && philox_rounds <= 10,
-                      "philox_rounds: expected 1..=10 with a fused seed, got ", philox_rounds);
+    check_fused_rounds(philox_rounds);
     SsuTensors t{state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices,
                  dst_state_batch_indices, out};
     mamba_ssu_params p = make_params(t, dt_softplus, pad_slot_id, disable_state_update,
                                      philox_rounds, algorithm, sr_rule);
+    fused_launch(p, state, &mamba_ssu_selective_state_update_check, &launch_ssu);
+  }
+
+  // The fused multi-token SSU: the same seed handling (one draw per call, chained inside a
+  // fused forward) over the multi-token kernel.
+  void ssu_fused_mtp(Tensor state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C,
+                     optional<Tensor> D, optional<Tensor> z, optional<Tensor> dt_bias,
+                     bool dt_softplus, optional<Tensor> state_batch_indices,
+                     optional<Tensor> dst_state_batch_indices, int64_t pad_slot_id, Tensor out,
+                     bool disable_state_update, optional<Tensor> intermediate_states_buffer,
+                     optional<Tensor> intermediate_state_indices, int64_t cache_steps,
+                     optional<Tensor> cu_seqlens, optional<Tensor> num_accepted_tokens,
+                     int64_t philox_rounds, int64_t sr_rule) {
+    check_fused_rounds(philox_rounds);
+    MtpTensors t{state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices,
+                 dst_state_batch_indices, out, intermediate_states_buffer,
+                 intermediate_state_indices, cu_seqlens, num_accepted_tokens};
+    mamba_ssu_mtp_params p = make_mtp_params(t, dt_softplus, pad_slot_id, disable_state_update,
+                                             cache_steps, philox_rounds, sr_rule);
+    fused_launch(p, state, &mamba_ssu_selective_state_update_mtp_check, &launch_ssu_mtp);
+  }
+
+  ~SeedPrefetcher() {
+    if (keepalive_.empty()) return;
+    std::lock_guard<std::mutex> lock(retired_mutex);
+    for (auto &t : keepalive_) retired_buffers().push_back(std::move(t));
+  }
+
+  int64_t num_layers() const { return n_; }
+  int64_t device() const { return device_; }
+  // Counters: next_seed/fused requests, requests served from a batch or chain link, batches drawn.
+  py::dict stats() const {
+    py::dict d;
+    d["requested"] = stats_.requested;
+    d["served"] = stats_.served;
+    d["batches"] = stats_.batches;
+    return d;
+  }
+
+ private:
+  static void check_fused_rounds(int64_t philox_rounds) {
+    TORCH_CHECK_VALUE(philox_rounds >= 1 && philox_rounds <= 10,
+                      "philox_rounds: expected 1..=10 with a fused seed, got ", philox_rounds);
+  }
+
+  // Fills the seed fields of a checked parameter block (single- or multi-token: the fields
+  // have the same names and meaning) from this call's generator position and launches it:
+  // the kernel derives the stock seed itself, or reads it from the previous chained call's
+  // link. Everything is checked before the generator moves: a rejected call draws nothing.
+  template <class P>
+  void fused_launch(P &p, const Tensor &state, int (*check)(const P *),
+                    void (*launch)(const P &, const c10::cuda::CUDAStream &)) {
     TORCH_CHECK_VALUE(state.get_device() == device_, "state: the seed prefetcher serves cuda:",
                       static_cast<int>(device_), ", got a tensor on ", state.device());
-    // Everything is checked before the generator moves: a rejected call draws nothing.
     p.seed_source = MAMBA_SSU_SEED_FROM_VALUES;
-    check_status(mamba_ssu_selective_state_update_check(&p), "mamba_ssu.selective_state_update");
+    check_status(check(&p), "mamba_ssu.selective_state_update");
     const c10::cuda::CUDAGuard guard(device_);
     const auto stream = c10::cuda::getCurrentCUDAStream(device_);
     const Position pos = take_position(device_, stream, 1);
@@ -538,7 +931,7 @@ class SeedPrefetcher {
       if (pos.st.captured_ && (keepalive_.empty() || !keepalive_.back().is_same(links_)))
         keepalive_.push_back(links_);
     }
-    launch_ssu(p, stream);
+    launch(p, stream);
     if (k >= 0) {
       chain_valid_ = true;
       chain_pos_ = pos;
@@ -546,24 +939,6 @@ class SeedPrefetcher {
     }
   }
 
-  ~SeedPrefetcher() {
-    if (keepalive_.empty()) return;
-    std::lock_guard<std::mutex> lock(retired_mutex);
-    for (auto &t : keepalive_) retired_buffers().push_back(std::move(t));
-  }
-
-  int64_t num_layers() const { return n_; }
-  int64_t device() const { return device_; }
-  // Counters: next_seed/fused requests, requests served from a batch or chain link, batches drawn.
-  py::dict stats() const {
-    py::dict d;
-    d["requested"] = stats_.requested;
-    d["served"] = stats_.served;
-    d["batches"] = stats_.batches;
-    return d;
-  }
-
- private:
   int64_t n_;
   c10::DeviceIndex device_;
   Tensor batch_;
@@ -597,11 +972,19 @@ TORCH_LIBRARY(mamba_ssu, m) {
       "Tensor? state_batch_indices, Tensor? dst_state_batch_indices, int pad_slot_id, "
       "Tensor(b!) out, bool disable_state_update, Tensor? rand_seed, int philox_rounds, "
       "int algorithm, int sr_rule=0) -> ()");
+  m.def(
+      "selective_state_update_mtp(Tensor(a!) state, Tensor x, Tensor dt, Tensor A, Tensor B, "
+      "Tensor C, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, "
+      "Tensor? state_batch_indices, Tensor? dst_state_batch_indices, int pad_slot_id, "
+      "Tensor(b!) out, bool disable_state_update, Tensor(c!)? intermediate_states_buffer, "
+      "Tensor? intermediate_state_indices, int cache_steps, Tensor? cu_seqlens, "
+      "Tensor? num_accepted_tokens, Tensor? rand_seed, int philox_rounds, int sr_rule=0) -> ()");
   m.def("draw_seeds(Tensor(a!) out) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(mamba_ssu, CUDA, m) {
   m.impl("selective_state_update", &ssu_pointer);
+  m.impl("selective_state_update_mtp", &ssu_mtp_pointer);
   m.impl("draw_seeds", &draw_seeds);
 }
 
@@ -611,6 +994,8 @@ TORCH_LIBRARY_IMPL(mamba_ssu, CUDA, m) {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "mamba-ssu's torch binding (use the mamba_ssu package, not this module)";
   m.def("selective_state_update", &ssu_pointer, "SSU, seed in device memory or no SR");
+  m.def("selective_state_update_mtp", &ssu_mtp_pointer,
+        "multi-token SSU, seed in device memory or no SR");
   m.def("draw_seeds", &draw_seeds, "n consecutive stock torch.randint draws into out");
   py::class_<SeedPrefetcher>(m, "SeedPrefetcher")
       .def(py::init<int64_t, int64_t>(), py::arg("num_layers"), py::arg("device"))
@@ -619,8 +1004,10 @@ PYBIND11_MODULE(_C, m) {
       .def("end_fused_forward", &SeedPrefetcher::end_fused_forward)
       .def("in_fused_forward", &SeedPrefetcher::in_fused_forward)
       .def("ssu_fused", &SeedPrefetcher::ssu_fused)
+      .def("ssu_fused_mtp", &SeedPrefetcher::ssu_fused_mtp)
       .def("stats", &SeedPrefetcher::stats)
       .def_property_readonly("num_layers", &SeedPrefetcher::num_layers)
       .def_property_readonly("device", &SeedPrefetcher::device);
   m.attr("MAX_SEEDS_PER_DRAW") = MAMBA_SSU_MAX_SEEDS_PER_DRAW;
+  m.attr("MTP_MAX_TOKENS") = MAMBA_SSU_MTP_MAX_TOKENS;
 }
