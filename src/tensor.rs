@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::ffi::sys;
 
 /// Most dimensions a [`TensorLayout`] has.
-pub const MAX_RANK: usize = 4;
+pub const MAX_RANK: usize = 5;
 
 /// Alignment in bytes FlashInfer requires of the vector-loaded tensors and batch strides.
 pub const VECTOR_ALIGN: usize = 16;
@@ -267,8 +267,8 @@ impl TensorLayout {
         Self {
             dtype: DType::I64,
             rank: 1,
-            shape: [1, 0, 0, 0],
-            strides: [1, 0, 0, 0],
+            shape: [1, 0, 0, 0, 0],
+            strides: [1, 0, 0, 0, 0],
             len: 1,
         }
     }

@@ -113,6 +113,32 @@ impl fmt::Debug for SeedSource<'_> {
     }
 }
 
+impl SeedSource<'_> {
+    /// The seed as validation sees it.
+    pub(super) fn spec(&self) -> SeedSpec {
+        match self {
+            SeedSource::Pointer(t) => SeedSpec::Pointer(*t.layout()),
+            SeedSource::FromGenerator { offset, .. } => SeedSpec::FromGenerator { offset: *offset },
+            SeedSource::FromValues { seed, offset } => SeedSpec::FromValues {
+                seed: *seed,
+                offset: *offset,
+            },
+            SeedSource::Prefetched(_) => SeedSpec::Pointer(PREFETCHED_SEED_LAYOUT),
+            SeedSource::Fused(f) => match (f.linked_seed(), f.generator_state()) {
+                // A chained call reads the seed its predecessor stored.
+                (Some(_), _) => SeedSpec::Pointer(PREFETCHED_SEED_LAYOUT),
+                (None, Some(_)) => SeedSpec::FromGenerator {
+                    offset: f.seed_offset(),
+                },
+                (None, None) => SeedSpec::FromValues {
+                    seed: f.generator_seed(),
+                    offset: f.seed_offset(),
+                },
+            },
+        }
+    }
+}
+
 /// The arguments of one [`selective_state_update`](super::selective_state_update) call
 /// (FlashInfer's names; see the [module doc](super) for the contract). [`SsuArgs::new`] fills
 /// the defaults; the builder methods set the rest.
@@ -268,28 +294,7 @@ impl<'a> SsuArgs<'a> {
             dst_state_batch_indices: self.dst_state_batch_indices.as_ref().map(|t| *t.layout()),
             out: *self.out.layout(),
             philox_rounds: self.philox_rounds,
-            seed: self.seed.as_ref().map(|s| match s {
-                SeedSource::Pointer(t) => SeedSpec::Pointer(*t.layout()),
-                SeedSource::FromGenerator { offset, .. } => {
-                    SeedSpec::FromGenerator { offset: *offset }
-                }
-                SeedSource::FromValues { seed, offset } => SeedSpec::FromValues {
-                    seed: *seed,
-                    offset: *offset,
-                },
-                SeedSource::Prefetched(_) => SeedSpec::Pointer(PREFETCHED_SEED_LAYOUT),
-                SeedSource::Fused(f) => match (f.linked_seed(), f.generator_state()) {
-                    // A chained call reads the seed its predecessor stored.
-                    (Some(_), _) => SeedSpec::Pointer(PREFETCHED_SEED_LAYOUT),
-                    (None, Some(_)) => SeedSpec::FromGenerator {
-                        offset: f.seed_offset(),
-                    },
-                    (None, None) => SeedSpec::FromValues {
-                        seed: f.generator_seed(),
-                        offset: f.seed_offset(),
-                    },
-                },
-            }),
+            seed: self.seed.as_ref().map(SeedSource::spec),
         }
     }
 }

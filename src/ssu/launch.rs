@@ -13,7 +13,7 @@ use crate::tensor::{DType, Tensor, TensorLayout, VECTOR_ALIGN};
 use super::args::{num_sms, Algorithm, SeedSource, SeedSpec, SsuArgs, SsuProblem, SsuSpec};
 use super::validation::validate;
 
-fn to_i64(name: &'static str, v: usize) -> Result<i64> {
+pub(super) fn to_i64(name: &'static str, v: usize) -> Result<i64> {
     i64::try_from(v).map_err(|_| Error::invalid(name, format!("{v} does not fit in int64")))
 }
 
@@ -166,11 +166,15 @@ fn fill_params(
 }
 
 /// The pointer of an optional tensor's `(pointer, guard)`, 0 when absent.
-fn raw(p: &Option<(CUdeviceptr, SyncOnDrop<'_>)>) -> CUdeviceptr {
+pub(super) fn raw(p: &Option<(CUdeviceptr, SyncOnDrop<'_>)>) -> CUdeviceptr {
     p.as_ref().map_or(0, |(ptr, _)| *ptr)
 }
 
-fn check_ptr_alignment(name: &'static str, ptr: CUdeviceptr, align: usize) -> Result<()> {
+pub(super) fn check_ptr_alignment(
+    name: &'static str,
+    ptr: CUdeviceptr,
+    align: usize,
+) -> Result<()> {
     if ptr % align as u64 != 0 {
         return Err(Error::invalid(
             name,

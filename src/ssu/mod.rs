@@ -81,16 +81,22 @@
 // SeedSource, Algorithm, SsuSpec, SeedSpec, SsuProblem); `validation.rs` holds `validate` and
 // its helpers; `launch.rs` holds `selective_state_update` (device checks, pointers, the C ABI's
 // parameters, the launch); `fixtures.rs` holds the valid call the unit tests start from. Each
-// file carries the unit tests of its own code.
+// file carries the unit tests of its own code. `mtp/` is the multi-token form (its own args,
+// validation and launch, sharing the helpers and the seed types of these files).
 
 mod args;
 #[cfg(test)]
 mod fixtures;
 mod launch;
+pub mod mtp;
 mod validation;
 
 pub use args::{Algorithm, SeedSource, SeedSpec, SsuArgs, SsuProblem, SsuSpec};
 pub use launch::selective_state_update;
+pub use mtp::{
+    mtp_launch_plan, selective_state_update_mtp, validate_mtp, MtpArgs, MtpLaunchPlan, MtpProblem,
+    MtpSpec,
+};
 pub use validation::{validate, MAX_PHILOX_ROUNDS, SUPPORTED_DSTATE};
 
 /// The stochastic-rounding conversion of a call (FlashInfer 0.7.2's, the default, or 0.7.4's);

@@ -12,7 +12,12 @@ pub const SUPPORTED_DSTATE: [usize; 3] = [64, 128, 256];
 /// Most Philox rounds of stochastic rounding.
 pub const MAX_PHILOX_ROUNDS: u32 = 10;
 
-fn expect_rank(name: &'static str, l: &TensorLayout, rank: usize, what: &str) -> Result<()> {
+pub(super) fn expect_rank(
+    name: &'static str,
+    l: &TensorLayout,
+    rank: usize,
+    what: &str,
+) -> Result<()> {
     if l.rank() != rank {
         return Err(Error::invalid(
             name,
@@ -26,7 +31,7 @@ fn expect_rank(name: &'static str, l: &TensorLayout, rank: usize, what: &str) ->
     Ok(())
 }
 
-fn expect_float(name: &'static str, l: &TensorLayout) -> Result<()> {
+pub(super) fn expect_float(name: &'static str, l: &TensorLayout) -> Result<()> {
     if !l.dtype().is_float() {
         return Err(Error::invalid(
             name,
@@ -36,7 +41,12 @@ fn expect_float(name: &'static str, l: &TensorLayout) -> Result<()> {
     Ok(())
 }
 
-fn expect_dtype(name: &'static str, l: &TensorLayout, dtype: DType, why: &str) -> Result<()> {
+pub(super) fn expect_dtype(
+    name: &'static str,
+    l: &TensorLayout,
+    dtype: DType,
+    why: &str,
+) -> Result<()> {
     if l.dtype() != dtype {
         return Err(Error::invalid(
             name,
@@ -47,7 +57,7 @@ fn expect_dtype(name: &'static str, l: &TensorLayout, dtype: DType, why: &str) -
 }
 
 /// Checks `l.shape()[k] == expected[k]` for every `Some`, naming the dimension.
-fn expect_dim(
+pub(super) fn expect_dim(
     name: &'static str,
     l: &TensorLayout,
     k: usize,
@@ -67,7 +77,7 @@ fn expect_dim(
     Ok(())
 }
 
-fn expect_stride(
+pub(super) fn expect_stride(
     name: &'static str,
     l: &TensorLayout,
     k: usize,
@@ -84,7 +94,7 @@ fn expect_stride(
     Ok(())
 }
 
-fn expect_nonempty(name: &'static str, l: &TensorLayout) -> Result<()> {
+pub(super) fn expect_nonempty(name: &'static str, l: &TensorLayout) -> Result<()> {
     if l.shape().contains(&0) {
         return Err(Error::invalid(
             name,
@@ -98,7 +108,7 @@ fn expect_nonempty(name: &'static str, l: &TensorLayout) -> Result<()> {
 }
 
 /// `stride(k)` in bytes must be a multiple of [`VECTOR_ALIGN`].
-fn expect_aligned_stride(name: &'static str, l: &TensorLayout, k: usize) -> Result<()> {
+pub(super) fn expect_aligned_stride(name: &'static str, l: &TensorLayout, k: usize) -> Result<()> {
     let s = l.strides()[k];
     let bytes = l.dtype().size_bytes();
     if (s as u128 * bytes as u128) % VECTOR_ALIGN as u128 != 0 {
@@ -116,7 +126,7 @@ fn expect_aligned_stride(name: &'static str, l: &TensorLayout, k: usize) -> Resu
 }
 
 /// The largest reachable element must lie inside the buffer.
-fn expect_in_bounds(name: &'static str, l: &TensorLayout) -> Result<()> {
+pub(super) fn expect_in_bounds(name: &'static str, l: &TensorLayout) -> Result<()> {
     match l.max_offset() {
         Some(m) if m < l.len() => Ok(()),
         Some(m) => Err(Error::invalid(
@@ -225,6 +235,62 @@ fn check_indices(name: &'static str, l: &TensorLayout, batch: usize) -> Result<(
     expect_dim(name, l, 0, "batch", batch)?;
     expect_nonempty(name, l)?;
     expect_in_bounds(name, l)
+}
+
+/// The stochastic-rounding rules shared by both forms: `philox_rounds` in 0..=10, rounds > 0
+/// need an F16 state (else [`Error::Unsupported`]) and a seed (a one-element int64 tensor, or
+/// a fused source whose offset is a multiple of 4). Returns whether the state is rounded
+/// stochastically. A seed given with 0 rounds is ignored.
+pub(super) fn check_stochastic_rounding(
+    philox_rounds: u32,
+    state_dtype: DType,
+    seed: Option<&SeedSpec>,
+) -> Result<bool> {
+    if philox_rounds > MAX_PHILOX_ROUNDS {
+        return Err(Error::invalid(
+            "philox_rounds",
+            format!("expected 0..={MAX_PHILOX_ROUNDS}, got {}", philox_rounds),
+        ));
+    }
+    let sr = philox_rounds > 0;
+    if sr {
+        if state_dtype != DType::F16 {
+            return Err(Error::unsupported(
+                "philox_rounds",
+                format!(
+                    "stochastic rounding ({} rounds) needs an F16 state, got a {} state",
+                    philox_rounds, state_dtype
+                ),
+            ));
+        }
+        match seed {
+            None => {
+                return Err(Error::invalid(
+                    "rand_seed",
+                    format!("philox_rounds = {} needs a seed, got none", philox_rounds),
+                ))
+            }
+            Some(SeedSpec::Pointer(s)) => {
+                expect_dtype("rand_seed", s, DType::I64, "one int64 seed")?;
+                if s.numel() != Some(1) {
+                    return Err(Error::invalid(
+                        "rand_seed",
+                        format!("expected one element, got shape {}", fmt_dims(s.shape())),
+                    ));
+                }
+                expect_in_bounds("rand_seed", s)?;
+            }
+            Some(SeedSpec::FromGenerator { offset } | SeedSpec::FromValues { offset, .. }) => {
+                if offset % 4 != 0 {
+                    return Err(Error::invalid(
+                        "seed_offset",
+                        format!("expected a multiple of 4, got {offset}"),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(sr)
 }
 
 /// Checks a call's layouts and flags against the kernel's contract (the module doc's table);
@@ -363,57 +429,7 @@ pub fn validate(spec: &SsuSpec) -> Result<SsuProblem> {
     }
 
     // Stochastic rounding.
-    if spec.philox_rounds > MAX_PHILOX_ROUNDS {
-        return Err(Error::invalid(
-            "philox_rounds",
-            format!(
-                "expected 0..={MAX_PHILOX_ROUNDS}, got {}",
-                spec.philox_rounds
-            ),
-        ));
-    }
-    let sr = spec.philox_rounds > 0;
-    if sr {
-        if st.dtype() != DType::F16 {
-            return Err(Error::unsupported(
-                "philox_rounds",
-                format!(
-                    "stochastic rounding ({} rounds) needs an F16 state, got a {} state",
-                    spec.philox_rounds,
-                    st.dtype()
-                ),
-            ));
-        }
-        match &spec.seed {
-            None => {
-                return Err(Error::invalid(
-                    "rand_seed",
-                    format!(
-                        "philox_rounds = {} needs a seed, got none",
-                        spec.philox_rounds
-                    ),
-                ))
-            }
-            Some(SeedSpec::Pointer(s)) => {
-                expect_dtype("rand_seed", s, DType::I64, "one int64 seed")?;
-                if s.numel() != Some(1) {
-                    return Err(Error::invalid(
-                        "rand_seed",
-                        format!("expected one element, got shape {}", fmt_dims(s.shape())),
-                    ));
-                }
-                expect_in_bounds("rand_seed", s)?;
-            }
-            Some(SeedSpec::FromGenerator { offset } | SeedSpec::FromValues { offset, .. }) => {
-                if offset % 4 != 0 {
-                    return Err(Error::invalid(
-                        "seed_offset",
-                        format!("expected a multiple of 4, got {offset}"),
-                    ));
-                }
-            }
-        }
-    }
+    let sr = check_stochastic_rounding(spec.philox_rounds, st.dtype(), spec.seed.as_ref())?;
 
     let problem = SsuProblem {
         batch,
