@@ -32,7 +32,7 @@ mod mtp_dev;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use common::{compare_elems, sha256_hex, Case, DevBuf, HostStorage, Manifest, SparseStorage};
+use common::{compare_elems, sha256_hex, Case, HostStorage, Manifest, SparseStorage};
 use cudarc::driver::{CudaContext, CudaStream};
 use serde_json::Value;
 
@@ -86,7 +86,8 @@ fn host_inputs(m: &Manifest, case: &Case) -> BTreeMap<String, HostStorage> {
 /// varlen and the manifest gives a positive value.
 fn cache_steps(case: &Case) -> Option<usize> {
     let cs = case.json.get("cache_steps").and_then(Value::as_u64)?;
-    let needs = case.input("intermediate_states_buffer").is_some() || case.input("cu_seqlens").is_some();
+    let needs =
+        case.input("intermediate_states_buffer").is_some() || case.input("cu_seqlens").is_some();
     (cs > 0 && needs).then_some(cs as usize)
 }
 
@@ -103,7 +104,11 @@ fn case_shape_problem(case: &Case) -> Option<String> {
         if *present != case.input(name).is_some() {
             return Some(format!(
                 "`present.{name}` is {present} but the input is {}",
-                if case.input(name).is_some() { "there" } else { "missing" }
+                if case.input(name).is_some() {
+                    "there"
+                } else {
+                    "missing"
+                }
             ));
         }
     }
@@ -116,7 +121,10 @@ fn case_shape_problem(case: &Case) -> Option<String> {
         }
         let v = seed.values.as_ref().and_then(|v| v.first().copied());
         if v.is_none() || v != case.seed {
-            return Some(format!("rand_seed {v:?} differs from the case's seed {:?}", case.seed));
+            return Some(format!(
+                "rand_seed {v:?} differs from the case's seed {:?}",
+                case.seed
+            ));
         }
     }
     if case.results.is_empty() {
@@ -125,15 +133,20 @@ fn case_shape_problem(case: &Case) -> Option<String> {
     for r in &case.results {
         for name in ["state", "out"] {
             if !r.outputs.iter().any(|o| o.name == name) {
-                return Some(format!("run {} has no output `{name}`", r.algorithm_requested));
+                return Some(format!(
+                    "run {} has no output `{name}`",
+                    r.algorithm_requested
+                ));
             }
         }
-        let has_buf = r.outputs.iter().any(|o| o.name == "intermediate_states_buffer");
+        let has_buf = r
+            .outputs
+            .iter()
+            .any(|o| o.name == "intermediate_states_buffer");
         if has_buf != case.input("intermediate_states_buffer").is_some() {
             return Some(format!(
                 "run {}: intermediate buffer output {has_buf}, input {}",
-                r.algorithm_requested,
-                !has_buf
+                r.algorithm_requested, !has_buf
             ));
         }
         for o in &r.outputs {
@@ -418,7 +431,10 @@ fn compare_output(
             if have != want {
                 d.outside += 1;
                 if d.first.is_empty() {
-                    d.first = format!("{} storage element {e} (outside the blocks) changed", t.name);
+                    d.first = format!(
+                        "{} storage element {e} (outside the blocks) changed",
+                        t.name
+                    );
                 }
             }
             e += 1;
@@ -474,7 +490,10 @@ fn prefix_run_cases(case: &Case) -> Vec<Case> {
                 merged["results"] = Value::Array(vec![res]);
                 merged
             } else {
-                let keys: Vec<&String> = r.as_object().map(|o| o.keys().collect()).unwrap_or_default();
+                let keys: Vec<&String> = r
+                    .as_object()
+                    .map(|o| o.keys().collect())
+                    .unwrap_or_default();
                 panic!(
                     "{}: prefix_runs[{k}] has neither `inputs`+`results` nor `outputs` (keys \
                      {keys:?}): this test does not know how to run it",
@@ -520,7 +539,12 @@ fn check_case(
             }
         };
         let sd = compare_output(m, r.output("state"), &got.state, hosts.get("state"), 0);
-        let id = match (&got.inter, r.outputs.iter().find(|o| o.name == "intermediate_states_buffer")) {
+        let id = match (
+            &got.inter,
+            r.outputs
+                .iter()
+                .find(|o| o.name == "intermediate_states_buffer"),
+        ) {
             (Some(p), Some(t)) => Some(compare_output(
                 m,
                 t,
@@ -549,11 +573,22 @@ fn check_case(
         // Determinism: every run of the case leaves the same bytes as the first (same out
         // layout only).
         if let Some((first_alg, first)) = runs.first() {
-            if first.out.len() == got.out.len() && first.out.iter().map(|p| p.1.len()).eq(got.out.iter().map(|p| p.1.len())) {
+            if first.out.len() == got.out.len()
+                && first
+                    .out
+                    .iter()
+                    .map(|p| p.1.len())
+                    .eq(got.out.iter().map(|p| p.1.len()))
+            {
                 let differ = same_bytes(first, &got);
                 if !differ.is_empty() {
-                    line.push_str(&format!(" NOT DETERMINISTIC vs run {first_alg}: {differ:?};"));
-                    failed.push(format!("{}/{}: runs differ in {differ:?}", case.name, r.algorithm_requested));
+                    line.push_str(&format!(
+                        " NOT DETERMINISTIC vs run {first_alg}: {differ:?};"
+                    ));
+                    failed.push(format!(
+                        "{}/{}: runs differ in {differ:?}",
+                        case.name, r.algorithm_requested
+                    ));
                 }
             }
         }
@@ -627,7 +662,12 @@ fn embedded_cases_rebuild_and_map_onto_the_api() {
             .filter(|b| b.bin.is_none())
             .count();
         for t in &case.inputs {
-            assert!(t.dense(), "{}/{}: blocks do not cover the storage", case.name, t.name);
+            assert!(
+                t.dense(),
+                "{}/{}: blocks do not cover the storage",
+                case.name,
+                t.name
+            );
             assert!(
                 t.view_span() <= t.storage_elems,
                 "{}/{}: the view reaches past its storage",
@@ -646,4 +686,84 @@ fn embedded_cases_rebuild_and_map_onto_the_api() {
         }
     }
     assert!(regenerated > 0, "no hash-only input block was regenerated");
+}
+
+fn dtype(name: &str) -> mamba_ssu::ssu::DType {
+    use mamba_ssu::ssu::DType;
+    match name {
+        "float16" => DType::F16,
+        "bfloat16" => DType::BF16,
+        "float32" => DType::F32,
+        "int32" => DType::I32,
+        "int64" => DType::I64,
+        other => panic!("no dtype {other}"),
+    }
+}
+
+/// The host-side description of the call the GPU test makes for `case` with `out_desc`: the
+/// same tensors, layouts and flags as [`run_case`], over buffers of the storages' sizes.
+fn case_spec(case: &Case, out_desc: &common::TensorDesc) -> mamba_ssu::ssu::MtpSpec {
+    use mamba_ssu::ssu::{MtpSpec, SeedSpec, TensorLayout};
+    let lay = |t: &common::TensorDesc| {
+        TensorLayout::new(
+            dtype(&t.dtype),
+            &usizes(&t.shape),
+            &usizes(&t.strides),
+            t.storage_elems as usize,
+        )
+        .unwrap_or_else(|e| panic!("{}/{}: {e}", case.name, t.name))
+    };
+    let opt = |name: &str| case.input(name).map(lay);
+    let need = |name: &str| lay(case.input(name).unwrap());
+    MtpSpec {
+        state: need("state"),
+        x: need("x"),
+        dt: need("dt"),
+        a: need("A"),
+        b: need("B"),
+        c: need("C"),
+        d: opt("D"),
+        z: opt("z"),
+        dt_bias: opt("dt_bias"),
+        state_batch_indices: opt("state_batch_indices"),
+        dst_state_batch_indices: opt("dst_state_batch_indices"),
+        num_accepted_tokens: opt("num_accepted_tokens"),
+        cu_seqlens: opt("cu_seqlens"),
+        intermediate_states_buffer: opt("intermediate_states_buffer"),
+        intermediate_state_indices: opt("intermediate_state_indices"),
+        cache_steps: cache_steps(case),
+        out: lay(out_desc),
+        philox_rounds: case.philox_rounds,
+        seed: (case.philox_rounds > 0).then(|| SeedSpec::Pointer(need("rand_seed"))),
+    }
+}
+
+/// The API's host-side validation accepts every embedded case's call as the GPU test makes it,
+/// and its sizes are the manifest's.
+#[test]
+fn embedded_cases_pass_the_api_validation() {
+    let m = embedded();
+    for case in &m.cases {
+        for r in &case.results {
+            let spec = case_spec(case, r.output("out"));
+            let p = mamba_ssu::ssu::validate_mtp(&spec)
+                .unwrap_or_else(|e| panic!("{}/{}: {e}", case.name, r.algorithm_requested));
+            let n = &case.name;
+            assert_eq!(p.batch as u64, case.batch, "{n}: batch");
+            assert_eq!(p.nheads as u64, case.nheads, "{n}: nheads");
+            assert_eq!(p.dim as u64, case.dim, "{n}: dim");
+            assert_eq!(p.dstate as u64, case.dstate, "{n}: dstate");
+            assert_eq!(p.ngroups as u64, case.ngroups, "{n}: ngroups");
+            assert_eq!(p.cache_slots as u64, case.state_cache_size, "{n}: slots");
+            assert_eq!(
+                p.total_tokens.is_some(),
+                case.input("cu_seqlens").is_some(),
+                "{n}: form"
+            );
+            if let Some(t) = case.json.get("T").and_then(Value::as_u64) {
+                assert_eq!(p.ntokens as u64, t, "{n}: T");
+            }
+            assert_eq!(p.stochastic_rounding, case.philox_rounds > 0, "{n}: SR");
+        }
+    }
 }
