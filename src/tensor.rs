@@ -563,7 +563,7 @@ mod tests {
 
     #[test]
     fn layout_construction() {
-        let e = TensorLayout::new(DType::F32, &[1, 2, 3, 4, 5], &[1; 5], 120).unwrap_err();
+        let e = TensorLayout::new(DType::F32, &[1, 2, 3, 4, 5, 6], &[1; 6], 720).unwrap_err();
         assert!(
             matches!(
                 e,

@@ -300,6 +300,14 @@ int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch,
  *   [b*dt_stride_batch + t*dt_stride_token + h]. B, C: (.., ngroups, dstate) at
  *   [.. + g*dstate + n]. A, D, dt_bias: per head, as single token.
  * state (state_cache_size, nheads, dim, dstate): inner three dims contiguous.
+ * Alignment: state, intermediate_states, B, C 16 bytes, and the B/C batch and token strides
+ *   multiples of 16 bytes; x, z, out their element size; dt, D, dt_bias the weight size; A 4;
+ *   the index tensors the index size. Every stride >= 0; state_stride_batch >=
+ *   nheads*dim*dstate. Every tensor's byte extent <= 2^60; batch * nheads * 4 <= INT32_MAX.
+ * out rows (nheads*dim elements each) must not overlap. Fixed length: when ntokens > 1,
+ *   out_stride_token >= nheads*dim; when batch > 1, out_stride_batch >= ntokens *
+ *   out_stride_token if ntokens > 1, else >= nheads*dim. Varlen: when total_tokens > 1,
+ *   out_stride_token >= nheads*dim.
  *
  * Read slot of sequence b: a 1-D state_batch_indices (cols 0): [b*stride]; a 2-D one:
  *   [b*stride + k*stride_col] with k = max(num_accepted_tokens[b] - 1, 0) when
@@ -311,10 +319,13 @@ int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch,
  *     token t of sequence b goes to entry e, step t, e = intermediate_state_indices[b] (or
  *     the read slot without that tensor); an entry outside 0..intermediate_cache_size or
  *     equal to pad_slot_id is not written; the state itself is never written;
- *   dst_state_batch_indices (batch, cols) 2-D: token t goes to slot dst[b, t] unless it is
+ *   dst_state_batch_indices (batch, cols) 2-D, cols >= ntokens: token t goes to slot dst[b, t] unless it is
  *     pad_slot_id or outside 0..state_cache_size (in-place verify: pass the read index here
  *     as well);
  *   neither: the sequence's last token goes to the read slot when update_state is set.
+ * intermediate_states with dst_state_batch_indices is invalid (two write modes), so is
+ * intermediate_state_indices without intermediate_states; with intermediate_states,
+ * cache_steps >= ntokens and intermediate_cache_size >= 1.
  * A zero-length sequence writes nothing. out uses the fp32 state before any rounding.
  * Index tensors (state_batch_indices, dst_state_batch_indices, num_accepted_tokens,
  * cu_seqlens, intermediate_state_indices) all have index_dtype.
