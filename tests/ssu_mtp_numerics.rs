@@ -1537,10 +1537,17 @@ fn sr_offsets_sign_extend_past_2_pow_31_sparse_state() {
 // CPU: the problems and the checker
 // ---------------------------------------------------------------------------------------------
 
-/// Every problem of the GPU sets (fixed seed) is accepted by the reference and by the API's
-/// host validation, with the sizes it was built with.
+/// Every problem of the GPU sets (two fixed seeds; the GPU tests draw theirs) is accepted
+/// by the API's host validation with the sizes it was built with, and (one seed, the cheaper
+/// problems) by the reference.
 #[test]
 fn every_problem_is_valid_for_the_reference_and_the_api() {
+    for (k, seed) in [0x5EEDu64, 0xDEAD_BEEF].into_iter().enumerate() {
+        problems_are_valid(seed, k == 0);
+    }
+}
+
+fn problems_are_valid(seed: u64, run_reference: bool) {
     use mamba_ssu::ssu::{validate_mtp, DType, MtpSpec, SeedSpec, TensorLayout};
     let dt = |s: &str| match s {
         "float16" => DType::F16,
@@ -1549,7 +1556,7 @@ fn every_problem_is_valid_for_the_reference_and_the_api() {
         "int32" => DType::I32,
         _ => DType::I64,
     };
-    let mut rng = Rng(0x5EED);
+    let mut rng = Rng(seed);
     let mut all = dtype_table(&mut rng);
     all.extend(write_modes(&mut rng));
     all.extend(token_counts(&mut rng));
@@ -1611,6 +1618,9 @@ fn every_problem_is_valid_for_the_reference_and_the_api() {
     }
     assert!(seen_zero_len, "no zero-length sequence in the sets");
     // The reference accepts each (the cheap ones: every write mode and token count).
+    if !run_reference {
+        return;
+    }
     for p in all
         .iter()
         .filter(|p| p.cfg.batch * p.cfg.tokens * p.cfg.nheads * p.cfg.dim * p.cfg.dstate <= 1 << 21)
