@@ -407,40 +407,73 @@ fn compare_output(
             }
         }
     }
-    // Outside the blocks: unchanged.
+    // Outside the blocks: unchanged, compared range by range.
     let mut covered = block_ranges(t);
     covered.sort();
-    let gap_bytes = vec![gap; es];
     for (lo, bytes) in pieces {
-        let n = (bytes.len() / es) as u64;
-        let mut e = *lo;
-        while e < lo + n {
-            if let Some(&(_, hi)) = covered.iter().find(|(a, b)| *a <= e && e < *b) {
-                e = hi;
-                continue;
-            }
-            let want = initial
-                .and_then(|h| {
-                    h.pieces
-                        .iter()
-                        .find(|(o, b)| *o <= e && e < o + (b.len() / es) as u64)
-                        .map(|(o, b)| &b[((e - o) as usize) * es..((e - o) as usize + 1) * es])
-                })
-                .unwrap_or(&gap_bytes);
-            let have = &bytes[((e - lo) as usize) * es..((e - lo) as usize + 1) * es];
-            if have != want {
-                d.outside += 1;
+        let hi = lo + (bytes.len() / es) as u64;
+        for (a, b) in uncovered(*lo, hi, &covered) {
+            let want = initial_bytes(initial, a, b, es, gap);
+            let have = &bytes[((a - lo) as usize) * es..((b - lo) as usize) * es];
+            if have != want.as_slice() {
+                let n = have
+                    .chunks_exact(es)
+                    .zip(want.chunks_exact(es))
+                    .filter(|(h, w)| h != w)
+                    .count();
+                d.outside += n;
                 if d.first.is_empty() {
+                    let k = have
+                        .chunks_exact(es)
+                        .zip(want.chunks_exact(es))
+                        .position(|(h, w)| h != w)
+                        .unwrap();
                     d.first = format!(
-                        "{} storage element {e} (outside the blocks) changed",
-                        t.name
+                        "{} storage element {} (outside the blocks) changed",
+                        t.name,
+                        a + k as u64
                     );
                 }
             }
-            e += 1;
         }
     }
     d
+}
+
+/// The sub-ranges of `[lo, hi)` that no range of `covered` (sorted) holds.
+fn uncovered(lo: u64, hi: u64, covered: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut e = lo;
+    for &(a, b) in covered {
+        if b <= e || a >= hi {
+            continue;
+        }
+        if a > e {
+            out.push((e, a));
+        }
+        e = e.max(b);
+        if e >= hi {
+            break;
+        }
+    }
+    if e < hi {
+        out.push((e, hi));
+    }
+    out
+}
+
+/// The initial bytes of storage elements `[a, b)`: from `initial`'s pieces, `gap` elsewhere.
+fn initial_bytes(initial: Option<&HostStorage>, a: u64, b: u64, es: usize, gap: u8) -> Vec<u8> {
+    let mut v = vec![gap; ((b - a) as usize) * es];
+    for (o, bytes) in initial.map_or(&[][..], |h| &h.pieces[..]) {
+        let end = o + (bytes.len() / es) as u64;
+        let (s, e) = ((*o).max(a), end.min(b));
+        if s < e {
+            v[((s - a) as usize) * es..((e - a) as usize) * es]
+                .copy_from_slice(&bytes[((s - o) as usize) * es..((e - o) as usize) * es]);
+        }
+    }
+    v
 }
 
 fn hex16(bytes: &[u8]) -> String {
@@ -766,4 +799,81 @@ fn embedded_cases_pass_the_api_validation() {
             assert_eq!(p.stochastic_rounding, case.philox_rounds > 0, "{n}: SR");
         }
     }
+}
+
+#[test]
+fn uncovered_ranges_and_initial_bytes() {
+    assert_eq!(uncovered(0, 10, &[]), vec![(0, 10)]);
+    assert_eq!(uncovered(0, 10, &[(0, 10)]), vec![]);
+    assert_eq!(
+        uncovered(0, 10, &[(2, 4), (6, 7)]),
+        vec![(0, 2), (4, 6), (7, 10)]
+    );
+    assert_eq!(uncovered(5, 10, &[(0, 6), (8, 20)]), vec![(6, 8)]);
+    let h = HostStorage {
+        dtype: "float16".into(),
+        storage_elems: 10,
+        pieces: vec![(2, vec![1, 2, 3, 4])],
+    };
+    assert_eq!(
+        initial_bytes(Some(&h), 1, 4, 2, 0xFF),
+        vec![0xFF, 0xFF, 1, 2, 3, 4]
+    );
+    assert_eq!(initial_bytes(None, 0, 2, 2, 0), vec![0; 4]);
+}
+
+/// The comparison passes the recorded outputs themselves (where every block is stored) and
+/// reports a single changed element, with its ulp distance, and a changed byte outside the
+/// blocks.
+#[test]
+fn the_comparison_passes_the_recording_and_reports_a_changed_element() {
+    let m = embedded();
+    let mut checked = 0;
+    for case in &m.cases {
+        let hosts = host_inputs(&m, case);
+        for r in &case.results {
+            for o in &r.outputs {
+                if o.blocks.iter().any(|b| b.bin.is_none()) {
+                    continue;
+                }
+                let gap = if o.name == "state" { 0 } else { 0xFF };
+                let mut pieces: Vec<(u64, Vec<u8>)> = o
+                    .blocks
+                    .iter()
+                    .map(|b| (b.elem_offset, m.block_bytes(b).unwrap().to_vec()))
+                    .collect();
+                let d = compare_output(&m, o, &pieces, hosts.get(&o.name), gap);
+                assert!(d.ok(), "{}/{}: {}", case.name, o.name, d.first);
+                // The last bit of element 3: one ulp (an fp16/bf16/fp32 value of the same sign).
+                pieces[0].1[3 * o.elem_size()] ^= 1;
+                let d = compare_output(&m, o, &pieces, hosts.get(&o.name), gap);
+                assert_eq!((d.elems, d.max_ulp), (1, 1), "{}/{}", case.name, o.name);
+                assert!(
+                    !d.ok() && d.first.contains("storage element 3"),
+                    "{}",
+                    d.first
+                );
+                checked += 1;
+            }
+        }
+        // A byte outside the blocks: a downloaded piece reaching past the recorded blocks.
+        let r = &case.results[0];
+        let o = r.output("out");
+        if o.blocks.iter().all(|b| b.bin.is_some()) {
+            let es = o.elem_size();
+            let mut bytes = m.block_bytes(&o.blocks[0]).unwrap().to_vec();
+            bytes.extend(vec![0xFF; 2 * es]);
+            let mut t = o.clone();
+            t.storage_elems += 2;
+            let mut pieces = vec![(o.blocks[0].elem_offset, bytes)];
+            if o.blocks.len() == 1 && o.blocks[0].elem_offset == 0 {
+                assert!(compare_output(&m, &t, &pieces, None, 0xFF).ok());
+                let n = pieces[0].1.len();
+                pieces[0].1[n - 1] = 0;
+                let d = compare_output(&m, &t, &pieces, None, 0xFF);
+                assert_eq!(d.outside, 1, "{}", case.name);
+            }
+        }
+    }
+    assert!(checked > 0);
 }
