@@ -613,6 +613,11 @@ fn parse_tensor(v: &Value) -> TensorDesc {
     }
 }
 
+/// Parses one case object of a manifest (as [`Manifest`] does for its `cases`).
+pub fn parse_case_json(c: &Value) -> Case {
+    parse_case(c)
+}
+
 fn parse_case(c: &Value) -> Case {
     let present = get(c, "present")
         .as_object()
@@ -769,6 +774,28 @@ impl Manifest {
                 Self::from_path(Path::new(&p))
             }
             _ => Self::embedded(),
+        }
+    }
+
+    /// A manifest given as text plus the contents of its bins (`(file name, bytes)`), for test
+    /// binaries that embed their data with `include_str!` / `include_bytes!`.
+    pub fn from_text(text: &str, bins: &[(&str, &[u8])]) -> Self {
+        let bin_data = bins
+            .iter()
+            .map(|(name, bytes)| (name.to_string(), Arc::new(bytes.to_vec())))
+            .collect();
+        Self::from_parts(text, bin_data)
+    }
+
+    /// The manifest at the path in environment variable `var` when it is set and not empty
+    /// (bins read from its directory), else `fallback()`.
+    pub fn from_env_or(var: &str, fallback: impl FnOnce() -> Self) -> Self {
+        match std::env::var_os(var) {
+            Some(p) if !p.is_empty() => {
+                eprintln!("manifest ({var}): {}", PathBuf::from(&p).display());
+                Self::from_path(Path::new(&p))
+            }
+            _ => fallback(),
         }
     }
 

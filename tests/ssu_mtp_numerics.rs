@@ -1,0 +1,1770 @@
+//! GPU numerics of the multi-token SSU on inputs drawn fresh every run (the seed is printed;
+//! set `MAMBA_SSU_TEST_SEED` to replay one), against the f64 multi-token reference
+//! ([`selective_state_update_mtp_f64`]) computed from the same rounded inputs:
+//!
+//! 1. a sampled dtype table (state × input × weight, every value of every axis and every
+//!    (state, input) pair, plus the hot F16/BF16/BF16 combination), dstate 64/128/256, head
+//!    dims 1, 5, 64, 100, T 1..16, every write mode, varlen with zero-length sequences, pads
+//!    (`pad_slot_id` -1 and 0), `num_accepted_tokens` with 2-D read indices, 0/5/10 Philox
+//!    rounds (SR only with an F16 state);
+//! 2. poison, in every run: the whole state storage keeps its bytes outside the slots the
+//!    reference writes (the stride padding of every slot holds a known pattern, the other
+//!    slots generated values), the intermediate buffer (0xFF bytes) keeps its bytes outside the
+//!    written entries and steps, and `out` (0xFF bytes) is written exactly on the rows of the
+//!    sequences' tokens (rows no sequence covers and the stride padding stay poisoned);
+//! 3. the stochastic-rounding bits follow the documented mapping (`csrc/ssu_mtp.cuh`: column
+//!    pairs, the Philox counter's offset truncated to 32 bits and sign-extended), predicted on
+//!    the CPU from the f64 reference and checked statistically, also at a slot stride of
+//!    2^31 - 4096 (a sparse state of 12 GiB of address space).
+//!
+//! Tolerances (as `tests/mtp_reference.rs`, which holds the reference to FlashInfer's recorded
+//! multi-token outputs, with some margin for T up to 16 and other dtypes):
+//! - state and intermediate entries: `|got - ref| <= ulp(|ref|) + STATE_REL·|ref| + STATE_ABS`,
+//!   `ulp` the spacing of the state dtype at `|ref|` (below 2^-14 with SR: 2^-14, the SR flushes
+//!   fp16 subnormals); a reference beyond a 16-bit type's largest finite value must come out as
+//!   an infinity of its sign;
+//! - `out`: `|got - ref| <= OUT_REL · scale`, `scale` the largest `|ref|` of the (token, head)
+//!   row of `dim` elements.
+//!
+//! The CPU tests (no GPU) build every problem the GPU tests run, check that the reference and
+//! the API's host validation accept each, and hold the checker itself to a kernel emulated
+//! from the reference (round to nearest into the written places): it must pass, and a single
+//! changed byte anywhere must fail it.
+
+mod common;
+#[path = "common/mtp_dev.rs"]
+mod mtp_dev;
+
+use std::sync::Arc;
+
+use common::{dtype_size, gen, DevBuf};
+use cudarc::driver::CudaStream;
+use half::{bf16, f16};
+use mamba_ssu::philox;
+use mamba_ssu::reference::{
+    selective_state_update_mtp_f64, sr_f16_bits, HostTensor, MtpHostArgs, MtpReference, MtpTarget,
+};
+
+/// Relative part of the state tolerance beyond one ulp of the state dtype.
+const STATE_REL: f64 = 1.0 / 1024.0;
+/// Absolute part of the state tolerance (fp32 errors of terms that cancel).
+const STATE_ABS: f64 = 2e-6;
+/// `out` tolerance relative to its row scale.
+const OUT_REL: f64 = 1e-2;
+/// The byte every stride-padding element of the state holds.
+const STATE_PATTERN: u8 = 0xA5;
+
+// ---------------------------------------------------------------------------------------------
+// Random problems
+// ---------------------------------------------------------------------------------------------
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(gen::GOLDEN);
+        gen::mix64(self.0)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn coin(&mut self) -> bool {
+        self.next() & 1 == 1
+    }
+    fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            let j = self.below(i as u64 + 1) as usize;
+            v.swap(i, j);
+        }
+    }
+}
+
+fn run_seed() -> u64 {
+    let seed = std::env::var("MAMBA_SSU_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("MAMBA_SSU_TEST_SEED={seed}");
+    seed
+}
+
+/// How the read slots are given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Read {
+    /// No index: sequence b reads slot b.
+    None,
+    /// `state_batch_indices` (batch,).
+    OneD,
+    /// `state_batch_indices` (batch, W), the column picked by `num_accepted_tokens` when `nat`.
+    TwoD { nat: bool },
+}
+
+/// The write mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Write {
+    /// The intermediate buffer, with or without `intermediate_state_indices`.
+    Inter { indices: bool },
+    /// A 2-D `dst_state_batch_indices`; `in_place`: the (2-D) read index passed as dst too.
+    Dst { in_place: bool },
+    /// The last token to the read slot.
+    Final,
+}
+
+#[derive(Clone, Debug)]
+struct Cfg {
+    state: &'static str,
+    input: &'static str,
+    weight: &'static str,
+    index: &'static str,
+    batch: usize,
+    nheads: usize,
+    ngroups: usize,
+    dim: usize,
+    dstate: usize,
+    /// T (fixed length) or `cache_steps` (varlen: the most tokens a sequence has).
+    tokens: usize,
+    varlen: bool,
+    z: bool,
+    d: bool,
+    dt_bias: bool,
+    softplus: bool,
+    read: Read,
+    write: Write,
+    disable_state_update: bool,
+    /// Some sequences are pads (their read slot is `pad_slot_id`) and some write targets are
+    /// skipped (`pad_slot_id` in dst or in the buffer indices).
+    pads: bool,
+    pad_slot_id: i64,
+    rounds: u32,
+    padded_strides: bool,
+}
+
+impl Cfg {
+    /// The hot combination (F16 state, BF16 inputs and weights), dstate 128, 4 sequences of 8
+    /// tokens, 1-D read indices, the intermediate buffer with indices.
+    fn base() -> Cfg {
+        Cfg {
+            state: "float16",
+            input: "bfloat16",
+            weight: "bfloat16",
+            index: "int32",
+            batch: 4,
+            nheads: 8,
+            ngroups: 2,
+            dim: 64,
+            dstate: 128,
+            tokens: 8,
+            varlen: false,
+            z: true,
+            d: true,
+            dt_bias: true,
+            softplus: true,
+            read: Read::OneD,
+            write: Write::Inter { indices: true },
+            disable_state_update: false,
+            pads: false,
+            pad_slot_id: -1,
+            rounds: 0,
+            padded_strides: false,
+        }
+    }
+
+    /// Makes the combination valid: a read index for in-place dst and for pad id 0 (slot b =
+    /// 0 would be a pad), SR only with an F16 state.
+    fn fixed(mut self) -> Cfg {
+        if self.write == (Write::Dst { in_place: true }) && !matches!(self.read, Read::TwoD { .. })
+        {
+            self.read = Read::TwoD { nat: true };
+        }
+        if self.read == Read::None && (self.pad_slot_id == 0 || self.pads) {
+            self.read = Read::OneD;
+        }
+        if self.state != "float16" {
+            self.rounds = 0;
+        }
+        self
+    }
+}
+
+/// A problem on the host: every storage as bytes, plus its layout.
+struct Problem {
+    cfg: Cfg,
+    /// Slots of the state.
+    slots: usize,
+    state_stride: usize,
+    /// Token rows of x (varlen) or T (fixed).
+    rows: usize,
+    /// Token and batch strides (fixed length; varlen: batch strides unused) of x/z, dt, B/C,
+    /// out.
+    x_st: (usize, usize),
+    dt_st: (usize, usize),
+    bc_st: (usize, usize),
+    out_st: (usize, usize),
+    state: Vec<u8>,
+    x: Vec<u8>,
+    z: Option<Vec<u8>>,
+    dt: Vec<u8>,
+    a: Vec<u8>,
+    b: Vec<u8>,
+    c: Vec<u8>,
+    d: Option<Vec<u8>>,
+    dt_bias: Option<Vec<u8>>,
+    /// Read index values and its shape.
+    sbi: Option<(Vec<i64>, Vec<usize>)>,
+    dst: Option<(Vec<i64>, Vec<usize>)>,
+    nat: Option<Vec<i64>>,
+    cu: Option<Vec<i64>>,
+    /// Buffer `(entries, cache_steps)`.
+    inter: Option<(usize, usize)>,
+    inter_idx: Option<Vec<i64>>,
+    seed: i64,
+}
+
+fn pad16(es: usize) -> usize {
+    16 / es
+}
+
+fn elems_of(shape: &[usize], strides: &[usize]) -> usize {
+    if shape.contains(&0) {
+        return 0;
+    }
+    1 + shape
+        .iter()
+        .zip(strides)
+        .map(|(n, s)| (n - 1) * s)
+        .sum::<usize>()
+}
+
+impl Problem {
+    fn new(cfg: Cfg, rng: &mut Rng) -> Problem {
+        let cfg = cfg.fixed();
+        let (sb, ib, wb) = (
+            dtype_size(cfg.state),
+            dtype_size(cfg.input),
+            dtype_size(cfg.weight),
+        );
+        let (bt, tk, nh, dim, ds) = (cfg.batch, cfg.tokens, cfg.nheads, cfg.dim, cfg.dstate);
+        let hb = nh * dim * ds;
+        let extra = |es: usize, rng: &mut Rng| {
+            if cfg.padded_strides {
+                pad16(es) * (1 + rng.below(3) as usize)
+            } else {
+                0
+            }
+        };
+        let any_extra = |rng: &mut Rng| {
+            if cfg.padded_strides {
+                1 + rng.below(5) as usize
+            } else {
+                0
+            }
+        };
+        // Sequences: varlen lengths in 0..=tokens with a zero-length one and a full one where
+        // batch allows, and token rows past the last sequence that nobody reads.
+        let (rows, cu) = if cfg.varlen {
+            let mut lens: Vec<usize> = (0..bt).map(|_| rng.below(tk as u64 + 1) as usize).collect();
+            if bt >= 2 {
+                lens[0] = 0;
+                lens[1] = tk;
+                rng.shuffle(&mut lens);
+            }
+            let mut cu = vec![0i64];
+            for l in &lens {
+                cu.push(cu.last().unwrap() + *l as i64);
+            }
+            let used = *cu.last().unwrap() as usize;
+            (used + if cfg.padded_strides { 2 } else { 0 }, Some(cu))
+        } else {
+            (tk, None)
+        };
+        // Strides: token stride, then batch stride (fixed length).
+        let tok_then_batch = |inner: usize, token_extra: usize, batch_extra: usize| {
+            let st = inner + token_extra;
+            (st, tk * st + batch_extra)
+        };
+        let x_st = tok_then_batch(nh * dim, any_extra(rng), any_extra(rng));
+        let out_st = tok_then_batch(nh * dim, any_extra(rng), any_extra(rng));
+        let dt_st = tok_then_batch(nh, any_extra(rng), any_extra(rng));
+        let bc_st = tok_then_batch(cfg.ngroups * ds, extra(ib, rng), extra(ib, rng));
+        let lead = |st: (usize, usize)| -> usize {
+            if cfg.varlen {
+                if rows == 0 {
+                    0
+                } else {
+                    (rows - 1) * st.0
+                }
+            } else {
+                (bt - 1) * st.1 + (tk - 1) * st.0
+            }
+        };
+
+        // Slots: the pad id 0 makes slot 0 unusable; W columns of a 2-D index; distinct slots
+        // for every read and every write (no slot written twice or read after another
+        // sequence's write).
+        let lo = usize::from(cfg.pad_slot_id == 0);
+        // A dst index is at least T wide; a read-only 2-D index narrower (a buffer entry per
+        // slot without buffer indices keeps the slot count small).
+        let width = match (cfg.read, cfg.write) {
+            (_, Write::Dst { .. }) => tk + rng.below(2) as usize,
+            (Read::TwoD { .. }, Write::Inter { indices: false }) => 1 + rng.below(2) as usize,
+            (Read::TwoD { .. }, _) => 1 + rng.below(tk.min(4) as u64) as usize,
+            _ => 1,
+        };
+        let need = match (cfg.read, cfg.write) {
+            (Read::TwoD { .. }, Write::Dst { in_place: true }) => bt * width,
+            (Read::TwoD { .. }, Write::Dst { .. }) => 2 * bt * width,
+            (Read::TwoD { .. }, _) => bt * width,
+            (_, Write::Dst { .. }) => bt + bt * width,
+            _ => bt,
+        };
+        let slots = lo + need + 1; // one slot nobody references
+                                   // Without a read index sequence b reads slot b: the others come after those.
+        let first_free = if cfg.read == Read::None { bt } else { lo };
+        let mut free: Vec<i64> = (first_free as i64..slots as i64).collect();
+        rng.shuffle(&mut free);
+        let mut take = |n: usize| -> Vec<i64> { free.drain(..n).collect() };
+        let pad = cfg.pad_slot_id;
+        let mut pad_rows: Vec<bool> = (0..bt).map(|_| cfg.pads && rng.below(3) == 0).collect();
+        if cfg.pads && !pad_rows.iter().any(|p| *p) {
+            pad_rows[rng.below(bt as u64) as usize] = true;
+        }
+        let (read_slots, sbi, nat) = match cfg.read {
+            Read::None => ((0..bt as i64).collect::<Vec<_>>(), None, None),
+            Read::OneD => {
+                let mut v = take(bt);
+                for (b, p) in pad_rows.iter().enumerate() {
+                    if *p {
+                        v[b] = pad;
+                    }
+                }
+                (v.clone(), Some((v, vec![bt])), None)
+            }
+            Read::TwoD { nat } => {
+                let mut v = take(bt * width);
+                let counts: Vec<i64> = (0..bt)
+                    .map(|_| rng.below(width as u64 + 1) as i64)
+                    .collect();
+                let mut reads = Vec::new();
+                for b in 0..bt {
+                    let k = if nat {
+                        (counts[b] - 1).max(0) as usize
+                    } else {
+                        0
+                    };
+                    if pad_rows[b] {
+                        v[b * width + k] = pad;
+                    }
+                    reads.push(v[b * width + k]);
+                }
+                (reads, Some((v, vec![bt, width])), nat.then_some(counts))
+            }
+        };
+        let mut sbi = sbi;
+        let dst = match cfg.write {
+            Write::Dst { in_place: true } => {
+                // One index for both: skipped steps are pads in columns other than the read
+                // one (which the read never looks at).
+                let (v, shape) = sbi.as_mut().expect("in place needs a 2-D read index");
+                if cfg.pads {
+                    for b in 0..bt {
+                        let c = rng.below(width as u64) as usize;
+                        if v[b * width + c] != read_slots[b] {
+                            v[b * width + c] = pad;
+                        }
+                    }
+                }
+                Some((v.clone(), shape.clone()))
+            }
+            Write::Dst { in_place: false } => {
+                let mut v = take(bt * width);
+                if cfg.pads {
+                    for b in 0..bt {
+                        let c = rng.below(width as u64) as usize;
+                        v[b * width + c] = pad;
+                    }
+                }
+                Some((v, vec![bt, width]))
+            }
+            _ => None,
+        };
+        let (inter, inter_idx) = match cfg.write {
+            Write::Inter { indices } => {
+                let steps = tk + if cfg.varlen { 0 } else { rng.below(2) as usize };
+                if indices {
+                    // The last entry is never referenced (it stays poisoned).
+                    let entries = bt + 1 + lo;
+                    let mut e: Vec<i64> = (lo as i64..entries as i64 - 1).collect();
+                    rng.shuffle(&mut e);
+                    if cfg.pads {
+                        let b = rng.below(bt as u64) as usize;
+                        e[b] = pad;
+                    }
+                    (Some((entries, steps)), Some(e))
+                } else {
+                    // The entry is the read slot: a buffer entry per slot.
+                    (Some((slots, steps)), None)
+                }
+            }
+            _ => (None, None),
+        };
+
+        let state_stride = hb + extra(sb, rng);
+        let gseed = rng.next();
+        let mk = |tag: u64, n: usize, dtype: &str| {
+            gen::to_dtype_bytes(&gen::values_f32(gseed, tag, 0, n), dtype)
+        };
+        let mut state = mk(gen::TAG_STATE, slots * state_stride, cfg.state);
+        for s in 0..slots {
+            let lo = (s * state_stride + hb) * sb;
+            let hi = (s + 1) * state_stride * sb;
+            state[lo..hi].fill(STATE_PATTERN);
+        }
+        let x_len = lead(x_st) + nh * dim;
+        let seed = if rng.coin() {
+            (rng.next() >> 1) as i64
+        } else {
+            (rng.next() >> 32) as i64
+        };
+        Problem {
+            slots,
+            state_stride,
+            rows,
+            x_st,
+            dt_st,
+            bc_st,
+            out_st,
+            state,
+            x: mk(gen::TAG_X, x_len, cfg.input),
+            z: cfg.z.then(|| mk(gen::TAG_Z, x_len, cfg.input)),
+            dt: mk(gen::TAG_DT, lead(dt_st) + nh, cfg.weight),
+            a: mk(gen::TAG_A, nh, "float32"),
+            b: mk(gen::TAG_B, lead(bc_st) + cfg.ngroups * ds, cfg.input),
+            c: mk(gen::TAG_C, lead(bc_st) + cfg.ngroups * ds, cfg.input),
+            d: cfg.d.then(|| mk(gen::TAG_D, nh, cfg.weight)),
+            dt_bias: cfg.dt_bias.then(|| mk(gen::TAG_DT_BIAS, nh, cfg.weight)),
+            sbi,
+            dst,
+            nat,
+            cu,
+            inter,
+            inter_idx,
+            seed,
+            cfg,
+        }
+        .checked(wb)
+    }
+
+    fn checked(self, wb: usize) -> Self {
+        assert_eq!(self.dt.len() % wb, 0);
+        self
+    }
+
+    /// Shapes and strides of the token tensors: `(shape, strides)` of x-like, dt, B/C.
+    fn x_layout(&self) -> (Vec<usize>, Vec<usize>) {
+        let c = &self.cfg;
+        self.tok_layout(self.x_st, &[c.nheads, c.dim], &[c.dim, 1])
+    }
+    fn out_layout(&self) -> (Vec<usize>, Vec<usize>) {
+        let c = &self.cfg;
+        self.tok_layout(self.out_st, &[c.nheads, c.dim], &[c.dim, 1])
+    }
+    fn dt_layout(&self) -> (Vec<usize>, Vec<usize>) {
+        let c = &self.cfg;
+        self.tok_layout(self.dt_st, &[c.nheads, c.dim], &[1, 0])
+    }
+    fn bc_layout(&self) -> (Vec<usize>, Vec<usize>) {
+        let c = &self.cfg;
+        self.tok_layout(self.bc_st, &[c.ngroups, c.dstate], &[c.dstate, 1])
+    }
+    fn tok_layout(
+        &self,
+        st: (usize, usize),
+        inner: &[usize],
+        inner_strides: &[usize],
+    ) -> (Vec<usize>, Vec<usize>) {
+        let (mut shape, mut strides) = if self.cfg.varlen {
+            (vec![self.rows], vec![st.0])
+        } else {
+            (vec![self.cfg.batch, self.cfg.tokens], vec![st.1, st.0])
+        };
+        shape.extend_from_slice(inner);
+        strides.extend_from_slice(inner_strides);
+        (shape, strides)
+    }
+
+    fn out_elems(&self) -> usize {
+        let (s, t) = self.out_layout();
+        elems_of(&s, &t).max(1)
+    }
+
+    fn state_shape(&self) -> (Vec<usize>, Vec<usize>) {
+        let c = &self.cfg;
+        (
+            vec![self.slots, c.nheads, c.dim, c.dstate],
+            vec![self.state_stride, c.dim * c.dstate, c.dstate, 1],
+        )
+    }
+
+    fn inter_shape(&self) -> Option<(Vec<usize>, Vec<usize>)> {
+        let c = &self.cfg;
+        let (entries, steps) = self.inter?;
+        let hb = c.nheads * c.dim * c.dstate;
+        Some((
+            vec![entries, steps, c.nheads, c.dim, c.dstate],
+            vec![steps * hb, hb, c.dim * c.dstate, c.dstate, 1],
+        ))
+    }
+
+    fn inter_elems(&self) -> usize {
+        self.inter.map_or(0, |(e, s)| {
+            e * s * self.cfg.nheads * self.cfg.dim * self.cfg.dstate
+        })
+    }
+
+    /// `cache_steps` as passed: the buffer's steps, or the varlen T.
+    fn cache_steps(&self) -> Option<usize> {
+        match self.inter {
+            Some((_, s)) => Some(s),
+            None => self.cfg.varlen.then_some(self.cfg.tokens),
+        }
+    }
+
+    fn index_bytes(&self, v: &[i64]) -> Vec<u8> {
+        match self.cfg.index {
+            "int32" => v.iter().flat_map(|s| (*s as i32).to_le_bytes()).collect(),
+            _ => v.iter().flat_map(|s| s.to_le_bytes()).collect(),
+        }
+    }
+}
+
+fn decode(dtype: &str, bytes: &[u8]) -> Vec<f64> {
+    match dtype {
+        "float32" => common::as_u32(bytes)
+            .into_iter()
+            .map(|b| f64::from(f32::from_bits(b)))
+            .collect(),
+        "float16" => common::as_u16(bytes)
+            .into_iter()
+            .map(|b| f16::from_bits(b).to_f64())
+            .collect(),
+        "bfloat16" => common::as_u16(bytes)
+            .into_iter()
+            .map(|b| bf16::from_bits(b).to_f64())
+            .collect(),
+        other => panic!("decode {other}"),
+    }
+}
+
+/// The f64 reference of `p` on its storages as given.
+fn reference(p: &Problem) -> MtpReference {
+    let c = &p.cfg;
+    let f = |dtype: &str, bytes: &[u8]| decode(dtype, bytes);
+    let state = f(c.state, &p.state);
+    let x = f(c.input, &p.x);
+    let z = p.z.as_ref().map(|v| f(c.input, v));
+    let dt = f(c.weight, &p.dt);
+    let a = f("float32", &p.a);
+    let bm = f(c.input, &p.b);
+    let cm = f(c.input, &p.c);
+    let d = p.d.as_ref().map(|v| f(c.weight, v));
+    let dt_bias = p.dt_bias.as_ref().map(|v| f(c.weight, v));
+    let inter: Option<Vec<f64>> = p.inter.map(|_| vec![f64::NAN; p.inter_elems()]);
+    let (xs, xt) = p.x_layout();
+    let (ds, dtt) = p.dt_layout();
+    let (bs, bst) = p.bc_layout();
+    let (ss, sst) = p.state_shape();
+    let head = [c.nheads, c.dim];
+    let ints = |v: &Option<(Vec<i64>, Vec<usize>)>| v.clone();
+    let sbi = ints(&p.sbi);
+    let dst = ints(&p.dst);
+    let cu = p.cu.clone();
+    let nat = p.nat.clone();
+    // The reference refuses a buffer entry equal to pad_slot_id, which the kernel's contract
+    // skips (nothing written): such sequences get an entry no other sequence uses, whose
+    // writes are dropped from the result below.
+    let spare = p.inter.map(|(entries, _)| entries as i64 - 1);
+    let mut skipped_entry = None;
+    let ii = p.inter_idx.clone().map(|mut v| {
+        for e in v.iter_mut() {
+            if *e == c.pad_slot_id {
+                *e = spare.expect("a buffer");
+                skipped_entry = spare;
+            }
+        }
+        v
+    });
+    if let (Some(s), Some(v)) = (skipped_entry, &p.inter_idx) {
+        assert!(!v.contains(&s), "the spare buffer entry is in use");
+    }
+    let ish = p.inter_shape();
+    let args = MtpHostArgs {
+        state: HostTensor::new(&state, &ss, &sst),
+        x: HostTensor::new(&x, &xs, &xt),
+        dt: HostTensor::new(&dt, &ds, &dtt),
+        a: HostTensor::new(&a, &[c.nheads, c.dim, c.dstate], &[1, 0, 0]),
+        b: HostTensor::new(&bm, &bs, &bst),
+        c: HostTensor::new(&cm, &bs, &bst),
+        d: d.as_ref().map(|v| HostTensor::new(v, &head, &[1, 0])),
+        z: z.as_ref().map(|v| HostTensor::new(v, &xs, &xt)),
+        dt_bias: dt_bias.as_ref().map(|v| HostTensor::new(v, &head, &[1, 0])),
+        state_batch_indices: sbi.as_ref().map(|(v, s)| HostTensor::contiguous(v, s)),
+        dst_state_batch_indices: dst.as_ref().map(|(v, s)| HostTensor::contiguous(v, s)),
+        num_accepted_tokens: nat.as_ref().map(|v| HostTensor::contiguous(v, &[c.batch])),
+        cu_seqlens: cu
+            .as_ref()
+            .map(|v| HostTensor::contiguous(v, &[c.batch + 1])),
+        intermediate_states_buffer: inter
+            .as_ref()
+            .zip(ish.as_ref())
+            .map(|(v, (s, t))| HostTensor::new(v, s, t)),
+        intermediate_state_indices: ii.as_ref().map(|v| HostTensor::contiguous(v, &[c.batch])),
+        cache_steps: p.inter.map_or(0, |i| i.1),
+        pad_slot_id: c.pad_slot_id,
+        dt_softplus: c.softplus,
+        disable_state_update: c.disable_state_update,
+    };
+    let mut r = selective_state_update_mtp_f64(&args)
+        .unwrap_or_else(|e| panic!("the reference refused {:?}: {e}", p.cfg));
+    if let Some(s) = skipped_entry {
+        r.writes.retain(
+            |w| !matches!(w.target, MtpTarget::Intermediate { entry, .. } if entry as i64 == s),
+        );
+    }
+    r
+}
+
+// ---------------------------------------------------------------------------------------------
+// Device side
+// ---------------------------------------------------------------------------------------------
+
+struct Dev {
+    state: DevBuf,
+    x: DevBuf,
+    z: Option<DevBuf>,
+    dt: DevBuf,
+    a: DevBuf,
+    b: DevBuf,
+    c: DevBuf,
+    d: Option<DevBuf>,
+    dt_bias: Option<DevBuf>,
+    sbi: Option<DevBuf>,
+    dst: Option<DevBuf>,
+    nat: Option<DevBuf>,
+    cu: Option<DevBuf>,
+    inter: Option<DevBuf>,
+    inter_idx: Option<DevBuf>,
+    seed: DevBuf,
+    out: DevBuf,
+}
+
+fn upload(stream: &Arc<CudaStream>, p: &Problem) -> Dev {
+    let c = &p.cfg;
+    let up = |dtype: &str, bytes: &[u8]| DevBuf::from_bytes(stream, dtype, bytes);
+    let idx = |v: &[i64]| up(c.index, &p.index_bytes(v));
+    let mut out = DevBuf::alloc(stream, c.input, p.out_elems());
+    out.fill_bytes(stream, 0, p.out_elems(), 0xFF);
+    let inter = p.inter.map(|_| {
+        let n = p.inter_elems();
+        let mut b = DevBuf::alloc(stream, c.state, n);
+        b.fill_bytes(stream, 0, n, 0xFF);
+        b
+    });
+    Dev {
+        state: up(c.state, &p.state),
+        x: up(c.input, &p.x),
+        z: p.z.as_ref().map(|v| up(c.input, v)),
+        dt: up(c.weight, &p.dt),
+        a: up("float32", &p.a),
+        b: up(c.input, &p.b),
+        c: up(c.input, &p.c),
+        d: p.d.as_ref().map(|v| up(c.weight, v)),
+        dt_bias: p.dt_bias.as_ref().map(|v| up(c.weight, v)),
+        sbi: p.sbi.as_ref().map(|(v, _)| idx(v)),
+        // In place: the read index is passed as dst (its own buffer here, same values).
+        dst: p.dst.as_ref().map(|(v, _)| idx(v)),
+        nat: p.nat.as_ref().map(|v| idx(v)),
+        cu: p.cu.as_ref().map(|v| idx(v)),
+        inter,
+        inter_idx: p.inter_idx.as_ref().map(|v| idx(v)),
+        seed: up("int64", &p.seed.to_le_bytes()),
+        out,
+    }
+}
+
+fn call<'a>(p: &'a Problem, dev: &'a mut Dev) -> mtp_dev::MtpCall<'a> {
+    let c = &p.cfg;
+    let inp = |buf: &'a DevBuf, (shape, strides): (Vec<usize>, Vec<usize>)| mtp_dev::In {
+        buf,
+        shape,
+        strides,
+    };
+    let idx = |buf: &'a DevBuf, shape: &[usize]| mtp_dev::In {
+        buf,
+        shape: shape.to_vec(),
+        strides: if shape.len() == 2 {
+            vec![shape[1], 1]
+        } else {
+            vec![1]
+        },
+    };
+    let head = |buf: &'a DevBuf| inp(buf, (vec![c.nheads, c.dim], vec![1, 0]));
+    let (ss, sst) = p.state_shape();
+    let (os, ost) = p.out_layout();
+    let in_place = c.write == (Write::Dst { in_place: true });
+    mtp_dev::MtpCall {
+        state: mtp_dev::Out {
+            buf: &mut dev.state,
+            shape: ss,
+            strides: sst,
+        },
+        x: inp(&dev.x, p.x_layout()),
+        dt: inp(&dev.dt, p.dt_layout()),
+        a: inp(&dev.a, (vec![c.nheads, c.dim, c.dstate], vec![1, 0, 0])),
+        b: inp(&dev.b, p.bc_layout()),
+        c: inp(&dev.c, p.bc_layout()),
+        d: dev.d.as_ref().map(head),
+        z: dev.z.as_ref().map(|b| inp(b, p.x_layout())),
+        dt_bias: dev.dt_bias.as_ref().map(head),
+        out: mtp_dev::Out {
+            buf: &mut dev.out,
+            shape: os,
+            strides: ost,
+        },
+        state_batch_indices: dev
+            .sbi
+            .as_ref()
+            .zip(p.sbi.as_ref())
+            .map(|(b, (_, s))| idx(b, s)),
+        // In place: the very read-index buffer is the destination index.
+        dst_state_batch_indices: if in_place {
+            dev.sbi
+                .as_ref()
+                .zip(p.dst.as_ref())
+                .map(|(b, (_, s))| idx(b, s))
+        } else {
+            dev.dst
+                .as_ref()
+                .zip(p.dst.as_ref())
+                .map(|(b, (_, s))| idx(b, s))
+        },
+        num_accepted_tokens: dev.nat.as_ref().map(|b| idx(b, &[c.batch])),
+        cu_seqlens: dev.cu.as_ref().map(|b| idx(b, &[c.batch + 1])),
+        intermediate_states: dev.inter.as_mut().zip(p.inter_shape()).map(|(b, (s, t))| {
+            mtp_dev::Out {
+                buf: b,
+                shape: s,
+                strides: t,
+            }
+        }),
+        intermediate_state_indices: dev.inter_idx.as_ref().map(|b| idx(b, &[c.batch])),
+        cache_steps: p.cache_steps(),
+        pad_slot_id: c.pad_slot_id,
+        dt_softplus: c.softplus,
+        disable_state_update: c.disable_state_update,
+        philox_rounds: c.rounds,
+        seed: (c.rounds > 0).then(|| idx(&dev.seed, &[1])),
+    }
+}
+
+/// What a run left: state storage, intermediate buffer (if any) and out, as bytes.
+struct After {
+    state: Vec<u8>,
+    inter: Option<Vec<u8>>,
+    out: Vec<u8>,
+}
+
+fn run(stream: &Arc<CudaStream>, p: &Problem) -> After {
+    let mut dev = upload(stream, p);
+    {
+        let mut cl = call(p, &mut dev);
+        mtp_dev::launch(stream, &mut cl)
+            .unwrap_or_else(|e| panic!("launch failed for {:?}: {e}", p.cfg));
+    }
+    stream.synchronize().expect("kernel");
+    After {
+        state: dev.state.download_all(stream),
+        inter: dev.inter.as_mut().map(|b| b.download_all(stream)),
+        out: dev.out.download_all(stream),
+    }
+}
+
+/// The in-place in-dst-mode in-place input: in place the read index is also the dst, so the
+/// in-place problem's in-dst index must be the read index's values.
+fn in_place_consistent(p: &Problem) -> bool {
+    p.cfg.write != (Write::Dst { in_place: true })
+        || p.sbi.as_ref().map(|s| &s.0) == p.dst.as_ref().map(|d| &d.0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checks
+// ---------------------------------------------------------------------------------------------
+
+/// Spacing of `dtype` at magnitude `a` (fp16 with `sr`: 2^-14 below 2^-14, the flush).
+fn ulp(dtype: &str, a: f64, sr: bool) -> f64 {
+    let a = a.abs();
+    let (min_normal, mant, sub) = match dtype {
+        "float16" => (
+            2f64.powi(-14),
+            10,
+            if sr { 2f64.powi(-14) } else { 2f64.powi(-24) },
+        ),
+        "bfloat16" => (2f64.powi(-126), 7, 2f64.powi(-133)),
+        _ => (2f64.powi(-126), 23, 2f64.powi(-149)),
+    };
+    if a < min_normal {
+        sub
+    } else {
+        2f64.powi(a.log2().floor() as i32 - mant)
+    }
+}
+
+fn max_finite(dtype: &str) -> f64 {
+    match dtype {
+        "float16" => 65504.0,
+        "bfloat16" => f64::from(bf16::MAX.to_f32()),
+        _ => f64::from(f32::MAX),
+    }
+}
+
+/// Whether a state value `g` (read back) agrees with the reference `r`.
+fn state_ok(dtype: &str, g: f64, r: f64, sr: bool) -> bool {
+    if r.abs() >= max_finite(dtype) * (1.0 - 1.0 / 4096.0) && g.is_infinite() {
+        return g.signum() == r.signum();
+    }
+    let tol = ulp(dtype, r.abs().max(g.abs()), sr) + STATE_REL * r.abs() + STATE_ABS;
+    (g - r).abs() <= tol
+}
+
+/// Storage indices (state or buffer) the reference writes.
+fn written_mask(p: &Problem, r: &MtpReference) -> (Vec<bool>, Vec<bool>) {
+    let c = &p.cfg;
+    let hb = c.nheads * c.dim * c.dstate;
+    let mut st = vec![false; p.slots * p.state_stride];
+    let mut inter = vec![false; p.inter_elems()];
+    for w in &r.writes {
+        match w.target {
+            MtpTarget::State(s) => {
+                st[s * p.state_stride..s * p.state_stride + hb].fill(true);
+            }
+            MtpTarget::Intermediate { entry, step } => {
+                let steps = p.inter.unwrap().1;
+                let o = (entry * steps + step) * hb;
+                inter[o..o + hb].fill(true);
+            }
+        }
+    }
+    (st, inter)
+}
+
+/// The storage offset of out element (reference row, h, d).
+fn out_offset(p: &Problem, row: usize, h: usize, d: usize) -> usize {
+    let c = &p.cfg;
+    let tok = if c.varlen {
+        row * p.out_st.0
+    } else {
+        (row / c.tokens) * p.out_st.1 + (row % c.tokens) * p.out_st.0
+    };
+    tok + h * c.dim + d
+}
+
+/// Keeps the first few problem descriptions.
+fn note(bad: &mut Vec<String>, s: String) {
+    if bad.len() < 6 {
+        bad.push(s);
+    }
+}
+
+/// Checks one run against the reference; returns the problems found (empty: pass).
+fn check(p: &Problem, r: &MtpReference, got: &After) -> Vec<String> {
+    let c = &p.cfg;
+    let sr = c.rounds > 0;
+    let mut bad = Vec::new();
+    let (st_mask, in_mask) = written_mask(p, r);
+    let sb = dtype_size(c.state);
+    // State: written elements within tolerance, every other byte unchanged.
+    let gs = decode(c.state, &got.state);
+    let (mut n_bad, mut n_changed) = (0usize, 0usize);
+    for (e, &w) in st_mask.iter().enumerate() {
+        if w {
+            if !state_ok(c.state, gs[e], r.state[e], sr) {
+                n_bad += 1;
+                note(
+                    &mut bad,
+                    format!("state[{e}] = {} vs reference {}", gs[e], r.state[e]),
+                );
+            }
+        } else if got.state[e * sb..(e + 1) * sb] != p.state[e * sb..(e + 1) * sb] {
+            n_changed += 1;
+            note(
+                &mut bad,
+                format!("state[{e}] changed outside the written slots"),
+            );
+        }
+    }
+    if n_bad + n_changed > 0 {
+        bad.push(format!(
+            "state: {n_bad} elements off, {n_changed} changed outside the writes"
+        ));
+    }
+    // Intermediate buffer likewise (initial bytes 0xFF).
+    match (&got.inter, &r.intermediate) {
+        (Some(bytes), Some(want)) => {
+            let gi = decode(c.state, bytes);
+            let (mut n_bad, mut n_changed) = (0usize, 0usize);
+            for (e, &w) in in_mask.iter().enumerate() {
+                if w {
+                    if !state_ok(c.state, gi[e], want[e], sr) {
+                        n_bad += 1;
+                        note(
+                            &mut bad,
+                            format!("buffer[{e}] = {} vs reference {}", gi[e], want[e]),
+                        );
+                    }
+                } else if bytes[e * sb..(e + 1) * sb].iter().any(|b| *b != 0xFF) {
+                    n_changed += 1;
+                    note(
+                        &mut bad,
+                        format!("buffer[{e}] written outside the reference's writes"),
+                    );
+                }
+            }
+            if n_bad + n_changed > 0 {
+                bad.push(format!(
+                    "buffer: {n_bad} elements off, {n_changed} changed outside the writes"
+                ));
+            }
+        }
+        (None, None) => {}
+        _ => bad.push("buffer presence differs".into()),
+    }
+    // out: the sequences' rows within tolerance, every other element still poisoned.
+    let ib = dtype_size(c.input);
+    let go = decode(c.input, &got.out);
+    let mut expected = vec![false; go.len()];
+    let (mut n_bad, mut n_poison) = (0usize, 0usize);
+    for &(first, len) in &r.sequences {
+        for row in first..first + len {
+            for h in 0..c.nheads {
+                let want: Vec<f64> = (0..c.dim)
+                    .map(|d| r.out[(row * c.nheads + h) * c.dim + d])
+                    .collect();
+                let scale = want.iter().fold(0f64, |a, v| a.max(v.abs()));
+                for (d, &wv) in want.iter().enumerate() {
+                    let e = out_offset(p, row, h, d);
+                    expected[e] = true;
+                    let g = go[e];
+                    let ok = if wv.abs() >= max_finite(c.input) && g.is_infinite() {
+                        g.signum() == wv.signum()
+                    } else {
+                        (g - wv).abs() <= OUT_REL * scale + 1e-30
+                    };
+                    if !ok {
+                        n_bad += 1;
+                        note(
+                            &mut bad,
+                            format!("out row {row} head {h} col {d}: {g} vs {wv}"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    for (e, &x) in expected.iter().enumerate() {
+        if !x && got.out[e * ib..(e + 1) * ib].iter().any(|b| *b != 0xFF) {
+            n_poison += 1;
+            note(
+                &mut bad,
+                format!("out element {e} written (no token of any sequence)"),
+            );
+        }
+    }
+    if n_bad + n_poison > 0 {
+        bad.push(format!(
+            "out: {n_bad} elements off, {n_poison} written outside the rows"
+        ));
+    }
+    bad
+}
+
+/// Runs `p` and checks it; returns a failure line.
+fn run_and_check(stream: &Arc<CudaStream>, p: &Problem) -> Option<String> {
+    let r = reference(p);
+    let got = run(stream, p);
+    let bad = check(p, &r, &got);
+    (!bad.is_empty()).then(|| format!("{:?}: {}", p.cfg, bad.join("; ")))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The problem sets
+// ---------------------------------------------------------------------------------------------
+
+const FLOATS: [&str; 3] = ["float16", "bfloat16", "float32"];
+const WRITES: [Write; 5] = [
+    Write::Inter { indices: true },
+    Write::Inter { indices: false },
+    Write::Dst { in_place: false },
+    Write::Dst { in_place: true },
+    Write::Final,
+];
+
+/// The dtype table: every (state, input) pair with weight = the third axis shifted (each
+/// weight three times), plus the hot combination three more times; dstate, dim, T, write mode
+/// and options cycling and drawn.
+fn dtype_table(rng: &mut Rng) -> Vec<Problem> {
+    let mut combos = Vec::new();
+    for (i, s) in FLOATS.iter().enumerate() {
+        for (j, x) in FLOATS.iter().enumerate() {
+            combos.push((*s, *x, FLOATS[(i + j) % 3]));
+        }
+    }
+    for _ in 0..3 {
+        combos.push(("float16", "bfloat16", "bfloat16"));
+    }
+    combos
+        .into_iter()
+        .enumerate()
+        .map(|(k, (s, x, w))| {
+            let mut cfg = Cfg::base();
+            (cfg.state, cfg.input, cfg.weight) = (s, x, w);
+            cfg.index = ["int32", "int64"][k % 2];
+            cfg.dstate = [64, 128, 256][k % 3];
+            cfg.dim = [1, 5, 64, 100][k % 4];
+            cfg.tokens = 1 + rng.below(16) as usize;
+            cfg.write = WRITES[k % WRITES.len()];
+            cfg.read = [
+                Read::OneD,
+                Read::TwoD { nat: true },
+                Read::None,
+                Read::TwoD { nat: false },
+            ][k % 4];
+            cfg.varlen = k % 3 == 1;
+            cfg.pads = k % 2 == 1;
+            cfg.pad_slot_id = if k % 5 == 2 { 0 } else { -1 };
+            cfg.z = k % 3 != 2;
+            cfg.d = k % 4 != 3;
+            cfg.dt_bias = k % 5 != 4;
+            cfg.softplus = k % 6 != 5;
+            cfg.disable_state_update = k % 7 == 3;
+            cfg.padded_strides = rng.coin();
+            cfg.batch = 1 + rng.below(4) as usize;
+            (cfg.nheads, cfg.ngroups) = [(8, 2), (4, 1), (8, 8), (16, 4)][rng.below(4) as usize];
+            cfg.rounds = [0, 5, 10][k % 3];
+            Problem::new(cfg, rng)
+        })
+        .collect()
+}
+
+/// Every write mode × fixed/varlen × pad id -1/0, with and without disable_state_update
+/// (final-only: no write at all), hot dtypes, rounds cycling 0/5/10.
+fn write_modes(rng: &mut Rng) -> Vec<Problem> {
+    let mut v = Vec::new();
+    let mut k = 0usize;
+    for write in WRITES {
+        for varlen in [false, true] {
+            for pad_slot_id in [-1i64, 0] {
+                let mut cfg = Cfg::base();
+                cfg.write = write;
+                cfg.varlen = varlen;
+                cfg.pad_slot_id = pad_slot_id;
+                cfg.pads = true;
+                cfg.batch = 5;
+                (cfg.nheads, cfg.ngroups) = (4, 2);
+                cfg.tokens = [4, 8, 6, 16][k % 4];
+                cfg.read = if k % 2 == 0 {
+                    Read::TwoD { nat: true }
+                } else {
+                    Read::OneD
+                };
+                cfg.disable_state_update = k % 3 == 0;
+                cfg.rounds = [0, 5, 10][k % 3];
+                cfg.padded_strides = k % 2 == 1;
+                cfg.index = ["int32", "int64"][(k / 2) % 2];
+                k += 1;
+                v.push(Problem::new(cfg, rng));
+            }
+        }
+        if write == Write::Final {
+            for disable in [false, true] {
+                let mut cfg = Cfg::base();
+                cfg.write = Write::Final;
+                cfg.disable_state_update = disable;
+                cfg.read = Read::None;
+                cfg.rounds = 10;
+                v.push(Problem::new(cfg, rng));
+            }
+        }
+    }
+    v
+}
+
+/// T = 1..16 (fixed length and varlen), dstate and dim cycling, 2-D read indices with
+/// `num_accepted_tokens` on every other T.
+fn token_counts(rng: &mut Rng) -> Vec<Problem> {
+    (1..=16usize)
+        .map(|t| {
+            let mut cfg = Cfg::base();
+            cfg.tokens = t;
+            cfg.varlen = t % 4 == 3;
+            cfg.dstate = [64, 128, 256][t % 3];
+            cfg.dim = [64, 5, 100, 1][t % 4];
+            cfg.read = if t % 2 == 0 {
+                Read::TwoD { nat: true }
+            } else {
+                Read::OneD
+            };
+            cfg.write = WRITES[t % WRITES.len()];
+            cfg.pads = t % 3 == 0;
+            cfg.rounds = [0, 5, 10][t % 3];
+            cfg.batch = 2 + t % 3;
+            cfg.padded_strides = t % 2 == 1;
+            Problem::new(cfg, rng)
+        })
+        .collect()
+}
+
+fn run_set(name: &str, problems: &[Problem]) {
+    let Some((_ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let mut failures = Vec::new();
+    for p in problems {
+        assert!(in_place_consistent(p));
+        if let Some(f) = run_and_check(&stream, p) {
+            eprintln!("FAIL {f}");
+            failures.push(f);
+        }
+    }
+    eprintln!(
+        "{name}: {} runs, {} failures",
+        problems.len(),
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{name}: {} of {} runs failed: {:#?}",
+        failures.len(),
+        problems.len(),
+        &failures[..failures.len().min(8)]
+    );
+}
+
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn dtype_table_matches_f64_reference() {
+    let mut rng = Rng(run_seed());
+    run_set("dtype table", &dtype_table(&mut rng));
+}
+
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn every_write_mode_matches_f64_reference_and_writes_nothing_else() {
+    let mut rng = Rng(run_seed());
+    run_set("write modes", &write_modes(&mut rng));
+}
+
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn token_counts_1_to_16_match_f64_reference() {
+    let mut rng = Rng(run_seed());
+    run_set("token counts", &token_counts(&mut rng));
+}
+
+/// The same problem twice gives the same bytes (SR and round to nearest).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn runs_are_deterministic() {
+    let Some((_ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let mut rng = Rng(run_seed());
+    for (rounds, write) in [
+        (10, Write::Inter { indices: true }),
+        (5, Write::Dst { in_place: true }),
+        (0, Write::Final),
+    ] {
+        let mut cfg = Cfg::base();
+        cfg.rounds = rounds;
+        cfg.write = write;
+        cfg.batch = 6;
+        cfg.tokens = 16;
+        let p = Problem::new(cfg, &mut rng);
+        let a = run(&stream, &p);
+        let b = run(&stream, &p);
+        assert!(
+            a.state == b.state && a.inter == b.inter && a.out == b.out,
+            "{:?}: two runs differ",
+            p.cfg
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stochastic-rounding bits
+// ---------------------------------------------------------------------------------------------
+
+/// The documented random number of element (read slot, h, d, n) (`csrc/ssu_mtp.cuh`): column
+/// pairs; Philox counter (lo32(o), 0xFFFFFFFF when bit 31 of lo32(o) is set else 0, 0, 0) with
+/// `o = read_slot · stride + h·dim·dstate + d·dstate + 4·floor(n / 4)`; word `(n mod 4) >> 1`,
+/// bits 12..0 for even `n`, 28..16 for odd `n`.
+fn mtp_random_bits(m: &Mapping, read_slot: u64, h: usize, d: usize, n: usize) -> u32 {
+    let o = read_slot
+        .wrapping_mul(m.stride)
+        .wrapping_add((h * m.dim * m.dstate + d * m.dstate + 4 * (n / 4)) as u64);
+    let counter = if m.sign_extend {
+        let lo = o as u32;
+        [lo, if lo & 0x8000_0000 != 0 { u32::MAX } else { 0 }, 0, 0]
+    } else {
+        philox::counter_of(o)
+    };
+    let w = philox::philox4x32(counter, philox::key_of(m.seed), m.rounds)[(n % 4) >> 1];
+    (w >> (16 * (n & 1))) & 0x1FFF
+}
+
+/// A random mapping: the documented one (`sign_extend`), or the same with the full 64-bit
+/// offset in the counter (the alternative the sign-extension checks tell apart).
+struct Mapping {
+    stride: u64,
+    dim: usize,
+    dstate: usize,
+    seed: u64,
+    rounds: u32,
+    sign_extend: bool,
+}
+
+/// Whether fp32 `v` with random bits `r` lies within `margin` fp32 ulps of an SR decision
+/// boundary (where the kernel's fp32 value and the f64 reference's may round differently).
+fn near_boundary(v: f32, r: u32, margin: u32) -> bool {
+    // The fp16 result is floor((bits + r) / 2^13): it changes with the fp32 value where
+    // (bits + r) mod 2^13 is near 0.
+    let m = ((v.to_bits() & 0x1FFF) + r) & 0x1FFF;
+    m < margin || m > 0x2000 - margin
+}
+
+/// Over the written steps of every sequence: (agreeing, compared) of the kernel's fp16 bits
+/// with the software SR of the reference value under `m`, skipping near-boundary elements.
+/// `got(target, step, h, d, n)` reads the kernel's bits.
+fn agreement(
+    r: &MtpReference,
+    m: &Mapping,
+    value: impl Fn(&MtpTarget, usize, usize, usize) -> f64,
+    got: impl Fn(&MtpTarget, usize, usize, usize) -> u16,
+) -> (usize, usize) {
+    let (mut agree, mut total) = (0usize, 0usize);
+    for w in &r.writes {
+        for h in 0..r.nheads {
+            for d in 0..r.dim {
+                for n in 0..r.dstate {
+                    let v = value(&w.target, h, d, n) as f32;
+                    let bits = mtp_random_bits(m, w.read_slot as u64, h, d, n);
+                    if near_boundary(v, bits, 64) {
+                        continue;
+                    }
+                    total += 1;
+                    agree += usize::from(sr_f16_bits(v, bits) == got(&w.target, h, d, n));
+                }
+            }
+        }
+    }
+    (agree, total)
+}
+
+/// Predicted SR bits agree with the kernel's for dstate 64/128/256, 5 and 10 rounds, in the
+/// intermediate buffer (every step) and the final-only state; a mapping with the columns in
+/// groups of four words instead of pairs must not.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn sr_bits_follow_the_documented_mapping() {
+    let Some((_ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let mut rng = Rng(run_seed());
+    for rounds in [5u32, 10] {
+        for dstate in [64, 128, 256] {
+            for write in [Write::Inter { indices: true }, Write::Final] {
+                let mut cfg = Cfg::base();
+                cfg.rounds = rounds;
+                cfg.dstate = dstate;
+                cfg.write = write;
+                cfg.padded_strides = true;
+                let p = Problem::new(cfg, &mut rng);
+                let r = reference(&p);
+                let got = run(&stream, &p);
+                let gs = common::as_u16(&got.state);
+                let gi = got.inter.as_ref().map(|b| common::as_u16(b));
+                let steps = p.inter.map_or(0, |i| i.1);
+                let hb = p.cfg.nheads * p.cfg.dim * dstate;
+                let idx = |t: &MtpTarget, h: usize, d: usize, n: usize| -> (bool, usize) {
+                    let inner = (h * p.cfg.dim + d) * dstate + n;
+                    match *t {
+                        MtpTarget::State(s) => (false, s * p.state_stride + inner),
+                        MtpTarget::Intermediate { entry, step } => {
+                            (true, (entry * steps + step) * hb + inner)
+                        }
+                    }
+                };
+                let value = |t: &MtpTarget, h, d, n| {
+                    let (buf, e) = idx(t, h, d, n);
+                    if buf {
+                        r.intermediate.as_ref().unwrap()[e]
+                    } else {
+                        r.state[e]
+                    }
+                };
+                let bits = |t: &MtpTarget, h, d, n| {
+                    let (buf, e) = idx(t, h, d, n);
+                    if buf {
+                        gi.as_ref().unwrap()[e]
+                    } else {
+                        gs[e]
+                    }
+                };
+                let m = Mapping {
+                    stride: p.state_stride as u64,
+                    dim: p.cfg.dim,
+                    dstate,
+                    seed: p.seed as u64,
+                    rounds,
+                    sign_extend: true,
+                };
+                let (a, n) = agreement(&r, &m, value, bits);
+                // The alternative: the single-token simple layout's groups (word n % 4).
+                let (mut wrong_agree, mut wrong_total) = (0usize, 0usize);
+                for w in &r.writes {
+                    for h in 0..r.nheads {
+                        for d in 0..r.dim {
+                            for c in 0..dstate {
+                                let v = value(&w.target, h, d, c) as f32;
+                                let o = (w.read_slot as u64) * m.stride
+                                    + ((h * m.dim + d) * dstate + 4 * (c / 4)) as u64;
+                                let word = philox::philox4x32(
+                                    philox::counter_of(o),
+                                    philox::key_of(m.seed),
+                                    rounds,
+                                )[c % 4]
+                                    & 0x1FFF;
+                                wrong_total += 1;
+                                wrong_agree +=
+                                    usize::from(sr_f16_bits(v, word) == bits(&w.target, h, d, c));
+                            }
+                        }
+                    }
+                }
+                let f = a as f64 / n.max(1) as f64;
+                let fw = wrong_agree as f64 / wrong_total.max(1) as f64;
+                eprintln!(
+                    "R{rounds} dstate {dstate} {write:?}: documented mapping agrees on {f:.5} of \
+                     {n}; groups of four words: {fw:.5}"
+                );
+                assert!(n > 0, "nothing compared");
+                assert!(
+                    f >= 0.99,
+                    "R{rounds} dstate {dstate} {write:?}: agreement {f}"
+                );
+                assert!(fw < 0.97, "the check cannot tell the mappings apart ({fw})");
+            }
+        }
+    }
+}
+
+/// A state slot stride of 2^31 - 4096 elements (fp16; 3 slots: 12 GiB of address space, only
+/// the two read slots' head blocks mapped): slot 1's offsets cross 2^31 inside head 0 (the
+/// counter's word 1 becomes 0xFFFFFFFF), slot 2's start above 2^32 - 2^13 and wrap past 2^32
+/// (the truncated offset drops back below 2^31). The kernel's fp16 buffer entries must follow
+/// the documented (truncated, sign-extended) mapping on >= 99% of the elements away from a
+/// rounding boundary, and the full 64-bit offset must be told apart; `out` is checked against
+/// the reference; no mapped state byte may change (the intermediate buffer takes the writes).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn sr_offsets_sign_extend_past_2_pow_31_sparse_state() {
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let stride: u64 = (1 << 31) - 4096;
+    let (nheads, dim, dstate, ngroups, batch, t) = (8usize, 64usize, 128usize, 2usize, 2, 4);
+    let slots = 3usize;
+    let hb = nheads * dim * dstate;
+    let read_slots = [1i64, 2];
+    let seed: i64 = 0x0123_4567_89AB_CDEF;
+    let gseed = 0x5EED_2031u64;
+    let bf = |tag, n| gen::to_dtype_bytes(&gen::values_f32(gseed, tag, 0, n), "bfloat16");
+    let x = bf(gen::TAG_X, batch * t * nheads * dim);
+    let dt = bf(gen::TAG_DT, batch * t * nheads);
+    let dt_bias = bf(gen::TAG_DT_BIAS, nheads);
+    let d = bf(gen::TAG_D, nheads);
+    let b = bf(gen::TAG_B, batch * t * ngroups * dstate);
+    let c = bf(gen::TAG_C, batch * t * ngroups * dstate);
+    let a = gen::to_dtype_bytes(&gen::values_f32(gseed, gen::TAG_A, 0, nheads), "float32");
+    // The read slots' blocks, generated at their real offsets, and a compact host copy.
+    let mut compact = vec![0u8; slots * hb * 2];
+    let mut blocks = Vec::new();
+    for &s in &read_slots {
+        let start = s as u64 * stride;
+        let bytes = gen::to_dtype_bytes(
+            &gen::values_f32(gseed, gen::TAG_STATE, start, hb),
+            "float16",
+        );
+        compact[s as usize * hb * 2..(s as usize + 1) * hb * 2].copy_from_slice(&bytes);
+        blocks.push((start, bytes));
+    }
+    // The reference on the compact layout: the offsets only matter to the random bits.
+    let base = Problem {
+        cfg: {
+            let mut cfg = Cfg::base();
+            (cfg.batch, cfg.tokens, cfg.nheads, cfg.ngroups, cfg.z) =
+                (batch, t, nheads, ngroups, false);
+            cfg.rounds = 10;
+            cfg
+        },
+        slots,
+        state_stride: hb,
+        rows: t,
+        x_st: (nheads * dim, t * nheads * dim),
+        dt_st: (nheads, t * nheads),
+        bc_st: (ngroups * dstate, t * ngroups * dstate),
+        out_st: (nheads * dim, t * nheads * dim),
+        state: compact,
+        x: x.clone(),
+        z: None,
+        dt: dt.clone(),
+        a: a.clone(),
+        b: b.clone(),
+        c: c.clone(),
+        d: Some(d.clone()),
+        dt_bias: Some(dt_bias.clone()),
+        sbi: Some((read_slots.to_vec(), vec![batch])),
+        dst: None,
+        nat: None,
+        cu: None,
+        inter: Some((batch, t)),
+        inter_idx: Some(vec![0, 1]),
+        seed,
+    };
+    let r = reference(&base);
+
+    let byte_ranges: Vec<(u64, u64)> = blocks
+        .iter()
+        .map(|(o, bytes)| (o * 2, o * 2 + bytes.len() as u64))
+        .collect();
+    let mut state = common::SparseStorage::sparse(
+        &ctx,
+        &stream,
+        "float16",
+        slots as u64 * stride,
+        &byte_ranges,
+    );
+    assert!(state.is_sparse());
+    for (lo, hi) in state.mapped.clone() {
+        state
+            .buf_mut()
+            .fill_bytes(&stream, lo as usize, (hi - lo) as usize, STATE_PATTERN);
+    }
+    for (off, bytes) in &blocks {
+        state.buf_mut().write_bytes(&stream, *off as usize, bytes);
+    }
+    let before = state.download();
+    let mut dev = upload(&stream, &base);
+    let mut cl = call(&base, &mut dev);
+    cl.state = mtp_dev::Out {
+        buf: state.buf_mut(),
+        shape: vec![slots, nheads, dim, dstate],
+        strides: vec![stride as usize, dim * dstate, dstate, 1],
+    };
+    mtp_dev::launch(&stream, &mut cl).expect("launch");
+    drop(cl);
+    stream.synchronize().expect("kernel");
+    let after_state = state.download();
+    assert!(
+        before == after_state,
+        "the state changed (intermediate-buffer mode)"
+    );
+    let gi = common::as_u16(&dev.inter.as_mut().unwrap().download_all(&stream));
+    let out = dev.out.download_all(&stream);
+    let want_buf = r.intermediate.as_ref().unwrap();
+    let idx = |tg: &MtpTarget, h: usize, d: usize, n: usize| match *tg {
+        MtpTarget::Intermediate { entry, step } => {
+            (entry * t + step) * hb + (h * dim + d) * dstate + n
+        }
+        MtpTarget::State(_) => unreachable!("buffer mode"),
+    };
+    let mut results = Vec::new();
+    for sign_extend in [true, false] {
+        let m = Mapping {
+            stride,
+            dim,
+            dstate,
+            seed: seed as u64,
+            rounds: 10,
+            sign_extend,
+        };
+        let (a, n) = agreement(
+            &r,
+            &m,
+            |tg, h, d, c| want_buf[idx(tg, h, d, c)],
+            |tg, h, d, c| gi[idx(tg, h, d, c)],
+        );
+        results.push((a as f64 / n.max(1) as f64, n));
+    }
+    eprintln!(
+        "stride 2^31 - 4096: documented mapping agrees on {:.5} of {}; full 64-bit offset: {:.5}",
+        results[0].0, results[0].1, results[1].0
+    );
+    assert!(
+        results[0].0 >= 0.99,
+        "the documented mapping: {}",
+        results[0].0
+    );
+    assert!(
+        results[1].0 < 0.97,
+        "the full 64-bit offset agrees too ({}): the case does not test sign extension",
+        results[1].0
+    );
+    // Values and poison of the buffer and out, as everywhere.
+    let got = After {
+        state: base.state.clone(),
+        inter: Some(gi.iter().flat_map(|v| v.to_le_bytes()).collect()),
+        out,
+    };
+    let bad = check(&base, &r, &got);
+    assert!(bad.is_empty(), "{bad:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// CPU: the problems and the checker
+// ---------------------------------------------------------------------------------------------
+
+/// Every problem of the GPU sets (two fixed seeds; the GPU tests draw theirs) is accepted
+/// by the API's host validation with the sizes it was built with, and (one seed, the cheaper
+/// problems) by the reference.
+#[test]
+fn every_problem_is_valid_for_the_reference_and_the_api() {
+    for (k, seed) in [0x5EEDu64, 0xDEAD_BEEF].into_iter().enumerate() {
+        problems_are_valid(seed, k == 0);
+    }
+}
+
+fn problems_are_valid(seed: u64, run_reference: bool) {
+    use mamba_ssu::ssu::{validate_mtp, DType, MtpSpec, SeedSpec, TensorLayout};
+    let dt = |s: &str| match s {
+        "float16" => DType::F16,
+        "bfloat16" => DType::BF16,
+        "float32" => DType::F32,
+        "int32" => DType::I32,
+        _ => DType::I64,
+    };
+    let mut rng = Rng(seed);
+    let mut all = dtype_table(&mut rng);
+    all.extend(write_modes(&mut rng));
+    all.extend(token_counts(&mut rng));
+    let mut seen_zero_len = false;
+    for p in &all {
+        let c = &p.cfg;
+        assert!(in_place_consistent(p));
+        let lay = |dtype: &str, (s, t): (Vec<usize>, Vec<usize>), len: usize| {
+            TensorLayout::new(dt(dtype), &s, &t, len).unwrap()
+        };
+        let es = |bytes: &[u8], dtype: &str| bytes.len() / dtype_size(dtype);
+        let idx_lay = |shape: &[usize]| {
+            let n: usize = shape.iter().product();
+            TensorLayout::contiguous(dt(c.index), shape, n).unwrap()
+        };
+        let head = |bytes: &[u8]| {
+            lay(
+                c.weight,
+                (vec![c.nheads, c.dim], vec![1, 0]),
+                es(bytes, c.weight),
+            )
+        };
+        let spec = MtpSpec {
+            state: lay(c.state, p.state_shape(), es(&p.state, c.state)),
+            x: lay(c.input, p.x_layout(), es(&p.x, c.input)),
+            dt: lay(c.weight, p.dt_layout(), es(&p.dt, c.weight)),
+            a: lay(
+                "float32",
+                (vec![c.nheads, c.dim, c.dstate], vec![1, 0, 0]),
+                c.nheads,
+            ),
+            b: lay(c.input, p.bc_layout(), es(&p.b, c.input)),
+            c: lay(c.input, p.bc_layout(), es(&p.c, c.input)),
+            d: p.d.as_ref().map(|v| head(v)),
+            z: p.z
+                .as_ref()
+                .map(|v| lay(c.input, p.x_layout(), es(v, c.input))),
+            dt_bias: p.dt_bias.as_ref().map(|v| head(v)),
+            state_batch_indices: p.sbi.as_ref().map(|(_, s)| idx_lay(s)),
+            dst_state_batch_indices: p.dst.as_ref().map(|(_, s)| idx_lay(s)),
+            num_accepted_tokens: p.nat.as_ref().map(|_| idx_lay(&[c.batch])),
+            cu_seqlens: p.cu.as_ref().map(|_| idx_lay(&[c.batch + 1])),
+            intermediate_states_buffer: p.inter_shape().map(|l| lay(c.state, l, p.inter_elems())),
+            intermediate_state_indices: p.inter_idx.as_ref().map(|_| idx_lay(&[c.batch])),
+            cache_steps: p.cache_steps(),
+            out: lay(c.input, p.out_layout(), p.out_elems()),
+            philox_rounds: c.rounds,
+            seed: (c.rounds > 0).then(|| SeedSpec::Pointer(idx_lay_i64())),
+        };
+        let prob = validate_mtp(&spec).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+        assert_eq!(
+            (prob.batch, prob.nheads, prob.dim, prob.dstate, prob.ngroups),
+            (c.batch, c.nheads, c.dim, c.dstate, c.ngroups)
+        );
+        assert_eq!(prob.ntokens, c.tokens, "{c:?}");
+        if let Some(cu) = &p.cu {
+            seen_zero_len |= cu.windows(2).any(|w| w[0] == w[1]);
+        }
+    }
+    assert!(seen_zero_len, "no zero-length sequence in the sets");
+    // The reference accepts each (the cheap ones: every write mode and token count).
+    if !run_reference {
+        return;
+    }
+    for p in all
+        .iter()
+        .filter(|p| p.cfg.batch * p.cfg.tokens * p.cfg.nheads * p.cfg.dim * p.cfg.dstate <= 1 << 21)
+    {
+        let _ = reference(p);
+    }
+}
+
+fn idx_lay_i64() -> mamba_ssu::ssu::TensorLayout {
+    mamba_ssu::ssu::TensorLayout::contiguous(mamba_ssu::ssu::DType::I64, &[1], 1).unwrap()
+}
+
+/// The kernel emulated from the reference: the written state and buffer places and the out rows
+/// rounded to nearest from the f64 values, everything else as uploaded.
+fn emulate(p: &Problem, r: &MtpReference) -> After {
+    let c = &p.cfg;
+    let (st_mask, in_mask) = written_mask(p, r);
+    let enc = |dtype: &str, v: f64| -> Vec<u8> { gen::to_dtype_bytes(&[v as f32], dtype) };
+    let sb = dtype_size(c.state);
+    let mut state = p.state.clone();
+    for (e, w) in st_mask.iter().enumerate() {
+        if *w {
+            state[e * sb..(e + 1) * sb].copy_from_slice(&enc(c.state, r.state[e]));
+        }
+    }
+    let inter = r.intermediate.as_ref().map(|want| {
+        let mut b = vec![0xFF; p.inter_elems() * sb];
+        for (e, w) in in_mask.iter().enumerate() {
+            if *w {
+                b[e * sb..(e + 1) * sb].copy_from_slice(&enc(c.state, want[e]));
+            }
+        }
+        b
+    });
+    let ib = dtype_size(c.input);
+    let mut out = vec![0xFF; p.out_elems() * ib];
+    for &(first, len) in &r.sequences {
+        for row in first..first + len {
+            for h in 0..c.nheads {
+                for d in 0..c.dim {
+                    let e = out_offset(p, row, h, d);
+                    let v = r.out[(row * c.nheads + h) * c.dim + d];
+                    out[e * ib..(e + 1) * ib].copy_from_slice(&enc(c.input, v));
+                }
+            }
+        }
+    }
+    After { state, inter, out }
+}
+
+/// The checker passes the emulated kernel and fails it after one changed byte: in a written
+/// state slot's stride padding, an unwritten buffer step, an out row no sequence covers (or
+/// its stride padding), and a written value.
+#[test]
+fn the_checker_passes_an_emulated_kernel_and_catches_stray_bytes() {
+    let mut rng = Rng(0xC4EC);
+    let mut problems = Vec::new();
+    for write in WRITES {
+        for varlen in [false, true] {
+            let mut cfg = Cfg::base();
+            cfg.write = write;
+            cfg.varlen = varlen;
+            cfg.pads = true;
+            cfg.padded_strides = true;
+            cfg.batch = 3;
+            cfg.tokens = 5;
+            cfg.dim = 5;
+            cfg.dstate = 64;
+            cfg.nheads = 4;
+            cfg.read = if varlen {
+                Read::TwoD { nat: true }
+            } else {
+                Read::OneD
+            };
+            cfg.pad_slot_id = if varlen { 0 } else { -1 };
+            cfg.rounds = 10;
+            problems.push(Problem::new(cfg, &mut rng));
+        }
+    }
+    for p in &problems {
+        let r = reference(p);
+        let good = emulate(p, &r);
+        let bad = check(p, &r, &good);
+        assert!(
+            bad.is_empty(),
+            "{:?}: the emulated kernel fails: {bad:?}",
+            p.cfg
+        );
+        let (st_mask, in_mask) = written_mask(p, &r);
+        let sb = dtype_size(p.cfg.state);
+        // A stray state byte (outside the writes).
+        if let Some(e) = st_mask.iter().position(|w| !w) {
+            let mut g = emulate(p, &r);
+            g.state[e * sb] ^= 0x40;
+            assert!(
+                !check(p, &r, &g).is_empty(),
+                "{:?}: stray state byte",
+                p.cfg
+            );
+        }
+        // A wrong written state value.
+        if let Some(e) = st_mask.iter().position(|w| *w) {
+            let mut g = emulate(p, &r);
+            g.state[e * sb + sb - 1] ^= 0x20;
+            assert!(
+                !check(p, &r, &g).is_empty(),
+                "{:?}: wrong state value",
+                p.cfg
+            );
+        }
+        // A stray buffer byte and a wrong buffer value.
+        if let Some(e) = in_mask.iter().position(|w| !w) {
+            let mut g = emulate(p, &r);
+            g.inter.as_mut().unwrap()[e * sb] = 0;
+            assert!(
+                !check(p, &r, &g).is_empty(),
+                "{:?}: stray buffer byte",
+                p.cfg
+            );
+        }
+        if let Some(e) = in_mask.iter().position(|w| *w) {
+            let mut g = emulate(p, &r);
+            g.inter.as_mut().unwrap()[e * sb + sb - 1] ^= 0x20;
+            assert!(
+                !check(p, &r, &g).is_empty(),
+                "{:?}: wrong buffer value",
+                p.cfg
+            );
+        }
+        // A stray out byte: stride padding of the first row (padded strides).
+        let mut g = emulate(p, &r);
+        let ib = dtype_size(p.cfg.input);
+        let pad_elem = p.cfg.nheads * p.cfg.dim; // first element past row 0's heads
+        if pad_elem < p.out_elems() && p.out_st.0 > pad_elem {
+            g.out[pad_elem * ib] = 0;
+            assert!(!check(p, &r, &g).is_empty(), "{:?}: stray out byte", p.cfg);
+        }
+        // A wrong out value.
+        if let Some(&(first, len)) = r.sequences.iter().find(|s| s.1 > 0) {
+            let _ = len;
+            let mut g = emulate(p, &r);
+            let e = out_offset(p, first, 0, 0);
+            g.out[e * ib + ib - 1] ^= 0x40;
+            assert!(!check(p, &r, &g).is_empty(), "{:?}: wrong out value", p.cfg);
+        }
+    }
+}
