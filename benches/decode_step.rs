@@ -232,8 +232,15 @@ fn run() -> AnyResult<()> {
     for &batch in &opts.batches {
         let shape = DecodeShape::nemotron_h_tp4_verify(batch, opts.tokens);
         let mut step = DecodeStep::new(&stream, shape)?;
-        check_identical(&mut step, &mut inline, &stream)?;
-        check_identical(&mut step, &mut branch, &stream)?;
+        // The identity check downloads every layer's state 16 times: a verify step's cache
+        // (batch * tokens + 1 slots per layer) makes that gigabytes past batch 8, so there it is
+        // checked at batch <= 8 (tests/decode_gpu.rs checks it too).
+        if opts.tokens == 1 || batch <= 8 {
+            check_identical(&mut step, &mut inline, &stream)?;
+            check_identical(&mut step, &mut branch, &stream)?;
+        } else {
+            eprintln!("batch {batch}: identity check skipped (verify step past batch 8)");
+        }
         let mut row = Row::default();
         let mut gen = Generator::new(42, 0)?;
         for v in VARIANTS {

@@ -1,7 +1,9 @@
 //! GPU tests of the three seed paths through the SSU: after a 40-layer decode step the states
 //! and outputs are bit-identical across stock, prefetch and fused, eagerly and in CUDA-graph
 //! replays (each replay equal to an eager stock step at that replay's generator offset), with
-//! both capture layouts of the prefetcher.
+//! both capture layouts of the prefetcher — for the decode step (single-token SSU) and for the
+//! verify step of speculative decoding (8 tokens per sequence, the multi-token SSU in vLLM's
+//! varlen in-place form).
 
 mod common;
 
@@ -22,8 +24,9 @@ fn stock_prefetch_and_fused_are_bit_identical_eagerly() {
     // SAFETY: all buffers are used on `stream`; the prefetcher orders its side stream itself.
     unsafe { ctx.disable_event_tracking() };
     let mut p = Prefetcher::new(&ctx, 40).unwrap();
-    for batch in [1usize, 5] {
-        let mut step = DecodeStep::new(&stream, DecodeShape::nemotron_h_tp4(batch)).unwrap();
+    for (batch, tokens) in [(1usize, 1usize), (5, 1), (1, 8), (5, 8)] {
+        let shape = DecodeShape::nemotron_h_tp4_verify(batch, tokens);
+        let mut step = DecodeStep::new(&stream, shape).unwrap();
         let mut snaps: Vec<Snapshot> = Vec::new();
         let runs = [
             SeedMode::Stock,
@@ -43,7 +46,7 @@ fn stock_prefetch_and_fused_are_bit_identical_eagerly() {
         for (i, mode) in runs.iter().enumerate().skip(1) {
             assert!(
                 snaps[0] == snaps[i],
-                "{mode:?} differs from stock (batch {batch})"
+                "{mode:?} differs from stock (batch {batch}, {tokens} tokens)"
             );
         }
         // The fixed seed is a different sequence: the comparison can fail.
@@ -68,54 +71,57 @@ fn captured_steps_replay_like_eager_stock_at_each_offset() {
     // SAFETY: as above.
     unsafe { ctx.disable_event_tracking() };
     let mut p = Prefetcher::new(&ctx, 40).unwrap();
-    let mut step = DecodeStep::new(&stream, DecodeShape::nemotron_h_tp4(3)).unwrap();
-    let configs = [
-        (SeedMode::Stock, CaptureLayout::Inline),
-        (SeedMode::Prefetch, CaptureLayout::Inline),
-        (SeedMode::Prefetch, CaptureLayout::Branch),
-        (SeedMode::Fused, CaptureLayout::Inline),
-        (SeedMode::FusedPerCall, CaptureLayout::Inline),
-    ];
-    for (mode, layout) in configs {
-        p.set_capture_layout(layout).unwrap();
-        let mut gen = Generator::new(2024, 12).unwrap();
-        stream
-            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-            .unwrap();
-        let r = step.run(mode, &mut p, &mut gen);
-        let graph = stream
-            .end_capture(CUgraphInstantiate_flags(0))
-            .unwrap()
-            .expect("a graph");
-        r.unwrap();
-        assert_eq!(gen.offset(), 12, "capture leaves the host generator");
-        let inc = p.graph_increment();
-        assert_eq!(inc, 160, "{mode:?}");
-        let mut previous: Option<Snapshot> = None;
-        for _ in 0..3 {
-            // Replay from the initial states at the generator's current offset...
-            let before = gen;
-            step.reset_states().unwrap();
-            p.prepare_replay(&stream, &mut gen, inc).unwrap();
-            graph.launch().unwrap();
-            let replayed = step.download().unwrap();
-            // ...equals an eager stock step from the same generator state.
-            step.reset_states().unwrap();
-            let mut eager_gen = before;
-            step.run(SeedMode::Stock, &mut p, &mut eager_gen).unwrap();
-            assert_eq!(eager_gen, gen);
-            let eager = step.download().unwrap();
-            assert!(
-                replayed == eager,
-                "{mode:?} {layout:?}: replay from {} differs",
-                before.offset()
-            );
-            assert!(
-                Some(&replayed) != previous.as_ref(),
-                "{mode:?} {layout:?}: replays must differ"
-            );
-            previous = Some(replayed);
-            gen.next_cpu(); // the host moves on between replays
+    for tokens in [1usize, 8] {
+        let mut step =
+            DecodeStep::new(&stream, DecodeShape::nemotron_h_tp4_verify(3, tokens)).unwrap();
+        let configs = [
+            (SeedMode::Stock, CaptureLayout::Inline),
+            (SeedMode::Prefetch, CaptureLayout::Inline),
+            (SeedMode::Prefetch, CaptureLayout::Branch),
+            (SeedMode::Fused, CaptureLayout::Inline),
+            (SeedMode::FusedPerCall, CaptureLayout::Inline),
+        ];
+        for (mode, layout) in configs {
+            p.set_capture_layout(layout).unwrap();
+            let mut gen = Generator::new(2024, 12).unwrap();
+            stream
+                .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                .unwrap();
+            let r = step.run(mode, &mut p, &mut gen);
+            let graph = stream
+                .end_capture(CUgraphInstantiate_flags(0))
+                .unwrap()
+                .expect("a graph");
+            r.unwrap();
+            assert_eq!(gen.offset(), 12, "capture leaves the host generator");
+            let inc = p.graph_increment();
+            assert_eq!(inc, 160, "{mode:?}");
+            let mut previous: Option<Snapshot> = None;
+            for _ in 0..3 {
+                // Replay from the initial states at the generator's current offset...
+                let before = gen;
+                step.reset_states().unwrap();
+                p.prepare_replay(&stream, &mut gen, inc).unwrap();
+                graph.launch().unwrap();
+                let replayed = step.download().unwrap();
+                // ...equals an eager stock step from the same generator state.
+                step.reset_states().unwrap();
+                let mut eager_gen = before;
+                step.run(SeedMode::Stock, &mut p, &mut eager_gen).unwrap();
+                assert_eq!(eager_gen, gen);
+                let eager = step.download().unwrap();
+                assert!(
+                    replayed == eager,
+                    "{mode:?} {layout:?} ({tokens} tokens): replay from {} differs",
+                    before.offset()
+                );
+                assert!(
+                    Some(&replayed) != previous.as_ref(),
+                    "{mode:?} {layout:?}: replays must differ"
+                );
+                previous = Some(replayed);
+                gen.next_cpu(); // the host moves on between replays
+            }
         }
     }
 }
