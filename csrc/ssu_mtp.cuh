@@ -51,6 +51,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "fp32_ops.cuh"
 #include "include/mamba_ssu.h"
 #include "loads.cuh"
@@ -94,12 +96,13 @@ struct MtpArgs {
   int32_t dt_softplus, update_state, seed_source, varlen;
 };
 
-// Dynamic shared memory of a block: B and C of every token (ntokens x dstate fp32 each), then
-// x and z of the block's rows for every token (ntokens x rows_per_block fp32 each).
+// Dynamic shared memory of a block: B and C of every token (ntokens x dstate each: bf16 bits in
+// the hot kernels, fp32 otherwise), then x and z of the block's rows for every token
+// (ntokens x rows_per_block fp32 each).
 __host__ __device__ constexpr size_t mtp_smem_bytes(int ntokens, int dstate, int rows_per_block,
-                                                    bool has_z) {
-  return sizeof(float) * (2 * static_cast<size_t>(ntokens) * dstate +
-                          static_cast<size_t>(ntokens) * rows_per_block * (has_z ? 2 : 1));
+                                                    bool has_z, bool hot) {
+  return (hot ? 2 : 4) * 2 * static_cast<size_t>(ntokens) * dstate +
+         sizeof(float) * static_cast<size_t>(ntokens) * rows_per_block * (has_z ? 2 : 1);
 }
 
 // Column of a lane's element i (lane m of the row's 8): 64 (i / 8) + 8 m + i % 8.
@@ -134,10 +137,8 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
 
   __shared__ int64_t s_tgt[kMaxTokens];      // element offset of token t's state write, or -1
   __shared__ float s_dtp[kMaxTokens], s_dA[kMaxTokens];
-  __shared__ int64_t s_tok0, s_read_slot;
-  __shared__ int s_len, s_pad, s_any_write;
   __shared__ uint64_t s_seed;
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) unsigned char smem[];
 
   // A fused chain's next link: the grid's extra first block stores the stock draw that follows
   // this call's position (the next call's seed) and does nothing else.
@@ -162,39 +163,71 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
   const int row0 = part * a.rows_per_block;
   const int rows = min(a.rows_per_block, dim - row0);
   const int64_t head_elems = h * dim * kDstate;
+  const int tid = threadIdx.x;
 
-  // Phase 1 (thread 0): the sequence's tokens, its read slot, its seed.
-  if (threadIdx.x == 0) {
-    int64_t tok0 = 0, len = a.ntokens;
-    if (a.varlen) {
-      const int64_t lo = load_index(a.cu, b * a.cu_s, a.index_dtype);
-      const int64_t hi = load_index(a.cu, (b + 1) * a.cu_s, a.index_dtype);
-      // Offsets outside 0..=total_tokens or decreasing: the sequence is skipped.
-      const bool ok = lo >= 0 && lo <= hi && hi <= a.total_tokens;
-      tok0 = ok ? lo : 0;
-      len = ok ? min(hi - lo, static_cast<int64_t>(a.ntokens)) : 0;
+  // The sequence's tokens and read slot, by every thread (the same few loads, served once per
+  // warp): no barrier before the first state load, which goes out right after.
+  int64_t tok0 = 0, len64 = a.ntokens;
+  if (a.varlen) {
+    const int64_t lo = load_index(a.cu, b * a.cu_s, a.index_dtype);
+    const int64_t hi = load_index(a.cu, (b + 1) * a.cu_s, a.index_dtype);
+    // Offsets outside 0..=total_tokens or decreasing: the sequence is skipped.
+    const bool ok = lo >= 0 && lo <= hi && hi <= a.total_tokens;
+    tok0 = ok ? lo : 0;
+    len64 = ok ? min(hi - lo, static_cast<int64_t>(a.ntokens)) : 0;
+  }
+  const int len = static_cast<int>(len64);
+  if (len == 0) return;  // block-uniform
+  int64_t read_slot = b;
+  bool pad = false;
+  if (a.sbi != nullptr) {
+    int64_t k = 0;
+    if (a.sbi_cols > 0 && a.nat != nullptr) {
+      k = load_index(a.nat, b * a.nat_s, a.index_dtype) - 1;
+      k = k < 0 ? 0 : k;
     }
-    int64_t slot = b;
-    bool pad = false;
-    if (a.sbi != nullptr) {
-      int64_t k = 0;
-      if (a.sbi_cols > 0 && a.nat != nullptr) {
-        k = load_index(a.nat, b * a.nat_s, a.index_dtype) - 1;
-        k = k < 0 ? 0 : k;
-      }
-      if (a.sbi_cols > 0 && k >= a.sbi_cols) {
-        pad = true;
-      } else {
-        slot = load_index(a.sbi, b * a.sbi_s + k * a.sbi_sc, a.index_dtype);
-      }
+    if (a.sbi_cols > 0 && k >= a.sbi_cols) {
+      pad = true;
+    } else {
+      read_slot = load_index(a.sbi, b * a.sbi_s + k * a.sbi_sc, a.index_dtype);
     }
-    pad = pad || slot == a.pad_slot_id || slot < 0 || slot >= a.state_cache_size;
-    s_tok0 = tok0;
-    s_len = static_cast<int>(len);
-    s_pad = pad ? 1 : 0;
-    s_read_slot = slot;
+  }
+  pad = pad || read_slot == a.pad_slot_id || read_slot < 0 || read_slot >= a.state_cache_size;
+
+  const int grp = tid / kGroupLanes;
+  const int m = tid % kGroupLanes;
+  const int esize = kHot ? 2 : (sdt == MAMBA_SSU_F32 ? 4 : 2);
+  char *const state = static_cast<char *>(a.state);
+  const char *read_head =
+      pad ? nullptr : state + (read_slot * a.state_stride + head_elems) * esize;
+
+  // One row's state at the lane's columns: raw (hot: a 16-byte word per 64 columns).
+  struct Raw {
+    uint4 v[kHot ? NC / 8 : 1];
+  };
+  auto load_raw = [&](int d, Raw &raw) {
+    if constexpr (kHot) {
+      const char *row = read_head + static_cast<int64_t>(d) * kDstate * 2;
+#pragma unroll
+      for (int j = 0; j < NC / 8; ++j)
+        raw.v[j] = __ldcs(reinterpret_cast<const uint4 *>(row + 2 * (64 * j + 8 * m)));
+    }
+  };
+  // The group's first row goes out before the staging below.
+  Raw next{};
+  if (kHot && !pad && grp < rows) load_raw(row0 + grp, next);
+
+  // Token rows of the token tensors: fixed length (b, t) with a batch and a token stride,
+  // varlen row tok0 + t with the token stride.
+  auto tok_off = [&](int64_t sb, int64_t st, int t) -> int64_t {
+    return a.varlen ? (tok0 + t) * st : b * sb + t * st;
+  };
+
+  // Per token t (threads t < len): dt', dA and its state target; thread 0: the seed; all:
+  // the staging of B, C, x, z.
+  if (tid == 0) {
     uint64_t seed = 0;
-    if (rounds > 0 && !pad && len > 0) {
+    if (rounds > 0 && !pad) {
       if (a.seed_source == MAMBA_SSU_SEED_POINTER) {
         seed = static_cast<uint64_t>(*a.rand_seed);
       } else if (a.seed_source == MAMBA_SSU_SEED_FROM_GENERATOR) {
@@ -204,23 +237,8 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
       }
     }
     s_seed = seed;
-    s_any_write = 0;
   }
-  __syncthreads();
-  const int len = s_len;
-  if (len == 0) return;  // block-uniform
-  const int64_t tok0 = s_tok0;
-  const bool pad = s_pad != 0;
-  const int64_t read_slot = s_read_slot;
-
-  // Token rows of the token tensors: fixed length (b, t) with a batch and a token stride,
-  // varlen row tok0 + t with the token stride.
-  auto tok_off = [&](int64_t sb, int64_t st, int t) -> int64_t {
-    return a.varlen ? (tok0 + t) * st : b * sb + t * st;
-  };
-
-  // Phase 2: per token t (threads t < len) dt', dA and its state target; staging of B, C, x, z.
-  const int tid = threadIdx.x;
+  bool writes = false;  // whether this thread's token has a state target
   if (tid < len) {
     const int t = tid;
     float dt = load_float(a.dt, tok_off(a.dt_sb, a.dt_st, t) + h, wdt);
@@ -244,12 +262,16 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
       }
     }
     s_tgt[t] = tgt;
-    if (tgt >= 0) s_any_write = 1;  // benign race: every writer stores 1
+    writes = tgt >= 0;
   }
   const bool has_z = a.z != nullptr;
-  float *const sB = smem;
-  float *const sC = sB + a.ntokens * kDstate;
-  float *const sx = sC + a.ntokens * kDstate;
+  // Staged B and C: the hot kernel keeps their bf16 bits (a lane's 8 columns are one 16-byte
+  // word, and the 8 lanes of a row read 128 contiguous bytes: no bank conflict), the generic
+  // one fp32 values.
+  using Stage = typename std::conditional<kHot, uint16_t, float>::type;
+  Stage *const sB = reinterpret_cast<Stage *>(smem);
+  Stage *const sC = sB + a.ntokens * kDstate;
+  float *const sx = reinterpret_cast<float *>(sC + a.ntokens * kDstate);
   float *const sz = sx + a.ntokens * a.rows_per_block;
   {
     const int ibytes = kHot ? 2 : (idt == MAMBA_SSU_F32 ? 4 : 2);
@@ -263,8 +285,11 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
       const int64_t off = (is_c ? tok_off(a.C_sb, a.C_st, t) : tok_off(a.B_sb, a.B_st, t)) +
                           g * kDstate + n0;
       const void *src = is_c ? a.C : a.B;
-      float *dst = (is_c ? sC : sB) + t * kDstate + n0;
-      if (kHot || ibytes == 2) {
+      Stage *dst = (is_c ? sC : sB) + t * kDstate + n0;
+      if constexpr (kHot) {
+        *reinterpret_cast<uint4 *>(dst) =
+            *reinterpret_cast<const uint4 *>(static_cast<const char *>(src) + off * 2);
+      } else if (ibytes == 2) {
         const uint4 v = *reinterpret_cast<const uint4 *>(static_cast<const char *>(src) + off * 2);
         float f[8];
         if (idt == MAMBA_SSU_F16) widen8<true>(v, f); else widen8<false>(v, f);
@@ -285,43 +310,21 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
             load_float(a.z, tok_off(a.z_sb, a.z_st, t) + h * dim + d, idt);
     }
   }
-  __syncthreads();
+  const bool any_write = __syncthreads_or(writes) != 0;  // the block's one barrier
 
-  const bool any_write = s_any_write != 0;
   const bool sr = rounds > 0 && any_write;
   const uint64_t seed = s_seed;
   const uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
   const float Dh = a.D != nullptr ? load_float(a.D, h, wdt) : 0.0f;
-  const int grp = tid / kGroupLanes;
-  const int m = tid % kGroupLanes;
-  const int esize = kHot ? 2 : (sdt == MAMBA_SSU_F32 ? 4 : 2);
-  char *const state = static_cast<char *>(a.state);
   char *const inter = static_cast<char *>(a.inter);
   char *const tgt_base = a.inter != nullptr ? inter : state;
-  const char *read_head =
-      pad ? nullptr : state + (read_slot * a.state_stride + head_elems) * esize;
   // Philox element offset of the head (READ slot), truncated to 32 bits later.
   const uint64_t sr_head =
       static_cast<uint64_t>(read_slot) * static_cast<uint64_t>(a.state_stride) +
       static_cast<uint64_t>(head_elems);
   const unsigned gmask = 0xffu << (tid & 24);  // this group's lanes within the warp
 
-  // One row's state at the lane's columns: raw (hot: 2 16-byte words per 64 columns).
-  struct Raw {
-    uint4 v[kHot ? NC / 8 : 1];
-  };
-  auto load_raw = [&](int d, Raw &raw) {
-    if constexpr (kHot) {
-      const char *row = read_head + static_cast<int64_t>(d) * kDstate * 2;
-#pragma unroll
-      for (int j = 0; j < NC / 8; ++j)
-        raw.v[j] = __ldcs(reinterpret_cast<const uint4 *>(row + 2 * (64 * j + 8 * m)));
-    }
-  };
-
   int d = row0 + grp;
-  Raw next{};
-  if (kHot && !pad && grp < rows) load_raw(d, next);
   for (; d < row0 + rows; d += kGroups) {
     // This row's state in fp32.
     float s[NC];
@@ -371,18 +374,26 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
       const float x = sx[t * a.rows_per_block + r];
       const float dtx = __fmul_rn(s_dtp[t], x);
       const float dA = s_dA[t];
-      const float *Bt = sB + t * kDstate;
-      const float *Ct = sC + t * kDstate;
+      const Stage *Bt = sB + t * kDstate;
+      const Stage *Ct = sC + t * kDstate;
       float acc_e = 0.0f, acc_o = 0.0f;
 #pragma unroll
       for (int j = 0; j < NC / 8; ++j) {
         const int n0 = 64 * j + 8 * m;
-        const float4 b0 = *reinterpret_cast<const float4 *>(Bt + n0);
-        const float4 b1 = *reinterpret_cast<const float4 *>(Bt + n0 + 4);
-        const float4 c0 = *reinterpret_cast<const float4 *>(Ct + n0);
-        const float4 c1 = *reinterpret_cast<const float4 *>(Ct + n0 + 4);
-        const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-        const float cv[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+        float bv[8], cv[8];
+        if constexpr (kHot) {
+          widen8<false>(*reinterpret_cast<const uint4 *>(Bt + n0), bv);
+          widen8<false>(*reinterpret_cast<const uint4 *>(Ct + n0), cv);
+        } else {
+          const float4 b0 = *reinterpret_cast<const float4 *>(Bt + n0);
+          const float4 b1 = *reinterpret_cast<const float4 *>(Bt + n0 + 4);
+          const float4 c0 = *reinterpret_cast<const float4 *>(Ct + n0);
+          const float4 c1 = *reinterpret_cast<const float4 *>(Ct + n0 + 4);
+          bv[0] = b0.x; bv[1] = b0.y; bv[2] = b0.z; bv[3] = b0.w;
+          bv[4] = b1.x; bv[5] = b1.y; bv[6] = b1.z; bv[7] = b1.w;
+          cv[0] = c0.x; cv[1] = c0.y; cv[2] = c0.z; cv[3] = c0.w;
+          cv[4] = c1.x; cv[5] = c1.y; cv[6] = c1.z; cv[7] = c1.w;
+        }
 #pragma unroll
         for (int i = 0; i < 8; i += 2) {
           float &se = s[8 * j + i];
@@ -468,8 +479,23 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
   }
 }
 
+// Resident blocks per SM the register budget is set for (build-time knobs for experiments):
+// MAMBA_SSU_MTP_BLOCKS (hot, no SR) and MAMBA_SSU_MTP_SR_BLOCKS (hot, SR); 1 (no floor) for the
+// run-time kernels.
+#ifndef MAMBA_SSU_MTP_BLOCKS
+#define MAMBA_SSU_MTP_BLOCKS 8
+#endif
+#ifndef MAMBA_SSU_MTP_SR_BLOCKS
+#define MAMBA_SSU_MTP_SR_BLOCKS 4
+#endif
+template <bool kHot, int kRounds>
+constexpr int mtp_min_blocks() {
+  return !kHot ? 1 : kRounds == 0 ? MAMBA_SSU_MTP_BLOCKS : MAMBA_SSU_MTP_SR_BLOCKS;
+}
+
 template <bool kHot, int kDstate, int kRounds>
-__global__ void __launch_bounds__(kThreads) mtp_kernel(const MtpArgs a) {
+__global__ void __launch_bounds__(kThreads, (mtp_min_blocks<kHot, kRounds>()))
+    mtp_kernel(const MtpArgs a) {
   mtp_body<kHot, kDstate, kRounds>(a);
 }
 
