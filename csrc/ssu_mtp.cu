@@ -38,7 +38,7 @@ int device_num_sms(int32_t given, int *out) {
 
 // Blocks per (sequence, head): at least enough for 64 rows per block (the rows a block
 // stages), doubled up to 4 while the grid has fewer than MAMBA_SSU_MTP_BLOCKS_PER_SM blocks per
-// SM and a block keeps at least one row per 8-lane group (16 rows).
+// SM and a block keeps a full pass of rows for its groups (16 rows, 32 in the hot kernels).
 #ifndef MAMBA_SSU_MTP_BLOCKS_PER_SM
 #define MAMBA_SSU_MTP_BLOCKS_PER_SM 4
 #endif
@@ -55,8 +55,10 @@ int plan_launch(const mamba_ssu_mtp_params &p, int num_sms, Plan *out) {
   const int64_t heads = p.batch * p.nheads;  // < 2^31 (checked)
   int64_t bph = (p.dim + mtp::kMaxRowsPerBlock - 1) / mtp::kMaxRowsPerBlock;
   // At most 4 (or the 64-row minimum), which bounds the grid in the check.
-  const int64_t max_bph =
-      std::max<int64_t>(bph, std::min<int64_t>(4, (p.dim + mtp::kGroups - 1) / mtp::kGroups));
+  // Rows a block's groups take in one pass: 16 groups x 2 rows in the hot kernels (a group
+  // computes two rows together), x 1 in the run-time ones.
+  const int64_t pass = int64_t{mtp::kGroups} * (is_hot(p) ? 2 : 1);
+  const int64_t max_bph = std::max<int64_t>(bph, std::min<int64_t>(4, (p.dim + pass - 1) / pass));
   while (2 * bph <= max_bph &&
          heads * bph < int64_t{MAMBA_SSU_MTP_BLOCKS_PER_SM} * num_sms)
     bph *= 2;

@@ -51,8 +51,6 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-#include <type_traits>
-
 #include "fp32_ops.cuh"
 #include "include/mamba_ssu.h"
 #include "loads.cuh"
@@ -96,12 +94,11 @@ struct MtpArgs {
   int32_t dt_softplus, update_state, seed_source, varlen;
 };
 
-// Dynamic shared memory of a block: B and C of every token (ntokens x dstate each: bf16 bits in
-// the hot kernels, fp32 otherwise), then x and z of the block's rows for every token
-// (ntokens x rows_per_block fp32 each).
+// Dynamic shared memory of a block: B and C of every token (ntokens x dstate fp32 each), then
+// x and z of the block's rows for every token (ntokens x rows_per_block fp32 each).
 __host__ __device__ constexpr size_t mtp_smem_bytes(int ntokens, int dstate, int rows_per_block,
-                                                    bool has_z, bool hot) {
-  return (hot ? 2 : 4) * 2 * static_cast<size_t>(ntokens) * dstate +
+                                                    bool has_z, bool /*hot*/) {
+  return 4 * 2 * static_cast<size_t>(ntokens) * dstate +
          sizeof(float) * static_cast<size_t>(ntokens) * rows_per_block * (has_z ? 2 : 1);
 }
 
@@ -135,7 +132,8 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
   const int32_t wdt = kHot ? MAMBA_SSU_BF16 : a.weight_dtype;
   const int rounds = kRounds >= 0 ? kRounds : a.philox_rounds;
 
-  __shared__ int64_t s_tgt[kMaxTokens];      // element offset of token t's state write, or -1
+  __shared__ char *s_tgt[kMaxTokens];   // token t's state target: row 0 of the head, or nullptr
+  __shared__ char *s_out[kMaxTokens];   // token t's out row: element 0 of the head
   __shared__ float s_dtp[kMaxTokens], s_dA[kMaxTokens];
   __shared__ uint64_t s_seed;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -201,19 +199,29 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
   const char *read_head =
       pad ? nullptr : state + (read_slot * a.state_stride + head_elems) * esize;
 
-  // One row's state at the lane's columns: raw (hot: a 16-byte word per 64 columns).
+  // Rows a group computes together (they share each token's B and C loads and conversions):
+  // rows d and d + 16 of the block in the hot kernels.
+  constexpr int R = kHot ? 2 : 1;
+  // R rows' state at the lane's columns, raw (hot: a 16-byte word per 64 columns and row).
   struct Raw {
-    uint4 v[kHot ? NC / 8 : 1];
+    uint4 v[R][kHot ? NC / 8 : 1];
   };
-  auto load_raw = [&](int d, Raw &raw) {
+  // Loads the rows d0 + r * kGroups (r < R) that lie in the block.
+  auto load_raw = [&](int d0, Raw &raw) {
     if constexpr (kHot) {
-      const char *row = read_head + static_cast<int64_t>(d) * kDstate * 2;
 #pragma unroll
-      for (int j = 0; j < NC / 8; ++j)
-        raw.v[j] = __ldcs(reinterpret_cast<const uint4 *>(row + 2 * (64 * j + 8 * m)));
+      for (int r = 0; r < R; ++r) {
+        const int d = d0 + r * kGroups;
+        if (d < row0 + rows) {
+          const char *row = read_head + static_cast<int64_t>(d) * kDstate * 2;
+#pragma unroll
+          for (int j = 0; j < NC / 8; ++j)
+            raw.v[r][j] = __ldcs(reinterpret_cast<const uint4 *>(row + 2 * (64 * j + 8 * m)));
+        }
+      }
     }
   };
-  // The group's first row goes out before the staging below.
+  // The group's first rows go out before the staging below.
   Raw next{};
   if (kHot && !pad && grp < rows) load_raw(row0 + grp, next);
 
@@ -246,6 +254,8 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
     if (a.dt_softplus != 0 && dt <= 20.0f) dt = ssu::softplus(dt);  // NaN skips
     s_dtp[t] = dt;
     s_dA[t] = ssu::ex2_approx(__fmul_rn(__fmul_rn(a.A[h], dt), ssu::kL2E));
+    const int ibytes_out = kHot ? 2 : (idt == MAMBA_SSU_F32 ? 4 : 2);
+    s_out[t] = static_cast<char *>(a.out) + (tok_off(a.out_sb, a.out_st, t) + h * dim) * ibytes_out;
     int64_t tgt = -1;
     if (!pad) {
       if (a.inter != nullptr) {
@@ -261,44 +271,43 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
         tgt = read_slot * a.state_stride + head_elems;
       }
     }
-    s_tgt[t] = tgt;
+    char *const base = static_cast<char *>(a.inter != nullptr ? a.inter : a.state);
+    s_tgt[t] = tgt >= 0 ? base + tgt * esize : nullptr;
     writes = tgt >= 0;
   }
   const bool has_z = a.z != nullptr;
-  // Staged B and C: the hot kernel keeps their bf16 bits (a lane's 8 columns are one 16-byte
-  // word, and the 8 lanes of a row read 128 contiguous bytes: no bank conflict), the generic
-  // one fp32 values.
-  using Stage = typename std::conditional<kHot, uint16_t, float>::type;
+  // Staged B and C, fp32, each 64-column run of a token's row swizzled so that a lane's 8
+  // columns are two 16-byte words at 4m and 32 + 4m of the run: the 8 lanes of a row then read
+  // 128 contiguous bytes per load (no bank conflict) and no lane converts anything per token.
+  using Stage = float;
   Stage *const sB = reinterpret_cast<Stage *>(smem);
   Stage *const sC = sB + a.ntokens * kDstate;
   float *const sx = reinterpret_cast<float *>(sC + a.ntokens * kDstate);
   float *const sz = sx + a.ntokens * a.rows_per_block;
   {
     const int ibytes = kHot ? 2 : (idt == MAMBA_SSU_F32 ? 4 : 2);
-    // B and C: 8 elements per thread and step of the loop.
+    // B and C: 8 elements (columns 8q..8q+7, q = 8j + m') per thread and step of the loop.
     const int per_tok = kDstate / 8;
     for (int j = tid; j < 2 * len * per_tok; j += kThreads) {
       const bool is_c = j >= len * per_tok;
       const int jj = is_c ? j - len * per_tok : j;
       const int t = jj / per_tok;
-      const int n0 = (jj - t * per_tok) * 8;
+      const int q = jj - t * per_tok;
       const int64_t off = (is_c ? tok_off(a.C_sb, a.C_st, t) : tok_off(a.B_sb, a.B_st, t)) +
-                          g * kDstate + n0;
+                          g * kDstate + 8 * q;
       const void *src = is_c ? a.C : a.B;
-      Stage *dst = (is_c ? sC : sB) + t * kDstate + n0;
-      if constexpr (kHot) {
-        *reinterpret_cast<uint4 *>(dst) =
-            *reinterpret_cast<const uint4 *>(static_cast<const char *>(src) + off * 2);
-      } else if (ibytes == 2) {
+      float f[8];
+      if (kHot || ibytes == 2) {
         const uint4 v = *reinterpret_cast<const uint4 *>(static_cast<const char *>(src) + off * 2);
-        float f[8];
-        if (idt == MAMBA_SSU_F16) widen8<true>(v, f); else widen8<false>(v, f);
-#pragma unroll
-        for (int k = 0; k < 8; ++k) dst[k] = f[k];
+        if (!kHot && idt == MAMBA_SSU_F16) widen8<true>(v, f); else widen8<false>(v, f);
       } else {
 #pragma unroll
-        for (int k = 0; k < 8; ++k) dst[k] = static_cast<const float *>(src)[off + k];
+        for (int k = 0; k < 8; ++k) f[k] = static_cast<const float *>(src)[off + k];
       }
+      Stage *run = (is_c ? sC : sB) + t * kDstate + 64 * (q / 8);
+      const int mq = q % 8;
+      *reinterpret_cast<float4 *>(run + 4 * mq) = make_float4(f[0], f[1], f[2], f[3]);
+      *reinterpret_cast<float4 *>(run + 32 + 4 * mq) = make_float4(f[4], f[5], f[6], f[7]);
     }
     for (int j = tid; j < len * rows; j += kThreads) {
       const int t = j / rows;
@@ -316,163 +325,194 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
   const uint64_t seed = s_seed;
   const uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
   const float Dh = a.D != nullptr ? load_float(a.D, h, wdt) : 0.0f;
-  char *const inter = static_cast<char *>(a.inter);
-  char *const tgt_base = a.inter != nullptr ? inter : state;
   // Philox element offset of the head (READ slot), truncated to 32 bits later.
   const uint64_t sr_head =
       static_cast<uint64_t>(read_slot) * static_cast<uint64_t>(a.state_stride) +
       static_cast<uint64_t>(head_elems);
   const unsigned gmask = 0xffu << (tid & 24);  // this group's lanes within the warp
 
-  int d = row0 + grp;
-  for (; d < row0 + rows; d += kGroups) {
-    // This row's state in fp32.
-    float s[NC];
+  for (int d0 = row0 + grp; d0 < row0 + rows; d0 += R * kGroups) {
+    bool ok[R];  // group-uniform: row d0 + r * kGroups lies in the block
+#pragma unroll
+    for (int r = 0; r < R; ++r) ok[r] = d0 + r * kGroups < row0 + rows;
+    // The rows' state in fp32 (a row past the block computes zeros, never stored).
+    float s[R][NC];
     if constexpr (kHot) {
       const Raw cur = next;
-      if (!pad) {
 #pragma unroll
-        for (int j = 0; j < NC / 8; ++j) widen8<true>(cur.v[j], s + 8 * j);
-      } else {
+      for (int r = 0; r < R; ++r) {
+        if (!pad && ok[r]) {
 #pragma unroll
-        for (int i = 0; i < NC; ++i) s[i] = 0.0f;
+          for (int j = 0; j < NC / 8; ++j) widen8<true>(cur.v[r][j], s[r] + 8 * j);
+        } else {
+#pragma unroll
+          for (int i = 0; i < NC; ++i) s[r][i] = 0.0f;
+        }
       }
-      if (!pad && d + kGroups < row0 + rows) load_raw(d + kGroups, next);
+      if (!pad && d0 + R * kGroups < row0 + rows) load_raw(d0 + R * kGroups, next);
     } else {
 #pragma unroll
-      for (int i = 0; i < NC; ++i) {
-        s[i] = pad ? 0.0f
-                   : load_float(read_head, static_cast<int64_t>(d) * kDstate + mtp_col(m, i), sdt);
+      for (int r = 0; r < R; ++r) {
+        const int64_t d = d0 + r * kGroups;
+#pragma unroll
+        for (int i = 0; i < NC; ++i)
+          s[r][i] = pad || !ok[r] ? 0.0f : load_float(read_head, d * kDstate + mtp_col(m, i), sdt);
       }
     }
 
-    // The row's stochastic-rounding numbers, once for all tokens: word p of the lane's Philox
-    // calls feeds its column pair p (columns mtp_col(m, 2p), +1: bits 12..0 and 28..16), kept
-    // as the two 13-bit numbers (no mask or shift per token).
-    uint32_t rlo[NP], rhi[NP];
+    // The rows' stochastic-rounding words, once for all tokens: word p of the lane's Philox
+    // calls feeds its column pair p (columns mtp_col(m, 2p), +1: bits 12..0 and 28..16).
+    uint32_t wrd[R][NP];
     if (sr) {
 #pragma unroll
-      for (int q = 0; q < NC / 4; ++q) {
-        const uint32_t lo = static_cast<uint32_t>(sr_head + static_cast<uint64_t>(d) * kDstate +
-                                                  static_cast<uint64_t>(mtp_col(m, 4 * q)));
-        const U32x4 c{lo, static_cast<uint32_t>(static_cast<int32_t>(lo) >> 31), 0u, 0u};
-        U32x4 w;
-        if constexpr (kRounds > 0) {
-          w = philox4x32<kRounds>(c, k0, k1);
-        } else {
-          w = philox4x32_dyn(c, k0, k1, rounds);
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int q = 0; q < NC / 4; ++q) {
+          const uint32_t lo = static_cast<uint32_t>(
+              sr_head + static_cast<uint64_t>(d0 + r * kGroups) * kDstate +
+              static_cast<uint64_t>(mtp_col(m, 4 * q)));
+          const U32x4 c{lo, static_cast<uint32_t>(static_cast<int32_t>(lo) >> 31), 0u, 0u};
+          U32x4 w;
+          if constexpr (kRounds > 0) {
+            w = philox4x32<kRounds>(c, k0, k1);
+          } else {
+            w = philox4x32_dyn(c, k0, k1, rounds);
+          }
+          wrd[r][2 * q] = w.x;
+          wrd[r][2 * q + 1] = w.y;
         }
-        rlo[2 * q] = w.x & 0x1fffu;
-        rhi[2 * q] = (w.x >> 16) & 0x1fffu;
-        rlo[2 * q + 1] = w.y & 0x1fffu;
-        rhi[2 * q + 1] = (w.y >> 16) & 0x1fffu;
       }
     }
 
-    const int r = d - row0;
     for (int t = 0; t < len; ++t) {
-      const float x = sx[t * a.rows_per_block + r];
-      const float dtx = __fmul_rn(s_dtp[t], x);
+      const float dtp = s_dtp[t];
       const float dA = s_dA[t];
+      float x[R], dtx[R], acc_e[R], acc_o[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        x[r] = sx[t * a.rows_per_block + (d0 + r * kGroups - row0)];
+        dtx[r] = __fmul_rn(dtp, x[r]);
+        acc_e[r] = 0.0f;
+        acc_o[r] = 0.0f;
+      }
       const Stage *Bt = sB + t * kDstate;
       const Stage *Ct = sC + t * kDstate;
-      float acc_e = 0.0f, acc_o = 0.0f;
 #pragma unroll
       for (int j = 0; j < NC / 8; ++j) {
-        const int n0 = 64 * j + 8 * m;
+        // The lane's columns 64j + 8m .. +7 (swizzled: 4m and 32 + 4m of the run).
+        const int n0 = 64 * j + 4 * m;
         float bv[8], cv[8];
-        if constexpr (kHot) {
-          widen8<false>(*reinterpret_cast<const uint4 *>(Bt + n0), bv);
-          widen8<false>(*reinterpret_cast<const uint4 *>(Ct + n0), cv);
-        } else {
+        {
           const float4 b0 = *reinterpret_cast<const float4 *>(Bt + n0);
-          const float4 b1 = *reinterpret_cast<const float4 *>(Bt + n0 + 4);
+          const float4 b1 = *reinterpret_cast<const float4 *>(Bt + n0 + 32);
           const float4 c0 = *reinterpret_cast<const float4 *>(Ct + n0);
-          const float4 c1 = *reinterpret_cast<const float4 *>(Ct + n0 + 4);
+          const float4 c1 = *reinterpret_cast<const float4 *>(Ct + n0 + 32);
           bv[0] = b0.x; bv[1] = b0.y; bv[2] = b0.z; bv[3] = b0.w;
           bv[4] = b1.x; bv[5] = b1.y; bv[6] = b1.z; bv[7] = b1.w;
           cv[0] = c0.x; cv[1] = c0.y; cv[2] = c0.z; cv[3] = c0.w;
           cv[4] = c1.x; cv[5] = c1.y; cv[6] = c1.z; cv[7] = c1.w;
         }
 #pragma unroll
-        for (int i = 0; i < 8; i += 2) {
-          float &se = s[8 * j + i];
-          float &so = s[8 * j + i + 1];
-          se = __fmaf_rn(dA, se, __fmul_rn(bv[i], dtx));
-          so = __fmaf_rn(bv[i + 1], dtx, __fmul_rn(dA, so));
-          acc_e = __fmaf_rn(se, cv[i], acc_e);
-          acc_o = __fmaf_rn(so, cv[i + 1], acc_o);
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+          for (int i = 0; i < 8; i += 2) {
+            float &se = s[r][8 * j + i];
+            float &so = s[r][8 * j + i + 1];
+            se = __fmaf_rn(dA, se, __fmul_rn(bv[i], dtx[r]));
+            so = __fmaf_rn(bv[i + 1], dtx[r], __fmul_rn(dA, so));
+            acc_e[r] = __fmaf_rn(se, cv[i], acc_e[r]);
+            acc_o[r] = __fmaf_rn(so, cv[i + 1], acc_o[r]);
+          }
         }
       }
-      const float part_lane = __fadd_rn(acc_e, acc_o);
-      float y = part_lane;
-      y = __fadd_rn(y, __shfl_down_sync(gmask, y, 4, kGroupLanes));
-      y = __fadd_rn(y, __shfl_down_sync(gmask, y, 2, kGroupLanes));
-      y = __fadd_rn(y, __shfl_down_sync(gmask, y, 1, kGroupLanes));
-      if (m == 0) {
-        y = __fmaf_rn(Dh, x, y);
-        if (has_z) y = ssu::gate(y, sz[t * a.rows_per_block + r]);
-        ssu::store_float(a.out, tok_off(a.out_sb, a.out_st, t) + h * dim + d, idt, y);
+      char *const out_row = s_out[t];
+      float part_lane[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        part_lane[r] = __fadd_rn(acc_e[r], acc_o[r]);
+        float y = part_lane[r];
+        y = __fadd_rn(y, __shfl_down_sync(gmask, y, 4, kGroupLanes));
+        y = __fadd_rn(y, __shfl_down_sync(gmask, y, 2, kGroupLanes));
+        y = __fadd_rn(y, __shfl_down_sync(gmask, y, 1, kGroupLanes));
+        const int d = d0 + r * kGroups;
+        if (m == 0 && ok[r]) {
+          y = __fmaf_rn(Dh, x[r], y);
+          if (has_z) y = ssu::gate(y, sz[t * a.rows_per_block + (d - row0)]);
+          ssu::store_float(out_row, d, idt, y);
+        }
       }
 
-      const int64_t tgt = s_tgt[t];
-      if (tgt < 0) continue;  // block-uniform
-      char *const row = tgt_base + (tgt + static_cast<int64_t>(d) * kDstate) * esize;
-      if (sdt == MAMBA_SSU_F16 || kHot) {
-        uint32_t h2[NP];
-        if (rounds > 0) {
-          bool bad;
-          if (a.sr_rule == MAMBA_SSU_SR_V074) {
-            uint32_t flags = 0;
+      char *const head = s_tgt[t];
+      if (head == nullptr) continue;  // block-uniform
 #pragma unroll
-            for (int p = 0; p < NP; ++p)
-              h2[p] = ssu::sr_pair_fast(s[2 * p], s[2 * p + 1], rlo[p], rhi[p], flags);
-            bad = ssu::sr_needs_exact(flags);
+      for (int r = 0; r < R; ++r) {
+        if (!ok[r]) continue;  // group-uniform
+        char *const row = head + static_cast<int64_t>(d0 + r * kGroups) * kDstate * esize;
+        if (sdt == MAMBA_SSU_F16 || kHot) {
+          uint32_t h2[NP];
+          if (rounds > 0) {
+            bool bad;
+            if (a.sr_rule == MAMBA_SSU_SR_V074) {
+              uint32_t flags = 0;
+#pragma unroll
+              for (int p = 0; p < NP; ++p) {
+                const uint32_t w = wrd[r][p];
+                h2[p] = ssu::sr_pair_fast(s[r][2 * p], s[r][2 * p + 1], w & 0x1fffu,
+                                          (w >> 16) & 0x1fffu, flags);
+              }
+              bad = ssu::sr_needs_exact(flags);
+            } else {
+              uint32_t hmax = ssu::kSrMaxInit;
+#pragma unroll
+              for (int p = 0; p < NP; ++p) {
+                const uint32_t w = wrd[r][p];
+                h2[p] = ssu::sr_pair_fast_low<true, false, false>(s[r][2 * p], s[r][2 * p + 1],
+                                                                  w, w >> 16, hmax);
+              }
+              bad = ssu::sr_chunk_bad<false>(hmax, part_lane[r]);
+            }
+            if (bad) {  // rare: zero or subnormal (0.7.4), saturated, Inf or NaN results
+#pragma unroll
+              for (int p = 0; p < NP; ++p) {
+                const uint32_t w = wrd[r][p];
+                h2[p] = ssu::sr_pair_exact_rule(s[r][2 * p], s[r][2 * p + 1], w & 0x1fffu,
+                                                (w >> 16) & 0x1fffu, a.sr_rule);
+              }
+            }
           } else {
-            uint32_t hmax = ssu::kSrMaxInit;
 #pragma unroll
-            for (int p = 0; p < NP; ++p)
-              h2[p] = ssu::sr_pair_trunc_ftz(s[2 * p], s[2 * p + 1], rlo[p], rhi[p], hmax);
-            bad = ssu::sr_chunk_bad<false>(hmax, part_lane);
+            for (int p = 0; p < NP; ++p) {
+              const __half2 v = __floats2half2_rn(s[r][2 * p], s[r][2 * p + 1]);
+              h2[p] = *reinterpret_cast<const uint32_t *>(&v);
+            }
           }
-          if (bad) {  // rare: zero or subnormal (0.7.4), saturated, Inf or NaN results
 #pragma unroll
-            for (int p = 0; p < NP; ++p)
-              h2[p] = ssu::sr_pair_exact_rule(s[2 * p], s[2 * p + 1], rlo[p], rhi[p], a.sr_rule);
+          for (int j = 0; j < NC / 8; ++j) {
+            uint4 v{h2[4 * j], h2[4 * j + 1], h2[4 * j + 2], h2[4 * j + 3]};
+            __stcs(reinterpret_cast<uint4 *>(row + 2 * (64 * j + 8 * m)), v);
+          }
+        } else if (sdt == MAMBA_SSU_BF16) {
+#pragma unroll
+          for (int j = 0; j < NC / 8; ++j) {
+            uint32_t w[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+              const __nv_bfloat162 v =
+                  __floats2bfloat162_rn(s[r][8 * j + 2 * k], s[r][8 * j + 2 * k + 1]);
+              w[k] = *reinterpret_cast<const uint32_t *>(&v);
+            }
+            __stcs(reinterpret_cast<uint4 *>(row + 2 * (64 * j + 8 * m)),
+                   uint4{w[0], w[1], w[2], w[3]});
           }
         } else {
 #pragma unroll
-          for (int p = 0; p < NP; ++p) {
-            const __half2 v = __floats2half2_rn(s[2 * p], s[2 * p + 1]);
-            h2[p] = *reinterpret_cast<const uint32_t *>(&v);
+          for (int j = 0; j < NC / 8; ++j) {
+            float *p = reinterpret_cast<float *>(row + 4 * (64 * j + 8 * m));
+            __stcs(reinterpret_cast<float4 *>(p),
+                   make_float4(s[r][8 * j], s[r][8 * j + 1], s[r][8 * j + 2], s[r][8 * j + 3]));
+            __stcs(reinterpret_cast<float4 *>(p + 4), make_float4(s[r][8 * j + 4], s[r][8 * j + 5],
+                                                                  s[r][8 * j + 6], s[r][8 * j + 7]));
           }
-        }
-#pragma unroll
-        for (int j = 0; j < NC / 8; ++j) {
-          uint4 v{h2[4 * j], h2[4 * j + 1], h2[4 * j + 2], h2[4 * j + 3]};
-          __stcs(reinterpret_cast<uint4 *>(row + 2 * (64 * j + 8 * m)), v);
-        }
-      } else if (sdt == MAMBA_SSU_BF16) {
-#pragma unroll
-        for (int j = 0; j < NC / 8; ++j) {
-          uint32_t w[4];
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const __nv_bfloat162 v =
-                __floats2bfloat162_rn(s[8 * j + 2 * k], s[8 * j + 2 * k + 1]);
-            w[k] = *reinterpret_cast<const uint32_t *>(&v);
-          }
-          __stcs(reinterpret_cast<uint4 *>(row + 2 * (64 * j + 8 * m)),
-                 uint4{w[0], w[1], w[2], w[3]});
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < NC / 8; ++j) {
-          float *p = reinterpret_cast<float *>(row + 4 * (64 * j + 8 * m));
-          __stcs(reinterpret_cast<float4 *>(p),
-                 make_float4(s[8 * j], s[8 * j + 1], s[8 * j + 2], s[8 * j + 3]));
-          __stcs(reinterpret_cast<float4 *>(p + 4),
-                 make_float4(s[8 * j + 4], s[8 * j + 5], s[8 * j + 6], s[8 * j + 7]));
         }
       }
     }
@@ -483,10 +523,10 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
 // MAMBA_SSU_MTP_BLOCKS (hot, no SR) and MAMBA_SSU_MTP_SR_BLOCKS (hot, SR); 1 (no floor) for the
 // run-time kernels.
 #ifndef MAMBA_SSU_MTP_BLOCKS
-#define MAMBA_SSU_MTP_BLOCKS 8
+#define MAMBA_SSU_MTP_BLOCKS 5
 #endif
 #ifndef MAMBA_SSU_MTP_SR_BLOCKS
-#define MAMBA_SSU_MTP_SR_BLOCKS 4
+#define MAMBA_SSU_MTP_SR_BLOCKS 3
 #endif
 template <bool kHot, int kRounds>
 constexpr int mtp_min_blocks() {

@@ -272,6 +272,9 @@ impl Problem {
                 lens[0] = 0;
                 lens[1] = tk;
                 rng.shuffle(&mut lens);
+            } else {
+                // One sequence: at least one token (x has a token row for the reference).
+                lens[0] = lens[0].max(1);
             }
             let mut cu = vec![0i64];
             for l in &lens {
