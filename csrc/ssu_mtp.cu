@@ -3,8 +3,9 @@
 // ssu_mtp_check.cu, the device code ssu_mtp.cuh.
 //
 // Dispatch: F16 state, BF16 inputs and weights, dstate 128 and 0, 5 or 10 Philox rounds run
-// compiled-in kernels (mtp_kernel<true, 128, R>); everything else that passes the check runs a
-// kernel per dstate that takes dtypes and rounds at run time (mtp_kernel<false, dstate, -1>).
+// compiled-in kernels (mtp_kernel<true, 128, rounds, rows per group>, one or two rows per
+// group by grid size); everything else that passes the check runs a kernel per dstate that
+// takes dtypes and rounds at run time (mtp_kernel<false, dstate, -1, 1>).
 #include <algorithm>
 #include <limits>
 
@@ -36,32 +37,44 @@ int device_num_sms(int32_t given, int *out) {
                     "cudaDeviceGetAttribute(MultiProcessorCount)");
 }
 
-// Blocks per (sequence, head): at least enough for 64 rows per block (the rows a block
-// stages), doubled up to 4 while the grid has fewer than MAMBA_SSU_MTP_BLOCKS_PER_SM blocks per
-// SM and a block keeps a full pass of rows for its groups (16 rows, 32 in the hot kernels).
-#ifndef MAMBA_SSU_MTP_BLOCKS_PER_SM
-#define MAMBA_SSU_MTP_BLOCKS_PER_SM 4
+// Rows per group (hot kernels): two rows computed together (one B/C load per token for both)
+// from MAMBA_SSU_MTP_R2_HEADS (sequence, head) pairs on, one below. Measured on the H200
+// (docs/perf-notes.md, 'Multi-token kernel' (2026-12-01)): at 1024 pairs and more the two-row
+// form is 4-10 % faster without SR and 2-3 % with SR; below it, where the grid has few warps per
+// SM, the one-row form keeps twice the warps and was up to 30 % faster.
+#ifndef MAMBA_SSU_MTP_R2_HEADS
+#define MAMBA_SSU_MTP_R2_HEADS 1024
 #endif
+// Blocks per (sequence, head): at least enough for 64 rows per block (the rows a block
+// stages); doubled, up to 4, while the grid stays within one wave of resident blocks (the
+// kernel's register floor times the SM count) and a block keeps a full pass of rows for its
+// groups (16 rows per row computed together).
 struct Plan {
   int64_t blocks_per_head, rows_per_block, blocks;
   unsigned nblocks;
   size_t smem;
   bool hot;
+  int rows_per_group;
 };
 
 int plan_launch(const mamba_ssu_mtp_params &p, int num_sms, Plan *out) {
   if (num_sms < 1)
     return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "num_sms: expected >= 1, got %d", num_sms);
+  const bool hot = is_hot(p);
   const int64_t heads = p.batch * p.nheads;  // < 2^31 (checked)
+  const int r = hot && heads >= int64_t{MAMBA_SSU_MTP_R2_HEADS} ? 2 : 1;
+  const int min_blocks =
+      !hot ? 4
+      : r == 2 ? (p.philox_rounds == 0 ? mtp::mtp_min_blocks<true, 0, 2>()
+                                       : mtp::mtp_min_blocks<true, 10, 2>())
+               : (p.philox_rounds == 0 ? mtp::mtp_min_blocks<true, 0, 1>()
+                                       : mtp::mtp_min_blocks<true, 10, 1>());
+  const int64_t wave = int64_t{min_blocks} * num_sms;
   int64_t bph = (p.dim + mtp::kMaxRowsPerBlock - 1) / mtp::kMaxRowsPerBlock;
   // At most 4 (or the 64-row minimum), which bounds the grid in the check.
-  // Rows a block's groups take in one pass: 16 groups x 2 rows in the hot kernels (a group
-  // computes two rows together), x 1 in the run-time ones.
-  const int64_t pass = int64_t{mtp::kGroups} * (is_hot(p) ? 2 : 1);
+  const int64_t pass = int64_t{mtp::kGroups} * r;
   const int64_t max_bph = std::max<int64_t>(bph, std::min<int64_t>(4, (p.dim + pass - 1) / pass));
-  while (2 * bph <= max_bph &&
-         heads * bph < int64_t{MAMBA_SSU_MTP_BLOCKS_PER_SM} * num_sms)
-    bph *= 2;
+  while (2 * bph <= max_bph && heads * 2 * bph <= wave) bph *= 2;
   const int64_t rpb = (p.dim + bph - 1) / bph;
   const __int128 blocks = static_cast<__int128>(heads) * bph + (p.seed_next != nullptr ? 1 : 0);
   if (blocks > std::numeric_limits<int32_t>::max())
@@ -70,20 +83,19 @@ int plan_launch(const mamba_ssu_mtp_params &p, int num_sms, Plan *out) {
                 "%lld x %lld",
                 std::numeric_limits<int32_t>::max(), ll(p.batch), ll(p.nheads), ll(bph));
   const size_t smem = mtp::mtp_smem_bytes(static_cast<int>(p.ntokens), static_cast<int>(p.dstate),
-                                          static_cast<int>(rpb), p.z != nullptr, is_hot(p));
+                                          static_cast<int>(rpb), p.z != nullptr, hot && r == 1);
   if (rpb < 1 || rpb > mtp::kMaxRowsPerBlock || bph * rpb < p.dim || smem > 48 * 1024)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "launch plan: no valid grid (rows per block %lld, blocks per head %lld, shared "
                 "memory %zu bytes)",
                 ll(rpb), ll(bph), smem);
-  *out = Plan{bph, rpb, static_cast<int64_t>(blocks), static_cast<unsigned>(blocks), smem,
-              is_hot(p)};
+  *out = Plan{bph, rpb, static_cast<int64_t>(blocks), static_cast<unsigned>(blocks), smem, hot, r};
   return MAMBA_SSU_SUCCESS;
 }
 
-template <bool kHot, int kDstate, int kRounds>
+template <bool kHot, int kDstate, int kRounds, int kR = 1>
 int launch(const MtpArgs &a, const Plan &plan, cudaStream_t st) {
-  mtp::mtp_kernel<kHot, kDstate, kRounds><<<plan.nblocks, mtp::kThreads, plan.smem, st>>>(a);
+  mtp::mtp_kernel<kHot, kDstate, kRounds, kR><<<plan.nblocks, mtp::kThreads, plan.smem, st>>>(a);
   return check_launch("multi-token selective-state-update kernel launch");
 }
 
@@ -109,6 +121,7 @@ extern "C" int mamba_ssu_selective_state_update_mtp_plan(const mamba_ssu_mtp_par
   // Rows one warp serves: its 4 groups take rows_per_block / 16 rows each.
   out->rows_per_warp = static_cast<int32_t>(
       4 * ((plan.rows_per_block + mtp::kGroups - 1) / mtp::kGroups));
+  // (the rows a group computes together, 1 or 2, are not part of the plan's fields)
   out->algorithm = MAMBA_SSU_ALGO_SIMPLE;
   out->compiled_kernel = plan.hot ? 1 : 0;
   out->num_sms = sms;
@@ -201,9 +214,15 @@ extern "C" int mamba_ssu_selective_state_update_mtp(mamba_ssu_stream_t stream,
   const auto st = reinterpret_cast<cudaStream_t>(stream);
   int s;
   if (plan.hot) {
-    s = p.philox_rounds == 0   ? launch<true, 128, 0>(a, plan, st)
-        : p.philox_rounds == 5 ? launch<true, 128, 5>(a, plan, st)
-                               : launch<true, 128, 10>(a, plan, st);
+    if (plan.rows_per_group == 2) {
+      s = p.philox_rounds == 0   ? launch<true, 128, 0, 2>(a, plan, st)
+          : p.philox_rounds == 5 ? launch<true, 128, 5, 2>(a, plan, st)
+                                 : launch<true, 128, 10, 2>(a, plan, st);
+    } else {
+      s = p.philox_rounds == 0   ? launch<true, 128, 0>(a, plan, st)
+          : p.philox_rounds == 5 ? launch<true, 128, 5>(a, plan, st)
+                                 : launch<true, 128, 10>(a, plan, st);
+    }
   } else {
     s = p.dstate == 64    ? launch<false, 64, -1>(a, plan, st)
         : p.dstate == 128 ? launch<false, 128, -1>(a, plan, st)

@@ -51,6 +51,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "fp32_ops.cuh"
 #include "include/mamba_ssu.h"
 #include "loads.cuh"
@@ -94,11 +96,12 @@ struct MtpArgs {
   int32_t dt_softplus, update_state, seed_source, varlen;
 };
 
-// Dynamic shared memory of a block: B and C of every token (ntokens x dstate fp32 each), then
+// Dynamic shared memory of a block: B and C of every token (ntokens x dstate, bf16 bits or fp32
+// each), then
 // x and z of the block's rows for every token (ntokens x rows_per_block fp32 each).
 __host__ __device__ constexpr size_t mtp_smem_bytes(int ntokens, int dstate, int rows_per_block,
-                                                    bool has_z, bool /*hot*/) {
-  return 4 * 2 * static_cast<size_t>(ntokens) * dstate +
+                                                    bool has_z, bool bf16_stage) {
+  return (bf16_stage ? 2 : 4) * 2 * static_cast<size_t>(ntokens) * dstate +
          sizeof(float) * static_cast<size_t>(ntokens) * rows_per_block * (has_z ? 2 : 1);
 }
 
@@ -123,7 +126,8 @@ __device__ __forceinline__ void widen8(const uint4 &v, float *out) {
 
 // kHot: F16 state, BF16 inputs and weights (vector state and B/C accesses); otherwise every
 // dtype at run time. kDstate: 64, 128 or 256. kRounds: 0, 5, 10 compiled in; -1 at run time.
-template <bool kHot, int kDstate, int kRounds>
+// kR: rows a group computes together (1, or 2 in the hot kernels for large grids).
+template <bool kHot, int kDstate, int kRounds, int kR>
 __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
   constexpr int NC = kDstate / 8;  // columns per lane
   constexpr int NP = NC / 2;       // column pairs per lane
@@ -199,9 +203,12 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
   const char *read_head =
       pad ? nullptr : state + (read_slot * a.state_stride + head_elems) * esize;
 
-  // Rows a group computes together (they share each token's B and C loads and conversions):
-  // rows d and d + 16 of the block in the hot kernels.
-  constexpr int R = kHot ? 2 : 1;
+  // Rows a group computes together (they share each token's B and C loads): rows d and
+  // d + 16 of the block when kR = 2.
+  constexpr int R = kR;
+  // B and C staged as bf16 bits (the hot one-row kernels: half the shared traffic, a lane's 8
+  // columns one 16-byte word) or fp32 (no per-token conversion, worth it when two rows share it).
+  constexpr bool kBf16Stage = kHot && kR == 1;
   // R rows' state at the lane's columns, raw (hot: a 16-byte word per 64 columns and row).
   struct Raw {
     uint4 v[R][kHot ? NC / 8 : 1];
@@ -276,10 +283,11 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
     writes = tgt >= 0;
   }
   const bool has_z = a.z != nullptr;
-  // Staged B and C, fp32, each 64-column run of a token's row swizzled so that a lane's 8
-  // columns are two 16-byte words at 4m and 32 + 4m of the run: the 8 lanes of a row then read
-  // 128 contiguous bytes per load (no bank conflict) and no lane converts anything per token.
-  using Stage = float;
+  // Staged B and C. bf16 bits: a lane's 8 columns are one 16-byte word at 8m of the 64-column
+  // run. fp32: each run swizzled so that a lane's 8 columns are two 16-byte words at 4m and
+  // 32 + 4m. Either way the 8 lanes of a row read 128 contiguous bytes per load (no bank
+  // conflict).
+  using Stage = typename std::conditional<kBf16Stage, uint16_t, float>::type;
   Stage *const sB = reinterpret_cast<Stage *>(smem);
   Stage *const sC = sB + a.ntokens * kDstate;
   float *const sx = reinterpret_cast<float *>(sC + a.ntokens * kDstate);
@@ -296,6 +304,11 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
       const int64_t off = (is_c ? tok_off(a.C_sb, a.C_st, t) : tok_off(a.B_sb, a.B_st, t)) +
                           g * kDstate + 8 * q;
       const void *src = is_c ? a.C : a.B;
+      if constexpr (kBf16Stage) {
+        *reinterpret_cast<uint4 *>((is_c ? sC : sB) + t * kDstate + 8 * q) =
+            *reinterpret_cast<const uint4 *>(static_cast<const char *>(src) + off * 2);
+        continue;
+      }
       float f[8];
       if (kHot || ibytes == 2) {
         const uint4 v = *reinterpret_cast<const uint4 *>(static_cast<const char *>(src) + off * 2);
@@ -304,7 +317,7 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
 #pragma unroll
         for (int k = 0; k < 8; ++k) f[k] = static_cast<const float *>(src)[off + k];
       }
-      Stage *run = (is_c ? sC : sB) + t * kDstate + 64 * (q / 8);
+      float *run = reinterpret_cast<float *>((is_c ? sC : sB) + t * kDstate + 64 * (q / 8));
       const int mq = q % 8;
       *reinterpret_cast<float4 *>(run + 4 * mq) = make_float4(f[0], f[1], f[2], f[3]);
       *reinterpret_cast<float4 *>(run + 32 + 4 * mq) = make_float4(f[4], f[5], f[6], f[7]);
@@ -399,10 +412,13 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
       const Stage *Ct = sC + t * kDstate;
 #pragma unroll
       for (int j = 0; j < NC / 8; ++j) {
-        // The lane's columns 64j + 8m .. +7 (swizzled: 4m and 32 + 4m of the run).
-        const int n0 = 64 * j + 4 * m;
         float bv[8], cv[8];
-        {
+        if constexpr (kBf16Stage) {
+          widen8<false>(*reinterpret_cast<const uint4 *>(Bt + 64 * j + 8 * m), bv);
+          widen8<false>(*reinterpret_cast<const uint4 *>(Ct + 64 * j + 8 * m), cv);
+        } else {
+          // The lane's columns 64j + 8m .. +7 (swizzled: 4m and 32 + 4m of the run).
+          const int n0 = 64 * j + 4 * m;
           const float4 b0 = *reinterpret_cast<const float4 *>(Bt + n0);
           const float4 b1 = *reinterpret_cast<const float4 *>(Bt + n0 + 32);
           const float4 c0 = *reinterpret_cast<const float4 *>(Ct + n0);
@@ -522,21 +538,32 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
 // Resident blocks per SM the register budget is set for (build-time knobs for experiments):
 // MAMBA_SSU_MTP_BLOCKS (hot, no SR) and MAMBA_SSU_MTP_SR_BLOCKS (hot, SR); 1 (no floor) for the
 // run-time kernels.
+// One-row kernels: MAMBA_SSU_MTP_BLOCKS (no SR), MAMBA_SSU_MTP_SR_BLOCKS (SR); two-row kernels:
+// MAMBA_SSU_MTP_R2_BLOCKS, MAMBA_SSU_MTP_R2_SR_BLOCKS.
 #ifndef MAMBA_SSU_MTP_BLOCKS
-#define MAMBA_SSU_MTP_BLOCKS 5
+#define MAMBA_SSU_MTP_BLOCKS 8
 #endif
 #ifndef MAMBA_SSU_MTP_SR_BLOCKS
-#define MAMBA_SSU_MTP_SR_BLOCKS 3
+#define MAMBA_SSU_MTP_SR_BLOCKS 4
 #endif
-template <bool kHot, int kRounds>
-constexpr int mtp_min_blocks() {
-  return !kHot ? 1 : kRounds == 0 ? MAMBA_SSU_MTP_BLOCKS : MAMBA_SSU_MTP_SR_BLOCKS;
+#ifndef MAMBA_SSU_MTP_R2_BLOCKS
+#define MAMBA_SSU_MTP_R2_BLOCKS 5
+#endif
+#ifndef MAMBA_SSU_MTP_R2_SR_BLOCKS
+#define MAMBA_SSU_MTP_R2_SR_BLOCKS 4
+#endif
+template <bool kHot, int kRounds, int kR>
+__host__ __device__ constexpr int mtp_min_blocks() {
+  return !kHot        ? 1
+         : kR == 2    ? (kRounds == 0 ? MAMBA_SSU_MTP_R2_BLOCKS : MAMBA_SSU_MTP_R2_SR_BLOCKS)
+         : kRounds == 0 ? MAMBA_SSU_MTP_BLOCKS
+                        : MAMBA_SSU_MTP_SR_BLOCKS;
 }
 
-template <bool kHot, int kDstate, int kRounds>
-__global__ void __launch_bounds__(kThreads, (mtp_min_blocks<kHot, kRounds>()))
+template <bool kHot, int kDstate, int kRounds, int kR>
+__global__ void __launch_bounds__(kThreads, (mtp_min_blocks<kHot, kRounds, kR>()))
     mtp_kernel(const MtpArgs a) {
-  mtp_body<kHot, kDstate, kRounds>(a);
+  mtp_body<kHot, kDstate, kRounds, kR>(a);
 }
 
 }  // namespace mtp
