@@ -67,7 +67,7 @@ struct Cli {
     rounds: Vec<u32>,
     /// Forms: dense, varlen.
     #[arg(long, value_delimiter = ',', default_value = "dense,varlen")]
-    forms: Vec<String>,
+    forms: Vec<Form>,
     /// Calls per graph (at least; more when the rotation needs them).
     #[arg(long, default_value_t = 16)]
     calls: usize,
@@ -111,7 +111,7 @@ fn memset_bandwidth(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Res<f64
     Ok(bytes as f64 / (median(ms) * 1e-3) / 1e9)
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
 enum Form {
     Dense,
     Varlen,
@@ -386,14 +386,7 @@ fn run(cli: &Cli) -> Res<()> {
     unsafe { ctx.disable_event_tracking() };
     let timings: Value = serde_json::from_str(TIMINGS)?;
     let records = timings["records"].as_array().cloned().unwrap_or_default();
-    let mut forms = Vec::new();
-    for f in &cli.forms {
-        forms.push(match f.as_str() {
-            "dense" => Form::Dense,
-            "varlen" => Form::Varlen,
-            other => return Err(format!("--forms: unknown form {other:?} (dense, varlen)").into()),
-        });
-    }
+    let forms = cli.forms.clone();
     let sizes: Vec<(usize, usize)> = if cli.quick {
         vec![(32, 1), (32, 8), (128, 64)]
     } else {
