@@ -1,6 +1,9 @@
 //! GPU conformance against FlashInfer 0.7.2's own kernel (tests/data/flashinfer_ssu, or the
 //! manifest named by `MAMBA_SSU_FLASHINFER_MANIFEST`, whose bins are read from its directory).
 //!
+//! The SR conversion is the recording release's (`common::recorded_sr_rule`; 0.7.4 and later
+//! use 0.7.4's), so a manifest recorded with FlashInfer 0.7.4 is checked by this binary.
+//!
 //! For every case and every recorded algorithm run (simple, vertical, auto): the whole input
 //! state storage (padding and unreferenced slots included) is uploaded with the recorded
 //! strides, `out` is poisoned with 0xFF bytes like the reference rig, our kernel runs with the
@@ -209,7 +212,9 @@ fn run_one(
             },
         },
     };
-    if let Err(e) = ssu_dev::launch(stream, &mut call) {
+    // The conversion of the release that recorded the case (0.7.2's for the embedded data).
+    let rule = common::recorded_sr_rule(&m.json, &case.json);
+    if let Err(e) = ssu_dev::launch_with_rule(stream, &mut call, rule) {
         return Outcome {
             line: format!("{label} LAUNCH ERROR: {e} |"),
             failed: true,

@@ -17,6 +17,10 @@
 //! initial bytes. Everything must be bit-identical; a table line per run gives, per tensor, the
 //! differing elements and the largest ulp distance, and the first difference.
 //!
+//! The SR conversion is the recording release's (`common::recorded_sr_rule`: a case's `sr_rule`,
+//! else the manifest's `environment.flashinfer`; 0.7.4 and later use 0.7.4's), so a manifest
+//! recorded with FlashInfer 0.7.4 is checked by this binary unchanged.
+//!
 //! Every case runs at least twice (each recorded run once, a case with one recorded run twice)
 //! and the runs must agree byte for byte (determinism). A case's `prefix_runs`, where the
 //! manifest has any, run and compare the same way (see [`prefix_run_cases`]).
@@ -220,6 +224,7 @@ fn run_case(
     case: &Case,
     hosts: &BTreeMap<String, HostStorage>,
     out_desc: &common::TensorDesc,
+    sr_rule: mamba_ssu::ssu::SrRule,
 ) -> Result<Got, String> {
     let mut dev: BTreeMap<String, SparseStorage> = BTreeMap::new();
     for t in &case.inputs {
@@ -292,6 +297,7 @@ fn run_case(
         } else {
             None
         },
+        sr_rule,
     };
     mtp_dev::launch(stream, &mut call).map_err(|e| format!("LAUNCH ERROR: {e}"))?;
     drop(call);
@@ -563,7 +569,8 @@ fn check_case(
     for (k, r) in plan.iter().enumerate() {
         let label = format!("| {:<36} | {:<8} |", case.name, r.algorithm_requested);
         let out_desc = r.output("out");
-        let got = match run_case(ctx, stream, case, &hosts, out_desc) {
+        let rule = common::recorded_sr_rule(&m.json, &case.json);
+        let got = match run_case(ctx, stream, case, &hosts, out_desc, rule) {
             Ok(g) => g,
             Err(e) => {
                 println!("{label} {e} |");
@@ -662,6 +669,37 @@ fn flashinfer_mtp_reference_bit_exact() {
 // ---------------------------------------------------------------------------------------------
 // CPU checks of the data the GPU test reads
 // ---------------------------------------------------------------------------------------------
+
+#[test]
+fn the_sr_rule_follows_the_recorded_release() {
+    use mamba_ssu::ssu::SrRule;
+    let m = manifest();
+    for case in &m.cases {
+        assert_eq!(
+            common::recorded_sr_rule(&m.json, &case.json),
+            SrRule::V072,
+            "{}",
+            case.name
+        );
+    }
+    let env = |v: &str| serde_json::json!({"environment": {"flashinfer": v}});
+    let none = serde_json::json!({});
+    for (v, want) in [
+        ("0.7.2.post1 (headers from the PyPI wheel)", SrRule::V072),
+        ("0.7.3", SrRule::V072),
+        ("0.7.4", SrRule::V074),
+        ("0.7.4.post2", SrRule::V074),
+        ("0.8.0", SrRule::V074),
+        ("1.0", SrRule::V074),
+        ("", SrRule::V072),
+    ] {
+        assert_eq!(common::recorded_sr_rule(&env(v), &none), want, "{v:?}");
+    }
+    // A case's own field wins.
+    let case = serde_json::json!({"sr_rule": "0.7.4"});
+    assert_eq!(common::recorded_sr_rule(&env("0.7.2"), &case), SrRule::V074);
+    assert_eq!(common::recorded_sr_rule(&none, &none), SrRule::V072);
+}
 
 #[test]
 fn embedded_bin_matches_its_manifest() {

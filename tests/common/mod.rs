@@ -1297,3 +1297,33 @@ impl Drop for SparseStorage {
         }
     }
 }
+
+/// The stochastic-rounding conversion a recorded case was made with: the case's `sr_rule`
+/// field (`"0.7.2"` or `"0.7.4"`) when present, else the FlashInfer release in the manifest's
+/// `environment.flashinfer` (its leading `X.Y.Z`): 0.7.4 and later use 0.7.4's conversion,
+/// earlier ones (and a missing field) 0.7.2's. A manifest recorded with 0.7.4 is thus checked
+/// by the same test binaries.
+pub fn recorded_sr_rule(manifest: &Value, case: &Value) -> mamba_ssu::ssu::SrRule {
+    use mamba_ssu::ssu::SrRule;
+    let version = case
+        .get("sr_rule")
+        .and_then(Value::as_str)
+        .or_else(|| {
+            manifest
+                .get("environment")
+                .and_then(|e| e.get("flashinfer"))
+                .and_then(Value::as_str)
+        })
+        .unwrap_or("");
+    let nums: Vec<u64> = version
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|t| !t.is_empty())
+        .take(3)
+        .map(|t| t.parse().unwrap_or(0))
+        .collect();
+    match nums.as_slice() {
+        [a, b, c, ..] if (*a, *b, *c) >= (0, 7, 4) => SrRule::V074,
+        [a, b] if (*a, *b) > (0, 7) => SrRule::V074,
+        _ => SrRule::V072,
+    }
+}

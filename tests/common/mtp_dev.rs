@@ -78,6 +78,8 @@ pub struct MtpCall<'a> {
     pub philox_rounds: u32,
     /// One int64 in device memory (read when `philox_rounds > 0`).
     pub seed: Option<In<'a>>,
+    /// The stochastic-rounding conversion.
+    pub sr_rule: mamba_ssu::ssu::SrRule,
 }
 
 fn tensor<'a>(t: &'a In<'a>) -> mamba_ssu::Result<Tensor<'a>> {
@@ -106,7 +108,8 @@ pub fn launch(stream: &Arc<CudaStream>, call: &mut MtpCall<'_>) -> mamba_ssu::Re
     )
     .pad_slot_id(call.pad_slot_id)
     .dt_softplus(call.dt_softplus)
-    .disable_state_update(call.disable_state_update);
+    .disable_state_update(call.disable_state_update)
+    .sr_rule(call.sr_rule);
     if let Some(t) = opt(&call.d)? {
         args = args.d(t);
     }
