@@ -39,7 +39,7 @@ int device_num_sms(int32_t given, int *out) {
 
 // Rows per group (hot kernels): two rows computed together (one B/C load per token for both)
 // from MAMBA_SSU_MTP_R2_HEADS (sequence, head) pairs on, one below. Measured on the H200
-// (docs/perf-notes.md, '2026-12-01 (runs S15-*): the multi-token kernel'): at 1024 pairs and
+// (docs/perf-notes.md, 'the multi-token kernel' (2026-12-01)): at 1024 pairs and
 // more the two-row form was 4-10 % faster without SR and 1-3 % with SR; below it, where the grid
 // has few warps per SM, the one-row form keeps twice the warps and was up to 1.4x faster.
 #ifndef MAMBA_SSU_MTP_R2_HEADS
