@@ -71,4 +71,19 @@ __device__ __forceinline__ int64_t torch_seed_draw(uint64_t seed, uint64_t offse
   return static_cast<int64_t>(r.y);
 }
 
+// A fused chain's next link, as the SSU kernels' extra block stores it: the stock draw that
+// follows the call's position (its seed, its offset + 4), the position being the device
+// generator state's (gen_seed, *gen_offset + seed_offset) when gen_seed is given, else
+// (generator_seed, seed_offset).
+__device__ __forceinline__ void store_next_link(int64_t *seed_next, const uint64_t *gen_seed,
+                                                const uint64_t *gen_offset,
+                                                uint64_t generator_seed, uint64_t seed_offset) {
+  uint64_t seed = generator_seed, offset = seed_offset;
+  if (gen_seed != nullptr) {
+    seed = *gen_seed;
+    offset += *gen_offset;
+  }
+  *seed_next = torch_seed_draw(seed, offset + 4);
+}
+
 }  // namespace mamba_ssu

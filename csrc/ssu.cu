@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "checks.h"
 #include "common.cuh"
 #include "ssu.cuh"
 
@@ -32,18 +33,6 @@ constexpr int64_t kMinRowsPerBlock = ssu::kWarpsPerBlock * DynConfig::kRowsPerCh
 // Largest byte extent of any tensor: keeps every 64-bit offset far from overflow.
 constexpr __int128 kMaxExtentBytes = static_cast<__int128>(1) << 60;
 
-bool is_float_dtype(int32_t t) {
-  return t == MAMBA_SSU_F32 || t == MAMBA_SSU_F16 || t == MAMBA_SSU_BF16;
-}
-int float_bytes(int32_t t) { return t == MAMBA_SSU_F32 ? 4 : 2; }
-int index_bytes(int32_t t) { return t == MAMBA_SSU_I64 ? 8 : 4; }
-
-long long ll(int64_t v) { return static_cast<long long>(v); }
-
-int invalid(const char *fmt, long long a) { return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, fmt, a); }
-
-bool aligned(const void *p, size_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
-
 // A (batch, rows...) tensor with the given batch stride and inner extent must
 // stay below kMaxExtentBytes.
 bool extent_ok(int64_t batch, int64_t stride, int64_t inner, int bytes) {
@@ -51,13 +40,6 @@ bool extent_ok(int64_t batch, int64_t stride, int64_t inner, int bytes) {
   return e * bytes <= kMaxExtentBytes;
 }
 
-int check_pointer(const void *p, const char *name, size_t align) {
-  if (p == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "%s: null pointer", name);
-  if (!aligned(p, align))
-    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "%s: expected a %zu-byte aligned pointer",
-                name, align);
-  return MAMBA_SSU_SUCCESS;
-}
 
 // A batch stride (elements of `bytes` bytes) of a tensor whose base must be
 // 16-byte aligned: >= min_stride and a multiple of 16 bytes.
@@ -164,42 +146,7 @@ int check(const mamba_ssu_params *p) {
   if (p->z != nullptr && (s = check_pointer(p->z, "z", 16))) return s;
   if (p->D != nullptr && (s = check_pointer(p->D, "D", wb))) return s;
   if (p->dt_bias != nullptr && (s = check_pointer(p->dt_bias, "dt_bias", wb))) return s;
-  // The seed matters only with stochastic rounding.
-  // The device generator state: the struct, or torch's pair of separate values (both or
-  // neither), never both forms.
-  const bool has_pair = p->generator_seed_ptr != nullptr || p->generator_offset_ptr != nullptr;
-  if (has_pair) {
-    if (p->generator_state != nullptr)
-      return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
-                  "generator_seed_ptr/generator_offset_ptr: not allowed together with "
-                  "generator_state");
-    if ((s = check_pointer(p->generator_seed_ptr, "generator_seed_ptr", 8))) return s;
-    if ((s = check_pointer(p->generator_offset_ptr, "generator_offset_ptr", 8))) return s;
-  }
-  if (p->seed_next != nullptr) {
-    if ((s = check_pointer(p->seed_next, "seed_next", 8))) return s;
-    if (p->generator_state != nullptr &&
-        (s = check_pointer(p->generator_state, "generator_state", 8)))
-      return s;
-    if (p->seed_offset % 4 != 0)
-      return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
-                  "seed_offset: expected a multiple of 4 (seed_next is set), got %llu",
-                  static_cast<unsigned long long>(p->seed_offset));
-  }
-  if (p->philox_rounds > 0) {
-    if (p->seed_source == MAMBA_SSU_SEED_POINTER) {
-      if ((s = check_pointer(p->rand_seed, "rand_seed", 8))) return s;
-    } else {
-      if (p->seed_source == MAMBA_SSU_SEED_FROM_GENERATOR && !has_pair &&
-          (s = check_pointer(p->generator_state, "generator_state", 8)))
-        return s;
-      // Torch's offsets count 32-bit words in blocks of 4.
-      if (p->seed_offset % 4 != 0)
-        return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
-                    "seed_offset: expected a multiple of 4, got %llu",
-                    static_cast<unsigned long long>(p->seed_offset));
-    }
-  }
+  if ((s = check_seed_fields(*p))) return s;
   if ((s = check_index(p->state_batch_indices, p->state_batch_indices_stride,
                        "state_batch_indices", "state_batch_indices_stride", p->index_dtype)))
     return s;
@@ -248,16 +195,6 @@ int check(const mamba_ssu_params *p) {
   return MAMBA_SSU_SUCCESS;
 }
 
-int device_num_sms(int32_t given, int *out) {
-  if (given > 0) {
-    *out = given;
-    return MAMBA_SSU_SUCCESS;
-  }
-  int dev = 0;
-  if (int s = check_cuda(cudaGetDevice(&dev), "cudaGetDevice")) return s;
-  return check_cuda(cudaDeviceGetAttribute(out, cudaDevAttrMultiProcessorCount, dev),
-                    "cudaDeviceGetAttribute(MultiProcessorCount)");
-}
 
 // FlashInfer's rule (both for AUTO and for its tiled simple kernel).
 bool below_switch(int64_t batch, int64_t nheads, int num_sms) {
@@ -646,13 +583,7 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   a.state_batch_indices = p.state_batch_indices;
   a.dst_state_batch_indices = p.dst_state_batch_indices;
   a.rand_seed = p.rand_seed;
-  if (p.generator_seed_ptr != nullptr) {
-    a.gen_seed = reinterpret_cast<const uint64_t *>(p.generator_seed_ptr);
-    a.gen_offset = reinterpret_cast<const uint64_t *>(p.generator_offset_ptr);
-  } else if (p.generator_state != nullptr) {
-    a.gen_seed = &p.generator_state->seed;
-    a.gen_offset = &p.generator_state->offset;
-  }
+  generator_words(p, &a.gen_seed, &a.gen_offset);
   a.seed_offset = p.seed_offset;
   a.generator_seed = p.generator_seed;
   a.state_stride_batch = p.state_stride_batch;

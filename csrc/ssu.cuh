@@ -795,14 +795,8 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
   // blocks instead of after the last wave (as the grid's last block, it was dispatched at the
   // tail of large grids). The state blocks are numbered from 1.
   if (a.seed_next != nullptr && blockIdx.x == 0) {  // block-uniform
-    if (threadIdx.x == 0) {
-      uint64_t seed = a.generator_seed, offset = a.seed_offset;
-      if (a.gen_seed != nullptr) {
-        seed = *a.gen_seed;
-        offset += *a.gen_offset;
-      }
-      *a.seed_next = torch_seed_draw(seed, offset + 4);
-    }
+    if (threadIdx.x == 0)
+      store_next_link(a.seed_next, a.gen_seed, a.gen_offset, a.generator_seed, a.seed_offset);
     return;
   }
   const uint32_t block = blockIdx.x - (a.seed_next != nullptr ? 1u : 0u);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "checks.h"
 #include "common.cuh"
 #include "ssu_mtp.cuh"
 #include "ssu_mtp_check.h"
@@ -18,24 +19,12 @@ namespace {
 
 using mtp::MtpArgs;
 
-long long ll(int64_t v) { return static_cast<long long>(v); }
-
 bool is_hot(const mamba_ssu_mtp_params &p) {
   return p.state_dtype == MAMBA_SSU_F16 && p.input_dtype == MAMBA_SSU_BF16 &&
          p.weight_dtype == MAMBA_SSU_BF16 && p.dstate == 128 &&
          (p.philox_rounds == 0 || p.philox_rounds == 5 || p.philox_rounds == 10);
 }
 
-int device_num_sms(int32_t given, int *out) {
-  if (given > 0) {
-    *out = given;
-    return MAMBA_SSU_SUCCESS;
-  }
-  int dev = 0;
-  if (int s = check_cuda(cudaGetDevice(&dev), "cudaGetDevice")) return s;
-  return check_cuda(cudaDeviceGetAttribute(out, cudaDevAttrMultiProcessorCount, dev),
-                    "cudaDeviceGetAttribute(MultiProcessorCount)");
-}
 
 // Rows per group (hot kernels): two rows computed together (one B/C load per token for both)
 // from MAMBA_SSU_MTP_R2_HEADS (sequence, head) pairs on, one below. Measured on the H200
@@ -157,13 +146,7 @@ extern "C" int mamba_ssu_selective_state_update_mtp(mamba_ssu_stream_t stream,
   a.cu = p.cu_seqlens;
   a.inter_idx = p.intermediate_state_indices;
   a.rand_seed = p.rand_seed;
-  if (p.generator_seed_ptr != nullptr) {
-    a.gen_seed = reinterpret_cast<const uint64_t *>(p.generator_seed_ptr);
-    a.gen_offset = reinterpret_cast<const uint64_t *>(p.generator_offset_ptr);
-  } else if (p.generator_state != nullptr) {
-    a.gen_seed = &p.generator_state->seed;
-    a.gen_offset = &p.generator_state->offset;
-  }
+  generator_words(p, &a.gen_seed, &a.gen_offset);
   a.seed_next = p.seed_next;
   a.seed_offset = p.seed_offset;
   a.generator_seed = p.generator_seed;

@@ -145,14 +145,8 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
   // A fused chain's next link: the grid's extra first block stores the stock draw that follows
   // this call's position (the next call's seed) and does nothing else.
   if (a.seed_next != nullptr && blockIdx.x == 0) {
-    if (threadIdx.x == 0) {
-      uint64_t seed = a.generator_seed, offset = a.seed_offset;
-      if (a.gen_seed != nullptr) {
-        seed = *a.gen_seed;
-        offset += *a.gen_offset;
-      }
-      *a.seed_next = torch_seed_draw(seed, offset + 4);
-    }
+    if (threadIdx.x == 0)
+      store_next_link(a.seed_next, a.gen_seed, a.gen_offset, a.generator_seed, a.seed_offset);
     return;
   }
   const uint32_t block = blockIdx.x - (a.seed_next != nullptr ? 1u : 0u);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "checks.h"
 #include "common.cuh"
 #include "ssu_mtp_check.h"
 
@@ -18,29 +19,14 @@ constexpr __int128 kMaxExtentBytes = static_cast<__int128>(1) << 60;
 // Most thread blocks the launcher uses per (sequence, head).
 constexpr int64_t kMaxBlocksPerHead = 4;
 
-bool is_float_dtype(int32_t t) {
-  return t == MAMBA_SSU_F32 || t == MAMBA_SSU_F16 || t == MAMBA_SSU_BF16;
-}
-int float_bytes(int32_t t) { return t == MAMBA_SSU_F32 ? 4 : 2; }
-int index_bytes(int32_t t) { return t == MAMBA_SSU_I64 ? 8 : 4; }
 
-long long ll(int64_t v) { return static_cast<long long>(v); }
 long long ll128(__int128 v) {
   return v > std::numeric_limits<long long>::max() ? std::numeric_limits<long long>::max()
                                                    : static_cast<long long>(v);
 }
 
-int invalid(const char *fmt, long long a) { return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, fmt, a); }
 
-bool aligned(const void *p, size_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
 
-int check_pointer(const void *p, const char *name, size_t align) {
-  if (p == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "%s: null pointer", name);
-  if (!aligned(p, align))
-    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "%s: expected a %zu-byte aligned pointer",
-                name, align);
-  return MAMBA_SSU_SUCCESS;
-}
 
 int check_nonneg(int64_t stride, const char *name) {
   if (stride < 0) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "%s: expected >= 0, got %lld", name, ll(stride));
@@ -178,41 +164,8 @@ int mtp_check(const mamba_ssu_mtp_params *p) {
   if (p->intermediate_states != nullptr &&
       (s = check_pointer(p->intermediate_states, "intermediate_states", 16)))
     return s;
-  // The seed, exactly as the single-token check: the device generator state is the struct or
-  // torch's pair of separate values (both or neither), never both forms.
-  const bool has_pair = p->generator_seed_ptr != nullptr || p->generator_offset_ptr != nullptr;
-  if (has_pair) {
-    if (p->generator_state != nullptr)
-      return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
-                  "generator_seed_ptr/generator_offset_ptr: not allowed together with "
-                  "generator_state");
-    if ((s = check_pointer(p->generator_seed_ptr, "generator_seed_ptr", 8))) return s;
-    if ((s = check_pointer(p->generator_offset_ptr, "generator_offset_ptr", 8))) return s;
-  }
-  if (p->seed_next != nullptr) {
-    if ((s = check_pointer(p->seed_next, "seed_next", 8))) return s;
-    if (p->generator_state != nullptr &&
-        (s = check_pointer(p->generator_state, "generator_state", 8)))
-      return s;
-    if (p->seed_offset % 4 != 0)
-      return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
-                  "seed_offset: expected a multiple of 4 (seed_next is set), got %llu",
-                  static_cast<unsigned long long>(p->seed_offset));
-  }
-  if (p->philox_rounds > 0) {
-    if (p->seed_source == MAMBA_SSU_SEED_POINTER) {
-      if ((s = check_pointer(p->rand_seed, "rand_seed", 8))) return s;
-    } else {
-      if (p->seed_source == MAMBA_SSU_SEED_FROM_GENERATOR && !has_pair &&
-          (s = check_pointer(p->generator_state, "generator_state", 8)))
-        return s;
-      // Torch's offsets count 32-bit words in blocks of 4.
-      if (p->seed_offset % 4 != 0)
-        return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
-                    "seed_offset: expected a multiple of 4, got %llu",
-                    static_cast<unsigned long long>(p->seed_offset));
-    }
-  }
+  // The seed, exactly as the single-token check.
+  if ((s = check_seed_fields(*p))) return s;
   if ((s = check_index(p->state_batch_indices, "state_batch_indices", p->index_dtype,
                        p->state_batch_indices_stride, "state_batch_indices_stride")))
     return s;

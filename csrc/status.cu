@@ -2,6 +2,7 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include "checks.h"
 #include "common.cuh"
 
 namespace mamba_ssu {
@@ -36,6 +37,17 @@ int check_cuda(cudaError_t err, const char *what) {
 }
 
 int check_launch(const char *what) { return check_cuda(cudaGetLastError(), what); }
+
+int device_num_sms(int32_t given, int *out) {
+  if (given > 0) {
+    *out = given;
+    return MAMBA_SSU_SUCCESS;
+  }
+  int dev = 0;
+  if (int s = check_cuda(cudaGetDevice(&dev), "cudaGetDevice")) return s;
+  return check_cuda(cudaDeviceGetAttribute(out, cudaDevAttrMultiProcessorCount, dev),
+                    "cudaDeviceGetAttribute(MultiProcessorCount)");
+}
 
 }  // namespace mamba_ssu
 
