@@ -223,21 +223,7 @@ pub fn selective_state_update(stream: &CudaStream, args: &mut SsuArgs<'_>) -> Re
         }
     }
     let sr = problem.stochastic_rounding;
-    if sr {
-        match &args.seed {
-            Some(SeedSource::Pointer(t)) => {
-                check_same_device("rand_seed", stream, t.buffer_stream())?
-            }
-            Some(SeedSource::FromGenerator { state, .. }) => {
-                check_same_device("generator_state", stream, state.device_state().stream())?;
-                state.note_use(stream)?;
-            }
-            Some(SeedSource::Prefetched(p)) => check_ordinal("rand_seed", stream, p.ordinal())?,
-            Some(SeedSource::Fused(f)) => check_ordinal("generator_state", stream, f.ordinal())?,
-            // No device memory; a missing seed was rejected by validate.
-            Some(SeedSource::FromValues { .. }) | None => {}
-        }
-    }
+    check_seed_device(stream, args.seed.as_ref(), sr)?;
 
     let mut params = fill_params(
         &spec,
@@ -301,28 +287,19 @@ pub fn selective_state_update(stream: &CudaStream, args: &mut SsuArgs<'_>) -> Re
     params.dt_bias = raw(&dt_bias) as *const std::ffi::c_void;
     params.state_batch_indices = raw(&src_idx) as *const std::ffi::c_void;
     params.dst_state_batch_indices = raw(&dst_idx) as *const std::ffi::c_void;
-    match &args.seed {
-        Some(SeedSource::FromGenerator { .. }) if sr => {
-            params.generator_state = raw(&seed) as *const sys::mamba_ssu_generator_state;
-        }
-        Some(SeedSource::Pointer(_)) if sr => params.rand_seed = raw(&seed) as *const i64,
-        Some(SeedSource::Prefetched(p)) if sr => params.rand_seed = p.device_ptr() as *const i64,
-        Some(SeedSource::Fused(f)) => {
-            // The draw position (also what a chain's next link is derived from), even without
-            // stochastic rounding in this call: the next call of the chain needs its link.
-            if let Some(state) = f.generator_state() {
-                params.generator_state = state as *const sys::mamba_ssu_generator_state;
-            }
-            params.generator_seed = f.generator_seed();
-            params.seed_offset = f.seed_offset();
-            if let Some(link) = f.linked_seed().filter(|_| sr) {
-                params.rand_seed = link as *const i64;
-            }
-            if let Some(next) = f.seed_next() {
-                params.seed_next = next as *mut i64;
-            }
-        }
-        _ => {}
+    let f = seed_fields(args.seed.as_ref(), raw(&seed), sr);
+    if let Some(v) = f.generator_state {
+        params.generator_state = v;
+    }
+    if let Some(v) = f.rand_seed {
+        params.rand_seed = v;
+    }
+    if let Some((seed, offset)) = f.position {
+        params.generator_seed = seed;
+        params.seed_offset = offset;
+    }
+    if let Some(v) = f.seed_next {
+        params.seed_next = v;
     }
 
     // SAFETY: every pointer in `params` is null (an absent optional tensor) or the start of a
@@ -334,6 +311,76 @@ pub fn selective_state_update(stream: &CudaStream, args: &mut SsuArgs<'_>) -> Re
     let status =
         unsafe { sys::mamba_ssu_selective_state_update(ffi::stream_handle(stream), &params) };
     ffi::check(status)
+}
+
+/// The device checks of a call's seed (shared by the single- and multi-token launches): its
+/// device memory, if any, on the stream's device; a device generator state noted as used on
+/// `stream`. Only with stochastic rounding (`sr`); a missing seed was rejected by validation.
+pub(super) fn check_seed_device(
+    stream: &CudaStream,
+    seed: Option<&SeedSource<'_>>,
+    sr: bool,
+) -> Result<()> {
+    if !sr {
+        return Ok(());
+    }
+    match seed {
+        Some(SeedSource::Pointer(t)) => check_same_device("rand_seed", stream, t.buffer_stream()),
+        Some(SeedSource::FromGenerator { state, .. }) => {
+            check_same_device("generator_state", stream, state.device_state().stream())?;
+            state.note_use(stream)
+        }
+        Some(SeedSource::Prefetched(p)) => check_ordinal("rand_seed", stream, p.ordinal()),
+        Some(SeedSource::Fused(f)) => check_ordinal("generator_state", stream, f.ordinal()),
+        Some(SeedSource::FromValues { .. }) | None => Ok(()),
+    }
+}
+
+/// The seed fields a call sets in its C parameter block (`None`: left as filled from the
+/// spec), the same for `mamba_ssu_params` and `mamba_ssu_mtp_params`.
+pub(super) struct SeedFields {
+    pub(super) rand_seed: Option<*const i64>,
+    pub(super) generator_state: Option<*const sys::mamba_ssu_generator_state>,
+    /// (generator_seed, seed_offset): the draw position of a fused seed.
+    pub(super) position: Option<(u64, u64)>,
+    pub(super) seed_next: Option<*mut i64>,
+}
+
+/// The seed fields of `seed`, whose device memory (a `Pointer` tensor or a `FromGenerator`
+/// state) is at `seed_ptr` (0 for the other sources). With a fused seed the draw position is
+/// set even without stochastic rounding in this call (`sr`): the next call of a chain derives
+/// its link from it.
+pub(super) fn seed_fields(
+    seed: Option<&SeedSource<'_>>,
+    seed_ptr: CUdeviceptr,
+    sr: bool,
+) -> SeedFields {
+    let mut f = SeedFields {
+        rand_seed: None,
+        generator_state: None,
+        position: None,
+        seed_next: None,
+    };
+    match seed {
+        Some(SeedSource::FromGenerator { .. }) if sr => {
+            f.generator_state = Some(seed_ptr as *const sys::mamba_ssu_generator_state);
+        }
+        Some(SeedSource::Pointer(_)) if sr => f.rand_seed = Some(seed_ptr as *const i64),
+        Some(SeedSource::Prefetched(p)) if sr => f.rand_seed = Some(p.device_ptr() as *const i64),
+        Some(SeedSource::Fused(fused)) => {
+            f.generator_state = fused
+                .generator_state()
+                .map(|state| state as *const sys::mamba_ssu_generator_state);
+            f.position = Some((fused.generator_seed(), fused.seed_offset()));
+            f.rand_seed = fused
+                .linked_seed()
+                .filter(|_| sr)
+                .map(|link| link as *const i64);
+            f.seed_next = fused.seed_next().map(|next| next as *mut i64);
+        }
+        _ => {}
+    }
+    f
 }
 
 #[cfg(test)]

@@ -6,11 +6,11 @@
 use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{CudaStream, DevicePtr};
 
-use crate::device::{check_ordinal, check_same_device};
+use crate::device::check_same_device;
 use crate::error::{Error, Result};
 use crate::ffi::{self, sys};
 use crate::reference::SrRule;
-use crate::ssu::launch::{check_ptr_alignment, raw, to_i64};
+use crate::ssu::launch::{check_ptr_alignment, check_seed_device, raw, seed_fields, to_i64};
 use crate::ssu::{SeedSource, SeedSpec};
 use crate::tensor::{DType, Tensor, TensorLayout, VECTOR_ALIGN};
 
@@ -344,21 +344,7 @@ pub fn selective_state_update_mtp(stream: &CudaStream, args: &mut MtpArgs<'_>) -
         }
     }
     let sr = problem.stochastic_rounding;
-    if sr {
-        match &args.seed {
-            Some(SeedSource::Pointer(t)) => {
-                check_same_device("rand_seed", stream, t.buffer_stream())?
-            }
-            Some(SeedSource::FromGenerator { state, .. }) => {
-                check_same_device("generator_state", stream, state.device_state().stream())?;
-                state.note_use(stream)?;
-            }
-            Some(SeedSource::Prefetched(p)) => check_ordinal("rand_seed", stream, p.ordinal())?,
-            Some(SeedSource::Fused(f)) => check_ordinal("generator_state", stream, f.ordinal())?,
-            // No device memory; a missing seed was rejected by validate_mtp.
-            Some(SeedSource::FromValues { .. }) | None => {}
-        }
-    }
+    check_seed_device(stream, args.seed.as_ref(), sr)?;
 
     let mut params = fill_params(
         &spec,
@@ -454,28 +440,19 @@ pub fn selective_state_update_mtp(stream: &CudaStream, args: &mut MtpArgs<'_>) -
     params.num_accepted_tokens = raw(&accepted) as *const c_void;
     params.cu_seqlens = raw(&cu) as *const c_void;
     params.intermediate_state_indices = raw(&entry_idx) as *const c_void;
-    match &args.seed {
-        Some(SeedSource::FromGenerator { .. }) if sr => {
-            params.generator_state = raw(&seed) as *const sys::mamba_ssu_generator_state;
-        }
-        Some(SeedSource::Pointer(_)) if sr => params.rand_seed = raw(&seed) as *const i64,
-        Some(SeedSource::Prefetched(p)) if sr => params.rand_seed = p.device_ptr() as *const i64,
-        Some(SeedSource::Fused(f)) => {
-            // As single token: the draw position (what a chain's next link derives from), even
-            // without stochastic rounding in this call.
-            if let Some(state) = f.generator_state() {
-                params.generator_state = state as *const sys::mamba_ssu_generator_state;
-            }
-            params.generator_seed = f.generator_seed();
-            params.seed_offset = f.seed_offset();
-            if let Some(link) = f.linked_seed().filter(|_| sr) {
-                params.rand_seed = link as *const i64;
-            }
-            if let Some(next) = f.seed_next() {
-                params.seed_next = next as *mut i64;
-            }
-        }
-        _ => {}
+    let f = seed_fields(args.seed.as_ref(), raw(&seed), sr);
+    if let Some(v) = f.generator_state {
+        params.generator_state = v;
+    }
+    if let Some(v) = f.rand_seed {
+        params.rand_seed = v;
+    }
+    if let Some((seed, offset)) = f.position {
+        params.generator_seed = seed;
+        params.seed_offset = offset;
+    }
+    if let Some(v) = f.seed_next {
+        params.seed_next = v;
     }
 
     // SAFETY: every pointer in `params` is null (an absent optional tensor) or the start of a
