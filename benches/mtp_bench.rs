@@ -27,12 +27,16 @@
 use std::error::Error;
 use std::sync::Arc;
 
-use clap::Parser;
 use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use half::{bf16, f16};
 use mamba_ssu::ssu::{self, MtpArgs, SeedSource, Tensor, TensorMut};
 use serde_json::{json, Value};
+
+#[path = "mtp_bench/args.rs"]
+mod args;
+
+use args::{Cli, Form};
 
 type Res<T> = Result<T, Box<dyn Error>>;
 
@@ -46,38 +50,6 @@ const REPLAYS: usize = 15;
 const ROTATION_BYTES: usize = 192 << 20;
 
 const TIMINGS: &str = include_str!("../tests/data/flashinfer_ssu_mtp/timings.json");
-
-#[derive(Parser, Debug)]
-#[command(
-    name = "mtp_bench",
-    about = "Multi-token SSU timings next to FlashInfer's"
-)]
-struct Cli {
-    /// Fewer sizes: 32 heads x batch 1, 8 and 128 heads x 64.
-    #[arg(long)]
-    quick: bool,
-    /// Head counts.
-    #[arg(long, value_delimiter = ',', default_value = "32,128")]
-    nheads: Vec<usize>,
-    /// Batch sizes (sequences).
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64")]
-    batch: Vec<usize>,
-    /// Philox rounds (0 = no SR).
-    #[arg(long, value_delimiter = ',', default_value = "0,5,10")]
-    rounds: Vec<u32>,
-    /// Forms: dense, varlen.
-    #[arg(long, value_delimiter = ',', default_value = "dense,varlen")]
-    forms: Vec<Form>,
-    /// Calls per graph (at least; more when the rotation needs them).
-    #[arg(long, default_value_t = 16)]
-    calls: usize,
-    /// Write the results as JSON here.
-    #[arg(long)]
-    json: Option<String>,
-    /// Ignored (`cargo bench` passes it).
-    #[arg(long, hide = true)]
-    bench: bool,
-}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -109,12 +81,6 @@ fn memset_bandwidth(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Res<f64
         }
     }
     Ok(bytes as f64 / (median(ms) * 1e-3) / 1e9)
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
-enum Form {
-    Dense,
-    Varlen,
 }
 
 struct Setup {
@@ -469,7 +435,10 @@ fn open() -> Res<Option<(Arc<CudaContext>, Arc<CudaStream>)>> {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match args::parse_from(std::env::args_os()) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     if let Err(e) = run(&cli) {
         println!("mtp_bench: error: {e}");
         std::process::exit(1);

@@ -1,5 +1,5 @@
-//! The command lines and JSON files of the benchmark programs `benches/decode_step.rs` and
-//! `benches/ssu_bench.rs`. They are `harness = false` benches, whose own `#[test]`s would never
+//! The command lines and JSON files of the benchmark programs `benches/decode_step.rs`,
+//! `benches/ssu_bench.rs` and `benches/mtp_bench.rs`. They are `harness = false` benches, whose own `#[test]`s would never
 //! run, so their argument and JSON modules are compiled in here as well.
 
 // The modules as the programs have them (`ssu_bench`'s `args` reads `super::rig`).
@@ -9,6 +9,9 @@ mod decode_args;
 #[allow(dead_code)]
 #[path = "../benches/decode_step/json.rs"]
 mod decode_json;
+#[allow(dead_code)]
+#[path = "../benches/mtp_bench/args.rs"]
+mod mtp_args;
 #[allow(dead_code)]
 #[path = "../benches/ssu_bench/rig.rs"]
 mod rig;
@@ -256,5 +259,58 @@ mod decode {
         )
         .unwrap();
         assert_eq!(v, want);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// mtp_bench
+// ---------------------------------------------------------------------------------------------
+
+mod mtp {
+    use super::argv;
+    use super::mtp_args::{self as args, Form};
+
+    fn parse(s: &str) -> Result<args::Cli, clap::Error> {
+        args::parse_from(argv("mtp_bench", s))
+    }
+
+    #[test]
+    fn defaults_and_lists() {
+        let c = parse("").unwrap();
+        assert_eq!(c.nheads, vec![32, 128]);
+        assert_eq!(c.batch, vec![1, 2, 4, 8, 16, 32, 64]);
+        assert_eq!(c.rounds, vec![0, 5, 10]);
+        assert_eq!(c.forms, vec![Form::Dense, Form::Varlen]);
+        assert_eq!((c.calls, c.quick, c.json.is_none()), (16, false, true));
+        let c =
+            parse("--nheads 64 --batch 3,5 --rounds 10 --forms varlen --calls 4 --json j --bench")
+                .unwrap();
+        assert_eq!(
+            (c.nheads, c.batch, c.rounds),
+            (vec![64], vec![3, 5], vec![10])
+        );
+        assert_eq!(
+            (c.forms, c.calls, c.json.as_deref()),
+            (vec![Form::Varlen], 4, Some("j"))
+        );
+        assert!(parse("--quick").unwrap().quick);
+    }
+
+    #[test]
+    fn refuses_bad_values() {
+        for bad in [
+            "--nheads 0",
+            "--nheads +4",
+            "--batch 1,x",
+            "--batch -1",
+            "--rounds 11",
+            "--rounds 5,-1",
+            "--forms bogus",
+            "--calls 0",
+            "--bogus",
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad}");
+        }
     }
 }
