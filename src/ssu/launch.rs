@@ -287,20 +287,7 @@ pub fn selective_state_update(stream: &CudaStream, args: &mut SsuArgs<'_>) -> Re
     params.dt_bias = raw(&dt_bias) as *const std::ffi::c_void;
     params.state_batch_indices = raw(&src_idx) as *const std::ffi::c_void;
     params.dst_state_batch_indices = raw(&dst_idx) as *const std::ffi::c_void;
-    let f = seed_fields(args.seed.as_ref(), raw(&seed), sr);
-    if let Some(v) = f.generator_state {
-        params.generator_state = v;
-    }
-    if let Some(v) = f.rand_seed {
-        params.rand_seed = v;
-    }
-    if let Some((seed, offset)) = f.position {
-        params.generator_seed = seed;
-        params.seed_offset = offset;
-    }
-    if let Some(v) = f.seed_next {
-        params.seed_next = v;
-    }
+    set_seed_fields!(params, seed_fields(args.seed.as_ref(), raw(&seed), sr));
 
     // SAFETY: every pointer in `params` is null (an absent optional tensor) or the start of a
     // live device buffer on the stream's device (checked above), held by a guard that is
@@ -312,6 +299,29 @@ pub fn selective_state_update(stream: &CudaStream, args: &mut SsuArgs<'_>) -> Re
         unsafe { sys::mamba_ssu_selective_state_update(ffi::stream_handle(stream), &params) };
     ffi::check(status)
 }
+
+/// Sets the seed fields of a C parameter block (`mamba_ssu_params` or `mamba_ssu_mtp_params`,
+/// whose seed fields have the same names and meaning) from a [`SeedFields`]; fields it leaves as
+/// `None` keep the value the block was filled with.
+macro_rules! set_seed_fields {
+    ($params:expr, $fields:expr) => {{
+        let f: $crate::ssu::launch::SeedFields = $fields;
+        if let Some(v) = f.generator_state {
+            $params.generator_state = v;
+        }
+        if let Some(v) = f.rand_seed {
+            $params.rand_seed = v;
+        }
+        if let Some((seed, offset)) = f.position {
+            $params.generator_seed = seed;
+            $params.seed_offset = offset;
+        }
+        if let Some(v) = f.seed_next {
+            $params.seed_next = v;
+        }
+    }};
+}
+pub(crate) use set_seed_fields;
 
 /// The device checks of a call's seed (shared by the single- and multi-token launches): its
 /// device memory, if any, on the stream's device; a device generator state noted as used on

@@ -10,7 +10,9 @@ use crate::device::check_same_device;
 use crate::error::{Error, Result};
 use crate::ffi::{self, sys};
 use crate::reference::SrRule;
-use crate::ssu::launch::{check_ptr_alignment, check_seed_device, raw, seed_fields, to_i64};
+use crate::ssu::launch::{
+    check_ptr_alignment, check_seed_device, raw, seed_fields, set_seed_fields, to_i64,
+};
 use crate::ssu::{SeedSource, SeedSpec};
 use crate::tensor::{DType, Tensor, TensorLayout, VECTOR_ALIGN};
 
@@ -440,20 +442,7 @@ pub fn selective_state_update_mtp(stream: &CudaStream, args: &mut MtpArgs<'_>) -
     params.num_accepted_tokens = raw(&accepted) as *const c_void;
     params.cu_seqlens = raw(&cu) as *const c_void;
     params.intermediate_state_indices = raw(&entry_idx) as *const c_void;
-    let f = seed_fields(args.seed.as_ref(), raw(&seed), sr);
-    if let Some(v) = f.generator_state {
-        params.generator_state = v;
-    }
-    if let Some(v) = f.rand_seed {
-        params.rand_seed = v;
-    }
-    if let Some((seed, offset)) = f.position {
-        params.generator_seed = seed;
-        params.seed_offset = offset;
-    }
-    if let Some(v) = f.seed_next {
-        params.seed_next = v;
-    }
+    set_seed_fields!(params, seed_fields(args.seed.as_ref(), raw(&seed), sr));
 
     // SAFETY: every pointer in `params` is null (an absent optional tensor) or the start of a
     // live device buffer on the stream's device (checked above), held by a guard that is
