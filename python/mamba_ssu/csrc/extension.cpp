@@ -143,6 +143,68 @@ struct SsuTensors {
   Tensor out;
 };
 
+// The element types of a call's tensors, checked alike for the single- and multi-token forms.
+struct Dtypes {
+  int32_t state, input, weight;
+};
+
+// Dtypes, the layouts within one token row (the kernels' contract; FlashInfer's layouts) and
+// the devices of the tensors both forms have. `lead`: the index of the head dimension of x (1
+// for (batch, nheads, dim) and varlen (tokens, nheads, dim), 2 for (batch, T, nheads, dim)).
+// T: SsuTensors or MtpTensors.
+template <class T>
+Dtypes check_common(const T &t, const Tensor &state, int64_t lead, int64_t dim, int64_t dstate) {
+  Dtypes d{};
+  d.state = float_dtype(state, "state");
+  d.input = float_dtype(t.x, "x");
+  for (const auto &[ten, name] : {std::pair{&t.B, "B"}, std::pair{&t.C, "C"}, std::pair{&t.out, "out"}})
+    same_dtype(*ten, name, t.x, "x");
+  if (t.z) same_dtype(*t.z, "z", t.x, "x");
+  d.weight = float_dtype(t.dt, "dt");
+  if (t.D) same_dtype(*t.D, "D", t.dt, "dt");
+  if (t.dt_bias) same_dtype(*t.dt_bias, "dt_bias", t.dt, "dt");
+  TORCH_CHECK_TYPE(t.A.scalar_type() == at::kFloat, "A: expected float32, got ",
+                   t.A.scalar_type());
+
+  check_stride(state, "state", 3, 1);
+  check_stride(state, "state", 2, dstate);
+  check_stride(state, "state", 1, dim * dstate);
+  for (const auto &[ten, name] : {std::pair{&t.x, "x"}, std::pair{&t.out, "out"}}) {
+    check_stride(*ten, name, lead + 1, 1);
+    check_stride(*ten, name, lead, dim);
+  }
+  if (t.z) {
+    check_stride(*t.z, "z", lead + 1, 1);
+    check_stride(*t.z, "z", lead, dim);
+  }
+  check_stride(t.dt, "dt", lead, 1);
+  check_stride(t.dt, "dt", lead + 1, 0);
+  check_stride(t.A, "A", 0, 1);
+  check_stride(t.A, "A", 1, 0);
+  check_stride(t.A, "A", 2, 0);
+  for (const auto &[ten, name] : {std::pair{&t.B, "B"}, std::pair{&t.C, "C"}}) {
+    check_stride(*ten, name, lead + 1, 1);
+    check_stride(*ten, name, lead, dstate);
+  }
+  for (const auto &[opt, name] : {std::pair{&t.D, "D"}, std::pair{&t.dt_bias, "dt_bias"}}) {
+    if (!opt->has_value()) continue;
+    check_stride(**opt, name, 0, 1);
+    check_stride(**opt, name, 1, 0);
+  }
+
+  // Devices: every tensor on the device of state, a CUDA device.
+  TORCH_CHECK_VALUE(state.is_cuda(), "state: expected a CUDA tensor, got one on ",
+                    state.device());
+  for (const auto &[ten, name] : {std::pair{&t.x, "x"}, std::pair{&t.dt, "dt"}, std::pair{&t.A, "A"},
+                                  std::pair{&t.B, "B"}, std::pair{&t.C, "C"}, std::pair{&t.out, "out"}})
+    check_device(*ten, name, state);
+  for (const auto &[opt, name] :
+       {std::pair{&t.D, "D"}, std::pair{&t.z, "z"}, std::pair{&t.dt_bias, "dt_bias"},
+        std::pair{&t.sbi, "state_batch_indices"}, std::pair{&t.dsbi, "dst_state_batch_indices"}})
+    if (opt->has_value()) check_device(**opt, name, state);
+  return d;
+}
+
 mamba_ssu_params make_params(const SsuTensors &t, bool dt_softplus, int64_t pad_slot_id,
                              bool disable_state_update, int64_t philox_rounds,
                              int64_t algorithm, int64_t sr_rule) {
@@ -201,55 +263,8 @@ mamba_ssu_params make_params(const SsuTensors &t, bool dt_softplus, int64_t pad_
   }
   if (t.sbi && t.dsbi) same_dtype(*t.dsbi, "dst_state_batch_indices", *t.sbi, "state_batch_indices");
 
-  // Dtypes.
-  const int32_t state_dtype = float_dtype(state, "state");
-  const int32_t input_dtype = float_dtype(t.x, "x");
-  for (const auto &[ten, name] : {std::pair{&t.B, "B"}, std::pair{&t.C, "C"}, std::pair{&t.out, "out"}})
-    same_dtype(*ten, name, t.x, "x");
-  if (t.z) same_dtype(*t.z, "z", t.x, "x");
-  const int32_t weight_dtype = float_dtype(t.dt, "dt");
-  if (t.D) same_dtype(*t.D, "D", t.dt, "dt");
-  if (t.dt_bias) same_dtype(*t.dt_bias, "dt_bias", t.dt, "dt");
-  TORCH_CHECK_TYPE(t.A.scalar_type() == at::kFloat, "A: expected float32, got ",
-                   t.A.scalar_type());
-
-  // Strides (the kernel's layout contract; FlashInfer's layouts).
-  check_stride(state, "state", 3, 1);
-  check_stride(state, "state", 2, dstate);
-  check_stride(state, "state", 1, dim * dstate);
-  for (const auto &[ten, name] : {std::pair{&t.x, "x"}, std::pair{&t.out, "out"}}) {
-    check_stride(*ten, name, 2, 1);
-    check_stride(*ten, name, 1, dim);
-  }
-  if (t.z) {
-    check_stride(*t.z, "z", 2, 1);
-    check_stride(*t.z, "z", 1, dim);
-  }
-  check_stride(t.dt, "dt", 1, 1);
-  check_stride(t.dt, "dt", 2, 0);
-  check_stride(t.A, "A", 0, 1);
-  check_stride(t.A, "A", 1, 0);
-  check_stride(t.A, "A", 2, 0);
-  for (const auto &[ten, name] : {std::pair{&t.B, "B"}, std::pair{&t.C, "C"}}) {
-    check_stride(*ten, name, 2, 1);
-    check_stride(*ten, name, 1, dstate);
-  }
-  for (const auto &[opt, name] : {std::pair{&t.D, "D"}, std::pair{&t.dt_bias, "dt_bias"}}) {
-    if (!opt->has_value()) continue;
-    check_stride(**opt, name, 0, 1);
-    check_stride(**opt, name, 1, 0);
-  }
-
-  // Devices: every tensor on the device of state, a CUDA device.
-  TORCH_CHECK_VALUE(state.is_cuda(), "state: expected a CUDA tensor, got one on ",
-                    state.device());
-  for (const auto &[ten, name] : {std::pair{&t.x, "x"}, std::pair{&t.dt, "dt"}, std::pair{&t.A, "A"},
-                                  std::pair{&t.B, "B"}, std::pair{&t.C, "C"}, std::pair{&t.out, "out"}})
-    check_device(*ten, name, state);
-  for (const auto &[opt, name] :
-       {std::pair{&t.D, "D"}, std::pair{&t.z, "z"}, std::pair{&t.dt_bias, "dt_bias"},
-        std::pair{&t.sbi, "state_batch_indices"}, std::pair{&t.dsbi, "dst_state_batch_indices"}})
-    if (opt->has_value()) check_device(**opt, name, state);
+  const Dtypes dty = check_common(t, state, 1, dim, dstate);
+  const int32_t state_dtype = dty.state, input_dtype = dty.input, weight_dtype = dty.weight;
 
   mamba_ssu_params p{};
   p.batch = batch;
@@ -524,55 +539,10 @@ mamba_ssu_mtp_params make_mtp_params(const MtpTensors &t, bool dt_softplus, int6
     entries = buf.size(0);
   }
 
-  // Dtypes.
-  const int32_t state_dtype = float_dtype(state, "state");
-  const int32_t input_dtype = float_dtype(t.x, "x");
-  for (const auto &[ten, name] : {std::pair{&t.B, "B"}, std::pair{&t.C, "C"}, std::pair{&t.out, "out"}})
-    same_dtype(*ten, name, t.x, "x");
-  if (t.z) same_dtype(*t.z, "z", t.x, "x");
-  const int32_t weight_dtype = float_dtype(t.dt, "dt");
-  if (t.D) same_dtype(*t.D, "D", t.dt, "dt");
-  if (t.dt_bias) same_dtype(*t.dt_bias, "dt_bias", t.dt, "dt");
-  TORCH_CHECK_TYPE(t.A.scalar_type() == at::kFloat, "A: expected float32, got ",
-                   t.A.scalar_type());
-
-  // Strides: within a token row the single-token layouts; token and batch strides free.
-  check_stride(state, "state", 3, 1);
-  check_stride(state, "state", 2, dstate);
-  check_stride(state, "state", 1, dim * dstate);
-  for (const auto &[ten, name] : {std::pair{&t.x, "x"}, std::pair{&t.out, "out"}}) {
-    check_stride(*ten, name, lead + 1, 1);
-    check_stride(*ten, name, lead, dim);
-  }
-  if (t.z) {
-    check_stride(*t.z, "z", lead + 1, 1);
-    check_stride(*t.z, "z", lead, dim);
-  }
-  check_stride(t.dt, "dt", lead, 1);
-  check_stride(t.dt, "dt", lead + 1, 0);
-  check_stride(t.A, "A", 0, 1);
-  check_stride(t.A, "A", 1, 0);
-  check_stride(t.A, "A", 2, 0);
-  for (const auto &[ten, name] : {std::pair{&t.B, "B"}, std::pair{&t.C, "C"}}) {
-    check_stride(*ten, name, lead + 1, 1);
-    check_stride(*ten, name, lead, dstate);
-  }
-  for (const auto &[opt, name] : {std::pair{&t.D, "D"}, std::pair{&t.dt_bias, "dt_bias"}}) {
-    if (!opt->has_value()) continue;
-    check_stride(**opt, name, 0, 1);
-    check_stride(**opt, name, 1, 0);
-  }
-
-  // Devices: every tensor on the device of state, a CUDA device.
-  TORCH_CHECK_VALUE(state.is_cuda(), "state: expected a CUDA tensor, got one on ",
-                    state.device());
-  for (const auto &[ten, name] : {std::pair{&t.x, "x"}, std::pair{&t.dt, "dt"}, std::pair{&t.A, "A"},
-                                  std::pair{&t.B, "B"}, std::pair{&t.C, "C"}, std::pair{&t.out, "out"}})
-    check_device(*ten, name, state);
+  const Dtypes dty = check_common(t, state, lead, dim, dstate);
+  const int32_t state_dtype = dty.state, input_dtype = dty.input, weight_dtype = dty.weight;
   for (const auto &[opt, name] :
-       {std::pair{&t.D, "D"}, std::pair{&t.z, "z"}, std::pair{&t.dt_bias, "dt_bias"},
-        std::pair{&t.sbi, "state_batch_indices"}, std::pair{&t.dsbi, "dst_state_batch_indices"},
-        std::pair{&t.inter, "intermediate_states_buffer"},
+       {std::pair{&t.inter, "intermediate_states_buffer"},
         std::pair{&t.inter_idx, "intermediate_state_indices"},
         std::pair{&t.cu, "cu_seqlens"}, std::pair{&t.nat, "num_accepted_tokens"}})
     if (opt->has_value()) check_device(**opt, name, state);
