@@ -293,19 +293,10 @@ pub(super) fn check_stochastic_rounding(
     Ok(sr)
 }
 
-/// Checks a call's layouts and flags against the kernel's contract (the module doc's table);
-/// a pure function of `spec`, no device involved. Returns the call's sizes and dtypes.
-///
-/// Every violation is an [`Error::InvalidArgument`] (or, for a valid combination the kernels
-/// do not serve, an [`Error::Unsupported`]) naming the argument (`state`, `x`, `dt`, `A`, `B`,
-/// `C`, `D`, `z`, `dt_bias`, `out`, `state_batch_indices`, `dst_state_batch_indices`,
-/// `rand_seed`, `seed_offset`, `philox_rounds`) and saying what was expected and what was got.
-/// The C ABI's check of the same call runs last, so the two front doors accept the same calls.
-/// `sr_rule` needs no check here (every [`SrRule`](crate::reference::SrRule) is valid, with or
-/// without stochastic rounding); the C check rejects a raw value outside the enumeration.
-pub fn validate(spec: &SsuSpec) -> Result<SsuProblem> {
-    // state: (slots, nheads, dim, dstate), inner three dims contiguous.
-    let st = &spec.state;
+/// The state's layout, the same for the single- and multi-token calls: (slots, nheads, dim,
+/// dstate) of a float dtype, the inner three dims contiguous, dstate supported, the slot stride at
+/// least a slot and 16-byte aligned, every element inside the buffer. Returns the four sizes.
+pub(super) fn check_state(st: &TensorLayout) -> Result<[usize; 4]> {
     expect_rank("state", st, 4, "(slots, nheads, dim, dstate)")?;
     expect_float("state", st)?;
     expect_nonempty("state", st)?;
@@ -336,6 +327,23 @@ pub fn validate(spec: &SsuSpec) -> Result<SsuProblem> {
     }
     expect_aligned_stride("state", st, 0)?;
     expect_in_bounds("state", st)?;
+    Ok([slots, nheads, dim, dstate])
+}
+
+/// Checks a call's layouts and flags against the kernel's contract (the module doc's table);
+/// a pure function of `spec`, no device involved. Returns the call's sizes and dtypes.
+///
+/// Every violation is an [`Error::InvalidArgument`] (or, for a valid combination the kernels
+/// do not serve, an [`Error::Unsupported`]) naming the argument (`state`, `x`, `dt`, `A`, `B`,
+/// `C`, `D`, `z`, `dt_bias`, `out`, `state_batch_indices`, `dst_state_batch_indices`,
+/// `rand_seed`, `seed_offset`, `philox_rounds`) and saying what was expected and what was got.
+/// The C ABI's check of the same call runs last, so the two front doors accept the same calls.
+/// `sr_rule` needs no check here (every [`SrRule`](crate::reference::SrRule) is valid, with or
+/// without stochastic rounding); the C check rejects a raw value outside the enumeration.
+pub fn validate(spec: &SsuSpec) -> Result<SsuProblem> {
+    // state: (slots, nheads, dim, dstate), inner three dims contiguous.
+    let st = &spec.state;
+    let [slots, nheads, dim, dstate] = check_state(st)?;
 
     // x, out, z.
     let x = &spec.x;

@@ -3,8 +3,8 @@
 
 use crate::error::{Error, Result};
 use crate::ssu::validation::{
-    check_stochastic_rounding, expect_aligned_stride, expect_dim, expect_dtype, expect_float,
-    expect_in_bounds, expect_nonempty, expect_rank, expect_stride, SUPPORTED_DSTATE,
+    check_state, check_stochastic_rounding, expect_aligned_stride, expect_dim, expect_dtype,
+    expect_float, expect_in_bounds, expect_nonempty, expect_rank, expect_stride,
 };
 use crate::tensor::{fmt_dims, DType, TensorLayout};
 
@@ -98,36 +98,7 @@ fn check_index(name: &'static str, l: &TensorLayout, n: usize, n_name: &str) -> 
 pub fn validate_mtp(spec: &MtpSpec) -> Result<MtpProblem> {
     // state: (slots, nheads, dim, dstate), inner three dims contiguous.
     let st = &spec.state;
-    expect_rank("state", st, 4, "(slots, nheads, dim, dstate)")?;
-    expect_float("state", st)?;
-    expect_nonempty("state", st)?;
-    let [slots, nheads, dim, dstate] = [st.shape[0], st.shape[1], st.shape[2], st.shape[3]];
-    if !SUPPORTED_DSTATE.contains(&dstate) {
-        return Err(Error::unsupported(
-            "state",
-            format!("expected size(3) == dstate in {{64, 128, 256}}, got {dstate}"),
-        ));
-    }
-    expect_stride("state", st, 3, "1", 1)?;
-    expect_stride("state", st, 2, "dstate", dstate)?;
-    let head_block = dim
-        .checked_mul(dstate)
-        .ok_or_else(|| Error::invalid("state", "dim * dstate overflows"))?;
-    expect_stride("state", st, 1, "dim * dstate", head_block)?;
-    let slot_block = nheads
-        .checked_mul(head_block)
-        .ok_or_else(|| Error::invalid("state", "nheads * dim * dstate overflows"))?;
-    if st.strides[0] < slot_block {
-        return Err(Error::invalid(
-            "state",
-            format!(
-                "expected stride(0) >= nheads * dim * dstate ({slot_block}), got {}",
-                st.strides[0]
-            ),
-        ));
-    }
-    expect_aligned_stride("state", st, 0)?;
-    expect_in_bounds("state", st)?;
+    let [slots, nheads, dim, dstate] = check_state(st)?;
 
     // The form: fixed length (4-D x) or varlen (3-D x with cu_seqlens).
     let x = &spec.x;
