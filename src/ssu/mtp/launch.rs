@@ -111,7 +111,7 @@ fn check_status(status: i32) -> Result<()> {
 
 /// `p` with placeholder device pointers (aligned, never dereferenced) for every tensor `spec`
 /// has: what the pure C functions (check, plan) need.
-fn with_placeholders(
+pub(super) fn with_placeholders(
     mut p: sys::mamba_ssu_mtp_params,
     spec: &MtpSpec,
 ) -> sys::mamba_ssu_mtp_params {

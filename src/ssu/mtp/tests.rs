@@ -512,38 +512,15 @@ fn params_of(spec: &MtpSpec) -> sys::mamba_ssu_mtp_params {
     spec_pointers(p, spec)
 }
 
-fn spec_pointers(mut p: sys::mamba_ssu_mtp_params, spec: &MtpSpec) -> sys::mamba_ssu_mtp_params {
-    use std::ffi::c_void;
-    let ph = |k: usize| (0x1000_0000usize + k * 0x1000) as *mut c_void;
-    let opt = |present: bool, k: usize| {
-        if present {
-            ph(k) as *const c_void
-        } else {
-            std::ptr::null()
-        }
-    };
-    p.state = ph(1);
-    p.x = ph(2);
-    p.dt = ph(3);
-    p.A = ph(4) as *const f32;
-    p.B = ph(5);
-    p.C = ph(6);
-    p.out = ph(7);
-    p.D = opt(spec.d.is_some(), 8);
-    p.z = opt(spec.z.is_some(), 9);
-    p.dt_bias = opt(spec.dt_bias.is_some(), 10);
-    p.state_batch_indices = opt(spec.state_batch_indices.is_some(), 11);
-    p.dst_state_batch_indices = opt(spec.dst_state_batch_indices.is_some(), 12);
-    p.num_accepted_tokens = opt(spec.num_accepted_tokens.is_some(), 13);
-    p.cu_seqlens = opt(spec.cu_seqlens.is_some(), 14);
-    p.intermediate_states = opt(spec.intermediate_states_buffer.is_some(), 15) as *mut c_void;
-    p.intermediate_state_indices = opt(spec.intermediate_state_indices.is_some(), 16);
-    match spec.seed {
-        Some(SeedSpec::Pointer(_)) => p.rand_seed = ph(17) as *const i64,
-        Some(SeedSpec::FromGenerator { .. }) => {
-            p.generator_state = ph(18) as *const sys::mamba_ssu_generator_state
-        }
-        _ => {}
+/// `p` with the launcher's placeholder pointers, the seed pointer only for the seed source the
+/// spec uses.
+fn spec_pointers(p: sys::mamba_ssu_mtp_params, spec: &MtpSpec) -> sys::mamba_ssu_mtp_params {
+    let mut p = super::launch::with_placeholders(p, spec);
+    if !matches!(spec.seed, Some(SeedSpec::Pointer(_))) {
+        p.rand_seed = std::ptr::null();
+    }
+    if !matches!(spec.seed, Some(SeedSpec::FromGenerator { .. })) {
+        p.generator_state = std::ptr::null();
     }
     p
 }
