@@ -72,7 +72,8 @@ int plan_launch(const mamba_ssu_mtp_params &p, int num_sms, Plan *out) {
                 "%lld x %lld",
                 std::numeric_limits<int32_t>::max(), ll(p.batch), ll(p.nheads), ll(bph));
   const size_t smem = mtp::mtp_smem_bytes(static_cast<int>(p.ntokens), static_cast<int>(p.dstate),
-                                          static_cast<int>(rpb), p.z != nullptr, hot && r == 1);
+                                          static_cast<int>(rpb), p.z != nullptr, mtp::mtp_bf16_stage(hot, r),
+                                          hot ? r : 0);
   if (rpb < 1 || rpb > mtp::kMaxRowsPerBlock || bph * rpb < p.dim || smem > 48 * 1024)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "launch plan: no valid grid (rows per block %lld, blocks per head %lld, shared "

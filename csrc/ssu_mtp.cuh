@@ -96,12 +96,40 @@ struct MtpArgs {
   int32_t dt_softplus, update_state, seed_source, varlen;
 };
 
+// Build-time knobs for experiments (docs/perf-notes.md, "Build-time tuning knobs"):
+// MAMBA_SSU_MTP_R1_BF16_STAGE: the one-row hot kernels stage B and C as bf16 bits (1) or as
+// swizzled fp32 (0); MAMBA_SSU_MTP_TOKEN_UNROLL: the unroll factor of the token loop.
+#ifndef MAMBA_SSU_MTP_R1_BF16_STAGE
+#define MAMBA_SSU_MTP_R1_BF16_STAGE 1
+#endif
+#ifndef MAMBA_SSU_MTP_TOKEN_UNROLL
+#define MAMBA_SSU_MTP_TOKEN_UNROLL 1
+#endif
+#define MAMBA_SSU_MTP_PRAGMA(x) _Pragma(#x)
+#define MAMBA_SSU_MTP_UNROLL(n) MAMBA_SSU_MTP_PRAGMA(unroll n)
+
+// Whether a kernel stages B and C as bf16 bits (else fp32): the hot one-row kernels.
+__host__ __device__ constexpr bool mtp_bf16_stage(bool hot, int rows_per_group) {
+  return hot && rows_per_group == 1 && MAMBA_SSU_MTP_R1_BF16_STAGE != 0;
+}
+
+// Floats per row group in the buffer of deferred lane partials (the hot kernels): R x ntokens x
+// 8, rounded up to a multiple of 32 plus 8, so that the 4 groups of a warp write to disjoint
+// banks.
+__host__ __device__ constexpr int mtp_part_stride(int ntokens, int rows_per_group) {
+  return (rows_per_group * ntokens * kGroupLanes + 31) / 32 * 32 + 8;
+}
+
 // Dynamic shared memory of a block: B and C of every token (ntokens x dstate, bf16 bits or fp32
-// each), then
-// x and z of the block's rows for every token (ntokens x rows_per_block fp32 each).
+// each); the lane partials of every group when the kernel defers its row sums (defer_rows = the
+// rows a group computes together, 0 when it does not); then x and z of the block's rows for
+// every token (ntokens x rows_per_block fp32 each).
 __host__ __device__ constexpr size_t mtp_smem_bytes(int ntokens, int dstate, int rows_per_block,
-                                                    bool has_z, bool bf16_stage) {
+                                                    bool has_z, bool bf16_stage, int defer_rows) {
   return (bf16_stage ? 2 : 4) * 2 * static_cast<size_t>(ntokens) * dstate +
+         (defer_rows > 0
+              ? sizeof(float) * kGroups * static_cast<size_t>(mtp_part_stride(ntokens, defer_rows))
+              : 0) +
          sizeof(float) * static_cast<size_t>(ntokens) * rows_per_block * (has_z ? 2 : 1);
 }
 
@@ -202,7 +230,12 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
   constexpr int R = kR;
   // B and C staged as bf16 bits (the hot one-row kernels: half the shared traffic, a lane's 8
   // columns one 16-byte word) or fp32 (no per-token conversion, worth it when two rows share it).
-  constexpr bool kBf16Stage = kHot && kR == 1;
+  constexpr bool kBf16Stage = mtp_bf16_stage(kHot, kR);
+  // The hot kernels defer a row's sums: each token's lane partials go to shared memory, and
+  // after the row's last token lane m adds the 8 partials of token m (and m + 8) in the
+  // shuffle-down tree's order and writes its out element (no shuffles, and the per-token
+  // epilogue is not run by one lane in eight).
+  constexpr bool kDefer = kHot;
   // R rows' state at the lane's columns, raw (hot: a 16-byte word per 64 columns and row).
   struct Raw {
     uint4 v[R][kHot ? NC / 8 : 1];
@@ -284,7 +317,9 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
   using Stage = typename std::conditional<kBf16Stage, uint16_t, float>::type;
   Stage *const sB = reinterpret_cast<Stage *>(smem);
   Stage *const sC = sB + a.ntokens * kDstate;
-  float *const sx = reinterpret_cast<float *>(sC + a.ntokens * kDstate);
+  const int part_stride = kDefer ? mtp_part_stride(a.ntokens, R) : 0;
+  float *const sp = reinterpret_cast<float *>(sC + a.ntokens * kDstate);  // lane partials
+  float *const sx = sp + kGroups * part_stride;
   float *const sz = sx + a.ntokens * a.rows_per_block;
   {
     const int ibytes = kHot ? 2 : (idt == MAMBA_SSU_F32 ? 4 : 2);
@@ -326,22 +361,55 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
             load_float(a.z, tok_off(a.z_sb, a.z_st, t) + h * dim + d, idt);
     }
   }
+  // Philox element offset of the head (READ slot), truncated to 32 bits below.
+  const uint64_t sr_head =
+      static_cast<uint64_t>(read_slot) * static_cast<uint64_t>(a.state_stride) +
+      static_cast<uint64_t>(head_elems);
+  // The stochastic-rounding words of the rows d0 + r * kGroups, once for all tokens: word p
+  // of the lane's Philox calls feeds its column pair p (columns mtp_col(m, 2p), +1: bits
+  // 12..0 and 28..16).
+  uint32_t wrd[R][NP];
+  auto row_words = [&](int d0, uint64_t seed) {
+    const uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int q = 0; q < NC / 4; ++q) {
+        const uint32_t lo = static_cast<uint32_t>(
+            sr_head + static_cast<uint64_t>(d0 + r * kGroups) * kDstate +
+            static_cast<uint64_t>(mtp_col(m, 4 * q)));
+        const U32x4 c{lo, static_cast<uint32_t>(static_cast<int32_t>(lo) >> 31), 0u, 0u};
+        U32x4 w;
+        if constexpr (kRounds > 0) {
+          w = philox4x32<kRounds>(c, k0, k1);
+        } else {
+          w = philox4x32_dyn(c, k0, k1, rounds);
+        }
+        wrd[r][2 * q] = w.x;
+        wrd[r][2 * q + 1] = w.y;
+      }
+    }
+  };
+  // With the seed in memory every thread reads it and derives its first rows' words here,
+  // while the staging loads are in flight (off the critical path of small grids).
+  const bool early_words =
+      rounds > 0 && a.seed_source == MAMBA_SSU_SEED_POINTER && !pad && grp < rows;
+  if (early_words) row_words(row0 + grp, static_cast<uint64_t>(*a.rand_seed));
+
   const bool any_write = __syncthreads_or(writes) != 0;  // the block's one barrier
 
   const bool sr = rounds > 0 && any_write;
   const uint64_t seed = s_seed;
-  const uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
   const float Dh = a.D != nullptr ? load_float(a.D, h, wdt) : 0.0f;
-  // Philox element offset of the head (READ slot), truncated to 32 bits later.
-  const uint64_t sr_head =
-      static_cast<uint64_t>(read_slot) * static_cast<uint64_t>(a.state_stride) +
-      static_cast<uint64_t>(head_elems);
   const unsigned gmask = 0xffu << (tid & 24);  // this group's lanes within the warp
+  float *const gpart = sp + grp * part_stride;  // this group's lane partials (kDefer)
 
   for (int d0 = row0 + grp; d0 < row0 + rows; d0 += R * kGroups) {
     bool ok[R];  // group-uniform: row d0 + r * kGroups lies in the block
 #pragma unroll
     for (int r = 0; r < R; ++r) ok[r] = d0 + r * kGroups < row0 + rows;
+    // The rows' words (before the state is widened: the Philox work overlaps the load).
+    if (sr && !(early_words && d0 == row0 + grp)) row_words(d0, seed);
     // The rows' state in fp32 (a row past the block computes zeros, never stored).
     float s[R][NC];
     if constexpr (kHot) {
@@ -367,30 +435,7 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
       }
     }
 
-    // The rows' stochastic-rounding words, once for all tokens: word p of the lane's Philox
-    // calls feeds its column pair p (columns mtp_col(m, 2p), +1: bits 12..0 and 28..16).
-    uint32_t wrd[R][NP];
-    if (sr) {
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-#pragma unroll
-        for (int q = 0; q < NC / 4; ++q) {
-          const uint32_t lo = static_cast<uint32_t>(
-              sr_head + static_cast<uint64_t>(d0 + r * kGroups) * kDstate +
-              static_cast<uint64_t>(mtp_col(m, 4 * q)));
-          const U32x4 c{lo, static_cast<uint32_t>(static_cast<int32_t>(lo) >> 31), 0u, 0u};
-          U32x4 w;
-          if constexpr (kRounds > 0) {
-            w = philox4x32<kRounds>(c, k0, k1);
-          } else {
-            w = philox4x32_dyn(c, k0, k1, rounds);
-          }
-          wrd[r][2 * q] = w.x;
-          wrd[r][2 * q + 1] = w.y;
-        }
-      }
-    }
-
+    MAMBA_SSU_MTP_UNROLL(MAMBA_SSU_MTP_TOKEN_UNROLL)
     for (int t = 0; t < len; ++t) {
       const float dtp = s_dtp[t];
       const float dA = s_dA[t];
@@ -440,6 +485,10 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         part_lane[r] = __fadd_rn(acc_e[r], acc_o[r]);
+        if constexpr (kDefer) {
+          gpart[(r * a.ntokens + t) * kGroupLanes + m] = part_lane[r];
+          continue;
+        }
         float y = part_lane[r];
         y = __fadd_rn(y, __shfl_down_sync(gmask, y, 4, kGroupLanes));
         y = __fadd_rn(y, __shfl_down_sync(gmask, y, 2, kGroupLanes));
@@ -525,6 +574,29 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
           }
         }
       }
+    }
+
+    if constexpr (kDefer) {
+      // The row sums of the tokens, lane m taking tokens m and m + 8: ((p0 + p4) + (p2 + p6)) +
+      // ((p1 + p5) + (p3 + p7)) is the shuffle-down tree (4, 2, 1) over the 8 lane partials
+      // (IEEE addition commutes exactly).
+      __syncwarp(gmask);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int d = d0 + r * kGroups;
+        if (!ok[r]) continue;  // group-uniform
+        for (int t = m; t < len; t += kGroupLanes) {
+          const float *pp = gpart + (r * a.ntokens + t) * kGroupLanes;
+          const float4 p0 = *reinterpret_cast<const float4 *>(pp);
+          const float4 p1 = *reinterpret_cast<const float4 *>(pp + 4);
+          float y = __fadd_rn(__fadd_rn(__fadd_rn(p0.x, p1.x), __fadd_rn(p0.z, p1.z)),
+                              __fadd_rn(__fadd_rn(p0.y, p1.y), __fadd_rn(p0.w, p1.w)));
+          y = __fmaf_rn(Dh, sx[t * a.rows_per_block + (d - row0)], y);
+          if (has_z) y = ssu::gate(y, sz[t * a.rows_per_block + (d - row0)]);
+          ssu::store_float(s_out[t], d, idt, y);
+        }
+      }
+      __syncwarp(gmask);  // the partials are rewritten by the next rows
     }
   }
 }
