@@ -44,6 +44,7 @@ struct Plan {
   size_t smem;
   bool hot;
   int rows_per_group;
+  bool small;  // the small-grid kernel (mtp_kernel<..., kSmall = true>)
 };
 
 int plan_launch(const mamba_ssu_mtp_params &p, int num_sms, Plan *out) {
@@ -79,13 +80,19 @@ int plan_launch(const mamba_ssu_mtp_params &p, int num_sms, Plan *out) {
                 "launch plan: no valid grid (rows per block %lld, blocks per head %lld, shared "
                 "memory %zu bytes)",
                 ll(rpb), ll(bph), smem);
-  *out = Plan{bph, rpb, static_cast<int64_t>(blocks), static_cast<unsigned>(blocks), smem, hot, r};
+  // The small-grid kernels (one row per group) where the grid fits their occupancy floor.
+  const bool small =
+      hot && r == 1 &&
+      blocks <= static_cast<__int128>(mtp::mtp_min_blocks<true, 0, 1, true>()) * num_sms;
+  *out = Plan{bph, rpb, static_cast<int64_t>(blocks), static_cast<unsigned>(blocks), smem, hot, r,
+              small};
   return MAMBA_SSU_SUCCESS;
 }
 
-template <bool kHot, int kDstate, int kRounds, int kR = 1>
+template <bool kHot, int kDstate, int kRounds, int kR = 1, bool kSmall = false>
 int launch(const MtpArgs &a, const Plan &plan, cudaStream_t st) {
-  mtp::mtp_kernel<kHot, kDstate, kRounds, kR><<<plan.nblocks, mtp::kThreads, plan.smem, st>>>(a);
+  mtp::mtp_kernel<kHot, kDstate, kRounds, kR, kSmall>
+      <<<plan.nblocks, mtp::kThreads, plan.smem, st>>>(a);
   return check_launch("multi-token selective-state-update kernel launch");
 }
 
@@ -203,9 +210,15 @@ extern "C" int mamba_ssu_selective_state_update_mtp(mamba_ssu_stream_t stream,
           : p.philox_rounds == 5 ? launch<true, 128, 5, 2>(a, plan, st)
                                  : launch<true, 128, 10, 2>(a, plan, st);
     } else {
-      s = p.philox_rounds == 0   ? launch<true, 128, 0>(a, plan, st)
-          : p.philox_rounds == 5 ? launch<true, 128, 5>(a, plan, st)
-                                 : launch<true, 128, 10>(a, plan, st);
+      if (plan.small) {
+        s = p.philox_rounds == 0   ? launch<true, 128, 0, 1, true>(a, plan, st)
+            : p.philox_rounds == 5 ? launch<true, 128, 5, 1, true>(a, plan, st)
+                                   : launch<true, 128, 10, 1, true>(a, plan, st);
+      } else {
+        s = p.philox_rounds == 0   ? launch<true, 128, 0>(a, plan, st)
+            : p.philox_rounds == 5 ? launch<true, 128, 5>(a, plan, st)
+                                   : launch<true, 128, 10>(a, plan, st);
+      }
     }
   } else {
     s = p.dstate == 64    ? launch<false, 64, -1>(a, plan, st)

@@ -98,12 +98,13 @@ struct MtpArgs {
 
 // Build-time knobs for experiments (docs/perf-notes.md, "Build-time tuning knobs"):
 // MAMBA_SSU_MTP_R1_BF16_STAGE: the one-row hot kernels stage B and C as bf16 bits (1) or as
-// swizzled fp32 (0); MAMBA_SSU_MTP_TOKEN_UNROLL: the unroll factor of the token loop.
+// swizzled fp32 (0); MAMBA_SSU_MTP_SMALL_UNROLL: the unroll factor of the token loop in the
+// small-grid kernels.
 #ifndef MAMBA_SSU_MTP_R1_BF16_STAGE
 #define MAMBA_SSU_MTP_R1_BF16_STAGE 1
 #endif
-#ifndef MAMBA_SSU_MTP_TOKEN_UNROLL
-#define MAMBA_SSU_MTP_TOKEN_UNROLL 1
+#ifndef MAMBA_SSU_MTP_SMALL_UNROLL
+#define MAMBA_SSU_MTP_SMALL_UNROLL 2
 #endif
 #define MAMBA_SSU_MTP_PRAGMA(x) _Pragma(#x)
 #define MAMBA_SSU_MTP_UNROLL(n) MAMBA_SSU_MTP_PRAGMA(unroll n)
@@ -152,10 +153,38 @@ __device__ __forceinline__ void widen8(const uint4 &v, float *out) {
   }
 }
 
+// A streaming 16-byte store under a predicate (a predicated instruction, never a branch, so that
+// the code around it stays one block for the scheduler); addr is only dereferenced when pred.
+// No memory clobber: the kernel never reads what it stores, so other accesses may move past it.
+// MAMBA_SSU_MTP_STATE_CS: the state stores stream (st.global.cs, 1) or are plain (0).
+#ifndef MAMBA_SSU_MTP_STATE_CS
+#define MAMBA_SSU_MTP_STATE_CS 1
+#endif
+#if MAMBA_SSU_MTP_STATE_CS
+#define MAMBA_SSU_MTP_ST "st.global.cs.v4.b32"
+#else
+#define MAMBA_SSU_MTP_ST "st.global.v4.b32"
+#endif
+__device__ __forceinline__ void stcs_if(bool pred, uintptr_t addr, const uint4 &v) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %0, 0;\n\t"
+      "@p " MAMBA_SSU_MTP_ST " [%1], {%2, %3, %4, %5};\n\t}" ::"r"(static_cast<int>(pred)),
+      "l"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+}
+// A 16-byte state store (streaming unless MAMBA_SSU_MTP_STATE_CS is 0).
+template <typename T>
+__device__ __forceinline__ void st_state(T *p, const T &v) {
+#if MAMBA_SSU_MTP_STATE_CS
+  __stcs(p, v);
+#else
+  *p = v;
+#endif
+}
+
 // kHot: F16 state, BF16 inputs and weights (vector state and B/C accesses); otherwise every
 // dtype at run time. kDstate: 64, 128 or 256. kRounds: 0, 5, 10 compiled in; -1 at run time.
 // kR: rows a group computes together (1, or 2 in the hot kernels for large grids).
-template <bool kHot, int kDstate, int kRounds, int kR>
+template <bool kHot, int kDstate, int kRounds, int kR, bool kSmall>
 __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
   constexpr int NC = kDstate / 8;  // columns per lane
   constexpr int NP = NC / 2;       // column pairs per lane
@@ -351,14 +380,28 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
       *reinterpret_cast<float4 *>(run + 4 * mq) = make_float4(f[0], f[1], f[2], f[3]);
       *reinterpret_cast<float4 *>(run + 32 + 4 * mq) = make_float4(f[4], f[5], f[6], f[7]);
     }
-    for (int j = tid; j < len * rows; j += kThreads) {
-      const int t = j / rows;
-      const int r = j - t * rows;
+    // x and z of token t, the block's row r.
+    auto stage_x = [&](int t, int r) {
       const int64_t d = row0 + r;
       sx[t * a.rows_per_block + r] = load_float(a.x, tok_off(a.x_sb, a.x_st, t) + h * dim + d, idt);
       if (has_z)
         sz[t * a.rows_per_block + r] =
             load_float(a.z, tok_off(a.z_sb, a.z_st, t) + h * dim + d, idt);
+    };
+    if constexpr (kSmall) {
+      // Item j: token j >> rsh, row j & (2^rsh - 1), 2^rsh the power of two at or above rows
+      // (shifts instead of a division by rows: the prologue is a large part of a small grid's
+      // call; in the other kernels this form cost registers, 2026-12-01T23:19/5).
+      const int rsh = 32 - __clz(rows - 1);
+      for (int j = tid; j < (len << rsh); j += kThreads) {
+        const int r = j & ((1 << rsh) - 1);
+        if (r < rows) stage_x(j >> rsh, r);
+      }
+    } else {
+      for (int j = tid; j < len * rows; j += kThreads) {
+        const int t = j / rows;
+        stage_x(t, j - t * rows);
+      }
     }
   }
   // Philox element offset of the head (READ slot), truncated to 32 bits below.
@@ -408,12 +451,14 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
     bool ok[R];  // group-uniform: row d0 + r * kGroups lies in the block
 #pragma unroll
     for (int r = 0; r < R; ++r) ok[r] = d0 + r * kGroups < row0 + rows;
+
     // The rows' words (before the state is widened: the Philox work overlaps the load).
     if (sr && !(early_words && d0 == row0 + grp)) row_words(d0, seed);
     // The rows' state in fp32 (a row past the block computes zeros, never stored).
     float s[R][NC];
+    Raw cur{};  // hot: the rows' state as read (the small SR kernels replay from it)
     if constexpr (kHot) {
-      const Raw cur = next;
+      cur = next;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         if (!pad && ok[r]) {
@@ -435,37 +480,71 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
       }
     }
 
-    MAMBA_SSU_MTP_UNROLL(MAMBA_SSU_MTP_TOKEN_UNROLL)
-    for (int t = 0; t < len; ++t) {
-      const float dtp = s_dtp[t];
-      const float dA = s_dA[t];
-      float x[R], dtx[R], acc_e[R], acc_o[R];
+    // Token t's B and C at the lane's columns 64j + 8m .. +7 (bf16 bits: one 16-byte word each;
+    // fp32: swizzled, 4m and 32 + 4m of the run).
+    auto load_bc = [&](int t, int j, float *bv, float *cv) {
+      const Stage *Bt = sB + t * kDstate;
+      const Stage *Ct = sC + t * kDstate;
+      if constexpr (kBf16Stage) {
+        widen8<false>(*reinterpret_cast<const uint4 *>(Bt + 64 * j + 8 * m), bv);
+        if (cv != nullptr) widen8<false>(*reinterpret_cast<const uint4 *>(Ct + 64 * j + 8 * m), cv);
+      } else {
+        const int n0 = 64 * j + 4 * m;
+        const float4 b0 = *reinterpret_cast<const float4 *>(Bt + n0);
+        const float4 b1 = *reinterpret_cast<const float4 *>(Bt + n0 + 32);
+        bv[0] = b0.x; bv[1] = b0.y; bv[2] = b0.z; bv[3] = b0.w;
+        bv[4] = b1.x; bv[5] = b1.y; bv[6] = b1.z; bv[7] = b1.w;
+        if (cv != nullptr) {
+          const float4 c0 = *reinterpret_cast<const float4 *>(Ct + n0);
+          const float4 c1 = *reinterpret_cast<const float4 *>(Ct + n0 + 32);
+          cv[0] = c0.x; cv[1] = c0.y; cv[2] = c0.z; cv[3] = c0.w;
+          cv[4] = c1.x; cv[5] = c1.y; cv[6] = c1.z; cv[7] = c1.w;
+        }
+      }
+    };
+    // The small SR kernels: whether a token of the row needed the exact conversion.
+    bool need_exact = false;
+    // One token of the rows (run for t = 0 .. len - 1 below); kRule: the SR rule
+    // (MAMBA_SSU_SR_V072 or _V074), a compile-time fact so that the body has no branch on it.
+    // A token's shared-memory operands.
+    struct Tok {
+      float dtp, dA, x[R];
+      uint4 b[kBf16Stage ? NC / 8 : 1], c[kBf16Stage ? NC / 8 : 1];  // bf16 staging
+    };
+    auto fetch = [&](int t, Tok &k) {
+      k.dtp = s_dtp[t];
+      k.dA = s_dA[t];
+#pragma unroll
+      for (int r = 0; r < R; ++r) k.x[r] = sx[t * a.rows_per_block + (d0 + r * kGroups - row0)];
+      if constexpr (kBf16Stage) {
+#pragma unroll
+        for (int j = 0; j < NC / 8; ++j) {
+          k.b[j] = *reinterpret_cast<const uint4 *>(sB + t * kDstate + 64 * j + 8 * m);
+          k.c[j] = *reinterpret_cast<const uint4 *>(sC + t * kDstate + 64 * j + 8 * m);
+        }
+      }
+    };
+    auto token = [&](int t, auto rule) {
+      constexpr int kRule = decltype(rule)::value;
+      Tok cur;
+      fetch(t, cur);
+      float dtx[R], acc_e[R], acc_o[R];
+      const float dA = cur.dA;
+      const float *const x = cur.x;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        x[r] = sx[t * a.rows_per_block + (d0 + r * kGroups - row0)];
-        dtx[r] = __fmul_rn(dtp, x[r]);
+        dtx[r] = __fmul_rn(cur.dtp, x[r]);
         acc_e[r] = 0.0f;
         acc_o[r] = 0.0f;
       }
-      const Stage *Bt = sB + t * kDstate;
-      const Stage *Ct = sC + t * kDstate;
 #pragma unroll
       for (int j = 0; j < NC / 8; ++j) {
         float bv[8], cv[8];
         if constexpr (kBf16Stage) {
-          widen8<false>(*reinterpret_cast<const uint4 *>(Bt + 64 * j + 8 * m), bv);
-          widen8<false>(*reinterpret_cast<const uint4 *>(Ct + 64 * j + 8 * m), cv);
+          widen8<false>(cur.b[j], bv);
+          widen8<false>(cur.c[j], cv);
         } else {
-          // The lane's columns 64j + 8m .. +7 (swizzled: 4m and 32 + 4m of the run).
-          const int n0 = 64 * j + 4 * m;
-          const float4 b0 = *reinterpret_cast<const float4 *>(Bt + n0);
-          const float4 b1 = *reinterpret_cast<const float4 *>(Bt + n0 + 32);
-          const float4 c0 = *reinterpret_cast<const float4 *>(Ct + n0);
-          const float4 c1 = *reinterpret_cast<const float4 *>(Ct + n0 + 32);
-          bv[0] = b0.x; bv[1] = b0.y; bv[2] = b0.z; bv[3] = b0.w;
-          bv[4] = b1.x; bv[5] = b1.y; bv[6] = b1.z; bv[7] = b1.w;
-          cv[0] = c0.x; cv[1] = c0.y; cv[2] = c0.z; cv[3] = c0.w;
-          cv[4] = c1.x; cv[5] = c1.y; cv[6] = c1.z; cv[7] = c1.w;
+          load_bc(t, j, bv, cv);
         }
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -502,7 +581,67 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
       }
 
       char *const head = s_tgt[t];
-      if (head == nullptr) continue;  // block-uniform
+      if constexpr (kHot && kRounds == 0) {
+        // Without SR the body has no branch: the conversion always runs and only the stores
+        // are predicated, so that unrolled tokens form one block the compiler can interleave
+        // (one token's sums with the next token's state update).
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          uint32_t h2[NP];
+#pragma unroll
+          for (int p = 0; p < NP; ++p) {
+            const __half2 v = __floats2half2_rn(s[r][2 * p], s[r][2 * p + 1]);
+            h2[p] = *reinterpret_cast<const uint32_t *>(&v);
+          }
+          const uintptr_t row = reinterpret_cast<uintptr_t>(head) +
+                                static_cast<uintptr_t>(d0 + r * kGroups) * kDstate * 2;
+#pragma unroll
+          for (int j = 0; j < NC / 8; ++j)
+            stcs_if(head != nullptr && ok[r], row + 2 * (64 * j + 8 * m),
+                    uint4{h2[4 * j], h2[4 * j + 1], h2[4 * j + 2], h2[4 * j + 3]});
+        }
+        return;
+      }
+      // Row r's fast SR conversion; returns whether the exact one is needed.
+      auto sr_fast = [&](int r, uint32_t *h2) -> bool {
+        if constexpr (kRule == MAMBA_SSU_SR_V074) {
+          uint32_t flags = 0;
+#pragma unroll
+          for (int p = 0; p < NP; ++p) {
+            const uint32_t w = wrd[r][p];
+            h2[p] = ssu::sr_pair_fast(s[r][2 * p], s[r][2 * p + 1], w & 0x1fffu,
+                                      (w >> 16) & 0x1fffu, flags);
+          }
+          return ssu::sr_needs_exact(flags);
+        } else {
+          uint32_t hmax = ssu::kSrMaxInit;
+#pragma unroll
+          for (int p = 0; p < NP; ++p) {
+            const uint32_t w = wrd[r][p];
+            h2[p] = ssu::sr_pair_fast_low<true, false, false>(s[r][2 * p], s[r][2 * p + 1], w,
+                                                              w >> 16, hmax);
+          }
+          return ssu::sr_chunk_bad<false>(hmax, part_lane[r]);
+        }
+      };
+      if constexpr (kSmall && kRounds > 0) {
+        // Small grids with SR: no branch either. The fast conversion is stored; a row that
+        // needed the exact one at any token is replayed after its last token (below), which
+        // rewrites every state it stored.
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          uint32_t h2[NP];
+          need_exact |= sr_fast(r, h2);
+          const uintptr_t row = reinterpret_cast<uintptr_t>(head) +
+                                static_cast<uintptr_t>(d0 + r * kGroups) * kDstate * 2;
+#pragma unroll
+          for (int j = 0; j < NC / 8; ++j)
+            stcs_if(head != nullptr && ok[r], row + 2 * (64 * j + 8 * m),
+                    uint4{h2[4 * j], h2[4 * j + 1], h2[4 * j + 2], h2[4 * j + 3]});
+        }
+        return;
+      }
+      if (head == nullptr) return;  // block-uniform
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         if (!ok[r]) continue;  // group-uniform
@@ -510,27 +649,7 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
         if (sdt == MAMBA_SSU_F16 || kHot) {
           uint32_t h2[NP];
           if (rounds > 0) {
-            bool bad;
-            if (a.sr_rule == MAMBA_SSU_SR_V074) {
-              uint32_t flags = 0;
-#pragma unroll
-              for (int p = 0; p < NP; ++p) {
-                const uint32_t w = wrd[r][p];
-                h2[p] = ssu::sr_pair_fast(s[r][2 * p], s[r][2 * p + 1], w & 0x1fffu,
-                                          (w >> 16) & 0x1fffu, flags);
-              }
-              bad = ssu::sr_needs_exact(flags);
-            } else {
-              uint32_t hmax = ssu::kSrMaxInit;
-#pragma unroll
-              for (int p = 0; p < NP; ++p) {
-                const uint32_t w = wrd[r][p];
-                h2[p] = ssu::sr_pair_fast_low<true, false, false>(s[r][2 * p], s[r][2 * p + 1],
-                                                                  w, w >> 16, hmax);
-              }
-              bad = ssu::sr_chunk_bad<false>(hmax, part_lane[r]);
-            }
-            if (bad) {  // rare: zero or subnormal (0.7.4), saturated, Inf or NaN results
+            if (sr_fast(r, h2)) {  // rare: zero or subnormal (0.7.4), saturated, Inf or NaN results
 #pragma unroll
               for (int p = 0; p < NP; ++p) {
                 const uint32_t w = wrd[r][p];
@@ -548,7 +667,7 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
 #pragma unroll
           for (int j = 0; j < NC / 8; ++j) {
             uint4 v{h2[4 * j], h2[4 * j + 1], h2[4 * j + 2], h2[4 * j + 3]};
-            __stcs(reinterpret_cast<uint4 *>(row + 2 * (64 * j + 8 * m)), v);
+            st_state(reinterpret_cast<uint4 *>(row + 2 * (64 * j + 8 * m)), v);
           }
         } else if (sdt == MAMBA_SSU_BF16) {
 #pragma unroll
@@ -560,17 +679,74 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
                   __floats2bfloat162_rn(s[r][8 * j + 2 * k], s[r][8 * j + 2 * k + 1]);
               w[k] = *reinterpret_cast<const uint32_t *>(&v);
             }
-            __stcs(reinterpret_cast<uint4 *>(row + 2 * (64 * j + 8 * m)),
+            st_state(reinterpret_cast<uint4 *>(row + 2 * (64 * j + 8 * m)),
                    uint4{w[0], w[1], w[2], w[3]});
           }
         } else {
 #pragma unroll
           for (int j = 0; j < NC / 8; ++j) {
             float *p = reinterpret_cast<float *>(row + 4 * (64 * j + 8 * m));
-            __stcs(reinterpret_cast<float4 *>(p),
+            st_state(reinterpret_cast<float4 *>(p),
                    make_float4(s[r][8 * j], s[r][8 * j + 1], s[r][8 * j + 2], s[r][8 * j + 3]));
-            __stcs(reinterpret_cast<float4 *>(p + 4), make_float4(s[r][8 * j + 4], s[r][8 * j + 5],
+            st_state(reinterpret_cast<float4 *>(p + 4), make_float4(s[r][8 * j + 4], s[r][8 * j + 5],
                                                                   s[r][8 * j + 6], s[r][8 * j + 7]));
+          }
+        }
+      }
+    };
+    auto tokens = [&](auto rule) {
+      if constexpr (kSmall) {
+        MAMBA_SSU_MTP_UNROLL(MAMBA_SSU_MTP_SMALL_UNROLL)
+        for (int t = 0; t < len; ++t) token(t, rule);
+      } else {
+        for (int t = 0; t < len; ++t) token(t, rule);
+      }
+    };
+    if (kRounds != 0 && a.sr_rule == MAMBA_SSU_SR_V074) {
+      tokens(std::integral_constant<int, MAMBA_SSU_SR_V074>{});
+    } else {
+      tokens(std::integral_constant<int, MAMBA_SSU_SR_V072>{});
+    }
+
+    if constexpr (kSmall && kRounds > 0) {
+      // Rare: the row's states again from the state as read, every token converted exactly
+      // (the same fp32 operations; out is not rewritten, it does not depend on rounding).
+      if (need_exact) {
+        float st[NC];
+        if (!pad && ok[0]) {
+#pragma unroll
+          for (int j = 0; j < NC / 8; ++j) widen8<true>(cur.v[0][j], st + 8 * j);
+        } else {
+#pragma unroll
+          for (int i = 0; i < NC; ++i) st[i] = 0.0f;
+        }
+        for (int t = 0; t < len; ++t) {
+          const float dA = s_dA[t];
+          const float dtx = __fmul_rn(s_dtp[t], sx[t * a.rows_per_block + (d0 - row0)]);
+#pragma unroll
+          for (int j = 0; j < NC / 8; ++j) {
+            float bv[8];
+            load_bc(t, j, bv, nullptr);
+#pragma unroll
+            for (int i = 0; i < 8; i += 2) {
+              st[8 * j + i] = __fmaf_rn(dA, st[8 * j + i], __fmul_rn(bv[i], dtx));
+              st[8 * j + i + 1] = __fmaf_rn(bv[i + 1], dtx, __fmul_rn(dA, st[8 * j + i + 1]));
+            }
+          }
+          char *const head = s_tgt[t];
+          if (head == nullptr || !ok[0]) continue;
+          char *const row = head + static_cast<int64_t>(d0) * kDstate * 2;
+#pragma unroll
+          for (int j = 0; j < NC / 8; ++j) {
+            uint32_t h2[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+              const uint32_t w = wrd[0][4 * j + k];
+              h2[k] = ssu::sr_pair_exact_rule(st[8 * j + 2 * k], st[8 * j + 2 * k + 1],
+                                              w & 0x1fffu, (w >> 16) & 0x1fffu, a.sr_rule);
+            }
+            st_state(reinterpret_cast<uint4 *>(row + 2 * (64 * j + 8 * m)),
+                   uint4{h2[0], h2[1], h2[2], h2[3]});
           }
         }
       }
@@ -618,18 +794,28 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
 #ifndef MAMBA_SSU_MTP_R2_SR_BLOCKS
 #define MAMBA_SSU_MTP_R2_SR_BLOCKS 4
 #endif
-template <bool kHot, int kRounds, int kR>
+// Small-grid kernels (hot, one row; for grids of at most that many blocks per SM):
+// MAMBA_SSU_MTP_SMALL_BLOCKS.
+#ifndef MAMBA_SSU_MTP_SMALL_BLOCKS
+#define MAMBA_SSU_MTP_SMALL_BLOCKS 4
+#endif
+template <bool kHot, int kRounds, int kR, bool kSmall = false>
 __host__ __device__ constexpr int mtp_min_blocks() {
   return !kHot        ? 1
+         : kSmall     ? MAMBA_SSU_MTP_SMALL_BLOCKS
          : kR == 2    ? (kRounds == 0 ? MAMBA_SSU_MTP_R2_BLOCKS : MAMBA_SSU_MTP_R2_SR_BLOCKS)
          : kRounds == 0 ? MAMBA_SSU_MTP_BLOCKS
                         : MAMBA_SSU_MTP_SR_BLOCKS;
 }
 
-template <bool kHot, int kDstate, int kRounds, int kR>
-__global__ void __launch_bounds__(kThreads, (mtp_min_blocks<kHot, kRounds, kR>()))
+// kSmall: the hot one-row kernels for grids within MAMBA_SSU_MTP_SMALL_BLOCKS blocks per SM,
+// where a call is latency: a token loop without branches (predicated stores; with SR, a replay
+// of the rare rows that need the exact conversion) unrolled so that tokens overlap.
+template <bool kHot, int kDstate, int kRounds, int kR, bool kSmall = false>
+__global__ void __launch_bounds__(kThreads, (mtp_min_blocks<kHot, kRounds, kR, kSmall>()))
     mtp_kernel(const MtpArgs a) {
-  mtp_body<kHot, kDstate, kRounds, kR>(a);
+  static_assert(!kSmall || (kHot && kR == 1), "small-grid kernels: hot, one row per group");
+  mtp_body<kHot, kDstate, kRounds, kR, kSmall>(a);
 }
 
 }  // namespace mtp
