@@ -3,9 +3,11 @@
 // ssu_mtp_check.cu, the device code ssu_mtp.cuh.
 //
 // Dispatch: F16 state, BF16 inputs and weights, dstate 128 and 0, 5 or 10 Philox rounds run
-// compiled-in kernels (mtp_kernel<true, 128, rounds, rows per group>, one or two rows per
-// group by grid size); everything else that passes the check runs a kernel per dstate that
-// takes dtypes and rounds at run time (mtp_kernel<false, dstate, -1, 1>).
+// compiled-in kernels (mtp_kernel<true, 128, rounds, rows per group, small>: one row per group
+// below MAMBA_SSU_MTP_R2_HEADS (sequence, head) pairs, in the small-grid form when the grid
+// fits MAMBA_SSU_MTP_SMALL_BLOCKS blocks per SM; two rows from there on); everything else that
+// passes the check runs a kernel per dstate that takes dtypes and rounds at run time
+// (mtp_kernel<false, dstate, -1, 1>).
 #include <algorithm>
 #include <limits>
 
@@ -73,8 +75,8 @@ int plan_launch(const mamba_ssu_mtp_params &p, int num_sms, Plan *out) {
                 "%lld x %lld",
                 std::numeric_limits<int32_t>::max(), ll(p.batch), ll(p.nheads), ll(bph));
   const size_t smem = mtp::mtp_smem_bytes(static_cast<int>(p.ntokens), static_cast<int>(p.dstate),
-                                          static_cast<int>(rpb), p.z != nullptr, mtp::mtp_bf16_stage(hot, r),
-                                          hot ? r : 0);
+                                          static_cast<int>(rpb), p.z != nullptr,
+                                          mtp::mtp_bf16_stage(hot, r), hot ? r : 0);
   if (rpb < 1 || rpb > mtp::kMaxRowsPerBlock || bph * rpb < p.dim || smem > 48 * 1024)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "launch plan: no valid grid (rows per block %lld, blocks per head %lld, shared "

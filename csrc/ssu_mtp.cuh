@@ -23,8 +23,18 @@
 // load goes out before the current row is computed), derives the row's stochastic-rounding
 // words ONCE (the token is not in FlashInfer's counter, so every token of the call rounds an
 // element with the same bits; FlashInfer recomputes them at every token), and runs the T
-// tokens on the fp32 state in registers, writing y and, where the token has a target, the
-// rounded state (streaming stores: the written states are read again only at a later step).
+// tokens on the fp32 state in registers, writing, where the token has a target, the rounded
+// state (streaming stores: the written states are read again only at a later step) and each
+// lane's partial sum to shared memory; after the row's last token lane m of the group adds the
+// 8 partials of token m (and m + 8) in the shuffle tree's order and writes that out element.
+// With a seed in memory the first rows' words are derived before the block's barrier.
+//
+// Kernels: one row per group (small and mid grids) or two rows sharing each token's B/C loads
+// (from MAMBA_SSU_MTP_R2_HEADS (sequence, head) pairs); on grids within
+// MAMBA_SSU_MTP_SMALL_BLOCKS blocks per SM the one-row "small" kernels, where a call is latency:
+// their token loop has no branch (predicated stores; with SR the rare row whose conversion
+// needs the exact path is replayed from the state as read after its last token) and is
+// unrolled so that consecutive tokens overlap.
 //
 // Numerics per token, exactly FlashInfer's (every operation pinned; the build flushes
 // subnormals): dt' = rn(dt + dt_bias), softplus when enabled and dt' <= 20; dA =
@@ -687,9 +697,10 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
           for (int j = 0; j < NC / 8; ++j) {
             float *p = reinterpret_cast<float *>(row + 4 * (64 * j + 8 * m));
             st_state(reinterpret_cast<float4 *>(p),
-                   make_float4(s[r][8 * j], s[r][8 * j + 1], s[r][8 * j + 2], s[r][8 * j + 3]));
-            st_state(reinterpret_cast<float4 *>(p + 4), make_float4(s[r][8 * j + 4], s[r][8 * j + 5],
-                                                                  s[r][8 * j + 6], s[r][8 * j + 7]));
+                     make_float4(s[r][8 * j], s[r][8 * j + 1], s[r][8 * j + 2], s[r][8 * j + 3]));
+            st_state(reinterpret_cast<float4 *>(p + 4),
+                     make_float4(s[r][8 * j + 4], s[r][8 * j + 5], s[r][8 * j + 6],
+                                 s[r][8 * j + 7]));
           }
         }
       }
