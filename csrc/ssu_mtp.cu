@@ -189,6 +189,9 @@ extern "C" int mamba_ssu_selective_state_update_mtp(mamba_ssu_stream_t stream,
   a.nheads = static_cast<uint32_t>(p.nheads);
   a.heads_per_group = static_cast<uint32_t>(p.nheads / p.ngroups);
   a.blocks_per_head = static_cast<uint32_t>(plan.blocks_per_head);
+  mtp::mtp_fast_div_params(a.blocks_per_head, &a.bph_mul, &a.bph_shr);
+  mtp::mtp_fast_div_params(a.nheads, &a.nh_mul, &a.nh_shr);
+  mtp::mtp_fast_div_params(a.heads_per_group, &a.hpg_mul, &a.hpg_shr);
   a.ntokens = static_cast<int32_t>(p.ntokens);
   a.dim = static_cast<int32_t>(p.dim);
   a.dstate = static_cast<int32_t>(p.dstate);

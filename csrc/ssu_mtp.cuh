@@ -100,6 +100,9 @@ struct MtpArgs {
   int64_t pad_slot_id, state_cache_size, inter_cache_size, cache_steps, total_tokens;
 
   uint32_t nheads, heads_per_group, blocks_per_head;
+  // Multiply-shift forms of the divisions by blocks_per_head, nheads and heads_per_group
+  // (mtp_fast_div; set by the launcher with mtp_fast_div_params).
+  uint32_t bph_mul, bph_shr, nh_mul, nh_shr, hpg_mul, hpg_shr;
   int32_t ntokens, dim, dstate, rows_per_block;
   int32_t philox_rounds, sr_rule;
   int32_t state_dtype, input_dtype, weight_dtype, index_dtype;
@@ -142,6 +145,21 @@ __host__ __device__ constexpr size_t mtp_smem_bytes(int ntokens, int dstate, int
               ? sizeof(float) * kGroups * static_cast<size_t>(mtp_part_stride(ntokens, defer_rows))
               : 0) +
          sizeof(float) * static_cast<size_t>(ntokens) * rows_per_block * (has_z ? 2 : 1);
+}
+
+// n / d for n < 2^31 and d >= 1 as a multiply and a shift (mtp_fast_div_params gives mul and
+// shr; d = 1 is passed through): with l = ceil(log2 d), mul = ceil(2^(31 + l) / d) and shr =
+// l - 1, floor(n * mul / 2^(31 + l)) = floor(n / d) because n * (mul * d - 2^(31 + l)) < 2^31 * d
+// <= 2^(31 + l). Block decoding runs three of them per thread.
+__host__ __device__ constexpr void mtp_fast_div_params(uint32_t d, uint32_t *mul, uint32_t *shr) {
+  uint32_t l = 0;
+  while ((uint64_t{1} << l) < d) ++l;
+  *mul = d <= 1 ? 0u : static_cast<uint32_t>(((uint64_t{1} << (31 + l)) + d - 1) / d);
+  *shr = d <= 1 ? 0u : l - 1;
+}
+__device__ __forceinline__ uint32_t mtp_fast_div(uint32_t n, uint32_t d, uint32_t mul,
+                                                 uint32_t shr) {
+  return d == 1 ? n : __umulhi(n, mul) >> shr;
 }
 
 // Column of a lane's element i (lane m of the row's 8): 64 (i / 8) + 8 m + i % 8.
@@ -217,11 +235,13 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
     return;
   }
   const uint32_t block = blockIdx.x - (a.seed_next != nullptr ? 1u : 0u);
-  const uint32_t bh = block / a.blocks_per_head;
+  const uint32_t bh = mtp_fast_div(block, a.blocks_per_head, a.bph_mul, a.bph_shr);
   const int part = static_cast<int>(block - bh * a.blocks_per_head);
-  const int64_t b = bh / a.nheads;
-  const int64_t h = bh - b * a.nheads;
-  const int64_t g = h / a.heads_per_group;
+  const uint32_t b32 = mtp_fast_div(bh, a.nheads, a.nh_mul, a.nh_shr);
+  const int64_t b = b32;
+  const uint32_t h32 = bh - b32 * a.nheads;
+  const int64_t h = h32;
+  const int64_t g = mtp_fast_div(h32, a.heads_per_group, a.hpg_mul, a.hpg_shr);
   const int dim = a.dim;
   const int row0 = part * a.rows_per_block;
   const int rows = min(a.rows_per_block, dim - row0);
