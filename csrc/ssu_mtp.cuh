@@ -162,6 +162,14 @@ __device__ __forceinline__ uint32_t mtp_fast_div(uint32_t n, uint32_t d, uint32_
   return d == 1 ? n : __umulhi(n, mul) >> shr;
 }
 
+// One token's update of an even and an odd state column, FlashInfer's operations: even
+// s = fma(dA, s, rn(B * dtx)), odd s = fma(B, dtx, rn(dA * s)).
+__device__ __forceinline__ void mtp_step_pair(float dA, float b_even, float b_odd, float dtx,
+                                              float &se, float &so) {
+  se = __fmaf_rn(dA, se, __fmul_rn(b_even, dtx));
+  so = __fmaf_rn(b_odd, dtx, __fmul_rn(dA, so));
+}
+
 // Column of a lane's element i (lane m of the row's 8): 64 (i / 8) + 8 m + i % 8.
 __device__ __forceinline__ int mtp_col(int m, int i) { return 64 * (i / 8) + 8 * m + (i % 8); }
 
@@ -582,8 +590,7 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
           for (int i = 0; i < 8; i += 2) {
             float &se = s[r][8 * j + i];
             float &so = s[r][8 * j + i + 1];
-            se = __fmaf_rn(dA, se, __fmul_rn(bv[i], dtx[r]));
-            so = __fmaf_rn(bv[i + 1], dtx[r], __fmul_rn(dA, so));
+            mtp_step_pair(dA, bv[i], bv[i + 1], dtx[r], se, so);
             acc_e[r] = __fmaf_rn(se, cv[i], acc_e[r]);
             acc_o[r] = __fmaf_rn(so, cv[i + 1], acc_o[r]);
           }
@@ -611,6 +618,15 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
       }
 
       char *const head = s_tgt[t];
+      // The branch-free paths' store of row r's fp16 bits (predicated on a target and the row).
+      auto store_row_if = [&](int r, const uint32_t *h2) {
+        const uintptr_t row = reinterpret_cast<uintptr_t>(head) +
+                              static_cast<uintptr_t>(d0 + r * kGroups) * kDstate * 2;
+#pragma unroll
+        for (int j = 0; j < NC / 8; ++j)
+          stcs_if(head != nullptr && ok[r], row + 2 * (64 * j + 8 * m),
+                  uint4{h2[4 * j], h2[4 * j + 1], h2[4 * j + 2], h2[4 * j + 3]});
+      };
       if constexpr (kHot && kRounds == 0) {
         // Without SR the body has no branch: the conversion always runs and only the stores
         // are predicated, so that unrolled tokens form one block the compiler can interleave
@@ -623,12 +639,7 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
             const __half2 v = __floats2half2_rn(s[r][2 * p], s[r][2 * p + 1]);
             h2[p] = *reinterpret_cast<const uint32_t *>(&v);
           }
-          const uintptr_t row = reinterpret_cast<uintptr_t>(head) +
-                                static_cast<uintptr_t>(d0 + r * kGroups) * kDstate * 2;
-#pragma unroll
-          for (int j = 0; j < NC / 8; ++j)
-            stcs_if(head != nullptr && ok[r], row + 2 * (64 * j + 8 * m),
-                    uint4{h2[4 * j], h2[4 * j + 1], h2[4 * j + 2], h2[4 * j + 3]});
+          store_row_if(r, h2);
         }
         return;
       }
@@ -662,12 +673,7 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
         for (int r = 0; r < R; ++r) {
           uint32_t h2[NP];
           need_exact |= sr_fast(r, h2);
-          const uintptr_t row = reinterpret_cast<uintptr_t>(head) +
-                                static_cast<uintptr_t>(d0 + r * kGroups) * kDstate * 2;
-#pragma unroll
-          for (int j = 0; j < NC / 8; ++j)
-            stcs_if(head != nullptr && ok[r], row + 2 * (64 * j + 8 * m),
-                    uint4{h2[4 * j], h2[4 * j + 1], h2[4 * j + 2], h2[4 * j + 3]});
+          store_row_if(r, h2);
         }
         return;
       }
@@ -760,8 +766,7 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
             load_bc(t, j, bv, nullptr);
 #pragma unroll
             for (int i = 0; i < 8; i += 2) {
-              st[8 * j + i] = __fmaf_rn(dA, st[8 * j + i], __fmul_rn(bv[i], dtx));
-              st[8 * j + i + 1] = __fmaf_rn(bv[i + 1], dtx, __fmul_rn(dA, st[8 * j + i + 1]));
+              mtp_step_pair(dA, bv[i], bv[i + 1], dtx, st[8 * j + i], st[8 * j + i + 1]);
             }
           }
           char *const head = s_tgt[t];
