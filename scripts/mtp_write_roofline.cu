@@ -1,0 +1,581 @@
+// mtp_write_roofline.cu — what the multi-token SSU's memory traffic can reach on the GPU at
+// hand, without its arithmetic: the geometry of mtp_bench's largest dense case (batch 64,
+// 128 heads, dim 64, dstate 128, T = 8, fp16 state: 128 MiB read once, 1 GiB written to the
+// intermediate buffer (entries, T, heads, dim, dstate)), moved by copy kernels with the
+// kernel's block layout (one block of 128 threads per (sequence, head), 8 lanes per 256-byte
+// state row, lane m's 16-byte words at columns 8m and 64 + 8m) in several store orders, next
+// to a 1 GiB memset and a linear 16-byte write kernel timed in the same run. Used to tell how
+// much of the gap to the memset is the access pattern (docs/perf-notes.md).
+//
+// Build and run (needs nvcc; the CUDA runtime is linked statically):
+//   nvcc -O3 -arch=sm_90 -std=c++17 scripts/mtp_write_roofline.cu -o mtp_write_roofline \
+//        -L$CUDA/lib -lcudart_static -ldl -lpthread -lrt
+//   ./mtp_write_roofline
+// Each line: the median of 15 timed runs (CUDA events, 3 warm-up runs), µs, the write rate
+// (1 GiB / time) and that rate as a percentage of the memset's.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace {
+
+constexpr int kBatch = 64, kHeads = 128, kDim = 64, kDstate = 128, kT = 8;
+constexpr size_t kHeadElems = size_t{kDim} * kDstate;                  // 8192 fp16 = 16 KiB
+constexpr size_t kStateBytes = size_t{kBatch} * kHeads * kHeadElems * 2;  // 128 MiB
+constexpr size_t kInterBytes = kStateBytes * kT;                          // 1 GiB
+
+#define CK(x)                                                                      \
+  do {                                                                             \
+    cudaError_t e_ = (x);                                                          \
+    if (e_ != cudaSuccess) {                                                       \
+      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                \
+    }                                                                              \
+  } while (0)
+
+template <bool kCs>
+__device__ __forceinline__ void st16(void *p, uint4 v) {
+  if constexpr (kCs) {
+    asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
+                 "r"(v.z), "r"(v.w)
+                 : "memory");
+  } else {
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
+                 "r"(v.z), "r"(v.w)
+                 : "memory");
+  }
+}
+
+__device__ __forceinline__ uint4 bump(uint4 v, uint32_t t) {
+  return uint4{v.x + t, v.y ^ t, v.z + 3 * t, v.w ^ (t << 7)};
+}
+
+// kOrder 0: row outer (a group's rows d, d + 16, d + 32, d + 48 one after the other, each
+// row's T tokens before the next row: the one-row kernels' order); 2: two rows at a time
+// (rows d and d + 16 per token, then d + 32 and d + 48: the two-row kernels' order); 1: token
+// outer (all 4 rows of the group per token: the block writes token t's 16 KiB tile before
+// token t + 1's). kRead: the state is read (else the stored values come from the thread id).
+template <int kOrder, bool kCs, bool kRead, int kMinBlocks>
+__global__ void __launch_bounds__(128, kMinBlocks)
+    fanout(const uint4 *__restrict__ state, char *__restrict__ inter) {
+  const int bh = blockIdx.x;
+  const int b = bh / kHeads, h = bh % kHeads;
+  const int grp = threadIdx.x / 8, m = threadIdx.x % 8;
+  const char *src = reinterpret_cast<const char *>(state) + size_t(bh) * kHeadElems * 2;
+  auto dst = [&](int t, int d, int j) {
+    return inter + ((size_t(b) * kT + t) * kHeads + h) * kHeadElems * 2 +
+           (size_t(d) * kDstate + 64 * j + 8 * m) * 2;
+  };
+  auto load = [&](int d, int j) -> uint4 {
+    if constexpr (kRead) {
+      return __ldcs(reinterpret_cast<const uint4 *>(src + (size_t(d) * kDstate + 64 * j + 8 * m) * 2));
+    } else {
+      return uint4{uint32_t(d), uint32_t(j), threadIdx.x, uint32_t(bh)};
+    }
+  };
+  if constexpr (kOrder == 1) {
+    uint4 v[4][2];
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) v[r][j] = load(grp + 16 * r, j);
+    for (int t = 0; t < kT; ++t)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) st16<kCs>(dst(t, grp + 16 * r, j), bump(v[r][j], t));
+  } else {
+    constexpr int R = kOrder == 2 ? 2 : 1;
+    for (int d0 = grp; d0 < kDim; d0 += 16 * R) {
+      uint4 v[R][2];
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) v[r][j] = load(d0 + 16 * r, j);
+      for (int t = 0; t < kT; ++t)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int j = 0; j < 2; ++j) st16<kCs>(dst(t, d0 + 16 * r, j), bump(v[r][j], t));
+    }
+  }
+}
+
+// Token outer with kHpb consecutive heads of one sequence per block (128 threads each) and a
+// block barrier after every token, so that the block writes token t's kHpb tiles (kHpb x 16 KiB,
+// contiguous in the buffer) before token t + 1's.
+// kL2: every block reads one of 64 heads' states (1 MiB, resident in L2) instead of its own.
+template <int kHpb, bool kRead, bool kL2 = false>
+__global__ void __launch_bounds__(128 * kHpb)
+    fanout_sync(const uint4 *__restrict__ state, char *__restrict__ inter) {
+  const int bh = blockIdx.x * kHpb + threadIdx.x / 128;
+  const int b = bh / kHeads, h = bh % kHeads;
+  const int lt = threadIdx.x % 128;
+  const int grp = lt / 8, m = lt % 8;
+  const char *src =
+      reinterpret_cast<const char *>(state) + size_t(kL2 ? bh % 64 : bh) * kHeadElems * 2;
+  uint4 v[4][2];
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int d = grp + 16 * r;
+      v[r][j] = kRead ? *reinterpret_cast<const uint4 *>(
+                            src + (size_t(d) * kDstate + 64 * j + 8 * m) * 2)
+                      : uint4{uint32_t(d), uint32_t(j), threadIdx.x, uint32_t(bh)};
+    }
+  for (int t = 0; t < kT; ++t) {
+    char *tile = inter + ((size_t(b) * kT + t) * kHeads + h) * kHeadElems * 2;
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        st16<true>(tile + (size_t(grp + 16 * r) * kDstate + 64 * j + 8 * m) * 2,
+                   bump(v[r][j], t));
+    __syncthreads();
+  }
+}
+
+// Persistent token-outer blocks: item i = (sequence, head) for i = blockIdx.x, + gridDim.x, ...;
+// the next item's state is loaded before the current item's tokens are written.
+__global__ void __launch_bounds__(128)
+    fanout_persistent(const uint4 *__restrict__ state, char *__restrict__ inter) {
+  const int grp = threadIdx.x / 8, m = threadIdx.x % 8;
+  auto load = [&](int bh, uint4 (&v)[4][2]) {
+    const char *src = reinterpret_cast<const char *>(state) + size_t(bh) * kHeadElems * 2;
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        v[r][j] = __ldcs(reinterpret_cast<const uint4 *>(
+            src + (size_t(grp + 16 * r) * kDstate + 64 * j + 8 * m) * 2));
+  };
+  int bh = blockIdx.x;
+  uint4 nxt[4][2];
+  if (bh < kBatch * kHeads) load(bh, nxt);
+  for (; bh < kBatch * kHeads; bh += gridDim.x) {
+    uint4 v[4][2];
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) v[r][j] = nxt[r][j];
+    if (bh + int(gridDim.x) < kBatch * kHeads) load(bh + gridDim.x, nxt);
+    const int b = bh / kHeads, h = bh % kHeads;
+    for (int t = 0; t < kT; ++t) {
+      char *tile = inter + ((size_t(b) * kT + t) * kHeads + h) * kHeadElems * 2;
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+          st16<true>(tile + (size_t(grp + 16 * r) * kDstate + 64 * j + 8 * m) * 2,
+                     bump(v[r][j], t));
+    }
+  }
+}
+
+// Token outer through the TMA: each token's 16 KiB tile is assembled in shared memory (two
+// buffers) and written by one bulk copy (cp.async.bulk shared -> global) issued by thread 0.
+template <bool kRead>
+__global__ void __launch_bounds__(128)
+    fanout_bulk(const uint4 *__restrict__ state, char *__restrict__ inter) {
+  extern __shared__ __align__(128) unsigned char tiles[];  // 2 x 16 KiB
+  const int bh = blockIdx.x;
+  const int b = bh / kHeads, h = bh % kHeads;
+  const int grp = threadIdx.x / 8, m = threadIdx.x % 8;
+  const char *src = reinterpret_cast<const char *>(state) + size_t(bh) * kHeadElems * 2;
+  uint4 v[4][2];
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int d = grp + 16 * r;
+      v[r][j] = kRead ? __ldcs(reinterpret_cast<const uint4 *>(
+                            src + (size_t(d) * kDstate + 64 * j + 8 * m) * 2))
+                      : uint4{uint32_t(d), uint32_t(j), threadIdx.x, uint32_t(bh)};
+    }
+  for (int t = 0; t < kT; ++t) {
+    unsigned char *buf = tiles + (t & 1) * kHeadElems * 2;
+    if (threadIdx.x == 0 && t >= 2) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        *reinterpret_cast<uint4 *>(buf + (size_t(grp + 16 * r) * kDstate + 64 * j + 8 * m) * 2) =
+            bump(v[r][j], t);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      char *tile = inter + ((size_t(b) * kT + t) * kHeads + h) * kHeadElems * 2;
+      const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(buf));
+      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(tile),
+                   "r"(s), "r"(uint32_t(kHeadElems * 2))
+                   : "memory");
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    }
+  }
+  if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+// The bulk-store kernel's variants: kBulkLoad: the block's 16 KiB state comes in by one bulk
+// copy (global -> shared, completing on an mbarrier) instead of 16-byte loads; kHint: the
+// bulk stores carry an L2 evict-first policy; kPrefetch256: the 16-byte loads ask L2 for
+// 256-byte prefetches.
+template <bool kBulkLoad, bool kHint, bool kPrefetch256>
+__global__ void __launch_bounds__(128)
+    fanout_bulk2(const uint4 *__restrict__ state, char *__restrict__ inter) {
+  extern __shared__ __align__(128) unsigned char tiles[];  // 2 x 16 KiB out, 16 KiB in
+  __shared__ __align__(8) uint64_t mbar;
+  const int bh = blockIdx.x;
+  const int b = bh / kHeads, h = bh % kHeads;
+  const int grp = threadIdx.x / 8, m = threadIdx.x % 8;
+  const char *src = reinterpret_cast<const char *>(state) + size_t(bh) * kHeadElems * 2;
+  uint4 v[4][2];
+  if constexpr (kBulkLoad) {
+    unsigned char *in = tiles + 2 * kHeadElems * 2;
+    const uint32_t mb = static_cast<uint32_t>(__cvta_generic_to_shared(&mbar));
+    if (threadIdx.x == 0) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(mb) : "memory");
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(mb),
+                   "r"(uint32_t(kHeadElems * 2))
+                   : "memory");
+      asm volatile(
+          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+          "[%3];" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(in))),
+          "l"(src), "r"(uint32_t(kHeadElems * 2)), "r"(mb)
+          : "memory");
+    }
+    uint32_t done = 0;
+    while (!done) {
+      asm volatile(
+          "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n\t"
+          "selp.u32 %0, 1, 0, p;\n\t}"
+          : "=r"(done)
+          : "r"(mb)
+          : "memory");
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        v[r][j] = *reinterpret_cast<const uint4 *>(
+            in + (size_t(grp + 16 * r) * kDstate + 64 * j + 8 * m) * 2);
+  } else {
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const char *p = src + (size_t(grp + 16 * r) * kDstate + 64 * j + 8 * m) * 2;
+        if constexpr (kPrefetch256) {
+          asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                       : "=r"(v[r][j].x), "=r"(v[r][j].y), "=r"(v[r][j].z), "=r"(v[r][j].w)
+                       : "l"(p));
+        } else {
+          v[r][j] = __ldcs(reinterpret_cast<const uint4 *>(p));
+        }
+      }
+  }
+  uint64_t policy = 0;
+  if constexpr (kHint)
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  for (int t = 0; t < kT; ++t) {
+    unsigned char *buf = tiles + (t & 1) * kHeadElems * 2;
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        *reinterpret_cast<uint4 *>(buf + (size_t(grp + 16 * r) * kDstate + 64 * j + 8 * m) * 2) =
+            bump(v[r][j], t);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    // The store of token t - 1 has read its buffer before anyone writes it again (token t + 1).
+    if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      char *tile = inter + ((size_t(b) * kT + t) * kHeads + h) * kHeadElems * 2;
+      const uint32_t sa = static_cast<uint32_t>(__cvta_generic_to_shared(buf));
+      if constexpr (kHint) {
+        asm volatile(
+            "cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;" ::"l"(
+                tile),
+            "r"(sa), "r"(uint32_t(kHeadElems * 2)), "l"(policy)
+            : "memory");
+      } else {
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(tile),
+                     "r"(sa), "r"(uint32_t(kHeadElems * 2))
+                     : "memory");
+      }
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    }
+  }
+  if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+// Row outer through the TMA: a pass of 16 rows (one per group) runs all T tokens, each
+// token's 16 rows (4 KiB, contiguous) assembled in shared memory and written by one bulk copy;
+// two pass buffers of T x 4 KiB.
+template <bool kRead>
+__global__ void __launch_bounds__(128)
+    fanout_bulk_rows(const uint4 *__restrict__ state, char *__restrict__ inter) {
+  extern __shared__ __align__(128) unsigned char tiles[];  // 2 x T x 4 KiB
+  constexpr int kChunk = 16 * kDstate * 2;                 // 4 KiB
+  const int bh = blockIdx.x;
+  const int b = bh / kHeads, h = bh % kHeads;
+  const int grp = threadIdx.x / 8, m = threadIdx.x % 8;
+  const char *src = reinterpret_cast<const char *>(state) + size_t(bh) * kHeadElems * 2;
+  for (int pass = 0; pass < kDim / 16; ++pass) {
+    const int d = pass * 16 + grp;
+    uint4 v[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+      v[j] = kRead ? __ldcs(reinterpret_cast<const uint4 *>(
+                         src + (size_t(d) * kDstate + 64 * j + 8 * m) * 2))
+                   : uint4{uint32_t(d), uint32_t(j), threadIdx.x, uint32_t(bh)};
+    unsigned char *buf = tiles + (pass & 1) * kT * kChunk;
+    for (int t = 0; t < kT; ++t)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        *reinterpret_cast<uint4 *>(buf + t * kChunk + (grp * kDstate + 64 * j + 8 * m) * 2) =
+            bump(v[j], t);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int t = 0; t < kT; ++t) {
+        char *dst = inter + ((size_t(b) * kT + t) * kHeads + h) * kHeadElems * 2 +
+                    size_t(pass) * kChunk;
+        const uint32_t sa = static_cast<uint32_t>(__cvta_generic_to_shared(buf + t * kChunk));
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst),
+                     "r"(sa), "r"(uint32_t(kChunk))
+                     : "memory");
+      }
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    }
+  }
+  if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+// Linear fan-out: 16-byte word i of src (n words) written to word i of each of kCopies
+// consecutive n-word regions of dst (kCopies linear write streams and one linear read stream).
+template <int kCopies>
+__global__ void linear_fanout(const uint4 *__restrict__ src, uint4 *__restrict__ dst, size_t n) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldcs(src + i);
+#pragma unroll
+    for (int k = 0; k < kCopies; ++k) st16<true>(dst + k * n + i, bump(v, k));
+  }
+}
+
+// Linear 16-byte writes over n words, grid-stride.
+__global__ void linear_write(uint4 *p, size_t n) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    st16<true>(p + i, uint4{uint32_t(i), 1u, 2u, 3u});
+}
+
+// Reads the state once (16-byte loads), the result folded into one word.
+__global__ void read_only(const uint4 *p, size_t n, uint32_t *sink) {
+  uint32_t acc = 0;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldcs(p + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;
+}
+
+template <typename F>
+float median_us(F &&launch) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<float> v;
+  for (int i = 0; i < 18; ++i) {
+    CK(cudaEventRecord(a));
+    launch();
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    if (i >= 3) v.push_back(ms * 1000.0f);
+  }
+  CK(cudaGetLastError());
+  std::sort(v.begin(), v.end());
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main() {
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("mtp_write_roofline: %s, %d SMs; state %zu MiB read, %zu MiB written\n", prop.name,
+              prop.multiProcessorCount, kStateBytes >> 20, kInterBytes >> 20);
+  uint4 *state = nullptr;
+  char *inter = nullptr;
+  uint32_t *sink = nullptr;
+  CK(cudaMalloc(&state, kStateBytes));
+  CK(cudaMalloc(&inter, kInterBytes));
+  CK(cudaMalloc(&sink, 4));
+  CK(cudaMemset(state, 0x11, kStateBytes));
+
+  const double gib = double(kInterBytes);
+  const float memset_us = median_us([&] { CK(cudaMemsetAsync(inter, 0, kInterBytes)); });
+  const double memset_gbs = gib / (memset_us * 1e-6) / 1e9;
+  auto line = [&](const char *name, float us, double bytes) {
+    const double gbs = bytes / (us * 1e-6) / 1e9;
+    std::printf("%-44s %8.1f us  %6.0f GB/s  %5.1f %% of memset\n", name, us, gbs,
+                100.0 * gbs / memset_gbs);
+  };
+  line("memset 1 GiB", memset_us, gib);
+  const int sms = prop.multiProcessorCount;
+  for (int per_sm : {4, 8, 16}) {
+    char name[64];
+    std::snprintf(name, sizeof name, "linear 16-byte writes, %d blocks/SM x 256", per_sm);
+    line(name, median_us([&] {
+           linear_write<<<sms * per_sm, 256>>>(reinterpret_cast<uint4 *>(inter), kInterBytes / 16);
+         }),
+         gib);
+  }
+  {
+    const float us = median_us(
+        [&] { read_only<<<sms * 8, 256>>>(state, kStateBytes / 16, sink); });
+    std::printf("%-44s %8.1f us  %6.0f GB/s (read)\n", "state read alone (128 MiB)", us,
+                double(kStateBytes) / (us * 1e-6) / 1e9);
+  }
+  const int grid = kBatch * kHeads;
+#define RUN(ORDER, CS, READ, MINB, NAME) \
+  line(NAME, median_us([&] { fanout<ORDER, CS, READ, MINB><<<grid, 128>>>(state, inter); }), gib)
+  RUN(0, true, false, 1, "write only, row outer, cs");
+  RUN(1, true, false, 1, "write only, token outer, cs");
+  RUN(0, true, true, 1, "read + 8 writes, row outer, cs");
+  RUN(2, true, true, 1, "read + 8 writes, two rows, cs");
+  RUN(1, true, true, 1, "read + 8 writes, token outer, cs");
+  RUN(0, false, true, 1, "read + 8 writes, row outer, plain");
+  RUN(2, false, true, 1, "read + 8 writes, two rows, plain");
+  RUN(1, false, true, 1, "read + 8 writes, token outer, plain");
+#undef RUN
+  // The two-row order at the two-row kernel's occupancy (5 blocks per SM): shared memory pads
+  // the blocks to that count.
+  {
+    const size_t pad = prop.sharedMemPerMultiprocessor / 5 - 1024;
+    CK(cudaFuncSetAttribute(fanout<2, true, true, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            int(pad)));
+    CK(cudaFuncSetAttribute(fanout<1, true, true, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            int(pad)));
+    line("read + 8 writes, two rows, cs, 5 blocks/SM",
+         median_us([&] { fanout<2, true, true, 1><<<grid, 128, pad>>>(state, inter); }), gib);
+    line("read + 8 writes, token outer, cs, 5 blocks/SM",
+         median_us([&] { fanout<1, true, true, 1><<<grid, 128, pad>>>(state, inter); }), gib);
+  }
+  line("write only, token outer, 2 heads/block, sync",
+       median_us([&] { fanout_sync<2, false><<<grid / 2, 256>>>(state, inter); }), gib);
+  line("write only, token outer, 4 heads/block, sync",
+       median_us([&] { fanout_sync<4, false><<<grid / 4, 512>>>(state, inter); }), gib);
+  line("read + 8 writes, token outer, 1 head/block, sync",
+       median_us([&] { fanout_sync<1, true><<<grid, 128>>>(state, inter); }), gib);
+  line("read + 8 writes, token outer, 2 heads/block, sync",
+       median_us([&] { fanout_sync<2, true><<<grid / 2, 256>>>(state, inter); }), gib);
+  line("read + 8 writes, token outer, 4 heads/block, sync",
+       median_us([&] { fanout_sync<4, true><<<grid / 4, 512>>>(state, inter); }), gib);
+  line("read (from L2) + 8 writes, token outer, sync",
+       median_us([&] { fanout_sync<1, true, true><<<grid, 128>>>(state, inter); }), gib);
+  for (int per_sm : {4, 5, 8, 16}) {
+    char name[64];
+    std::snprintf(name, sizeof name, "read + 8 writes, persistent prefetch, %d/SM", per_sm);
+    line(name, median_us([&] { fanout_persistent<<<sms * per_sm, 128>>>(state, inter); }), gib);
+  }
+  {
+    const int bulk_smem = int(2 * kHeadElems * 2);
+    CK(cudaFuncSetAttribute(fanout_bulk<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            bulk_smem));
+    CK(cudaFuncSetAttribute(fanout_bulk<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            bulk_smem));
+    line("write only, token outer, TMA bulk stores",
+         median_us([&] { fanout_bulk<false><<<grid, 128, bulk_smem>>>(state, inter); }), gib);
+    line("read + 8 writes, token outer, TMA bulk stores",
+         median_us([&] { fanout_bulk<true><<<grid, 128, bulk_smem>>>(state, inter); }), gib);
+  }
+  {
+    const int sm2 = int(2 * kHeadElems * 2), sm3 = int(3 * kHeadElems * 2);
+#define BULK2(L, H, P, SM, NAME)                                                              \
+  CK(cudaFuncSetAttribute(fanout_bulk2<L, H, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
+                          SM));                                                               \
+  line(NAME, median_us([&] { fanout_bulk2<L, H, P><<<grid, 128, SM>>>(state, inter); }), gib)
+    BULK2(false, false, false, sm2, "read + 8 writes, bulk stores (one wait)");
+    BULK2(false, true, false, sm2, "read + 8 writes, bulk stores, L2 evict_first");
+    BULK2(false, false, true, sm2, "read (L2::256B) + 8 writes, bulk stores");
+    BULK2(true, false, false, sm3, "bulk read + 8 writes, bulk stores");
+    BULK2(true, true, false, sm3, "bulk read + 8 writes, bulk stores, evict_first");
+    // At fewer blocks per SM (shared memory padding): 4 and 2.
+    BULK2(false, false, false, 56 * 1024, "read + 8 writes, bulk stores, 4 blocks/SM");
+    BULK2(false, false, false, 110 * 1024, "read + 8 writes, bulk stores, 2 blocks/SM");
+    BULK2(true, false, false, 56 * 1024, "bulk read + 8 writes, bulk stores, 4 blocks/SM");
+#undef BULK2
+    const int smr = int(2 * kT * 16 * kDstate * 2);
+    CK(cudaFuncSetAttribute(fanout_bulk_rows<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            smr));
+    CK(cudaFuncSetAttribute(fanout_bulk_rows<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            smr));
+    line("write only, row outer, 4 KiB bulk stores",
+         median_us([&] { fanout_bulk_rows<false><<<grid, 128, smr>>>(state, inter); }), gib);
+    line("read + 8 writes, row outer, 4 KiB bulk stores",
+         median_us([&] { fanout_bulk_rows<true><<<grid, 128, smr>>>(state, inter); }), gib);
+  }
+  {
+    // Read + write mixes in linear streams, as total traffic (read + write) per second.
+    auto total = [&](const char *name, float us, double bytes) {
+      const double gbs = bytes / (us * 1e-6) / 1e9;
+      std::printf("%-44s %8.1f us  %6.0f GB/s total  %5.1f %% of memset\n", name, us, gbs,
+                  100.0 * gbs / memset_gbs);
+    };
+    const size_t half = kInterBytes / 2;
+    total("cudaMemcpy D2D 512 MiB (read + write)",
+          median_us([&] { CK(cudaMemcpyAsync(inter + half, inter, half, cudaMemcpyDeviceToDevice)); }),
+          2.0 * half);
+    total("linear copy 1:1, 512 MiB",
+          median_us([&] {
+            linear_fanout<1><<<sms * 8, 256>>>(reinterpret_cast<const uint4 *>(inter),
+                                               reinterpret_cast<uint4 *>(inter + half), half / 16);
+          }),
+          2.0 * half);
+    total("linear fan-out 1:8 (128 MiB -> 1 GiB)",
+          median_us([&] {
+            linear_fanout<8><<<sms * 8, 256>>>(state, reinterpret_cast<uint4 *>(inter),
+                                               kStateBytes / 16);
+          }),
+          double(kStateBytes + kInterBytes));
+    total("linear fan-out 1:8, 4 blocks/SM",
+          median_us([&] {
+            linear_fanout<8><<<sms * 4, 256>>>(state, reinterpret_cast<uint4 *>(inter),
+                                               kStateBytes / 16);
+          }),
+          double(kStateBytes + kInterBytes));
+    total("linear fan-out 1:8, 16 blocks/SM x 128",
+          median_us([&] {
+            linear_fanout<8><<<sms * 16, 128>>>(state, reinterpret_cast<uint4 *>(inter),
+                                                kStateBytes / 16);
+          }),
+          double(kStateBytes + kInterBytes));
+    total("linear fan-out 1:4 (128 MiB -> 512 MiB)",
+          median_us([&] {
+            linear_fanout<4><<<sms * 8, 256>>>(state, reinterpret_cast<uint4 *>(inter),
+                                               kStateBytes / 16);
+          }),
+          double(kStateBytes + kInterBytes / 2));
+    std::printf("(the SSU pattern at 80 %% of memset for its writes: %.0f GB/s total)\n",
+                0.8 * memset_gbs * double(kStateBytes + kInterBytes) / double(kInterBytes));
+  }
+  CK(cudaDeviceSynchronize());
+  return 0;
+}
