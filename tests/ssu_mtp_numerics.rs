@@ -6,7 +6,9 @@
 //!    (state, input) pair, plus the hot F16/BF16/BF16 combination), dstate 64/128/256, head
 //!    dims 1, 5, 64, 100, T 1..16, every write mode, varlen with zero-length sequences, pads
 //!    (`pad_slot_id` -1 and 0), `num_accepted_tokens` with 2-D read indices, 0/5/10 Philox
-//!    rounds (SR only with an F16 state);
+//!    rounds (SR only with an F16 state); and grids of the two-row kernels (1056 (sequence,
+//!    head) pairs, hot dtypes) over every write mode, partial last row passes, two blocks per
+//!    head and T up to 16, and of the four-row kernels (no SR, 4224 pairs);
 //! 2. poison, in every run: the whole state storage keeps its bytes outside the slots the
 //!    reference writes (the stride padding of every slot holds a known pattern, the other
 //!    slots generated values), the intermediate buffer (0xFF bytes) keeps its bytes outside the
@@ -1161,6 +1163,63 @@ fn token_counts(rng: &mut Rng) -> Vec<Problem> {
         .collect()
 }
 
+/// (sequence, head) pairs from which the launcher runs the two-row kernels, and (without SR) the
+/// four-row kernels (`MAMBA_SSU_MTP_R2_HEADS`, `MAMBA_SSU_MTP_R4_HEADS` in `csrc/ssu_mtp.cu`).
+const TWO_ROW_PAIRS: usize = 1024;
+const FOUR_ROW_PAIRS: usize = 4096;
+
+/// Grids of the two-row kernels (batch 33 x 32 heads = 1056 pairs, hot dtypes): every write
+/// mode, fixed and varlen, pads, dims 64, 40 and 100 (a last pass of 8 or 18 of its 32 rows)
+/// and 128 (two blocks per head), T 3, 5, 8 and 16, 0/5/10 rounds; and three of the four-row
+/// kernels (no SR, 33 x 128 = 4224 pairs; dims 64, 40 and 100).
+fn large_grids(rng: &mut Rng) -> Vec<Problem> {
+    let mut v: Vec<Problem> = (0..10usize)
+        .map(|k| {
+            let mut cfg = Cfg::base();
+            cfg.write = WRITES[k % WRITES.len()];
+            cfg.varlen = (k / 5) % 2 == 1;
+            cfg.dim = [64, 40, 100, 128][k % 4];
+            cfg.tokens = [8, 16, 3, 8, 5][(k + k / 5) % 5];
+            cfg.rounds = [0, 5, 10][k % 3];
+            cfg.pads = k % 3 != 0;
+            cfg.pad_slot_id = [-1, 0][k % 2];
+            cfg.disable_state_update = k % 4 == 3;
+            cfg.read = if k % 2 == 0 {
+                Read::TwoD { nat: true }
+            } else {
+                Read::OneD
+            };
+            cfg.index = ["int32", "int64"][(k / 2) % 2];
+            cfg.padded_strides = k % 3 == 1;
+            cfg.batch = 33;
+            (cfg.nheads, cfg.ngroups) = (32, 8);
+            Problem::new(cfg, rng)
+        })
+        .collect();
+    v.extend((0..3usize).map(|k| {
+        // Without SR from FOUR_ROW_PAIRS on: four rows per group (33 x 128 = 4224 pairs).
+        let mut cfg = Cfg::base();
+        cfg.write = [
+            Write::Inter { indices: true },
+            Write::Dst { in_place: true },
+            Write::Final,
+        ][k];
+        cfg.varlen = k == 1;
+        cfg.dim = [64, 40, 100][k];
+        cfg.tokens = [8, 16, 5][k];
+        cfg.rounds = 0;
+        cfg.pads = k != 0;
+        cfg.pad_slot_id = [-1, 0, -1][k];
+        cfg.read = Read::TwoD { nat: true };
+        cfg.index = ["int32", "int64", "int32"][k];
+        cfg.padded_strides = k == 2;
+        cfg.batch = 33;
+        (cfg.nheads, cfg.ngroups) = (128, 8);
+        Problem::new(cfg, rng)
+    }));
+    v
+}
+
 fn run_set(name: &str, problems: &[Problem]) {
     let Some((_ctx, stream)) = common::gpu() else {
         return;
@@ -1206,6 +1265,13 @@ fn every_write_mode_matches_f64_reference_and_writes_nothing_else() {
 fn token_counts_1_to_16_match_f64_reference() {
     let mut rng = Rng(run_seed());
     run_set("token counts", &token_counts(&mut rng));
+}
+
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn two_row_kernel_grids_match_f64_reference_and_write_nothing_else() {
+    let mut rng = Rng(run_seed());
+    run_set("large grids", &large_grids(&mut rng));
 }
 
 /// The same problem twice gives the same bytes (SR and round to nearest).
@@ -1594,6 +1660,18 @@ fn problems_are_valid(seed: u64, run_reference: bool) {
     let mut all = dtype_table(&mut rng);
     all.extend(write_modes(&mut rng));
     all.extend(token_counts(&mut rng));
+    let large = large_grids(&mut rng);
+    assert!(large
+        .iter()
+        .all(|p| p.cfg.batch * p.cfg.nheads >= TWO_ROW_PAIRS));
+    assert_eq!(
+        large
+            .iter()
+            .filter(|p| p.cfg.batch * p.cfg.nheads >= FOUR_ROW_PAIRS && p.cfg.rounds == 0)
+            .count(),
+        3
+    );
+    all.extend(large);
     let mut seen_zero_len = false;
     for p in &all {
         let c = &p.cfg;
