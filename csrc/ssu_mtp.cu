@@ -5,7 +5,8 @@
 // Dispatch: F16 state, BF16 inputs and weights, dstate 128 and 0, 5 or 10 Philox rounds run
 // compiled-in kernels (mtp_kernel<true, 128, rounds, rows per group, small>: one row per group
 // below MAMBA_SSU_MTP_R2_HEADS (sequence, head) pairs, in the small-grid form when the grid
-// fits MAMBA_SSU_MTP_SMALL_BLOCKS blocks per SM; two rows from there on); everything else that
+// fits MAMBA_SSU_MTP_SMALL_BLOCKS blocks per SM; two rows from there on; without SR four rows
+// from MAMBA_SSU_MTP_R4_HEADS pairs on); everything else that
 // passes the check runs a kernel per dstate that takes dtypes and rounds at run time
 // (mtp_kernel<false, dstate, -1, 1>).
 #include <algorithm>
@@ -36,6 +37,15 @@ bool is_hot(const mamba_ssu_mtp_params &p) {
 #ifndef MAMBA_SSU_MTP_R2_HEADS
 #define MAMBA_SSU_MTP_R2_HEADS 1024
 #endif
+// Without SR, from MAMBA_SSU_MTP_R4_HEADS pairs on, four rows per group: a block's 64 rows are
+// all in registers and written token by token (the block's whole 16 KiB state of a token before
+// the next token's), which the write roofline measured 7 % faster than two rows at a time
+// (docs/perf-notes.md, 'the write roofline' (2026-12-02)); the kernel itself (2026-12-02T01:58/6):
+// 2.5-3 % faster at 4096 and 8192 pairs, equal at 2048, 2 % slower at 1024. With SR the
+// four-row kernels were 11-27 % slower (their Philox words need the registers): SR keeps two.
+#ifndef MAMBA_SSU_MTP_R4_HEADS
+#define MAMBA_SSU_MTP_R4_HEADS 4096
+#endif
 // Blocks per (sequence, head): at least enough for 64 rows per block (the rows a block
 // stages); doubled, up to 4, while the grid stays within one wave of resident blocks (the
 // kernel's register floor times the SM count) and a block keeps a full pass of rows for its
@@ -49,14 +59,12 @@ struct Plan {
   bool small;  // the small-grid kernel (mtp_kernel<..., kSmall = true>)
 };
 
-int plan_launch(const mamba_ssu_mtp_params &p, int num_sms, Plan *out) {
-  if (num_sms < 1)
-    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "num_sms: expected >= 1, got %d", num_sms);
-  const bool hot = is_hot(p);
+// The grid of the hot kernels with r rows per group (or of the run-time kernels), unchecked.
+void grid_for(const mamba_ssu_mtp_params &p, int num_sms, bool hot, int r, Plan *g) {
   const int64_t heads = p.batch * p.nheads;  // < 2^31 (checked)
-  const int r = hot && heads >= int64_t{MAMBA_SSU_MTP_R2_HEADS} ? 2 : 1;
   const int min_blocks =
-      !hot ? 4
+      !hot     ? 4
+      : r == 4 ? mtp::mtp_min_blocks<true, 0, 4>()
       : r == 2 ? (p.philox_rounds == 0 ? mtp::mtp_min_blocks<true, 0, 2>()
                                        : mtp::mtp_min_blocks<true, 10, 2>())
                : (p.philox_rounds == 0 ? mtp::mtp_min_blocks<true, 0, 1>()
@@ -69,25 +77,51 @@ int plan_launch(const mamba_ssu_mtp_params &p, int num_sms, Plan *out) {
   while (2 * bph <= max_bph && heads * 2 * bph <= wave) bph *= 2;
   const int64_t rpb = (p.dim + bph - 1) / bph;
   const __int128 blocks = static_cast<__int128>(heads) * bph + (p.seed_next != nullptr ? 1 : 0);
-  if (blocks > std::numeric_limits<int32_t>::max())
+  g->blocks_per_head = bph;
+  g->rows_per_block = rpb;
+  g->blocks = blocks > std::numeric_limits<int64_t>::max() ? std::numeric_limits<int64_t>::max()
+                                                            : static_cast<int64_t>(blocks);
+  g->nblocks = 0;
+  g->smem = mtp::mtp_smem_bytes(static_cast<int>(p.ntokens), static_cast<int>(p.dstate),
+                                static_cast<int>(rpb), p.z != nullptr, mtp::mtp_bf16_stage(hot, r),
+                                hot ? r : 0);
+  g->hot = hot;
+  g->rows_per_group = r;
+  g->small = false;
+}
+
+int plan_launch(const mamba_ssu_mtp_params &p, int num_sms, Plan *out) {
+  if (num_sms < 1)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "num_sms: expected >= 1, got %d", num_sms);
+  const bool hot = is_hot(p);
+  const int64_t heads = p.batch * p.nheads;  // < 2^31 (checked)
+  const int r = !hot                                  ? 1
+                : p.philox_rounds == 0 &&
+                          heads >= int64_t{MAMBA_SSU_MTP_R4_HEADS} ? 4
+                : heads >= int64_t{MAMBA_SSU_MTP_R2_HEADS}          ? 2
+                                                                    : 1;
+  Plan g;
+  grid_for(p, num_sms, hot, r, &g);
+  // The four-row kernels' lane partials (4 x 8 floats per token and group) pass 48 KiB of
+  // shared memory at long token counts: two rows there.
+  if (r == 4 && g.smem > 48 * 1024) grid_for(p, num_sms, hot, 2, &g);
+  if (g.blocks > std::numeric_limits<int32_t>::max())
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "batch * nheads * ceil(dim / 64): expected a grid of <= %d blocks, got %lld x "
                 "%lld x %lld",
-                std::numeric_limits<int32_t>::max(), ll(p.batch), ll(p.nheads), ll(bph));
-  const size_t smem = mtp::mtp_smem_bytes(static_cast<int>(p.ntokens), static_cast<int>(p.dstate),
-                                          static_cast<int>(rpb), p.z != nullptr,
-                                          mtp::mtp_bf16_stage(hot, r), hot ? r : 0);
-  if (rpb < 1 || rpb > mtp::kMaxRowsPerBlock || bph * rpb < p.dim || smem > 48 * 1024)
+                std::numeric_limits<int32_t>::max(), ll(p.batch), ll(p.nheads),
+                ll(g.blocks_per_head));
+  const int64_t rpb = g.rows_per_block, bph = g.blocks_per_head;
+  if (rpb < 1 || rpb > mtp::kMaxRowsPerBlock || bph * rpb < p.dim || g.smem > 48 * 1024)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "launch plan: no valid grid (rows per block %lld, blocks per head %lld, shared "
                 "memory %zu bytes)",
-                ll(rpb), ll(bph), smem);
+                ll(rpb), ll(bph), g.smem);
+  g.nblocks = static_cast<unsigned>(g.blocks);
   // The small-grid kernels (one row per group) where the grid fits their occupancy floor.
-  const bool small =
-      hot && r == 1 &&
-      blocks <= static_cast<__int128>(mtp::mtp_min_blocks<true, 0, 1, true>()) * num_sms;
-  *out = Plan{bph, rpb, static_cast<int64_t>(blocks), static_cast<unsigned>(blocks), smem, hot, r,
-              small};
+  g.small = hot && g.rows_per_group == 1 &&
+            g.blocks <= int64_t{mtp::mtp_min_blocks<true, 0, 1, true>()} * num_sms;
+  *out = g;
   return MAMBA_SSU_SUCCESS;
 }
 
@@ -120,7 +154,7 @@ extern "C" int mamba_ssu_selective_state_update_mtp_plan(const mamba_ssu_mtp_par
   // Rows one warp serves: its 4 groups take rows_per_block / 16 rows each.
   out->rows_per_warp = static_cast<int32_t>(
       4 * ((plan.rows_per_block + mtp::kGroups - 1) / mtp::kGroups));
-  // (the rows a group computes together, 1 or 2, are not part of the plan's fields)
+  // (the rows a group computes together, 1, 2 or 4, are not part of the plan's fields)
   out->algorithm = MAMBA_SSU_ALGO_SIMPLE;
   out->compiled_kernel = plan.hot ? 1 : 0;
   out->num_sms = sms;
@@ -210,7 +244,9 @@ extern "C" int mamba_ssu_selective_state_update_mtp(mamba_ssu_stream_t stream,
   const auto st = reinterpret_cast<cudaStream_t>(stream);
   int s;
   if (plan.hot) {
-    if (plan.rows_per_group == 2) {
+    if (plan.rows_per_group == 4) {  // no SR only
+      s = launch<true, 128, 0, 4>(a, plan, st);
+    } else if (plan.rows_per_group == 2) {
       s = p.philox_rounds == 0   ? launch<true, 128, 0, 2>(a, plan, st)
           : p.philox_rounds == 5 ? launch<true, 128, 5, 2>(a, plan, st)
                                  : launch<true, 128, 10, 2>(a, plan, st);

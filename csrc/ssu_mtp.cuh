@@ -30,7 +30,8 @@
 // With a seed in memory the first rows' words are derived before the block's barrier.
 //
 // Kernels: one row per group (small and mid grids) or two rows sharing each token's B/C loads
-// (from MAMBA_SSU_MTP_R2_HEADS (sequence, head) pairs); on grids within
+// (from MAMBA_SSU_MTP_R2_HEADS (sequence, head) pairs; without SR four rows from
+// MAMBA_SSU_MTP_R4_HEADS, so that a block writes its 64 rows token by token); on grids within
 // MAMBA_SSU_MTP_SMALL_BLOCKS blocks per SM the one-row "small" kernels, where a call is latency:
 // their token loop has no branch (predicated stores; with SR the rare row whose conversion
 // needs the exact path is replayed from the state as read after its last token) and is
@@ -219,7 +220,7 @@ __device__ __forceinline__ void st_state(T *p, const T &v) {
 
 // kHot: F16 state, BF16 inputs and weights (vector state and B/C accesses); otherwise every
 // dtype at run time. kDstate: 64, 128 or 256. kRounds: 0, 5, 10 compiled in; -1 at run time.
-// kR: rows a group computes together (1, or 2 in the hot kernels for large grids).
+// kR: rows a group computes together (1, or 2 and 4 in the hot kernels for large grids).
 template <bool kHot, int kDstate, int kRounds, int kR, bool kSmall>
 __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
   constexpr int NC = kDstate / 8;  // columns per lane
@@ -292,8 +293,8 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
   const char *read_head =
       pad ? nullptr : state + (read_slot * a.state_stride + head_elems) * esize;
 
-  // Rows a group computes together (they share each token's B and C loads): rows d and
-  // d + 16 of the block when kR = 2.
+  // Rows a group computes together (they share each token's B and C loads): rows d, d + 16,
+  // ..., d + 16 (kR - 1) of the block.
   constexpr int R = kR;
   // B and C staged as bf16 bits (the hot one-row kernels: half the shared traffic, a lane's 8
   // columns one 16-byte word) or fp32 (no per-token conversion, worth it when two rows share it).
@@ -830,6 +831,11 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
 #ifndef MAMBA_SSU_MTP_R2_SR_BLOCKS
 #define MAMBA_SSU_MTP_R2_SR_BLOCKS 4
 #endif
+// Four-row kernels (hot, no SR): MAMBA_SSU_MTP_R4_BLOCKS (3: no spills; at 4 the kernel spills
+// 76 bytes and was 2-2.5 % slower at 4096 and 8192 pairs, 2026-12-02T01:58/6).
+#ifndef MAMBA_SSU_MTP_R4_BLOCKS
+#define MAMBA_SSU_MTP_R4_BLOCKS 3
+#endif
 // Small-grid kernels (hot, one row; for grids of at most that many blocks per SM):
 // MAMBA_SSU_MTP_SMALL_BLOCKS.
 #ifndef MAMBA_SSU_MTP_SMALL_BLOCKS
@@ -839,6 +845,7 @@ template <bool kHot, int kRounds, int kR, bool kSmall = false>
 __host__ __device__ constexpr int mtp_min_blocks() {
   return !kHot        ? 1
          : kSmall     ? MAMBA_SSU_MTP_SMALL_BLOCKS
+         : kR == 4    ? MAMBA_SSU_MTP_R4_BLOCKS
          : kR == 2    ? (kRounds == 0 ? MAMBA_SSU_MTP_R2_BLOCKS : MAMBA_SSU_MTP_R2_SR_BLOCKS)
          : kRounds == 0 ? MAMBA_SSU_MTP_BLOCKS
                         : MAMBA_SSU_MTP_SR_BLOCKS;
