@@ -76,11 +76,11 @@ void grid_for(const mamba_ssu_mtp_params &p, int num_sms, bool hot, int r, Plan 
   const int64_t max_bph = std::max<int64_t>(bph, std::min<int64_t>(4, (p.dim + pass - 1) / pass));
   while (2 * bph <= max_bph && heads * 2 * bph <= wave) bph *= 2;
   const int64_t rpb = (p.dim + bph - 1) / bph;
-  const __int128 blocks = static_cast<__int128>(heads) * bph + (p.seed_next != nullptr ? 1 : 0);
   g->blocks_per_head = bph;
   g->rows_per_block = rpb;
-  g->blocks = blocks > std::numeric_limits<int64_t>::max() ? std::numeric_limits<int64_t>::max()
-                                                            : static_cast<int64_t>(blocks);
+  // heads < 2^31 and bph <= max(4, ceil(dim / 64)) < 2^25: no overflow (the check bounds it by
+  // INT32_MAX already; plan_launch checks again).
+  g->blocks = heads * bph + (p.seed_next != nullptr ? 1 : 0);
   g->nblocks = 0;
   g->smem = mtp::mtp_smem_bytes(static_cast<int>(p.ntokens), static_cast<int>(p.dstate),
                                 static_cast<int>(rpb), p.z != nullptr, mtp::mtp_bf16_stage(hot, r),

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -54,6 +55,37 @@ __device__ __forceinline__ uint4 bump(uint4 v, uint32_t t) {
   return uint4{v.x + t, v.y ^ t, v.z + 3 * t, v.w ^ (t << 7)};
 }
 
+// Byte offset of lane m's 16-byte word j (columns 64 j + 8 m ..) in row d of a head's state.
+__device__ __forceinline__ size_t word_off(int d, int j, int m) {
+  return (size_t(d) * kDstate + 64 * j + 8 * m) * 2;
+}
+
+// Token t's values of a group's 4 rows into the token's tile (streaming 16-byte stores).
+__device__ __forceinline__ void store_rows4(char *tile, int grp, int m, const uint4 (&v)[4][2],
+                                            int t) {
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) st16<true>(tile + word_off(grp + 16 * r, j, m), bump(v[r][j], t));
+}
+
+// A group's 4 rows (grp + 16 r) of the head at src, 2 words each: streaming loads (kCs),
+// plain loads, or (!kRead) values made from the thread instead.
+template <bool kRead, bool kCs>
+__device__ __forceinline__ void load_rows4(const char *src, int grp, int m, int bh,
+                                           uint4 (&v)[4][2]) {
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int d = grp + 16 * r;
+      const uint4 *p = reinterpret_cast<const uint4 *>(src + word_off(d, j, m));
+      v[r][j] = !kRead ? uint4{uint32_t(d), uint32_t(j), threadIdx.x, uint32_t(bh)}
+                : kCs  ? __ldcs(p)
+                       : *p;
+    }
+}
+
 // kOrder 0: row outer (a group's rows d, d + 16, d + 32, d + 48 one after the other, each
 // row's T tokens before the next row: the one-row kernels' order); 2: two rows at a time
 // (rows d and d + 16 per token, then d + 32 and d + 48: the two-row kernels' order); 1: token
@@ -68,11 +100,11 @@ __global__ void __launch_bounds__(128, kMinBlocks)
   const char *src = reinterpret_cast<const char *>(state) + size_t(bh) * kHeadElems * 2;
   auto dst = [&](int t, int d, int j) {
     return inter + ((size_t(b) * kT + t) * kHeads + h) * kHeadElems * 2 +
-           (size_t(d) * kDstate + 64 * j + 8 * m) * 2;
+           word_off(d, j, m);
   };
   auto load = [&](int d, int j) -> uint4 {
     if constexpr (kRead) {
-      return __ldcs(reinterpret_cast<const uint4 *>(src + (size_t(d) * kDstate + 64 * j + 8 * m) * 2));
+      return __ldcs(reinterpret_cast<const uint4 *>(src + word_off(d, j, m)));
     } else {
       return uint4{uint32_t(d), uint32_t(j), threadIdx.x, uint32_t(bh)};
     }
@@ -119,29 +151,16 @@ __global__ void __launch_bounds__(128 * kHpb)
   const char *src =
       reinterpret_cast<const char *>(state) + size_t(kL2 ? bh % 64 : bh) * kHeadElems * 2;
   uint4 v[4][2];
-#pragma unroll
-  for (int r = 0; r < 4; ++r)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int d = grp + 16 * r;
-      v[r][j] = kRead ? *reinterpret_cast<const uint4 *>(
-                            src + (size_t(d) * kDstate + 64 * j + 8 * m) * 2)
-                      : uint4{uint32_t(d), uint32_t(j), threadIdx.x, uint32_t(bh)};
-    }
+  load_rows4<kRead, false>(src, grp, m, bh, v);
   for (int t = 0; t < kT; ++t) {
-    char *tile = inter + ((size_t(b) * kT + t) * kHeads + h) * kHeadElems * 2;
-#pragma unroll
-    for (int r = 0; r < 4; ++r)
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-        st16<true>(tile + (size_t(grp + 16 * r) * kDstate + 64 * j + 8 * m) * 2,
-                   bump(v[r][j], t));
+    store_rows4(inter + ((size_t(b) * kT + t) * kHeads + h) * kHeadElems * 2, grp, m, v, t);
     __syncthreads();
   }
 }
 
 // Persistent token-outer blocks: item i = (sequence, head) for i = blockIdx.x, + gridDim.x, ...;
-// the next item's state is loaded before the current item's tokens are written.
+// the next item's state is loaded before the current item's tokens are written. (Its loops are
+// spelled out: through load_rows4/store_rows4 its SASS differs from the build that was measured.)
 __global__ void __launch_bounds__(128)
     fanout_persistent(const uint4 *__restrict__ state, char *__restrict__ inter) {
   const int grp = threadIdx.x / 8, m = threadIdx.x % 8;
@@ -152,7 +171,7 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
       for (int j = 0; j < 2; ++j)
         v[r][j] = __ldcs(reinterpret_cast<const uint4 *>(
-            src + (size_t(grp + 16 * r) * kDstate + 64 * j + 8 * m) * 2));
+            src + word_off(grp + 16 * r, j, m)));
   };
   int bh = blockIdx.x;
   uint4 nxt[4][2];
@@ -171,7 +190,7 @@ __global__ void __launch_bounds__(128)
       for (int r = 0; r < 4; ++r)
 #pragma unroll
         for (int j = 0; j < 2; ++j)
-          st16<true>(tile + (size_t(grp + 16 * r) * kDstate + 64 * j + 8 * m) * 2,
+          st16<true>(tile + word_off(grp + 16 * r, j, m),
                      bump(v[r][j], t));
     }
   }
@@ -188,15 +207,7 @@ __global__ void __launch_bounds__(128)
   const int grp = threadIdx.x / 8, m = threadIdx.x % 8;
   const char *src = reinterpret_cast<const char *>(state) + size_t(bh) * kHeadElems * 2;
   uint4 v[4][2];
-#pragma unroll
-  for (int r = 0; r < 4; ++r)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int d = grp + 16 * r;
-      v[r][j] = kRead ? __ldcs(reinterpret_cast<const uint4 *>(
-                            src + (size_t(d) * kDstate + 64 * j + 8 * m) * 2))
-                      : uint4{uint32_t(d), uint32_t(j), threadIdx.x, uint32_t(bh)};
-    }
+  load_rows4<kRead, true>(src, grp, m, bh, v);
   for (int t = 0; t < kT; ++t) {
     unsigned char *buf = tiles + (t & 1) * kHeadElems * 2;
     if (threadIdx.x == 0 && t >= 2) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
@@ -205,7 +216,7 @@ __global__ void __launch_bounds__(128)
     for (int r = 0; r < 4; ++r)
 #pragma unroll
       for (int j = 0; j < 2; ++j)
-        *reinterpret_cast<uint4 *>(buf + (size_t(grp + 16 * r) * kDstate + 64 * j + 8 * m) * 2) =
+        *reinterpret_cast<uint4 *>(buf + word_off(grp + 16 * r, j, m)) =
             bump(v[r][j], t);
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncthreads();
@@ -267,13 +278,13 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
       for (int j = 0; j < 2; ++j)
         v[r][j] = *reinterpret_cast<const uint4 *>(
-            in + (size_t(grp + 16 * r) * kDstate + 64 * j + 8 * m) * 2);
+            in + word_off(grp + 16 * r, j, m));
   } else {
 #pragma unroll
     for (int r = 0; r < 4; ++r)
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const char *p = src + (size_t(grp + 16 * r) * kDstate + 64 * j + 8 * m) * 2;
+        const char *p = src + word_off(grp + 16 * r, j, m);
         if constexpr (kPrefetch256) {
           asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
                        : "=r"(v[r][j].x), "=r"(v[r][j].y), "=r"(v[r][j].z), "=r"(v[r][j].w)
@@ -292,7 +303,7 @@ __global__ void __launch_bounds__(128)
     for (int r = 0; r < 4; ++r)
 #pragma unroll
       for (int j = 0; j < 2; ++j)
-        *reinterpret_cast<uint4 *>(buf + (size_t(grp + 16 * r) * kDstate + 64 * j + 8 * m) * 2) =
+        *reinterpret_cast<uint4 *>(buf + word_off(grp + 16 * r, j, m)) =
             bump(v[r][j], t);
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     // The store of token t - 1 has read its buffer before anyone writes it again (token t + 1).
@@ -336,13 +347,13 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
     for (int j = 0; j < 2; ++j)
       v[j] = kRead ? __ldcs(reinterpret_cast<const uint4 *>(
-                         src + (size_t(d) * kDstate + 64 * j + 8 * m) * 2))
+                         src + word_off(d, j, m)))
                    : uint4{uint32_t(d), uint32_t(j), threadIdx.x, uint32_t(bh)};
     unsigned char *buf = tiles + (pass & 1) * kT * kChunk;
     for (int t = 0; t < kT; ++t)
 #pragma unroll
       for (int j = 0; j < 2; ++j)
-        *reinterpret_cast<uint4 *>(buf + t * kChunk + (grp * kDstate + 64 * j + 8 * m) * 2) =
+        *reinterpret_cast<uint4 *>(buf + t * kChunk + word_off(grp, j, m)) =
             bump(v[j], t);
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
@@ -543,36 +554,25 @@ int main() {
     total("cudaMemcpy D2D 512 MiB (read + write)",
           median_us([&] { CK(cudaMemcpyAsync(inter + half, inter, half, cudaMemcpyDeviceToDevice)); }),
           2.0 * half);
-    total("linear copy 1:1, 512 MiB",
-          median_us([&] {
-            linear_fanout<1><<<sms * 8, 256>>>(reinterpret_cast<const uint4 *>(inter),
-                                               reinterpret_cast<uint4 *>(inter + half), half / 16);
-          }),
-          2.0 * half);
-    total("linear fan-out 1:8 (128 MiB -> 1 GiB)",
-          median_us([&] {
-            linear_fanout<8><<<sms * 8, 256>>>(state, reinterpret_cast<uint4 *>(inter),
-                                               kStateBytes / 16);
-          }),
-          double(kStateBytes + kInterBytes));
-    total("linear fan-out 1:8, 4 blocks/SM",
-          median_us([&] {
-            linear_fanout<8><<<sms * 4, 256>>>(state, reinterpret_cast<uint4 *>(inter),
-                                               kStateBytes / 16);
-          }),
-          double(kStateBytes + kInterBytes));
-    total("linear fan-out 1:8, 16 blocks/SM x 128",
-          median_us([&] {
-            linear_fanout<8><<<sms * 16, 128>>>(state, reinterpret_cast<uint4 *>(inter),
-                                                kStateBytes / 16);
-          }),
-          double(kStateBytes + kInterBytes));
-    total("linear fan-out 1:4 (128 MiB -> 512 MiB)",
-          median_us([&] {
-            linear_fanout<4><<<sms * 8, 256>>>(state, reinterpret_cast<uint4 *>(inter),
-                                               kStateBytes / 16);
-          }),
-          double(kStateBytes + kInterBytes / 2));
+    // linear_fanout<K> of n words from src over blocks_per_sm x threads, and its bytes.
+    auto fan = [&](const char *name, auto copies, const uint4 *src, size_t n, int blocks_per_sm,
+                   int threads) {
+      constexpr int K = decltype(copies)::value;
+      total(name, median_us([&] {
+              linear_fanout<K><<<sms * blocks_per_sm, threads>>>(
+                  src, reinterpret_cast<uint4 *>(inter + (src == state ? 0 : half)), n);
+            }),
+            double(n) * 16 * (K + 1));
+    };
+    using One = std::integral_constant<int, 1>;
+    using Four = std::integral_constant<int, 4>;
+    using Eight = std::integral_constant<int, 8>;
+    const uint4 *lower = reinterpret_cast<const uint4 *>(inter);
+    fan("linear copy 1:1, 512 MiB", One{}, lower, half / 16, 8, 256);
+    fan("linear fan-out 1:8 (128 MiB -> 1 GiB)", Eight{}, state, kStateBytes / 16, 8, 256);
+    fan("linear fan-out 1:8, 4 blocks/SM", Eight{}, state, kStateBytes / 16, 4, 256);
+    fan("linear fan-out 1:8, 16 blocks/SM x 128", Eight{}, state, kStateBytes / 16, 16, 128);
+    fan("linear fan-out 1:4 (128 MiB -> 512 MiB)", Four{}, state, kStateBytes / 16, 8, 256);
     std::printf("(the SSU pattern at 80 %% of memset for its writes: %.0f GB/s total)\n",
                 0.8 * memset_gbs * double(kStateBytes + kInterBytes) / double(kInterBytes));
   }
