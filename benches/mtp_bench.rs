@@ -392,6 +392,7 @@ fn run(cli: &Cli) -> Res<()> {
                 let bytes = (s.state_bytes() + s.small_bytes()) as f64;
                 let tbs = bytes / (us * 1e-6) / 1e12;
                 let write_gbs = (T * batch * s.head_block() * 2) as f64 / (us * 1e-6) / 1e9;
+                let (pct, write_pct) = (100.0 * tbs * 1e3 / memset, 100.0 * write_gbs / memset);
                 let fi = if form == Form::Dense {
                     flashinfer_us(&records, rounds, nheads, batch)
                 } else {
@@ -410,8 +411,8 @@ fn run(cli: &Cli) -> Res<()> {
                     rounds,
                     us,
                     tbs,
-                    100.0 * tbs * 1e3 / memset,
-                    100.0 * write_gbs / memset,
+                    pct,
+                    write_pct,
                     fi.map_or("-".into(), |f| format!("{f:.2}")),
                     fi.map_or("-".into(), |f| format!("{:.2}x", f / us)),
                     sr_ratio.map_or("-".into(), |r| format!("{r:.2}x")),
@@ -419,9 +420,9 @@ fn run(cli: &Cli) -> Res<()> {
                 rows.push(json!({
                     "form": if form == Form::Dense { "dense" } else { "varlen" },
                     "nheads": nheads, "batch": batch, "philox_rounds": rounds, "T": T,
-                    "us_median": us, "TBps": tbs, "pct_of_memset": 100.0 * tbs * 1e3 / memset,
+                    "us_median": us, "TBps": tbs, "pct_of_memset": pct,
                     "write_GBps": write_gbs,
-                    "write_pct_of_memset": 100.0 * write_gbs / memset,
+                    "write_pct_of_memset": write_pct,
                     "state_write_bytes": T * batch * s.head_block() * 2,
                     "calls_per_graph": s.calls, "state_copies_rotated": s.copies,
                     "flashinfer_us": fi, "sr_over_off": sr_ratio,

@@ -12,19 +12,15 @@ import json
 import sys
 
 
-MEMSET = 1.0  # GB/s of the file's memset (set in main)
-
-
-def pct(r):
+def pct(r, memset):
     """% of memset; for JSON written before the field existed, the same quantity from TBps."""
-    return r.get("pct_of_memset", 100.0 * r["TBps"] * 1e3 / MEMSET)
+    return r.get("pct_of_memset", 100.0 * r["TBps"] * 1e3 / memset)
 
 
 def main() -> None:
-    global MEMSET
     data = json.load(open(sys.argv[1]))
     recs = data["records"]
-    memset = MEMSET = data["memset_GBps"]
+    memset = data["memset_GBps"]
     by = {(r["form"], r["nheads"], r["philox_rounds"], r["batch"]): r for r in recs}
     batches = sorted({r["batch"] for r in recs})
     print(f"memset in the same run: {memset:.0f} GB/s\n")
@@ -41,7 +37,7 @@ def main() -> None:
                     if r is None:
                         cells.append("-")
                         continue
-                    c = f"{r['us_median']:.2f} ({pct(r):.1f}%)"
+                    c = f"{r['us_median']:.2f} ({pct(r, memset):.1f}%)"
                     fi = r.get("flashinfer_us")
                     if fi:
                         c += f" / {fi:.2f} · {fi / r['us_median']:.2f}x"
@@ -73,8 +69,8 @@ def main() -> None:
           f"({min(x0):.2f}-{max(x0):.2f}x)")
     for r in big:
         print(f"- > 256 MiB written, {r['form']} {r['nheads']} x {r['batch']}: "
-              f"{pct(r):.1f} % of memset (writes alone {r['write_pct_of_memset']:.1f} %)"
-              f"{'' if pct(r) > 80 else ' -- NOT over 80 %'}")
+              f"{pct(r, memset):.1f} % of memset (writes alone {r['write_pct_of_memset']:.1f} %)"
+              f"{'' if pct(r, memset) > 80 else ' -- NOT over 80 %'}")
 
 
 if __name__ == "__main__":

@@ -506,17 +506,19 @@ int main() {
     std::snprintf(name, sizeof name, "read + 8 writes, persistent prefetch, %d/SM", per_sm);
     line(name, median_us([&] { fanout_persistent<<<sms * per_sm, 128>>>(state, inter); }), gib);
   }
-  {
-    const int bulk_smem = int(2 * kHeadElems * 2);
-    CK(cudaFuncSetAttribute(fanout_bulk<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            bulk_smem));
-    CK(cudaFuncSetAttribute(fanout_bulk<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            bulk_smem));
-    line("write only, token outer, TMA bulk stores",
-         median_us([&] { fanout_bulk<false><<<grid, 128, bulk_smem>>>(state, inter); }), gib);
-    line("read + 8 writes, token outer, TMA bulk stores",
-         median_us([&] { fanout_bulk<true><<<grid, 128, bulk_smem>>>(state, inter); }), gib);
-  }
+  // A bulk-store kernel pair (write only, read + 8 writes) with smem bytes of dynamic shared
+  // memory, one line each.
+  using Fanout = void (*)(const uint4 *, char *);
+  auto bulk_pair = [&](Fanout write_only, Fanout read_write, int smem, const char *write_name,
+                       const char *read_write_name) {
+    for (Fanout k : {write_only, read_write})
+      CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    line(write_name, median_us([&] { write_only<<<grid, 128, smem>>>(state, inter); }), gib);
+    line(read_write_name, median_us([&] { read_write<<<grid, 128, smem>>>(state, inter); }), gib);
+  };
+  bulk_pair(fanout_bulk<false>, fanout_bulk<true>, int(2 * kHeadElems * 2),
+            "write only, token outer, TMA bulk stores",
+            "read + 8 writes, token outer, TMA bulk stores");
   {
     const int sm2 = int(2 * kHeadElems * 2), sm3 = int(3 * kHeadElems * 2);
 #define BULK2(L, H, P, SM, NAME)                                                              \
@@ -533,15 +535,9 @@ int main() {
     BULK2(false, false, false, 110 * 1024, "read + 8 writes, bulk stores, 2 blocks/SM");
     BULK2(true, false, false, 56 * 1024, "bulk read + 8 writes, bulk stores, 4 blocks/SM");
 #undef BULK2
-    const int smr = int(2 * kT * 16 * kDstate * 2);
-    CK(cudaFuncSetAttribute(fanout_bulk_rows<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            smr));
-    CK(cudaFuncSetAttribute(fanout_bulk_rows<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            smr));
-    line("write only, row outer, 4 KiB bulk stores",
-         median_us([&] { fanout_bulk_rows<false><<<grid, 128, smr>>>(state, inter); }), gib);
-    line("read + 8 writes, row outer, 4 KiB bulk stores",
-         median_us([&] { fanout_bulk_rows<true><<<grid, 128, smr>>>(state, inter); }), gib);
+    bulk_pair(fanout_bulk_rows<false>, fanout_bulk_rows<true>, int(2 * kT * 16 * kDstate * 2),
+              "write only, row outer, 4 KiB bulk stores",
+              "read + 8 writes, row outer, 4 KiB bulk stores");
   }
   {
     // Read + write mixes in linear streams, as total traffic (read + write) per second.
