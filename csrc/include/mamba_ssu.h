@@ -46,7 +46,13 @@ typedef enum mamba_ssu_status {
   MAMBA_SSU_ERROR_CUDA = 3,
   /* A prefetcher's forward scope was misused (e.g. a captured forward that consumed fewer
    * seeds than it drew); the streams are joined and usable. */
-  MAMBA_SSU_ERROR_SCOPE = 4
+  MAMBA_SSU_ERROR_SCOPE = 4,
+  /* An option's value is outside its set, or two options conflict (e.g. philox_rounds <= 0
+   * with a seed, an intermediate buffer together with dst indices, an unknown algorithm): the
+   * class of rejection FlashInfer's Python layer raises as ValueError. Shapes, dtypes, strides
+   * and sizes that do not fit the contract are MAMBA_SSU_ERROR_INVALID_ARGUMENT (FlashInfer's
+   * C++ checks: RuntimeError). */
+  MAMBA_SSU_ERROR_INVALID_VALUE = 5
 } mamba_ssu_status;
 
 /* A static message for a status code (never NULL). */
@@ -55,6 +61,11 @@ const char *mamba_ssu_status_string(int status);
 /* Detail of the last error raised on this thread by a launcher (never NULL;
  * "" when there was none). Valid until the next launcher call on this thread. */
 const char *mamba_ssu_last_error_detail(void);
+
+/* The argument the last error raised on this thread names ("state", "philox_rounds",
+ * "seed.pointer", ...; "" when it names none): a string with static storage duration, valid
+ * for the life of the process. The detail begins with the same name. */
+const char *mamba_ssu_last_error_argument(void);
 
 /* ------------------------------------------------------------------------ */
 /* Seeds: torch-identical Philox draws                                       */
@@ -112,7 +123,9 @@ typedef enum mamba_ssu_dtype {
   MAMBA_SSU_F16 = 1,
   MAMBA_SSU_BF16 = 2,
   MAMBA_SSU_I32 = 3,
-  MAMBA_SSU_I64 = 4
+  MAMBA_SSU_I64 = 4,
+  /* int16 (FlashInfer's block-scaled state): not served yet (MAMBA_SSU_ERROR_UNSUPPORTED). */
+  MAMBA_SSU_I16 = 5
 } mamba_ssu_dtype;
 
 /* Which of FlashInfer's two kernels the results must match: it fixes the
@@ -122,7 +135,9 @@ typedef enum mamba_ssu_dtype {
 typedef enum mamba_ssu_algorithm {
   MAMBA_SSU_ALGO_AUTO = 0,
   MAMBA_SSU_ALGO_SIMPLE = 1,
-  MAMBA_SSU_ALGO_VERTICAL = 2
+  MAMBA_SSU_ALGO_VERTICAL = 2,
+  /* FlashInfer's "horizontal" mapping: not served yet (MAMBA_SSU_ERROR_UNSUPPORTED). */
+  MAMBA_SSU_ALGO_HORIZONTAL = 3
 } mamba_ssu_algorithm;
 
 /* Where the stochastic-rounding seed comes from. */
@@ -537,6 +552,191 @@ int mamba_ssu_prefetcher_graph_increment(const mamba_ssu_prefetcher *p, uint64_t
 int mamba_ssu_prefetcher_prepare_replay(mamba_ssu_prefetcher *p, mamba_ssu_stream_t stream,
                                         mamba_ssu_generator_state *generator,
                                         uint64_t graph_increment);
+
+/* ------------------------------------------------------------------------ */
+/* The SSU call: FlashInfer's arguments as tensors, one contract            */
+/* ------------------------------------------------------------------------ */
+/*
+ * mamba_ssu_check / mamba_ssu_launch / mamba_ssu_plan take one call in FlashInfer's terms: the
+ * tensors as the caller holds them (pointer, dtype, shape, strides) and FlashInfer's options.
+ * The check is the ONE place where every argument rule of the crate is written: the Rust API,
+ * the torch extension and C callers all fill a mamba_ssu_args and let it decide. What only a
+ * front door can see stays there: buffer lengths (Rust), devices and lifetimes (Rust, torch).
+ *
+ * Forms (FlashInfer 0.7.2's Python rule, form = MAMBA_SSU_FORM_AUTO): cu_seqlens given with a
+ * rank-3 x is the varlen multi-token form; else a rank-4 x, or cache_steps >= 1, is the
+ * fixed-length multi-token form; anything else is the single-token form. FORM_SINGLE and
+ * FORM_MULTI ask for one form and reject a call whose tensors select the other.
+ *
+ * Ranks (FlashInfer's normalisation, applied by the check): a rank-3 state (slots, dim,
+ * dstate) has one head; a rank-2 A, a rank-1 D / dt_bias likewise; a rank-2 x, dt, B, C, z,
+ * out has one head (single token) and, with cache_steps >= 1 outside the varlen form, a rank-3
+ * one has one token per sequence. The canonical shapes after that:
+ *   single token: state (slots, nheads, dim, dstate); x, z, out (batch, nheads, dim);
+ *     dt (batch, nheads, dim) strides (any, 1, 0); A (nheads, dim, dstate) F32 strides
+ *     (1, 0, 0); B, C (batch, ngroups, dstate); D, dt_bias (nheads, dim) strides (1, 0);
+ *     state_batch_indices, dst_state_batch_indices (batch,) or (batch, cols) (column 0).
+ *   multi token: x, z, out (batch, T, nheads, dim) or varlen (total_tokens, nheads, dim);
+ *     dt likewise with strides (.., .., 1, 0); B, C (batch, T, ngroups, dstate) or
+ *     (total_tokens, ngroups, dstate); cu_seqlens (batch + 1,); intermediate_states
+ *     (entries, cache_steps, nheads, dim, dstate); intermediate_state_indices,
+ *     num_accepted_tokens (batch,); dst_state_batch_indices (batch, cols >= T).
+ * A stride of a dimension of size 1 is never read (torch leaves it arbitrary). The kernels'
+ * semantics (slots, pads, write modes, stochastic rounding) are those documented for
+ * mamba_ssu_params and mamba_ssu_mtp_params above; crate/README docs list the served
+ * dtypes and sizes.
+ */
+
+/* Most dimensions of a tensor descriptor. */
+#define MAMBA_SSU_MAX_RANK 5
+
+/* Most Philox rounds of stochastic rounding the kernels take. */
+#define MAMBA_SSU_MAX_PHILOX_ROUNDS 10
+
+/* A dtype the crate has no tag for (e.g. float64, int8): a front door passes it so that the
+ * check, not the front door, rejects the tensor, naming it. */
+#define MAMBA_SSU_DTYPE_OTHER (-1)
+
+/* A tensor as its owner holds it. Absent (an optional argument not given): rank 0. */
+typedef struct mamba_ssu_tensor {
+  void *data;      /* device pointer to element [0, 0, ...] */
+  int32_t dtype;   /* mamba_ssu_dtype, or MAMBA_SSU_DTYPE_OTHER */
+  int32_t rank;    /* 0 (absent) .. MAMBA_SSU_MAX_RANK */
+  int64_t shape[MAMBA_SSU_MAX_RANK];
+  int64_t strides[MAMBA_SSU_MAX_RANK]; /* in elements */
+} mamba_ssu_tensor;
+
+/* Which path a call takes. */
+typedef enum mamba_ssu_form {
+  MAMBA_SSU_FORM_AUTO = 0,   /* FlashInfer's rule (above) */
+  MAMBA_SSU_FORM_SINGLE = 1, /* the single-token decode step */
+  MAMBA_SSU_FORM_MULTI = 2   /* T tokens per sequence (fixed length or varlen) */
+} mamba_ssu_form;
+
+/* A draw position of torch's CUDA generator: where one torch.randint(0, 2**32, (1,)) reads.
+ * Eagerly the values (seed, offset); under CUDA-graph capture the generator's device state
+ * (seed_ptr, offset_ptr: read when the kernel runs) plus offset, the intragraph offset. */
+typedef struct mamba_ssu_position {
+  const int64_t *seed_ptr;   /* NULL: the position is the values below */
+  const int64_t *offset_ptr; /* with seed_ptr (both or neither), 8-byte aligned */
+  uint64_t seed;             /* values: the generator's seed */
+  uint64_t offset;           /* values: the draw's offset; device state: added to
+                                *offset_ptr. A multiple of 4. */
+} mamba_ssu_position;
+
+/* Where the stochastic-rounding seed comes from. */
+typedef enum mamba_ssu_seed_mode {
+  /* No seed: the state is rounded to nearest (rounds is not read). */
+  MAMBA_SSU_SEED_MODE_NONE = 0,
+  /* FlashInfer's rand_seed: one int64 in device memory, read by the kernel (also a fused
+   * chain's link, written by the previous call). */
+  MAMBA_SSU_SEED_MODE_POINTER = 1,
+  /* The kernel derives the seed itself as the stock draw at `position` (Philox4x32-10 word 1,
+   * mamba_ssu_draw_seeds' value): no seed kernel. */
+  MAMBA_SSU_SEED_MODE_DERIVED = 2
+} mamba_ssu_seed_mode;
+
+/* The seed of one call: its source, its rounds and its SR rule, the same for both forms. */
+typedef struct mamba_ssu_seed {
+  int32_t mode;   /* mamba_ssu_seed_mode */
+  int32_t rounds; /* Philox rounds, 1..MAMBA_SSU_MAX_PHILOX_ROUNDS with a seed */
+  int32_t rule;   /* mamba_ssu_sr_rule: the fp32 -> fp16 conversion */
+  int32_t reserved; /* 0 */
+  const int64_t *pointer;      /* MODE_POINTER: 8-byte aligned */
+  mamba_ssu_position position; /* MODE_DERIVED; and the base of `next` */
+  /* Optional (NULL: off): one extra thread block also stores the stock draw that FOLLOWS
+   * `position` (its offset + 4) here: the next call of a fused chain reads it as its seed.
+   * Needs a position, whatever the mode. 8-byte aligned. */
+  int64_t *next;
+  /* Optional: the prefetcher whose chain `next` belongs to (set by the prefetcher, not by
+   * hand); a successful mamba_ssu_launch tells it that the kernel writing the link was
+   * enqueued, so that the next request may hand the link out. */
+  struct mamba_ssu_prefetcher *chain;
+} mamba_ssu_seed;
+
+/* One selective-state-update call, FlashInfer's arguments (absent tensors: rank 0). */
+typedef struct mamba_ssu_args {
+  mamba_ssu_tensor state, x, dt, A, B, C;
+  mamba_ssu_tensor D, z, dt_bias; /* optional */
+  mamba_ssu_tensor out;
+  mamba_ssu_tensor state_batch_indices, dst_state_batch_indices; /* optional */
+  /* Multi-token only (optional): */
+  mamba_ssu_tensor intermediate_states, intermediate_state_indices;
+  mamba_ssu_tensor cu_seqlens, num_accepted_tokens;
+  /* int16 block-scaled state (FlashInfer's state_scale, intermediate_state_scales): not
+   * served yet, rejected as MAMBA_SSU_ERROR_UNSUPPORTED when given. */
+  mamba_ssu_tensor state_scale, intermediate_state_scales;
+  int64_t pad_slot_id;
+  int64_t cache_steps;          /* FlashInfer's: 0 = not given */
+  int32_t dt_softplus;          /* bool */
+  int32_t disable_state_update; /* bool, FlashInfer's sense: 1 leaves the state untouched
+                                   (without a write tensor) */
+  int32_t algorithm;            /* mamba_ssu_algorithm (the single-token layout) */
+  int32_t form;                 /* mamba_ssu_form */
+  int32_t num_sms;              /* <= 0: query the current device (grid sizing, ALGO_AUTO) */
+  int32_t reserved;             /* 0 */
+  mamba_ssu_seed seed;
+} mamba_ssu_args;
+
+/* What a checked call is, after the normalisation above. */
+typedef struct mamba_ssu_problem {
+  int32_t form;   /* MAMBA_SSU_FORM_SINGLE or MAMBA_SSU_FORM_MULTI */
+  int32_t varlen; /* bool */
+  int64_t batch;  /* sequences */
+  int64_t ntokens;      /* single: 1; multi: T, or (varlen) cache_steps */
+  int64_t total_tokens; /* varlen: token rows of x; else batch * ntokens */
+  int64_t nheads, dim, dstate, ngroups;
+  int64_t state_cache_size;
+  int64_t cache_steps;             /* with intermediate_states: its size(1); else 0 */
+  int64_t intermediate_cache_size; /* with intermediate_states: its size(0); else 0 */
+  int32_t state_dtype, input_dtype, weight_dtype;
+  int32_t index_dtype;             /* the index tensors' (I32 when none is given) */
+  int32_t stochastic_rounding;     /* bool: a seed with rounds > 0 */
+  int32_t algorithm;               /* single token: SIMPLE or VERTICAL as resolved for num_sms
+                                      (num_sms <= 0 and ALGO_AUTO: AUTO, unresolved) */
+} mamba_ssu_problem;
+
+/* Checks *args against the whole contract (no device is touched: pointers are checked, never
+ * dereferenced) and, when problem is not NULL, fills it. Returns a status; on failure
+ * mamba_ssu_last_error_argument() names the argument and the detail says what was expected. */
+int mamba_ssu_check(const mamba_ssu_args *args, mamba_ssu_problem *problem);
+
+/* Checks *args like mamba_ssu_check and enqueues the call on stream. */
+int mamba_ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_args *args);
+
+/* Checks *args and fills *out with the launch configuration mamba_ssu_launch would use on a
+ * device of num_sms multiprocessors (<= 0: the current device's). Nothing is launched. */
+int mamba_ssu_plan(const mamba_ssu_args *args, int32_t num_sms, mamba_ssu_launch_plan *out);
+
+/* The fused path of the prefetcher, producing a mamba_ssu_seed:
+ *
+ * mamba_ssu_prefetcher_derive_seed: this call's stock draw from the host generator (advanced
+ * by one draw, 4, exactly as stock), eagerly by value and under capture from the prefetcher's
+ * device state plus the intragraph offset (mamba_ssu_prefetcher_prepare_replay).
+ * mamba_ssu_prefetcher_derive_seed_at: the same at a position the caller took from its own
+ * generator (torch's philox_cuda_state(4)): nothing is advanced here.
+ * Both fill seed->mode, pointer, position, next and chain (rounds, rule and reserved are left
+ * as the caller set them). Outside a forward the seed is derived in the kernel. Inside a fused
+ * forward (begin_fused_forward) request k < N of the forward is chained: request 0 derives,
+ * each request sets `next` to the following link, and request k > 0 reads its link (MODE_POINTER)
+ * when the previous request's launch succeeded (seed->chain) and this position is the draw
+ * right after it; otherwise it derives its own seed. Values are the stock sequence either way.
+ * Inside a prefetching forward both are MAMBA_SSU_ERROR_SCOPE. */
+int mamba_ssu_prefetcher_derive_seed(mamba_ssu_prefetcher *p, mamba_ssu_stream_t stream,
+                                     mamba_ssu_generator_state *generator,
+                                     mamba_ssu_seed *seed);
+int mamba_ssu_prefetcher_derive_seed_at(mamba_ssu_prefetcher *p, mamba_ssu_stream_t stream,
+                                        const mamba_ssu_position *position,
+                                        mamba_ssu_seed *seed);
+
+/* Begins a fused forward on main like mamba_ssu_prefetcher_begin_fused_forward, its chain links
+ * in `links` (N int64 values of device memory that the caller keeps alive while any work or
+ * CUDA graph that uses them may run; NULL: the prefetcher's own buffer). generator may be NULL
+ * when every request of the forward gives its position (derive_seed_at). */
+int mamba_ssu_prefetcher_begin_fused_forward_links(mamba_ssu_prefetcher *p,
+                                                   mamba_ssu_stream_t main,
+                                                   const mamba_ssu_generator_state *generator,
+                                                   int64_t *links);
 
 /* ------------------------------------------------------------------------ */
 /* Filler: a stand-in for a layer's other kernels (tests and benchmarks)     */
