@@ -11,6 +11,10 @@
 //!
 //! Every step is enqueued on one stream, asynchronously; NVTX ranges name the step (with its
 //! mode and batch) and each layer, so an Nsight Systems timeline shows the paths.
+//!
+//! **Unstable benchmark and test scaffolding** (cargo feature `bench-support`): not part of the
+//! library's API, without stability or semver guarantee; library users should not enable the
+//! feature.
 
 use std::sync::Arc;
 

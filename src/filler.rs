@@ -1,6 +1,10 @@
 //! A stand-in for a layer's other kernels: one memory-touching kernel of a chosen size, used
 //! by the decode-step benchmark (in place of the conv1d update) and the prefetcher tests (work
 //! interleaved between layers). Asynchronous on the given stream.
+//!
+//! **Unstable benchmark and test scaffolding** (cargo feature `bench-support`): not part of the
+//! library's API, without stability or semver guarantee; library users should not enable the
+//! feature. Its C counterpart `mamba_ssu_filler` is likewise outside the stable C ABI.
 
 use cudarc::driver::{CudaStream, DevicePtrMut};
 

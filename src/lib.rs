@@ -116,18 +116,27 @@
 //! - [`tensor`]: the type-erased device tensor views and layouts the kernels take;
 //! - [`reference`](mod@reference): CPU references the GPU tests hold the kernels to (SSU in
 //!   f64, stochastic rounding, FlashInfer's random mapping);
-//! - [`decode`], [`filler`]: a simulated decode step for benchmarks and tests;
 //! - [`device`], [`error`]: opening a device without panicking; the error type.
+//!
+//! ## Benchmark scaffolding (feature `bench-support`, unstable)
+//!
+//! `decode` (a simulated decode step) and `filler` (a stand-in for a layer's other kernels)
+//! exist for this crate's benchmarks, tests and example, which enable the cargo feature
+//! `bench-support` themselves. They are not part of the library's API: no stability or semver
+//! guarantee, they may change or go in any release, and a library user should not enable the
+//! feature.
 //!
 //! Every GPU function is asynchronous on the stream it is given and validates its arguments
 //! before launching anything: invalid input is an [`Error`], never a panic or a bad launch.
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "bench-support")]
 pub mod decode;
 pub mod device;
 pub mod error;
 mod ffi;
+#[cfg(feature = "bench-support")]
 pub mod filler;
 pub mod generator;
 pub mod philox;

@@ -744,7 +744,10 @@ int mamba_ssu_prefetcher_begin_fused_forward_links(mamba_ssu_prefetcher *p,
 
 /* One kernel that reads and rewrites buf[0..n) `rounds` times (buf[i] = buf[i] * 0.5f + 1.0f
  * per round): a memory-touching kernel of a chosen size, standing in for the conv1d update of
- * a Mamba-2 layer in the decode-step benchmark and the prefetcher tests. n >= 1, rounds >= 1. */
+ * a Mamba-2 layer in the decode-step benchmark and the prefetcher tests. n >= 1, rounds >= 1.
+ * Test and benchmark support, OUTSIDE the stable ABI: it stays declared so that existing
+ * callers build, but it may change or go in any release; engines should not call it (the Rust
+ * crate exposes it only under its unstable `bench-support` feature). */
 int mamba_ssu_filler(mamba_ssu_stream_t stream, float *buf, uint64_t n, uint32_t rounds);
 
 #ifdef __cplusplus
