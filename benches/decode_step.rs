@@ -3,10 +3,13 @@
 //! Simulates a Nemotron-H decode step on the GPU (40 layers, each a filler kernel for the
 //! conv1d update plus the SSU at tensor-parallel-4 shapes: 32 heads, dim 64, dstate 128,
 //! 8 groups, fp16 state with stochastic rounding, 5 Philox rounds) for each seed mode (stock,
-//! prefetch, fused, fixed) and batch size, eagerly and as CUDA graphs. Prints step-time medians,
-//! each mode's ratio to stock and the seed overhead removed, (stock - mode) / (stock - fixed);
-//! writes the figures as JSON (`--json PATH`, the format of `decode_step/json.rs`). Before
-//! timing, it checks that stock, prefetch and fused give bit-identical states and outputs.
+//! prefetch, fused, fixed; and TensorRT-LLM's device counter: counter-stock, one increment
+//! kernel per layer, and counter, one launch per step) and batch size, eagerly and as CUDA
+//! graphs. Prints step-time medians, each mode's ratio to its stock and the seed overhead
+//! removed, (stock - mode) / (stock - fixed) (counter against counter-stock); writes the figures
+//! as JSON (`--json PATH`, the format of `decode_step/json.rs`). Before timing, it checks that
+//! stock, prefetch and fused give bit-identical states and outputs, and counter and
+//! counter-stock bit-identical states, outputs and final counters.
 //!
 //! ```text
 //! decode_step [--batch 1,2,4,8,16,32,64] [--steps N] [--json PATH] [--quick] [--nvtx-only]
@@ -122,7 +125,43 @@ fn check_identical(
             return Err(format!("{} differs from stock (graph replay)", mode.name()).into());
         }
     }
+    check_counter_identical(step, prefetcher, stream)?;
     stream.synchronize()?;
+    Ok(())
+}
+
+/// The counter modes (TensorRT-LLM's device counter): one batched launch per step gives the
+/// states, outputs and final counter of one increment per layer, eagerly and in a graph replay.
+fn check_counter_identical(
+    step: &mut DecodeStep,
+    prefetcher: &mut Prefetcher,
+    stream: &Arc<CudaStream>,
+) -> AnyResult<()> {
+    const START: i64 = 0x7FFF_FFFF_FFFF_FFF0; // wraps past i64::MAX within the step
+    let mut gen = Generator::new(0xC0FFEE, 4096)?;
+    let mut reference = None;
+    for mode in [SeedMode::CounterStock, SeedMode::Counter] {
+        step.reset_states()?;
+        step.set_counter(START)?;
+        step.run(mode, prefetcher, &mut gen)?;
+        let got = (step.download()?, step.counter()?);
+        match &reference {
+            None => reference = Some(got),
+            Some(r) if *r != got => {
+                return Err(format!("{} differs from counter-stock (eager)", mode.name()).into())
+            }
+            Some(_) => {}
+        }
+        step.reset_states()?;
+        step.set_counter(START)?;
+        let graph = capture(step, prefetcher, stream, mode, &mut gen)?;
+        graph.launch()?;
+        if (step.download()?, step.counter()?) != *reference.as_ref().unwrap() {
+            return Err(
+                format!("{} differs from counter-stock (graph replay)", mode.name()).into(),
+            );
+        }
+    }
     Ok(())
 }
 
@@ -150,7 +189,7 @@ struct Variant {
     branch: bool,
 }
 
-const VARIANTS: [Variant; 6] = [
+const VARIANTS: [Variant; 8] = [
     Variant {
         label: "stock",
         mode: SeedMode::Stock,
@@ -179,6 +218,16 @@ const VARIANTS: [Variant; 6] = [
     Variant {
         label: "fixed",
         mode: SeedMode::Fixed,
+        branch: false,
+    },
+    Variant {
+        label: "counter-stock",
+        mode: SeedMode::CounterStock,
+        branch: false,
+    },
+    Variant {
+        label: "counter",
+        mode: SeedMode::Counter,
         branch: false,
     },
 ];
@@ -264,7 +313,11 @@ fn run() -> AnyResult<()> {
         for v in VARIANTS {
             let pf = if v.branch { &mut branch } else { &mut inline };
             let graph = capture(&mut step, pf, &stream, v.mode, &mut gen)?;
-            let inc = if v.mode == SeedMode::Fixed {
+            // Fixed and the counter modes draw nothing from the generator.
+            let inc = if matches!(
+                v.mode,
+                SeedMode::Fixed | SeedMode::CounterStock | SeedMode::Counter
+            ) {
                 0
             } else {
                 pf.graph_increment()
@@ -286,16 +339,31 @@ fn run() -> AnyResult<()> {
             }
         }
         // Paired estimate: the variants of one round ran back to back, so per-round differences
-        // cancel slow drift that the difference of two medians keeps.
-        let stock_i = VARIANTS.iter().position(|v| v.label == "stock").unwrap();
+        // cancel slow drift that the difference of two medians keeps. Each variant against its
+        // stock: the generator modes and fixed against stock, counter against counter-stock (and
+        // fixed against counter-stock, the counter modes' lower bound, as "counter-fixed").
+        let index = |label: &str| VARIANTS.iter().position(|v| v.label == label).unwrap();
+        let paired = |base: usize, i: usize| -> f64 {
+            median(
+                samples[base]
+                    .iter()
+                    .zip(&samples[i])
+                    .map(|(s, x)| s - x)
+                    .collect(),
+            )
+        };
         for (i, (v, _, _)) in graphs.iter().enumerate() {
-            let d: Vec<f64> = samples[stock_i]
-                .iter()
-                .zip(&samples[i])
-                .map(|(s, x)| s - x)
-                .collect();
-            row.graph_paired_saving.insert(v.label, median(d));
+            let base = if v.label == "counter" {
+                index("counter-stock")
+            } else {
+                index("stock")
+            };
+            row.graph_paired_saving.insert(v.label, paired(base, i));
         }
+        row.graph_paired_saving.insert(
+            "counter-fixed",
+            paired(index("counter-stock"), index("fixed")),
+        );
         for ((v, _, _), s) in graphs.iter().zip(samples) {
             row.graph.insert(v.label, median(s));
         }
@@ -303,9 +371,14 @@ fn run() -> AnyResult<()> {
         rows.push((batch, row));
     }
 
-    // (stock - mode) / (stock - fixed).
+    // (stock - mode) / (stock - fixed); for the counter mode against counter-stock.
     let removed = |m: &BTreeMap<&str, f64>, mode: &str| {
-        let (s, f, x) = (m["stock"], m["fixed"], m[mode]);
+        let stock = if mode == "counter" {
+            "counter-stock"
+        } else {
+            "stock"
+        };
+        let (s, f, x) = (m[stock], m["fixed"], m[mode]);
         if s > f {
             100.0 * (s - x) / (s - f)
         } else {
@@ -323,32 +396,42 @@ fn run() -> AnyResult<()> {
             opts.steps
         );
     }
-    // Removed from paired differences: median(stock - mode) / median(stock - fixed).
-    let removed_paired = |m: &BTreeMap<&str, f64>, mode: &str| 100.0 * m[mode] / m["fixed"];
-    println!("\nCUDA graph, seed overhead removed from paired per-round differences, median(stock - mode) / median(stock - fixed):\n");
+    // Removed from paired differences: median(stock - mode) / median(stock - fixed), the counter
+    // mode against counter-stock.
+    let removed_paired = |m: &BTreeMap<&str, f64>, mode: &str| {
+        let lower = if mode == "counter" {
+            "counter-fixed"
+        } else {
+            "fixed"
+        };
+        100.0 * m[mode] / m[lower]
+    };
+    println!("\nCUDA graph, seed overhead removed from paired per-round differences, median(stock - mode) / median(stock - fixed) (counter: against counter-stock):\n");
     println!(
-        "| batch | stock - fixed (us) | prefetch | prefetch (branch) | fused | fused (per call) |"
+        "| batch | stock - fixed (us) | prefetch | prefetch (branch) | fused | fused (per call) | counter-stock - fixed (us) | counter |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for (batch, row) in &rows {
         let m = &row.graph_paired_saving;
         println!(
-            "| {batch} | {:.1} | {:.1}% | {:.1}% | {:.1}% | {:.1}% |",
+            "| {batch} | {:.1} | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.1} | {:.1}% |",
             m["fixed"],
             removed_paired(m, "prefetch"),
             removed_paired(m, "prefetch-branch"),
             removed_paired(m, "fused"),
             removed_paired(m, "fused-per-call"),
+            m["counter-fixed"],
+            removed_paired(m, "counter"),
         );
     }
     for (label, pick) in [("CUDA graph", true), ("eager", false)] {
         println!("\n{label}:\n");
-        println!("| batch | stock | prefetch | prefetch (branch) | fused | fused (per call) | fixed | prefetch/stock | fused/stock | fused/fixed | removed: prefetch | prefetch (branch) | fused | fused (per call) |");
-        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("| batch | stock | prefetch | prefetch (branch) | fused | fused (per call) | fixed | prefetch/stock | fused/stock | fused/fixed | removed: prefetch | prefetch (branch) | fused | fused (per call) | counter-stock | counter | counter/counter-stock | removed: counter |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for (batch, row) in &rows {
             let m = if pick { &row.graph } else { &row.eager };
             println!(
-                "| {batch} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.3} | {:.3} | {:.3} | {:.1}% | {:.1}% | {:.1}% | {:.1}% |",
+                "| {batch} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.3} | {:.3} | {:.3} | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.1} | {:.1} | {:.3} | {:.1}% |",
                 m["stock"],
                 m["prefetch"],
                 m["prefetch-branch"],
@@ -362,6 +445,10 @@ fn run() -> AnyResult<()> {
                 removed(m, "prefetch-branch"),
                 removed(m, "fused"),
                 removed(m, "fused-per-call"),
+                m["counter-stock"],
+                m["counter"],
+                m["counter"] / m["counter-stock"],
+                removed(m, "counter"),
             );
         }
     }

@@ -31,6 +31,17 @@ __global__ void draw_seeds_graphsafe_kernel(int64_t *__restrict__ out, uint32_t 
   }
 }
 
+// Counter seeds: one block, so that every thread has read the counter before thread 0 writes it
+// back. Unsigned arithmetic: the int64 wrap-around of torch's add_, without signed overflow.
+__global__ void counter_seeds_kernel(int64_t *__restrict__ counter, int64_t *__restrict__ out,
+                                     uint32_t n) {
+  const uint64_t base = static_cast<uint64_t>(*counter);
+  for (uint32_t k = threadIdx.x; k < n; k += blockDim.x)
+    out[k] = static_cast<int64_t>(base + k + 1);
+  __syncthreads();
+  if (threadIdx.x == 0) *counter = static_cast<int64_t>(base + n);
+}
+
 __global__ void set_generator_state_kernel(mamba_ssu_generator_state *state, uint64_t seed,
                                            uint64_t offset) {
   state->seed = seed;
@@ -107,6 +118,22 @@ extern "C" int mamba_ssu_draw_seeds_graphsafe_pair(mamba_ssu_stream_t stream, in
       out, n, reinterpret_cast<const uint64_t *>(seed_ptr),
       reinterpret_cast<const uint64_t *>(offset_ptr), intragraph_offset);
   return check_launch("draw_seeds_graphsafe_pair launch");
+}
+
+extern "C" int mamba_ssu_counter_seeds(mamba_ssu_stream_t stream, int64_t *counter, int64_t *out,
+                                       uint32_t n) {
+  clear_error();
+  if (int s = check_draw_args(out, n)) return s;
+  if (counter == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "counter: null pointer");
+  if (reinterpret_cast<uintptr_t>(counter) % alignof(int64_t) != 0)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "counter: not 8-byte aligned");
+  const uintptr_t c = reinterpret_cast<uintptr_t>(counter), o = reinterpret_cast<uintptr_t>(out);
+  if (c >= o && c - o < sizeof(int64_t) * uint64_t{n})
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                "counter: inside out[0..%u) (the counter must not be one of the seeds)", n);
+  counter_seeds_kernel<<<1, kSeedThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(counter,
+                                                                                       out, n);
+  return check_launch("counter_seeds launch");
 }
 
 extern "C" int mamba_ssu_set_generator_state(mamba_ssu_stream_t stream,

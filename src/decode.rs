@@ -1,6 +1,8 @@
 //! A simulated Mamba-2 decode step (Nemotron-H class) for the benchmark binary and the tests:
 //! L layers, each a filler kernel standing in for the conv1d update, then the SSU with an fp16
-//! state and stochastic rounding, its seed taken by one of four [`SeedMode`]s. It is also a
+//! state and stochastic rounding, its seed taken by one of the [`SeedMode`]s: from torch's CUDA
+//! generator (stock, prefetch, fused), from a device counter (TensorRT-LLM's form: counter-stock,
+//! counter), or fixed. It is also a
 //! worked example of wiring the prefetcher into an engine's layer loop.
 //!
 //! With [`DecodeShape::tokens`] > 1 the step is a speculative-decoding verify step: every layer
@@ -25,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::filler::filler;
 use crate::generator::Generator;
 use crate::prefetch::Prefetcher;
+use crate::seeds::counter_seeds;
 use crate::ssu::{
     selective_state_update, selective_state_update_mtp, Algorithm, MtpArgs, SeedSource, SsuArgs,
     Tensor, TensorMut,
@@ -45,16 +48,25 @@ pub enum SeedMode {
     FusedPerCall,
     /// A fixed seed in device memory, no draw: the lower bound (not stock-identical).
     Fixed,
+    /// A device int64 counter incremented by one kernel before every layer, whose new value is
+    /// the layer's seed (TensorRT-LLM's `rand_seed.add_(1)` per layer; here one
+    /// [`counter_seeds`] launch of one step per layer).
+    CounterStock,
+    /// The same counter and values from one [`counter_seeds`] launch per step: layer `k` reads
+    /// the `k`-th value (bit-identical to [`SeedMode::CounterStock`]).
+    Counter,
 }
 
 impl SeedMode {
     /// All modes, in table order.
-    pub const ALL: [SeedMode; 5] = [
+    pub const ALL: [SeedMode; 7] = [
         SeedMode::Stock,
         SeedMode::Prefetch,
         SeedMode::Fused,
         SeedMode::FusedPerCall,
         SeedMode::Fixed,
+        SeedMode::CounterStock,
+        SeedMode::Counter,
     ];
 
     /// Lower-case name.
@@ -65,6 +77,8 @@ impl SeedMode {
             SeedMode::Fused => "fused",
             SeedMode::FusedPerCall => "fused-per-call",
             SeedMode::Fixed => "fixed",
+            SeedMode::CounterStock => "counter-stock",
+            SeedMode::Counter => "counter",
         }
     }
 }
@@ -154,6 +168,9 @@ pub struct DecodeStep {
     cu_seqlens: CudaSlice<i32>,
     num_accepted: CudaSlice<i32>,
     fixed_seed: CudaSlice<i64>,
+    /// The counter modes: the device counter and one seed per layer.
+    counter: CudaSlice<i64>,
+    counter_seeds: CudaSlice<i64>,
     filler: CudaSlice<f32>,
 }
 
@@ -246,6 +263,8 @@ impl DecodeStep {
             cu_seqlens: stream.clone_htod(&cu)?,
             num_accepted: stream.clone_htod(&accepted)?,
             fixed_seed: stream.clone_htod(&[0x5EED_i64])?,
+            counter: stream.clone_htod(&[0_i64])?,
+            counter_seeds: stream.alloc_zeros::<i64>(shape.layers)?,
             filler: stream.alloc_zeros::<f32>(batch * shape.filler_elems_per_seq)?,
         })
     }
@@ -262,6 +281,17 @@ impl DecodeStep {
                 .memcpy_dtod(&self.initial_state, &mut layer.state)?;
         }
         Ok(())
+    }
+
+    /// Sets the device counter of the counter modes (on the stream).
+    pub fn set_counter(&mut self, value: i64) -> Result<()> {
+        self.stream.memcpy_htod(&[value], &mut self.counter)?;
+        Ok(())
+    }
+
+    /// Reads the device counter of the counter modes (synchronises the stream).
+    pub fn counter(&self) -> Result<i64> {
+        Ok(self.stream.clone_dtoh(&self.counter)?[0])
     }
 
     /// Downloads every layer's state and output (raw bits), for bit-exact comparisons.
@@ -288,7 +318,8 @@ impl DecodeStep {
     }
 
     /// Enqueues one decode step on the stream with seeds from `mode`. `gen` advances by 4 per
-    /// layer (eagerly) for every mode but [`SeedMode::Fixed`], exactly like stock.
+    /// layer (eagerly) for the generator modes, exactly like stock; the counter modes advance
+    /// the device counter by one per layer instead, and [`SeedMode::Fixed`] neither.
     pub fn run(
         &mut self,
         mode: SeedMode,
@@ -311,6 +342,14 @@ impl DecodeStep {
             match mode {
                 SeedMode::Prefetch => prefetcher.begin_forward(&stream, gen)?,
                 SeedMode::Fused => prefetcher.begin_fused_forward(&stream, gen)?,
+                SeedMode::Counter => {
+                    counter_seeds(
+                        &stream,
+                        &mut self.counter,
+                        &mut self.counter_seeds,
+                        self.shape.layers,
+                    )?;
+                }
                 _ => {}
             }
             for l in 0..self.shape.layers {
@@ -331,6 +370,22 @@ impl DecodeStep {
                         SeedMode::Fixed => {
                             SeedSource::Pointer(Tensor::contiguous(&self.fixed_seed, &[1])?)
                         }
+                        SeedMode::CounterStock => {
+                            counter_seeds(
+                                &stream,
+                                &mut self.counter,
+                                &mut self.counter_seeds.slice_mut(l..l + 1),
+                                1,
+                            )?;
+                            SeedSource::Pointer(Tensor::contiguous(
+                                self.counter_seeds.slice(l..l + 1),
+                                &[1],
+                            )?)
+                        }
+                        SeedMode::Counter => SeedSource::Pointer(Tensor::contiguous(
+                            self.counter_seeds.slice(l..l + 1),
+                            &[1],
+                        )?),
                     };
                     let layer = &mut self.layers[l];
                     if tokens > 1 {

@@ -129,3 +129,59 @@ where
     };
     ffi::check(status)
 }
+
+/// Counter seeds, for engines that keep a device int64 counter and increment it by one before
+/// every stochastic-rounding layer, passing it to the SSU as its seed (TensorRT-LLM's Mamba-2
+/// mixer: `rand_seed.add_(1)` per layer, one tiny kernel each). One launch does `n` of those
+/// steps: `out[k] = counter + k + 1` for `k < n`, then `counter += n` (int64 wrap-around), the
+/// values and the final counter of `n` stock increment-then-read steps; layer `k` then uses
+/// `out[k]` as its seed ([`crate::ssu::SeedSource::Pointer`] on a one-element view). The counter
+/// is read on the device when the kernel runs, so a launch captured in a CUDA graph continues from
+/// the counter's value at every replay.
+///
+/// Errors (nothing launched): `counter` is empty or `out` holds fewer than `n` values; a buffer
+/// lives on another device than `stream`; and what the C launcher `mamba_ssu_counter_seeds`
+/// rejects (`n` outside `1..=`[`MAX_SEEDS_PER_DRAW`]).
+pub fn counter_seeds<C, D>(
+    stream: &CudaStream,
+    counter: &mut C,
+    out: &mut D,
+    n: usize,
+) -> Result<()>
+where
+    C: DevicePtrMut<i64>,
+    D: DevicePtrMut<i64>,
+{
+    if counter.len() == 0 {
+        return Err(Error::invalid(
+            "counter",
+            "expected one int64, got an empty buffer",
+        ));
+    }
+    if out.len() < n {
+        return Err(Error::invalid(
+            "out",
+            format!("buffer holds {} int64, {n} needed", out.len()),
+        ));
+    }
+    let n32 = u32::try_from(n)
+        .map_err(|_| Error::invalid("n", format!("expected 1..={MAX_SEEDS_PER_DRAW}, got {n}")))?;
+    check_same_device("counter", stream, counter.stream())?;
+    check_same_device("out", stream, out.stream())?;
+    // The launcher uses the thread's current context: make it the buffers' (== the stream's).
+    stream.context().bind_to_thread()?;
+    let (counter_ptr, _counter_guard) = counter.device_ptr_mut(stream);
+    let (out_ptr, _out_guard) = out.device_ptr_mut(stream);
+    // SAFETY: `counter_ptr` addresses at least one int64 and `out_ptr` at least `n`, both on the
+    // stream's device and alive until the guards drop after the launch is enqueued; the two are
+    // distinct mutable borrows, and the launcher rejects a counter inside out[0..n).
+    let status = unsafe {
+        ffi::sys::mamba_ssu_counter_seeds(
+            ffi::stream_handle(stream),
+            counter_ptr as *mut i64,
+            out_ptr as *mut i64,
+            n32,
+        )
+    };
+    ffi::check(status)
+}

@@ -253,9 +253,10 @@ mod decode {
                 "eager_us": {"fixed": 156.128, "stock": 202.48},
                 "graph_us": {"fixed": 156.128, "stock": 202.48},
                 "graph_overhead_removed_pct": {"prefetch": 97.31, "prefetch-branch": 97.31,
-                    "fused": null, "fused-per-call": 97.31},
+                    "fused": null, "fused-per-call": 97.31, "counter": 97.31},
                 "graph_overhead_removed_paired_pct": {"prefetch": 95.0,
-                    "prefetch-branch": 95.0, "fused": 95.0, "fused-per-call": 95.0}}]}"#,
+                    "prefetch-branch": 95.0, "fused": 95.0, "fused-per-call": 95.0,
+                    "counter": 95.0}}]}"#,
         )
         .unwrap();
         assert_eq!(v, want);

@@ -125,3 +125,71 @@ fn captured_steps_replay_like_eager_stock_at_each_offset() {
         }
     }
 }
+
+/// TensorRT-LLM's device counter: one counter-seed launch per step gives the states, outputs and
+/// final counter of one increment kernel per layer, over two steps, eagerly and in CUDA-graph
+/// replays (the counter continues on the device from replay to replay).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn counter_seeds_equal_one_increment_per_layer() {
+    let _serial = common::serial(); // captures: see common::serial
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    // SAFETY: as above.
+    unsafe { ctx.disable_event_tracking() };
+    let mut p = Prefetcher::new(&ctx, 40).unwrap();
+    const START: i64 = i64::MAX - 50; // the second step wraps past i64::MAX
+    for tokens in [1usize, 8] {
+        let mut step =
+            DecodeStep::new(&stream, DecodeShape::nemotron_h_tp4_verify(3, tokens)).unwrap();
+        let mut gen = Generator::new(7, 0).unwrap();
+        let mut eager = Vec::new();
+        for mode in [SeedMode::CounterStock, SeedMode::Counter] {
+            step.reset_states().unwrap();
+            step.set_counter(START).unwrap();
+            step.run(mode, &mut p, &mut gen).unwrap();
+            step.run(mode, &mut p, &mut gen).unwrap();
+            assert_eq!(step.counter().unwrap(), START.wrapping_add(80), "{mode:?}");
+            eager.push(step.download().unwrap());
+        }
+        assert_eq!(
+            gen.offset(),
+            0,
+            "the counter modes leave the generator alone"
+        );
+        assert!(
+            eager[0] == eager[1],
+            "counter differs from counter-stock ({tokens} tokens)"
+        );
+
+        // The fixed seed is another sequence: the comparison can fail.
+        step.reset_states().unwrap();
+        step.run(SeedMode::Fixed, &mut p, &mut gen).unwrap();
+        step.run(SeedMode::Fixed, &mut p, &mut gen).unwrap();
+        assert!(step.download().unwrap() != eager[0]);
+
+        // Captured once, replayed twice from the initial states: replay r equals eager step r.
+        for mode in [SeedMode::CounterStock, SeedMode::Counter] {
+            step.reset_states().unwrap();
+            step.set_counter(START).unwrap();
+            stream
+                .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                .unwrap();
+            let r = step.run(mode, &mut p, &mut gen);
+            let graph = stream
+                .end_capture(CUgraphInstantiate_flags(0))
+                .unwrap()
+                .expect("a graph");
+            r.unwrap();
+            assert_eq!(step.counter().unwrap(), START, "capture runs nothing");
+            graph.launch().unwrap();
+            graph.launch().unwrap();
+            assert_eq!(step.counter().unwrap(), START.wrapping_add(80), "{mode:?}");
+            assert!(
+                step.download().unwrap() == eager[0],
+                "{mode:?} ({tokens} tokens): two replays differ from two eager steps"
+            );
+        }
+    }
+}

@@ -292,3 +292,101 @@ fn foreign_device_buffer_is_refused() {
         other => panic!("expected WrongDevice, got {other:?}"),
     }
 }
+
+/// Counter seeds equal the stock increment-then-read sequence (n launches that each add one to
+/// the counter and hand out its new value), for counters across the int64 wrap-around, eagerly
+/// and as a CUDA graph replayed three times (each replay continues from the device counter).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn counter_seeds_equal_the_stock_increment_then_read_sequence() {
+    let _serial = common::serial(); // captures: see common::serial
+    let Some((_ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let n = 40usize;
+    let expect = |start: i64, steps: usize| -> Vec<i64> {
+        (1..=steps as i64).map(|k| start.wrapping_add(k)).collect()
+    };
+    for start in [0i64, 7, i64::MAX - 20, -3, i64::MIN] {
+        // The crate's one launch.
+        let mut counter = stream.clone_htod(&[start]).unwrap();
+        let mut out = stream.clone_htod(&vec![POISON; n + 1]).unwrap();
+        seeds::counter_seeds(&stream, &mut counter, &mut out, n).unwrap();
+        let got = stream.clone_dtoh(&out).unwrap();
+        assert_eq!(&got[..n], &expect(start, n)[..], "start {start}");
+        assert_eq!(got[n], POISON, "out[n] untouched");
+        assert_eq!(
+            stream.clone_dtoh(&counter).unwrap(),
+            vec![start.wrapping_add(n as i64)]
+        );
+
+        // The stock sequence on the device: n launches of one increment each.
+        let mut stock_counter = stream.clone_htod(&[start]).unwrap();
+        let mut stock = stream.alloc_zeros::<i64>(n).unwrap();
+        for k in 0..n {
+            seeds::counter_seeds(
+                &stream,
+                &mut stock_counter,
+                &mut stock.slice_mut(k..k + 1),
+                1,
+            )
+            .unwrap();
+        }
+        assert_eq!(stream.clone_dtoh(&stock).unwrap(), got[..n].to_vec());
+        assert_eq!(
+            stream.clone_dtoh(&stock_counter).unwrap(),
+            stream.clone_dtoh(&counter).unwrap()
+        );
+    }
+
+    // Captured once, replayed three times: the values of three consecutive forwards.
+    let start = 1234i64;
+    let mut counter = stream.clone_htod(&[start]).unwrap();
+    let mut out = stream.alloc_zeros::<i64>(n).unwrap();
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    seeds::counter_seeds(&stream, &mut counter, &mut out, n).unwrap();
+    let graph = stream
+        .end_capture(CUgraphInstantiate_flags(0))
+        .unwrap()
+        .expect("a graph");
+    assert_eq!(
+        stream.clone_dtoh(&counter).unwrap(),
+        vec![start],
+        "capture runs nothing"
+    );
+    let all = expect(start, 3 * n);
+    for replay in 0..3 {
+        graph.launch().unwrap();
+        stream.synchronize().unwrap();
+        assert_eq!(
+            stream.clone_dtoh(&out).unwrap(),
+            all[replay * n..(replay + 1) * n].to_vec(),
+            "replay {replay}"
+        );
+    }
+    assert_eq!(
+        stream.clone_dtoh(&counter).unwrap(),
+        vec![start + 3 * n as i64]
+    );
+
+    // Refused before anything runs: n = 0, a short out, the counter inside out.
+    let mut c = stream.clone_htod(&[5i64]).unwrap();
+    let mut o = stream.alloc_zeros::<i64>(4).unwrap();
+    for (r, arg) in [
+        (seeds::counter_seeds(&stream, &mut c, &mut o, 0), "n"),
+        (seeds::counter_seeds(&stream, &mut c, &mut o, 5), "out"),
+    ] {
+        match r {
+            Err(Error::InvalidArgument { argument, .. }) => assert_eq!(argument, arg),
+            Err(Error::Launcher { detail, .. }) => assert!(detail.starts_with(arg), "{detail}"),
+            other => panic!("expected a rejection naming {arg}, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        stream.clone_dtoh(&c).unwrap(),
+        vec![5],
+        "rejected calls ran nothing"
+    );
+}

@@ -60,6 +60,8 @@ pub struct Removed {
     pub fused: f64,
     #[serde(rename = "fused-per-call")]
     pub fused_per_call: f64,
+    /// The counter mode, against counter-stock.
+    pub counter: f64,
 }
 
 impl Removed {
@@ -70,6 +72,7 @@ impl Removed {
             prefetch_branch: round(pct("prefetch-branch"), 2),
             fused: round(pct("fused"), 2),
             fused_per_call: round(pct("fused-per-call"), 2),
+            counter: round(pct("counter"), 2),
         }
     }
 }

@@ -107,6 +107,18 @@ int mamba_ssu_draw_seeds_graphsafe_pair(mamba_ssu_stream_t stream, int64_t *out,
                                         const int64_t *seed_ptr, const int64_t *offset_ptr,
                                         uint64_t intragraph_offset);
 
+/* Counter seeds, TensorRT-LLM's form: an engine keeps one device int64 counter and, before every
+ * stochastic-rounding layer, increments it by one (`rand_seed.add_(1)`) and passes it to the SSU
+ * as rand_seed: one tiny kernel per layer. This launch does a forward's n of them at once:
+ * out[k] = *counter + k + 1 for k < n, then *counter += n, with the int64 wrap-around of torch's
+ * add_. The values and the final counter equal those of n consecutive stock increment-then-read
+ * steps; layer k passes out + k as its rand_seed. The counter is read when the kernel runs (one
+ * thread block), so a launch captured in a CUDA graph continues from the counter's value at each
+ * replay. counter and out: device int64, 8-byte aligned, not overlapping; n:
+ * 1..MAMBA_SSU_MAX_SEEDS_PER_DRAW. */
+int mamba_ssu_counter_seeds(mamba_ssu_stream_t stream, int64_t *counter, int64_t *out,
+                            uint32_t n);
+
 /* Writes (seed, offset) into the device-resident state with a kernel whose
  * arguments carry the values (no host memory needs to outlive the call). */
 int mamba_ssu_set_generator_state(mamba_ssu_stream_t stream,
