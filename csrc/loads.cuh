@@ -109,11 +109,6 @@ __device__ __forceinline__ void prefetch_l2_bulk(const void *p, uint32_t bytes) 
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 }
 
-// A prefetch of the 128-byte L2 line holding p.
-__device__ __forceinline__ void prefetch_l2_line(const void *p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
 // A volatile load of the shared-memory word at p (a generic pointer into shared memory): opaque
 // to the compiler, so that a value computed before the load is not re-derived after it (see
 // philox_words.cuh, the key table).

@@ -8,7 +8,7 @@
 // rounds), with and without z, in 4-row chunks (a small- and a large-grid form of those
 // without SR and with 10 rounds), and for small grids in 1-row (SR) or 2-row chunks
 // (small_grid_rows); 38 kernels. The large-grid 10-round kernels' grids are tapered (their
-// last wave of blocks in quarter-head warps, see MAMBA_SSU_TAPER_SHIFT). Everything else that
+// last wave of blocks in quarter-head warps, see Tuning::kTaperShift). Everything else that
 // passes the checks runs the generic kernel (DynConfig), and so does every SR call under
 // FlashInfer 0.7.4's conversion (sr_rule MAMBA_SSU_SR_V074; the hot kernels are 0.7.2's).
 // Index dtype, the other optional tensors and flags are run time values in both.
@@ -18,6 +18,7 @@
 #include "checks.h"
 #include "common.cuh"
 #include "ssu.cuh"
+#include "tuning.h"
 
 namespace mamba_ssu {
 namespace {
@@ -25,8 +26,8 @@ namespace {
 using ssu::Args;
 using ssu::DynConfig;
 using ssu::HotConfig;
+using tuning::Tuning;
 
-constexpr int kMaxRowsPerWarp = 16;
 // Fewest rows a block can hold (generic kernel, 4 warps x 2 rows): bounds the
 // grid size in the checks, whatever rows per warp the launcher picks.
 constexpr int64_t kMinRowsPerBlock = ssu::kWarpsPerBlock * DynConfig::kRowsPerChunk;
@@ -201,33 +202,16 @@ bool below_switch(int64_t batch, int64_t nheads, int num_sms) {
   return static_cast<__int128>(batch) * nheads < 2 * static_cast<__int128>(num_sms);
 }
 
-// Rows per warp: grow from one chunk while at least MAMBA_SSU_RPW_WARPS_PER_SM
-// warps per SM (after doubling) remain, up to 16. 8 was the best of {8, 32, 128} on the H200
-// across the benchmark's sizes (BENCHMARKS.md): fewer, longer-lived warps with two chunks in
-// flight beat many one-chunk warps. The threshold is a build-time tuning knob
-// (e.g. MAMBA_SSU_NVCC_FLAGS=-DMAMBA_SSU_RPW_WARPS_PER_SM=64) for benchmark experiments.
-#ifndef MAMBA_SSU_RPW_WARPS_PER_SM
-#define MAMBA_SSU_RPW_WARPS_PER_SM 8
-#endif
-// Most rows per warp of the hot kernels with stochastic rounding (16, 32 or 64; above 16 a block
-// has 2 or 1 warps). Measured on the H200 (docs/perf-notes.md,
-// 'The SR chunk path, longer warps, occupancy, waves' (2026-11-30)): 32 rows per warp make the SR
-// kernels 1-6 % faster than 16 at 128 heads x batch 64-256 (the per-warp prologue is spread over
-// twice the rows) and 64 no faster than 32; without SR 32 or 64 rows per warp were up to
-// 13 % SLOWER, and with fewer than 32 warps per SM left (128 heads x batch 16) so were the SR
-// kernels, hence the limits below.
-#ifndef MAMBA_SSU_MAX_RPW
-#define MAMBA_SSU_MAX_RPW 32
-#endif
-constexpr int64_t kWideRpwWarpsPerSm = 32;
-#ifndef MAMBA_SSU_WAVE_SPLIT
-#define MAMBA_SSU_WAVE_SPLIT 150  // percent of a wave; 0: off
-#endif  // warps per SM that rows per warp above 16 keep
+// Rows per warp: grow from one chunk while at least warps_per_sm warps per SM (after doubling)
+// remain, up to Tuning::kMaxRowsPerWarp, and above it (max_rpw: the SR kernels' longer warps)
+// while Tuning::kWideRpwWarpsPerSm remain (tuning.h).
 int pick_rows_per_warp(int64_t rows, int num_sms, int rows_per_chunk, int max_rpw,
-                       int64_t warps_per_sm = MAMBA_SSU_RPW_WARPS_PER_SM) {
+                       int64_t warps_per_sm) {
   int rpw = rows_per_chunk;
   while (rpw < max_rpw &&
-         rows / (2 * rpw) >= (rpw < kMaxRowsPerWarp ? warps_per_sm : kWideRpwWarpsPerSm) * num_sms)
+         rows / (2 * rpw) >= (rpw < Tuning::kMaxRowsPerWarp
+                                  ? warps_per_sm
+                                  : int64_t{Tuning::kWideRpwWarpsPerSm}) * num_sms)
     rpw *= 2;
   return rpw;
 }
@@ -248,20 +232,11 @@ int launch(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t str
   return check_launch("selective_state_update launch");
 }
 
-// Grid-size forms (HotConfig's kZW: 0 below this many rows, 1 from it on) of three 4-row
-// kernels, each measured on both sides on the H200:
-// - 10 rounds, simple: pad chunks zeroed word by word (HotConfig::kZeroWords) on large grids,
-//   1.6-2.0 % faster at 128 heads x 64-256 (524 288 rows and more), 2-10 % slower at 32 heads
-//   x 2-32 (up to 131 072 rows; docs/perf-notes.md, 'z as a compile-time fact, pad zeroing'
-//   (2026-11-30)); zero-page pad reads on large grids only (docs/perf-notes.md, 'The chunk's
-//   overhead instructions' (2026-12-01), see HotConfig::kZeroPage);
-// - 10 rounds, vertical, and without SR: x as one vector per chunk and the output through a
-//   per-lane pointer (HotConfig::kVecX) on large grids only for the former, on small grids
-//   only for the latter (docs/perf-notes.md, 'The chunk's overhead instructions' (2026-12-01),
-//   see there).
-#ifndef MAMBA_SSU_R10S_ZW_ROWS
-#define MAMBA_SSU_R10S_ZW_ROWS 262144
-#endif
+// Grid-size forms (HotConfig's kZW: 0 below Tuning::kLargeGridRows rows, 1 from there on) of
+// three 4-row kernels: 10 rounds simple (pad zeroing word by word, HotConfig::kZeroWords, and
+// zero-page pad reads on large grids), 10 rounds vertical and without SR (the vector x and output
+// pointer, HotConfig::kVecX, on large grids only for the former, on small grids only for the
+// latter); tuning.h has the choices.
 
 template <bool kSimple, int kU, bool kGate>
 int launch_hot_z(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream,
@@ -293,7 +268,7 @@ int launch_hot_z(const Args &a, unsigned blocks, int warps_per_block, cudaStream
 template <bool kSimple, int kU>
 int launch_hot(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream,
                int64_t rows) {
-  const bool large = rows >= int64_t{MAMBA_SSU_R10S_ZW_ROWS};
+  const bool large = rows >= Tuning::kLargeGridRows;
   return a.z != nullptr
              ? launch_hot_z<kSimple, kU, true>(a, blocks, warps_per_block, stream, large)
              : launch_hot_z<kSimple, kU, false>(a, blocks, warps_per_block, stream, large);
@@ -324,39 +299,15 @@ int launch_small2(const Args &a, unsigned blocks, int warps_per_block, cudaStrea
 
 // Small grids: one warp per chunk of 1 or 2 rows (a warp's serial work, its rows' math,
 // reduction, SR and stores, is then a quarter or a half of a 4-row warp's), instead of 4-row
-// chunks. Measured on the H200 (same-run A/B, BENCHMARKS.md and docs/perf-notes.md):
-// - tiny grids, fewer rows than 2 * MAMBA_SSU_RPW_WARPS_PER_SM warps per SM with one row each
-//   (32 heads x batch 1 on 132 SMs): with SR one row per warp (5-11 % faster than 4-row
-//   chunks; 2-row chunks were as fast for simple and 4-12 % slower for vertical); without SR
-//   2-row chunks, 3 % faster than one row (2.72 -> 2.64 us: half the warps, so half the
-//   per-(b, h) work — slot index, dt', B, C — for one more row of math per warp), in blocks
-//   of 8 warps (2.68 -> 2.62 us against 4-warp blocks, HotConfig::kBlockWarps);
-// - twice those rows (32 heads x batch 2): 2-row chunks with SR in the simple layout (5 rounds
-//   5 %, 10 rounds 9 % faster than 4-row chunks) and with 5 rounds in the vertical one (2 %);
-//   without SR and with 10 vertical rounds they were as fast, so 4-row chunks stay;
-// - 4x those rows (32 heads x batch 4, 128 heads x 1): 2-row chunks for 10 simple rounds (4 %
-//   faster); for 5 rounds they were 20-24 % SLOWER.
-// From 4x those rows on, 1-row chunks were 0-50 % SLOWER than 4-row ones (4x the warps'
-// per-head loads). Returns the rows per chunk (and per warp) of the small-grid kernels, or 0:
-// not a small grid. Build-time knobs for experiments: -DMAMBA_SSU_SMALL_ROWS=0 keeps 4-row
-// chunks everywhere; -DMAMBA_SSU_SMALL2_FACTOR=N and -DMAMBA_SSU_SMALL2_R10S_FACTOR=N move the
-// upper bounds of the 2-row rules (in MAMBA_SSU_RPW_WARPS_PER_SM warps per SM, one row each).
-#ifndef MAMBA_SSU_SMALL_ROWS
-#define MAMBA_SSU_SMALL_ROWS 1
-#endif
-#ifndef MAMBA_SSU_SMALL2_FACTOR
-#define MAMBA_SSU_SMALL2_FACTOR 4
-#endif
-#ifndef MAMBA_SSU_SMALL2_R10S_FACTOR
-#define MAMBA_SSU_SMALL2_R10S_FACTOR 8
-#endif
+// chunks; the bounds are tuning.h's kSmall*Factor, in Tuning::kRpwWarpsPerSm warps per SM of one
+// row each. Without SR the 2-row kernels take blocks of Tuning::kSmallNoSrBlockWarps warps
+// (HotConfig::kBlockWarps). Returns the rows per chunk (and per warp) of the small-grid kernels,
+// or 0: not a small grid.
 int small_grid_rows(int64_t rows, int num_sms, int rounds, bool simple) {
-  if (MAMBA_SSU_SMALL_ROWS == 0) return 0;
-  const int64_t warps = int64_t{MAMBA_SSU_RPW_WARPS_PER_SM} * num_sms;
-  if (rows < 2 * warps) return rounds == 0 ? 2 : 1;
-  if (rows < int64_t{MAMBA_SSU_SMALL2_FACTOR} * warps && rounds > 0 && (simple || rounds == 5))
-    return 2;
-  if (rows < int64_t{MAMBA_SSU_SMALL2_R10S_FACTOR} * warps && rounds == 10 && simple) return 2;
+  const int64_t warps = int64_t{Tuning::kRpwWarpsPerSm} * num_sms;
+  if (rows < Tuning::kSmall1Factor * warps) return rounds == 0 ? 2 : 1;
+  if (rows < Tuning::kSmall2Factor * warps && rounds > 0 && (simple || rounds == 5)) return 2;
+  if (rows < Tuning::kSmall2R10SimpleFactor * warps && rounds == 10 && simple) return 2;
   return 0;
 }
 
@@ -401,40 +352,28 @@ int plan_launch(const mamba_ssu_params &p, int num_sms, Plan *out) {
   // the per-(b, h) work of a warp (indices, dt', dA, B, C, the Philox key) is then spread over
   // more rows. A block still serves one (b, h) (so that everything derived from the block
   // index stays in uniform registers): it has 2 or 1 warps instead of 4.
-  const int max_rpw = hot && !small && p.philox_rounds > 0 ? MAMBA_SSU_MAX_RPW : kMaxRowsPerWarp;
-  // The 10-round vertical kernel (twice the Philox calls per element of the simple one) keeps more,
-  // shorter warps on small grids: rows per warp grow only while 16 warps per SM remain (8 for the
-  // others). Measured on the H200 (same-run A/B, docs/perf-notes.md,
-  // 'L2 prefetch, pipe-neutral SR forms, zero page' (2026-11-30)): 32 heads x 16 and 128 heads x 4
-  // 3.0-3.2 % faster, 32 x 8 0.5 %, other sizes unchanged.
-#ifndef MAMBA_SSU_R10V_RPW_WARPS
-#define MAMBA_SSU_R10V_RPW_WARPS 16
-#endif
+  const int max_rpw =
+      hot && !small && p.philox_rounds > 0 ? Tuning::kSrMaxRowsPerWarp : Tuning::kMaxRowsPerWarp;
+  // The 10-round vertical kernel (twice the Philox calls per element of the simple one) keeps
+  // more, shorter warps on small grids (Tuning::kR10VerticalRpwWarpsPerSm).
   const int64_t rpw_warps = hot && !simple && p.philox_rounds == 10
-                                ? int64_t{MAMBA_SSU_R10V_RPW_WARPS}
-                                : int64_t{MAMBA_SSU_RPW_WARPS_PER_SM};
+                                ? int64_t{Tuning::kR10VerticalRpwWarpsPerSm}
+                                : int64_t{Tuning::kRpwWarpsPerSm};
   int rpw = small ? small_rows : pick_rows_per_warp(rows, num_sms, rows_per_chunk, max_rpw, rpw_warps);
   // 64 rows per warp (a whole head, one-warp blocks) for the 10-round SR kernels on grids of
-  // at least MAMBA_SSU_R10_RPW64 warps per SM at 64 rows (0: off).
-#ifndef MAMBA_SSU_R10_RPW64
-#define MAMBA_SSU_R10_RPW64 128
-#endif
-  if (MAMBA_SSU_R10_RPW64 > 0 && hot && !small && p.philox_rounds == 10 && rpw == 32 &&
-      p.dim % 64 == 0 && rows / 64 >= int64_t{MAMBA_SSU_R10_RPW64} * num_sms)
+  // at least Tuning::kR10WholeHeadWarpsPerSm warps per SM at 64 rows.
+  if (hot && !small && p.philox_rounds == 10 && rpw == 32 && p.dim % 64 == 0 &&
+      rows / 64 >= int64_t{Tuning::kR10WholeHeadWarpsPerSm} * num_sms)
     rpw = 64;
   // Wave quantisation (hot kernels without SR): a grid just over one wave of resident blocks (at
-  // most MAMBA_SSU_WAVE_SPLIT % of a wave, with the occupancy the kernel is compiled for) runs a
+  // most Tuning::kWaveSplitPct % of a wave, with the occupancy the kernel is compiled for) runs a
   // second, partly empty wave of full-length blocks; halving the rows per warp spreads that tail.
-  // Measured on the H200 (docs/perf-notes.md,
-  // 'The SR chunk path, longer warps, occupancy, waves' (2026-11-30)): 32 heads x batch 32 and 128
-  // heads x 8 (1.29 waves) 7-8 % faster without SR; with SR the same split was 1-5 % slower (except
-  // 5 rounds simple, 2 % faster), so it is not applied there.
-  if (MAMBA_SSU_WAVE_SPLIT != 0 && hot && !small && p.philox_rounds == 0) {
+  if (hot && !small && p.philox_rounds == 0) {
     const int64_t wave = int64_t{HotConfig<true, 0>::kMinBlocksPerSM} * num_sms;
     const int64_t heads = p.batch * p.nheads;
     auto grid = [&](int r) { return heads * ((p.dim + 4 * r - 1) / (4 * r)); };
     while (rpw > rows_per_chunk && grid(rpw) > wave &&
-           100 * grid(rpw) <= int64_t{MAMBA_SSU_WAVE_SPLIT} * wave)
+           100 * grid(rpw) <= int64_t{Tuning::kWaveSplitPct} * wave)
       rpw /= 2;
   }
   // The 2-row kernels without SR take HotConfig<*, 0, 2>::kBlockWarps warps per block (dim 64 is
@@ -448,41 +387,27 @@ int plan_launch(const mamba_ssu_params &p, int num_sms, Plan *out) {
   const int64_t rows_per_block = int64_t{warps_per_block} * rpw;
   const int64_t blocks_per_head = (p.dim + rows_per_block - 1) / rows_per_block;
   // <= INT32_MAX: check() bounds it for the fewest rows per block of the other configs, and a
-  // small grid (1 or 2 rows per warp, 4, 8 or 16 per block) has fewer than 8 * 8 * num_sms rows
-  // (MAMBA_SSU_SMALL2_R10S_FACTOR, an experiment knob, must stay small).
+  // small grid (1 or 2 rows per warp, 4, 8 or 16 per block) has fewer than
+  // Tuning::kSmall2R10SimpleFactor * Tuning::kRpwWarpsPerSm * num_sms rows.
   int64_t blocks = p.batch * p.nheads * blocks_per_head;
-  // A tapered grid (HotConfig::kTaper): the last heads in 2^MAMBA_SSU_TAPER_SHIFT blocks each,
-  // whose warps take that fraction of the rows, so that the grid's last wave drains sooner
-  // (whole-head warps keep their short per-row prologue cost everywhere else). The tail is
-  // MAMBA_SSU_TAPER_PCT % of one wave of resident blocks. Only for grids of one block per head in
-  // the large-grid 10-round forms. Measured on the H200 (docs/perf-notes.md,
-  // 'The power cap, tapered grids' (2026-12-01): same-run A/B, minima of two or three repetitions,
-  // against no taper): quarters of a head over one wave (shift 2, 100 %) R=10 simple 1.3 % faster
-  // at 128 heads x 64, 0.7 % at 128 x 128, 1.2 % at 128 x 256 (8 calls per graph) and
-  // 0.7-1.2 % under the 700 W power cap (128 calls per graph); R=10 vertical 2.1 % and 0.9 % at
-  // 128 x 64 and 128. Halves (shift 1) gained 0.2-0.4 % less; half a wave (50 %) or two waves
-  // (200 %) less again; the 5-round kernels were not faster with it.
-#ifndef MAMBA_SSU_TAPER_SHIFT
-#define MAMBA_SSU_TAPER_SHIFT 2
-#endif
-#ifndef MAMBA_SSU_TAPER_PCT
-#define MAMBA_SSU_TAPER_PCT 100
-#endif
+  // A tapered grid (HotConfig::kTaper: the large-grid 4-row 10-round forms, grids of one block
+  // per head): the last heads in 2^Tuning::kTaperShift blocks each, whose warps take that
+  // fraction of the rows, so that the grid's last wave drains sooner (whole-head warps keep
+  // their short per-row prologue cost everywhere else). The tail is Tuning::kTaperPct % of one
+  // wave of resident blocks.
+  static_assert(Tuning::kTaperShift > 0 && Tuning::kTaperPct > 0, "tuning.h: the taper");
   uint32_t taper_start = UINT32_MAX, taper_shift = 0;
-  const bool taper_kernel = (p.philox_rounds == 10 && rows >= int64_t{MAMBA_SSU_R10S_ZW_ROWS}) ||
-                            (p.philox_rounds == 5 && MAMBA_SSU_TAPER_R5 != 0);
-  if (MAMBA_SSU_TAPER_SHIFT > 0 && hot && !small && taper_kernel && blocks_per_head == 1 &&
-      (rpw >> MAMBA_SSU_TAPER_SHIFT) >= rows_per_chunk) {
+  const bool taper_kernel = p.philox_rounds == 10 && rows >= Tuning::kLargeGridRows;
+  if (hot && !small && taper_kernel && blocks_per_head == 1 &&
+      (rpw >> Tuning::kTaperShift) >= rows_per_chunk) {
     const int64_t heads = p.batch * p.nheads;
-    const int64_t parts = int64_t{1} << MAMBA_SSU_TAPER_SHIFT;
-    const int64_t resident = p.philox_rounds == 5
-                                 ? int64_t{HotConfig<true, 5>::kMinBlocksPerSM}
-                                 : int64_t{HotConfig<true, 10, 4, false, 1>::kMinBlocksPerSM};
+    const int64_t parts = int64_t{1} << Tuning::kTaperShift;
+    const int64_t resident = int64_t{HotConfig<true, 10, 4, false, 1>::kMinBlocksPerSM};
     const int64_t wave = resident * ssu::kWarpsPerBlock / warps_per_block * num_sms;
-    const int64_t tail = std::min(heads / 2, int64_t{MAMBA_SSU_TAPER_PCT} * wave / 100 / parts);
+    const int64_t tail = std::min(heads / 2, int64_t{Tuning::kTaperPct} * wave / 100 / parts);
     if (tail > 0 && heads - tail + tail * parts < int64_t{INT32_MAX}) {
       taper_start = static_cast<uint32_t>(heads - tail);
-      taper_shift = MAMBA_SSU_TAPER_SHIFT;
+      taper_shift = Tuning::kTaperShift;
       blocks = heads - tail + tail * parts;
     }
   }
@@ -617,11 +542,8 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   a.dt_softplus = p.dt_softplus != 0;
   a.update_state = p.update_state != 0;
   a.seed_source = p.seed_source;
-  // Fused seeds once per block on large grids (measured: BENCHMARKS.md, decode step).
-#ifndef MAMBA_SSU_BLOCK_SEED
-#define MAMBA_SSU_BLOCK_SEED 1  // build-time tuning knob: 0 = every warp derives its seed
-#endif
-  a.block_seed = (MAMBA_SSU_BLOCK_SEED != 0 && !below) ? 1 : 0;
+  // Fused seeds once per block on large grids (perf-notes: Tried (2026-11-30)).
+  a.block_seed = !below ? 1 : 0;
   a.seed_next = p.seed_next;
   a.sr_rule = p.sr_rule;
 

@@ -1,10 +1,11 @@
 // ssu.cuh — the single-token selective-state-update kernel (FlashInfer 0.7.2
 // compatible, bit for bit), as templated device code: the kernel's arguments (Args), the
-// build-time knobs, the configs (HotConfig, DynConfig: sizes, a lane's columns, its state,
-// input and output accesses, its Philox key), the row reduction in FlashInfer's tree order
-// (reduce_rows), the chunk loads, the fused seed (derive_seed), the body (ssu_body) and the
-// kernel template (ssu_kernel). Included by ssu.cu (host: validation, dispatch and the
-// instantiations); a second SSU kernel includes it for the configs and the row helpers.
+// configs (HotConfig, DynConfig: sizes, a lane's columns, its state, input and output
+// accesses, its Philox key; the hot kernels' measured choices from tuning.h), the row
+// reduction in FlashInfer's tree order (reduce_rows), the chunk loads, the fused seed
+// (derive_seed), the body (ssu_body) and the kernel template (ssu_kernel). Included by ssu.cu
+// (host: validation, dispatch and the instantiations); a second SSU kernel includes it for the
+// configs and the row helpers.
 // Built on fp32_ops.cuh (FlashInfer's fp32 operations), sr.cuh (the stochastic-rounding
 // conversion), philox_words.cuh (which random words each element takes; the rounds are in
 // philox.cuh) and loads.cuh (vector loads and stores, cache operators, dtype conversions).
@@ -89,9 +90,12 @@
 #include "philox.cuh"
 #include "philox_words.cuh"
 #include "sr.cuh"
+#include "tuning.h"
 
 namespace mamba_ssu {
 namespace ssu {
+
+using tuning::Tuning;
 
 constexpr int kWarpsPerBlock = 4;
 constexpr int kThreadsPerBlock = 32 * kWarpsPerBlock;
@@ -182,16 +186,7 @@ struct Args {
 //   state_bytes(); load_state / state_value / store_state (state element
 //   bits in the low bits of a u32) / round_nearest; load_cols (B, C);
 //   load_input / load_weight / store_out; Key, make_key(seed), philox(c, key).
-
-// Build-time knobs read by the configs and the body (experiments; defaults are the measured
-// choices): MAMBA_SSU_L2_PREFETCH (-1: per config, see ssu_body; 0: off; 1, 2: forced) and
-// MAMBA_SSU_ZERO_PAGE (see zero_page).
-#ifndef MAMBA_SSU_L2_PREFETCH
-#define MAMBA_SSU_L2_PREFETCH -1
-#endif
-#ifndef MAMBA_SSU_ZERO_PAGE
-#define MAMBA_SSU_ZERO_PAGE -1
-#endif
+// The hot kernels' measured choices (occupancy floors, code forms) are tuning.h's.
 
 // Hot path: fp16 state, bf16 x/z/B/C/out and dt/D/dt_bias, dim 64, dstate 128.
 // A row of one lane is 4 two-byte elements, held as 2 words: element i in
@@ -207,63 +202,36 @@ struct HotConfig {
   static constexpr int kRowsPerChunk = kU;
   // dim 64 is a multiple of 4 warps x rows_per_warp (4, 8 or 16).
   static constexpr bool kFullChunks = true;
-  // Occupancy floor in 4-warp blocks (measured on the H200: docs/perf-notes.md,
-  // 'Uniform key, profiler stall reasons' (2026-11-30)): 7 (72 registers) for 5 rounds (at 8
-  // blocks: 1 % slower at 128 heads x 256, 7-8 % faster at exactly 65 536 rows, where a grid of
-  // 1 024 blocks is one wave at 8 per SM and 1.11 waves at 7), 8 (64 registers) for 10 rounds,
-  // which fit there without spilling since the key words live in uniform registers (key_table;
-  // 2-5 % faster than 6 blocks), and 6 (80 registers) without SR, which spills at 64. Build-time
-  // knobs for experiments: -DMAMBA_SSU_R5_BLOCKS=N, -DMAMBA_SSU_R5V_BLOCKS=N (5 rounds, vertical
-  // layout only), -DMAMBA_SSU_R10_BLOCKS=N.
-#ifndef MAMBA_SSU_R5_BLOCKS
-#define MAMBA_SSU_R5_BLOCKS 7
-#endif
-#ifndef MAMBA_SSU_R10_BLOCKS
-#define MAMBA_SSU_R10_BLOCKS 8
-#endif
-#ifndef MAMBA_SSU_R5V_BLOCKS
-#define MAMBA_SSU_R5V_BLOCKS MAMBA_SSU_R5_BLOCKS
-#endif
-  // The 10-round simple 4-row kernel's large-grid form (kZW == 1, from 262 144 rows on) has its own
-  // knob, -DMAMBA_SSU_R10L_BLOCKS=N: at 7 blocks (72 registers) it measured as fast as at 8 within
-  // the spread (128 heads x 256: medians 313.8 vs 314.8 us over four alternating repetitions,
-  // 128 x 64 0.5 % slower; docs/perf-notes.md, '2-row chunks on small grids, occupancy of the large
-  // R=10 form' (2026-11-30)), so 8 stays.
-#ifndef MAMBA_SSU_R10L_BLOCKS
-#define MAMBA_SSU_R10L_BLOCKS 8
-#endif
+  // This kernel as tuning.h's per-kernel choices see it.
+  static constexpr tuning::HotKernel kKernel{kSimple, kRounds, kU, kGate, kZW};
   // Warps per block: 4, except the 2-row kernels without SR (tiny grids only, see small_grid_rows
-  // in ssu.cu): MAMBA_SSU_SMALL_WARPS, 8 — half the blocks of the 32 heads x batch 1 grid
-  // (256 -> 128); measured 2.68 -> 2.62 us there (-2 %, four alternating repetitions;
-  // docs/perf-notes.md, '8-warp blocks at 32 × 1' (2026-11-30)), 32 x 2 (4-row kernels) unchanged.
-#ifndef MAMBA_SSU_SMALL_WARPS
-#define MAMBA_SSU_SMALL_WARPS 8
-#endif
-  static constexpr int kBlockWarps = kU == 2 && kRounds == 0 ? MAMBA_SSU_SMALL_WARPS : kWarpsPerBlock;
+  // in ssu.cu).
+  static constexpr int kBlockWarps =
+      kU == 2 && kRounds == 0 ? Tuning::kSmallNoSrBlockWarps : kWarpsPerBlock;
+  // Occupancy floor in 4-warp blocks (tuning.h).
   static constexpr int kMinBlocksPerSM =
-      kRounds == 5    ? (kSimple ? MAMBA_SSU_R5_BLOCKS : MAMBA_SSU_R5V_BLOCKS)
-      : kRounds == 10 ? (kU > 1 ? (kZW == 1 ? MAMBA_SSU_R10L_BLOCKS : MAMBA_SSU_R10_BLOCKS) : 6)
-                      : 6;
+      kRounds == 5    ? (kSimple ? Tuning::kR5SimpleBlocks : Tuning::kR5VerticalBlocks)
+      : kRounds == 10 ? (kU > 1 ? (kZW == 1 ? Tuning::kR10LargeBlocks : Tuning::kR10Blocks)
+                                : Tuning::kR10OneRowBlocks)
+                      : Tuning::kNoSrBlocks;
   // Chunks zero-initialised before their loads, rows stored at d * row bytes from the head: the
-  // code generation that measured fastest for the kernels without SR (by 4 % at 128 heads x
-  // batch 64-256 against per-chunk bases and pad-only zeroing, which are faster with SR).
+  // code generation that measured fastest for the kernels without SR (per-chunk bases and
+  // pad-only zeroing are faster with SR; perf-notes: what the profiler and a micro-benchmark
+  // said (2026-11-30)).
   static constexpr bool kZeroChunks = kRounds == 0;
   // The first accumulate form when it is a compile-time fact: with SR, F0 for simple and F1
   // for vertical (the launcher's rule); -1: read Args::first_form_f1.
   static constexpr int kFirstForm = kRounds > 0 ? (kSimple ? 0 : 1) : -1;
   // Whether z is given, a compile-time fact (the launcher picks the instantiation): without z the
-  // loop carries no z loads, their predicates nor the gate's branch (R=10 simple 2 % at 128 heads,
-  // R=10 vertical 3-6 %, R=5 vertical 5-10 % at 32 heads faster; same-run A/B, docs/perf-notes.md,
-  // 'z as a compile-time fact, pad zeroing' (2026-11-30)). Engines' Mamba-2 mixers call the SSU
-  // without z (the gate is applied by the following gated RMSNorm).
+  // loop carries no z loads, their predicates nor the gate's branch (faster; perf-notes: z as a
+  // compile-time fact, pad zeroing, launch floor (2026-11-30)). Engines' Mamba-2 mixers call the
+  // SSU without z (the gate is applied by the following gated RMSNorm).
   static constexpr int kZ = kGate ? 1 : 0;
   // A pad chunk's state zeroed word by word (see load_chunk) rather than by `= {}`, which ptxas
-  // compiles into loads of a zero constant. The instruction schedule it leads to was faster for the
-  // SR kernels except the 10-round 4-row ones on small grids (same-run A/B, docs/perf-notes.md,
-  // 'z as a compile-time fact, pad zeroing' (2026-11-30)): R=10 vertical 12 % slower at 32
-  // heads x 8 (never used there), R=10 simple 1.6-2.0 % faster at 128 heads x 64-256 but
-  // 2-10 % slower at 32 heads x 2-32, so that kernel has both forms, chosen by grid size (kZW, set
-  // by the launcher; -1: this rule).
+  // compiles into loads of a zero constant: faster for the SR kernels except the 10-round 4-row
+  // ones on small grids, so the 10-round simple one has both forms, chosen by grid size (kZW, set
+  // by the launcher; -1: this rule). perf-notes: z as a compile-time fact, pad zeroing, launch
+  // floor (2026-11-30).
   static constexpr bool kZeroWords =
       kZW >= 0 ? kZW != 0 : !(kRounds == 10 && !kSimple && kU > 1);
   struct Raw {
@@ -306,12 +274,9 @@ struct HotConfig {
   }
   // State stores are streaming (st.global.cs: L2 evict-first): a slot's state is read again only at
   // the next decode step, after every other layer has gone through L2, so it should not displace
-  // lines that are reused sooner. Measured on the H200 (docs/perf-notes.md,
-  // 'Streaming state stores' (2026-11-30): same-run A/B on two machines, minima of four
-  // repetitions): 32 heads x batch 1-32 and 128 heads x 8 0.5-4.5 % faster (no SR 32 x 2
-  // 2.87 -> 2.74 us, 32 x 32 11.65 -> 11.22), 128 heads x 256 within the spread; the simulated
-  // decode step (benches/decode_step.rs) 2.7-7.6 % faster at batch 2-16 and 64, equal at 1 and 32.
-  // The output y keeps default stores (the next kernel reads it).
+  // lines that are reused sooner; faster on small grids and in the decode step (perf-notes: the
+  // Philox high products on the FP64 pipe, streaming state stores (2026-11-30)). The output y
+  // keeps default stores (the next kernel reads it).
   __device__ static void store_state(void *row, int lane, const uint32_t (&bits)[kMaxCols]) {
     char *p = static_cast<char *>(row);
     const uint32_t w0 = bits[0] | (bits[1] << 16);
@@ -406,74 +371,29 @@ struct HotConfig {
   // philox_words.cuh: philox_round_two), each call from its low word (philox_lo). Only for
   // 4-row chunks: the one-row kernels (tiny grids, latency-bound) keep the per-row path.
   static constexpr bool kFastSr = kRounds >= 2 && kU > 1;
-  // The fast path's low-side flush by HMUL2.FTZ (sr_pair_fast_low), except in the 10-round
-  // vertical kernel, which spills with it at 64 and at 72 registers.
-#ifndef MAMBA_SSU_FTZ_FLUSH
-#define MAMBA_SSU_FTZ_FLUSH 1
-#endif
-  static constexpr bool kFtzFlush = MAMBA_SSU_FTZ_FLUSH && !(kRounds == 10 && !kSimple);
-  // The random add by mad.hi (sr_add13) and the half-precision accumulator for the high side
-  // (sr_pair_fast_low), where each measured faster on the H200 (docs/perf-notes.md,
-  // 'L2 prefetch, pipe-neutral SR forms, zero page' (2026-11-30): same-run A/B at 128
-  // heads x 64-256 and 32 heads x 1-32): the mad.hi add for R=10 simple (0.2-0.9 %) and R=5
-  // vertical (0.6-1.8 %), not for R=5 simple (0.1-0.5 % slower) nor R=10 vertical (equal at 128
-  // heads, 0.7 % slower at 32 x 8 with the accumulator); the accumulator for R=10 vertical (1.1 %),
-  // 0-0.5 % slower elsewhere. Build-time knobs: -DMAMBA_SSU_MADHI_ADD=0/1, -DMAMBA_SSU_HACC=0/1
-  // force them for every kernel.
-#ifndef MAMBA_SSU_MADHI_ADD
-#define MAMBA_SSU_MADHI_ADD -1
-#endif
-#ifndef MAMBA_SSU_HACC
-#define MAMBA_SSU_HACC -1
-#endif
-  // Pad reads from zero_page (unconditional state loads, 4-17 fewer instructions per chunk): R=5
-  // vertical 2-4 % faster at 128 heads x 64-256 (docs/perf-notes.md,
-  // 'L2 prefetch, pipe-neutral SR forms, zero page' (2026-11-30)); the other SR kernels were as
-  // fast or slower with it then (R=10 simple up to 2.7 %, R=10 vertical 1.9 % at 32 heads x 8).
-  // With kVecX (docs/perf-notes.md, 'The chunk's overhead instructions' (2026-12-01): same-run A/B
-  // against the kVecX build without it, four repetitions, minima): the 4-row R=5 simple kernel
-  // 0.2-1.4 % faster at 32 heads x 4-32 and 128 x 8-256, the large-grid R=10 simple form
-  // 0.7 % faster and the large-grid R=10 vertical one 2.1 % faster at 128 x 256. The R=10 simple
-  // small-grid and 2-row forms were 1.4-6.4 % SLOWER, the 2-row R=5 simple and one-row R=10
-  // vertical kernels 1.7 and 5 %: those keep the predicated loads.
-  // MAMBA_SSU_ZERO_PAGE=0/1 forces it off/on for every SR kernel.
-  static constexpr bool kZeroPage =
-      kRounds > 0 &&
-      (MAMBA_SSU_ZERO_PAGE >= 0
-           ? MAMBA_SSU_ZERO_PAGE != 0
-           : (kRounds == 5 && !kSimple) ||
-                 (kU == 4 && (kRounds == 5 || (kRounds == 10 && kZW == 1))));
+  // The fast path's low-side flush by HMUL2.FTZ (else a compare and a mask), the random add by
+  // mad.hi (sr_add13) and the half-precision accumulator for the high side (sr_pair_fast_low):
+  // per kernel, tuning.h.
+  static constexpr bool kFtzFlush = Tuning::ftz_flush(kKernel);
+  static constexpr bool kMadHiAdd = Tuning::madhi_add(kKernel);
+  static constexpr bool kHalfAcc = Tuning::half_acc(kKernel);
+  // Pad reads from zero_page (unconditional state loads, fewer instructions per chunk) in the
+  // SR kernels that measured faster with them (tuning.h).
+  static constexpr bool kZeroPage = Tuning::zero_page(kKernel);
   // A chunk's x in one vector load (load_x) and, without z, the output stored through a per-lane
-  // pointer bumped per chunk (ssu_body): 3-17 fewer instructions per chunk (8 % for the 4-row no-SR
-  // kernels), with the chunk's loads 5 instead of 8 in the 4-row kernels. Measured on the H200
-  // (docs/perf-notes.md, 'The chunk's overhead instructions' (2026-12-01): same-run A/B, three or
-  // four repetitions, minima): no SR 4 % faster at 32 heads x 32 and 128 x 8 but 0.5-0.9 % slower
-  // at 128 x 64-256, R=5 vertical 2-5 % faster from 32 x 2 on, R=10 simple 3 % faster at 32 x 8-32
-  // and 128 x 8, R=10 vertical 1.4 % faster at 128 x 256 but 5-7.5 % SLOWER at 32 x 4-8, other
-  // sizes within 1 %. So the no-SR 4-row kernels take it on small grids only and the 4-row R=10
-  // vertical one on large grids only (kZW, chosen by the launcher, see MAMBA_SSU_R10S_ZW_ROWS in
-  // ssu.cu).
-  static constexpr bool kVecX =
-      kRounds == 0 ? kZW != 1 : !(kRounds == 10 && !kSimple && kU == 4 && kZW != 1);
-  // L2 prefetch of a warp's rows after its first two chunks, one bulk prefetch at its start
-  // (ssu_body): without SR 2.9-3.7 % faster at 128 heads x 64-256 (1.4-1.8 % at 32 heads x 1-8);
-  // with SR 4-6 % SLOWER (same-run A/B, docs/perf-notes.md,
-  // 'L2 prefetch, pipe-neutral SR forms, zero page' (2026-11-30)), so the SR kernels do not.
+  // pointer bumped per chunk (ssu_body), where faster (tuning.h): the no-SR 4-row kernels on small
+  // grids only and the 4-row R=10 vertical one on large grids only (kZW, chosen by the launcher
+  // at Tuning::kLargeGridRows).
+  static constexpr bool kVecX = Tuning::vec_x(kKernel);
   // A tapered grid (Args::taper_start, set by the launcher): the large-grid 4-row 10-round
-  // kernels, whose warps take up to a whole head. The 5-round kernels with a taper were as fast
-  // or slower (-DMAMBA_SSU_TAPER_R5=1, an experiment knob; docs/perf-notes.md,
-  // 'The power cap, tapered grids' (2026-12-01)).
-#ifndef MAMBA_SSU_TAPER_R5
-#define MAMBA_SSU_TAPER_R5 0
-#endif
-  static constexpr bool kTaper =
-      kU == 4 && ((kRounds == 10 && kZW == 1) || (kRounds == 5 && MAMBA_SSU_TAPER_R5 != 0));
-  static constexpr int kL2Prefetch =
-      MAMBA_SSU_L2_PREFETCH >= 0 ? MAMBA_SSU_L2_PREFETCH : (kRounds == 0 ? 1 : 0);
-  static constexpr bool kMadHiAdd =
-      MAMBA_SSU_MADHI_ADD >= 0 ? MAMBA_SSU_MADHI_ADD != 0 : (kRounds == 10) == kSimple;
-  static constexpr bool kHalfAcc =
-      MAMBA_SSU_HACC >= 0 ? MAMBA_SSU_HACC != 0 : (kRounds == 10 && !kSimple);
+  // kernels, whose warps take up to a whole head (tuning.h).
+  static constexpr bool kTaper = Tuning::taper(kKernel);
+  // L2 prefetch of a warp's rows after its first two chunks, one bulk prefetch at its start
+  // (ssu_body): the kernels without SR (tuning.h).
+  static constexpr bool kL2Prefetch = Tuning::l2_prefetch(kKernel);
+  // State loads without L1 allocation (load_chunk): the large-grid 10-round simple kernel
+  // without z (tuning.h).
+  static constexpr bool kLdNoAllocate = Tuning::ld_no_allocate(kKernel);
   using RoundTwo = PhiloxRoundTwo;
   __device__ static RoundTwo round_two(uint32_t hi, const Key &k) {
     return philox_round_two<kRounds>(hi, k);
@@ -493,7 +413,8 @@ struct DynConfig {
   static constexpr bool kZeroPage = false;
   static constexpr bool kVecX = false;
   static constexpr bool kTaper = false;
-  static constexpr int kL2Prefetch = 0;
+  static constexpr bool kL2Prefetch = false;
+  static constexpr bool kLdNoAllocate = false;
   static constexpr int kMinBlocksPerSM = 4;  // <= 128 registers
   static constexpr int kBlockWarps = kWarpsPerBlock;
   static constexpr bool kZeroChunks = true;  // partial chunks: rows past d_end must be defined
@@ -653,10 +574,8 @@ struct Chunk {
 
 // A chunk before its loads: zeroed when Cfg::kZeroChunks, else left for the loads to fill (every
 // field the body reads is then loaded). Written as an initialiser: with relocatable device code
-// (how the crate is built), declaring the chunk and assigning {} afterwards made the no-SR kernels
-// 7 % slower at 128 heads x batch 32-256 (different instruction schedule, same-machine A/B:
-// docs/perf-notes.md, 'What the profiler and a micro-benchmark said' (2026-11-30)), while this form
-// gives them their former code exactly.
+// (how the crate is built), declaring the chunk and assigning {} afterwards gave the no-SR kernels
+// a slower schedule (perf-notes: what the profiler and a micro-benchmark said (2026-11-30)).
 #pragma nv_diagnostic push
 #pragma nv_diag_suppress 549  // "c is used before its value is set": on purpose, see above
 template <class Cfg>
@@ -685,26 +604,13 @@ __device__ __forceinline__ void load_chunk(const Cfg &cfg, const Args &a, Chunk<
                                            int d_end, int lane, const char *read_head,
                                            int64_t x_row, int64_t z_row, bool pad) {
   constexpr int U = Cfg::kRowsPerChunk;
-#ifndef MAMBA_SSU_VEC_X
-#define MAMBA_SSU_VEC_X 1
-#endif
-  if constexpr (Cfg::kVecX && MAMBA_SSU_VEC_X) cfg.load_x(a.x, x_row + d0, c.x);
-  // The large-grid 10-round simple kernel without z loads its state rows without allocating them in
-  // L1 (`ld.global.L1::no_allocate`: each byte is read once), as inline PTX whose immediate row
+  if constexpr (Cfg::kVecX) cfg.load_x(a.x, x_row + d0, c.x);
+  // Cfg::kLdNoAllocate: the state rows loaded without allocating them in L1
+  // (`ld.global.L1::no_allocate`: each byte is read once), as inline PTX whose immediate row
   // offsets keep the addresses folded (loads.cuh: load_no_allocate_u32x2; the SASS is the default
-  // loads' with the .NA qualifier; the `__ldcs`-style intrinsics cost 19 more instructions per
-  // chunk: docs/perf-notes.md, 'The Philox high products on the FP64 pipe, streaming state stores'
-  // (2026-11-30), the cache-hint row). Measured on the H200 (docs/perf-notes.md,
-  // 'The power cap, tapered grids' (2026-12-01), with its GPU log of that day: three
-  // repetitions on one machine, spreads below 0.35 us): 128 heads x 256 0.4 % faster in 8-call
-  // graphs (299.10 -> 297.91 us) and 0.1 % under the 700 W power cap (128 calls: 318.42 -> 317.96),
-  // 128 x 64-128 equal. Not measured for the other kernels, which keep their loads.
-  // -DMAMBA_SSU_LD_NA=0: off.
-#ifndef MAMBA_SSU_LD_NA
-#define MAMBA_SSU_LD_NA 1
-#endif
-  if constexpr (MAMBA_SSU_LD_NA != 0 && Cfg::kTaper && Cfg::kSimpleLayout && Cfg::kZeroPage &&
-                Cfg::kZ == 0) {
+  // loads' with the .NA qualifier; the `__ldcs`-style intrinsics cost more instructions per chunk:
+  // perf-notes: the Philox high products on the FP64 pipe, streaming state stores (2026-11-30)).
+  if constexpr (Cfg::kLdNoAllocate) {
     static_assert(U == 4 && Cfg::dstate() * Cfg::state_bytes() == 256, "4 rows of 256 bytes");
     // Pads read the zero page (kZeroPage). The asm has no memory clobber: a row's load precedes
     // the store that depends on its value, and no other store of the kernel touches it.
@@ -727,15 +633,14 @@ __device__ __forceinline__ void load_chunk(const Cfg &cfg, const Args &a, Chunk<
     for (int r = 0; r < U; ++r) {
       const int d = d0 + r;
       if (Cfg::kFullChunks || d < d_end) {
-        if constexpr (!(Cfg::kVecX && MAMBA_SSU_VEC_X)) c.x[r] = cfg.load_input(a.x, x_row + d);
+        if constexpr (!Cfg::kVecX) c.x[r] = cfg.load_input(a.x, x_row + d);
         if (Cfg::kZeroPage || !pad) {
           cfg.load_state(read_head + static_cast<int64_t>(d) * cfg.dstate() * cfg.state_bytes(),
                          lane, c.state[r]);
         } else if constexpr (!Cfg::kZeroChunks) {
           // A pad slot's state is read as 0. Word by word (Cfg::kZeroWords): the aggregate
           // `= {}` is compiled into a load of an 8-byte zero constant from global memory and six
-          // register moves per chunk; word by word, four CS2R (R=10 simple: 391 -> 382
-          // instructions per chunk).
+          // register moves per chunk; word by word, four CS2R.
           if constexpr (Cfg::kZeroWords) {
 #pragma unroll
             for (int w = 0; w < static_cast<int>(sizeof(c.state[r].w) / sizeof(c.state[r].w[0]));
@@ -886,12 +791,10 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
   // Philox key below are computed while they are in flight.
   Chunk<Cfg> cur = {};
   load_chunk(cfg, a, cur, d_begin, d_end, lane, read_head, x_row, z_row, pad);
-  // L2 prefetch of the warp's later rows (Cfg::kL2Prefetch): 1: one bulk prefetch of every row
-  // after the first two chunks, issued here; 2 (an experiment): in the loop, the chunk two
-  // ahead of the current one, a 128-byte line per lane. A warp's rows are contiguous.
-  constexpr int kPrefetch = Cfg::kL2Prefetch;
+  // L2 prefetch of the warp's later rows (Cfg::kL2Prefetch): one bulk prefetch of every row
+  // after the first two chunks, issued here. A warp's rows are contiguous.
   constexpr int kRowBytes = Cfg::kFullChunks ? cfg.dstate() * cfg.state_bytes() : 0;
-  if constexpr (kPrefetch == 1) {
+  if constexpr (Cfg::kL2Prefetch) {
     const int first = d_begin + 2 * U;
     if (!pad && lane == 0 && first < d_end) {
       prefetch_l2_bulk(read_head + first * kRowBytes, (d_end - first) * kRowBytes);
@@ -950,10 +853,10 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
       rt_w = t.w;
     }
   }
-#ifndef MAMBA_SSU_OUT_PTR
-#define MAMBA_SSU_OUT_PTR 1
-#endif
-  constexpr bool kOutPtr = Cfg::kVecX && Cfg::kZ == 0 && MAMBA_SSU_OUT_PTR;
+  // The output through a per-lane pointer (Cfg::kVecX) in the kernels without z: the gated ones
+  // spill with it and keep the indexed store (perf-notes: the chunk's overhead instructions
+  // (2026-12-01)).
+  constexpr bool kOutPtr = Cfg::kVecX && Cfg::kZ == 0;
   [[maybe_unused]] unsigned short *out_p =
       static_cast<unsigned short *>(a.out) + out_row + d_begin + my_row;
   for (int d0 = d_begin; d0 < d_end; d0 += U) {
@@ -961,12 +864,6 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
     // Every field the body reads is loaded, or zeroed by fresh_chunk (see there).
     Chunk<Cfg> next = fresh_chunk<Cfg>();
     if (d0 + U < d_end) load_chunk(cfg, a, next, d0 + U, d_end, lane, read_head, x_row, z_row, pad);
-    if constexpr (kPrefetch == 2) {
-      // One 128-byte line per lane of the first U * kRowBytes / 128 lanes.
-      if (!pad && lane < U * kRowBytes / 128 && d0 + 2 * U < d_end) {
-        prefetch_l2_line(read_head + (d0 + 2 * U) * kRowBytes + lane * 128);
-      }
-    }
 
     // s' = dA * s + x * (B * dt') in fp32 (rows past d_end compute garbage
     // that is neither stored nor output), and the lane partials of y.

@@ -4,9 +4,9 @@
 //
 // Dispatch: F16 state, BF16 inputs and weights, dstate 128 and 0, 5 or 10 Philox rounds run
 // compiled-in kernels (mtp_kernel<true, 128, rounds, rows per group, small>: one row per group
-// below MAMBA_SSU_MTP_R2_HEADS (sequence, head) pairs, in the small-grid form when the grid
-// fits MAMBA_SSU_MTP_SMALL_BLOCKS blocks per SM; two rows from there on; without SR four rows
-// from MAMBA_SSU_MTP_R4_HEADS pairs on); everything else that
+// below Tuning::kMtpTwoRowPairs (sequence, head) pairs, in the small-grid form when the grid
+// fits Tuning::kMtpSmallBlocks blocks per SM; two rows from there on; without SR four rows
+// from Tuning::kMtpFourRowPairs pairs on; tuning.h); everything else that
 // passes the check runs a kernel per dstate that takes dtypes and rounds at run time
 // (mtp_kernel<false, dstate, -1, 1>).
 #include <algorithm>
@@ -16,11 +16,12 @@
 #include "common.cuh"
 #include "ssu_mtp.cuh"
 #include "ssu_mtp_check.h"
+#include "tuning.h"
 
 namespace mamba_ssu {
 namespace {
 
-using mtp::MtpArgs;
+using tuning::Tuning;
 
 bool is_hot(const mamba_ssu_mtp_params &p) {
   return p.state_dtype == MAMBA_SSU_F16 && p.input_dtype == MAMBA_SSU_BF16 &&
@@ -30,22 +31,10 @@ bool is_hot(const mamba_ssu_mtp_params &p) {
 
 
 // Rows per group (hot kernels): two rows computed together (one B/C load per token for both)
-// from MAMBA_SSU_MTP_R2_HEADS (sequence, head) pairs on, one below. Measured on the H200
-// (docs/perf-notes.md, 'the multi-token kernel' (2026-12-01)): at 1024 pairs and
-// more the two-row form was 4-10 % faster without SR and 1-3 % with SR; below it, where the grid
-// has few warps per SM, the one-row form keeps twice the warps and was up to 1.4x faster.
-#ifndef MAMBA_SSU_MTP_R2_HEADS
-#define MAMBA_SSU_MTP_R2_HEADS 1024
-#endif
-// Without SR, from MAMBA_SSU_MTP_R4_HEADS pairs on, four rows per group: a block's 64 rows are
-// all in registers and written token by token (the block's whole 16 KiB state of a token before
-// the next token's), which the write roofline measured 7 % faster than two rows at a time
-// (docs/perf-notes.md, 'the write roofline' (2026-12-02)); the kernel itself (2026-12-02T01:58/6):
-// 2.5-3 % faster at 4096 and 8192 pairs, equal at 2048, 2 % slower at 1024. With SR the
-// four-row kernels were 11-27 % slower (their Philox words need the registers): SR keeps two.
-#ifndef MAMBA_SSU_MTP_R4_HEADS
-#define MAMBA_SSU_MTP_R4_HEADS 4096
-#endif
+// from Tuning::kMtpTwoRowPairs (sequence, head) pairs on, one below; without SR, from
+// Tuning::kMtpFourRowPairs pairs on, four rows per group: a block's 64 rows are all in registers
+// and written token by token (the block's whole 16 KiB state of a token before the next
+// token's). With SR four rows were slower (their Philox words need the registers): SR keeps two.
 // Blocks per (sequence, head): at least enough for 64 rows per block (the rows a block
 // stages); doubled, up to 4, while the grid stays within one wave of resident blocks (the
 // kernel's register floor times the SM count) and a block keeps a full pass of rows for its
@@ -96,10 +85,9 @@ int plan_launch(const mamba_ssu_mtp_params &p, int num_sms, Plan *out) {
   const bool hot = is_hot(p);
   const int64_t heads = p.batch * p.nheads;  // < 2^31 (checked)
   const int r = !hot                                  ? 1
-                : p.philox_rounds == 0 &&
-                          heads >= int64_t{MAMBA_SSU_MTP_R4_HEADS} ? 4
-                : heads >= int64_t{MAMBA_SSU_MTP_R2_HEADS}          ? 2
-                                                                    : 1;
+                : p.philox_rounds == 0 && heads >= Tuning::kMtpFourRowPairs ? 4
+                : heads >= Tuning::kMtpTwoRowPairs                         ? 2
+                                                                           : 1;
   Plan g;
   grid_for(p, num_sms, hot, r, &g);
   // The four-row kernels' lane partials (4 x 8 floats per token and group) pass 48 KiB of
@@ -126,7 +114,7 @@ int plan_launch(const mamba_ssu_mtp_params &p, int num_sms, Plan *out) {
 }
 
 template <bool kHot, int kDstate, int kRounds, int kR = 1, bool kSmall = false>
-int launch(const MtpArgs &a, const Plan &plan, cudaStream_t st) {
+int launch(const mtp::Args &a, const Plan &plan, cudaStream_t st) {
   mtp::mtp_kernel<kHot, kDstate, kRounds, kR, kSmall>
       <<<plan.nblocks, mtp::kThreads, plan.smem, st>>>(a);
   return check_launch("multi-token selective-state-update kernel launch");
@@ -172,7 +160,7 @@ extern "C" int mamba_ssu_selective_state_update_mtp(mamba_ssu_stream_t stream,
   Plan plan;
   if (int s = plan_launch(p, sms, &plan)) return s;
 
-  MtpArgs a{};
+  mtp::Args a{};
   a.x = p.x;
   a.dt = p.dt;
   a.dt_bias = p.dt_bias;

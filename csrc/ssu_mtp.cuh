@@ -1,7 +1,7 @@
 // ssu_mtp.cuh — the multi-token selective-state-update kernel (speculative-decoding verify,
 // FlashInfer 0.7.2 compatible, bit for bit): T tokens per sequence in one call, the state read
 // once per sequence, carried in fp32 across its tokens and written per token. Device code:
-// the kernel's arguments (MtpArgs), the per-lane column layout, the body (mtp_body) and the
+// the kernel's arguments (Args), the per-lane column layout, the body (mtp_body) and the
 // kernel template (mtp_kernel). Included by ssu_mtp.cu (host: planning, dispatch and the
 // instantiations). Built on the single-token kernel's pieces: fp32_ops.cuh (FlashInfer's fp32
 // operations), sr.cuh (the stochastic-rounding conversions, both rules), philox.cuh (the rounds
@@ -30,9 +30,9 @@
 // With a seed in memory the first rows' words are derived before the block's barrier.
 //
 // Kernels: one row per group (small and mid grids) or two rows sharing each token's B/C loads
-// (from MAMBA_SSU_MTP_R2_HEADS (sequence, head) pairs; without SR four rows from
-// MAMBA_SSU_MTP_R4_HEADS, so that a block writes its 64 rows token by token); on grids within
-// MAMBA_SSU_MTP_SMALL_BLOCKS blocks per SM the one-row "small" kernels, where a call is latency:
+// (from Tuning::kMtpTwoRowPairs (sequence, head) pairs; without SR four rows from
+// Tuning::kMtpFourRowPairs, so that a block writes its 64 rows token by token); on grids within
+// Tuning::kMtpSmallBlocks blocks per SM the one-row "small" kernels, where a call is latency:
 // their token loop has no branch (predicated stores; with SR the rare row whose conversion
 // needs the exact path is replayed from the state as read after its last token) and is
 // unrolled so that consecutive tokens overlap.
@@ -69,9 +69,12 @@
 #include "loads.cuh"
 #include "philox.cuh"
 #include "sr.cuh"
+#include "tuning.h"
 
 namespace mamba_ssu {
 namespace mtp {
+
+using tuning::Tuning;
 
 using ssu::bf16_bits_to_float;
 using ssu::half_bits_to_float;
@@ -85,7 +88,7 @@ constexpr int kMaxRowsPerBlock = 64;      // rows staged per block (x, z)
 constexpr int kMaxTokens = MAMBA_SSU_MTP_MAX_TOKENS;
 
 // Everything the kernel reads, filled by the launcher from a checked mamba_ssu_mtp_params.
-struct MtpArgs {
+struct Args {
   const void *x, *dt, *dt_bias, *B, *C, *D, *z;
   const float *A;
   void *out, *state, *inter;
@@ -110,22 +113,9 @@ struct MtpArgs {
   int32_t dt_softplus, update_state, seed_source, varlen;
 };
 
-// Build-time knobs for experiments (docs/perf-notes.md, "Build-time tuning knobs"):
-// MAMBA_SSU_MTP_R1_BF16_STAGE: the one-row hot kernels stage B and C as bf16 bits (1) or as
-// swizzled fp32 (0); MAMBA_SSU_MTP_SMALL_UNROLL: the unroll factor of the token loop in the
-// small-grid kernels.
-#ifndef MAMBA_SSU_MTP_R1_BF16_STAGE
-#define MAMBA_SSU_MTP_R1_BF16_STAGE 1
-#endif
-#ifndef MAMBA_SSU_MTP_SMALL_UNROLL
-#define MAMBA_SSU_MTP_SMALL_UNROLL 2
-#endif
-#define MAMBA_SSU_MTP_PRAGMA(x) _Pragma(#x)
-#define MAMBA_SSU_MTP_UNROLL(n) MAMBA_SSU_MTP_PRAGMA(unroll n)
-
-// Whether a kernel stages B and C as bf16 bits (else fp32): the hot one-row kernels.
+// Whether a kernel stages B and C as bf16 bits (else fp32): the hot one-row kernels (tuning.h).
 __host__ __device__ constexpr bool mtp_bf16_stage(bool hot, int rows_per_group) {
-  return hot && rows_per_group == 1 && MAMBA_SSU_MTP_R1_BF16_STAGE != 0;
+  return hot && rows_per_group == 1 && Tuning::kMtpOneRowBf16Stage;
 }
 
 // Floats per row group in the buffer of deferred lane partials (the hot kernels): R x ntokens x
@@ -190,39 +180,30 @@ __device__ __forceinline__ void widen8(const uint4 &v, float *out) {
   }
 }
 
+// The state stores stream (st.global.cs: the written states are read again only at a later
+// step); plain, .cg and L1::no_allocate stores were no faster (perf-notes: the multi-token
+// kernel's latency, store backpressure (2026-12-01); the goal's figure, per-warp bulk stores,
+// store operators (2026-12-02)).
 // A streaming 16-byte store under a predicate (a predicated instruction, never a branch, so that
 // the code around it stays one block for the scheduler); addr is only dereferenced when pred.
 // No memory clobber: the kernel never reads what it stores, so other accesses may move past it.
-// MAMBA_SSU_MTP_STATE_CS: the state stores stream (st.global.cs, 1) or are plain (0).
-#ifndef MAMBA_SSU_MTP_STATE_CS
-#define MAMBA_SSU_MTP_STATE_CS 1
-#endif
-#if MAMBA_SSU_MTP_STATE_CS
-#define MAMBA_SSU_MTP_ST "st.global.cs.v4.b32"
-#else
-#define MAMBA_SSU_MTP_ST "st.global.v4.b32"
-#endif
 __device__ __forceinline__ void stcs_if(bool pred, uintptr_t addr, const uint4 &v) {
   asm volatile(
       "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %0, 0;\n\t"
-      "@p " MAMBA_SSU_MTP_ST " [%1], {%2, %3, %4, %5};\n\t}" ::"r"(static_cast<int>(pred)),
+      "@p st.global.cs.v4.b32 [%1], {%2, %3, %4, %5};\n\t}" ::"r"(static_cast<int>(pred)),
       "l"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
 }
-// A 16-byte state store (streaming unless MAMBA_SSU_MTP_STATE_CS is 0).
+// A streaming 16-byte state store.
 template <typename T>
 __device__ __forceinline__ void st_state(T *p, const T &v) {
-#if MAMBA_SSU_MTP_STATE_CS
   __stcs(p, v);
-#else
-  *p = v;
-#endif
 }
 
 // kHot: F16 state, BF16 inputs and weights (vector state and B/C accesses); otherwise every
 // dtype at run time. kDstate: 64, 128 or 256. kRounds: 0, 5, 10 compiled in; -1 at run time.
 // kR: rows a group computes together (1, or 2 and 4 in the hot kernels for large grids).
 template <bool kHot, int kDstate, int kRounds, int kR, bool kSmall>
-__device__ __forceinline__ void mtp_body(const MtpArgs &a) {
+__device__ __forceinline__ void mtp_body(const Args &a) {
   constexpr int NC = kDstate / 8;  // columns per lane
   constexpr int NP = NC / 2;       // column pairs per lane
   const int32_t sdt = kHot ? MAMBA_SSU_F16 : a.state_dtype;
@@ -734,7 +715,8 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
     };
     auto tokens = [&](auto rule) {
       if constexpr (kSmall) {
-        MAMBA_SSU_MTP_UNROLL(MAMBA_SSU_MTP_SMALL_UNROLL)
+        constexpr int kUnroll = Tuning::kMtpSmallUnroll;
+#pragma unroll (kUnroll)
         for (int t = 0; t < len; ++t) token(t, rule);
       } else {
         for (int t = 0; t < len; ++t) token(t, rule);
@@ -814,49 +796,24 @@ __device__ __forceinline__ void mtp_body(const MtpArgs &a) {
   }
 }
 
-// Resident blocks per SM the register budget is set for (build-time knobs for experiments):
-// MAMBA_SSU_MTP_BLOCKS (hot, no SR) and MAMBA_SSU_MTP_SR_BLOCKS (hot, SR); 1 (no floor) for the
-// run-time kernels.
-// One-row kernels: MAMBA_SSU_MTP_BLOCKS (no SR), MAMBA_SSU_MTP_SR_BLOCKS (SR); two-row kernels:
-// MAMBA_SSU_MTP_R2_BLOCKS, MAMBA_SSU_MTP_R2_SR_BLOCKS.
-#ifndef MAMBA_SSU_MTP_BLOCKS
-#define MAMBA_SSU_MTP_BLOCKS 8
-#endif
-#ifndef MAMBA_SSU_MTP_SR_BLOCKS
-#define MAMBA_SSU_MTP_SR_BLOCKS 4
-#endif
-#ifndef MAMBA_SSU_MTP_R2_BLOCKS
-#define MAMBA_SSU_MTP_R2_BLOCKS 5
-#endif
-#ifndef MAMBA_SSU_MTP_R2_SR_BLOCKS
-#define MAMBA_SSU_MTP_R2_SR_BLOCKS 4
-#endif
-// Four-row kernels (hot, no SR): MAMBA_SSU_MTP_R4_BLOCKS (3: no spills; at 4 the kernel spills
-// 76 bytes and was 2-2.5 % slower at 4096 and 8192 pairs, 2026-12-02T01:58/6).
-#ifndef MAMBA_SSU_MTP_R4_BLOCKS
-#define MAMBA_SSU_MTP_R4_BLOCKS 3
-#endif
-// Small-grid kernels (hot, one row; for grids of at most that many blocks per SM):
-// MAMBA_SSU_MTP_SMALL_BLOCKS.
-#ifndef MAMBA_SSU_MTP_SMALL_BLOCKS
-#define MAMBA_SSU_MTP_SMALL_BLOCKS 4
-#endif
+// Resident blocks per SM the register budget is set for: the hot kernels' floors (tuning.h), by
+// rows per group and SR; 1 (no floor) for the run-time kernels.
 template <bool kHot, int kRounds, int kR, bool kSmall = false>
 __host__ __device__ constexpr int mtp_min_blocks() {
-  return !kHot        ? 1
-         : kSmall     ? MAMBA_SSU_MTP_SMALL_BLOCKS
-         : kR == 4    ? MAMBA_SSU_MTP_R4_BLOCKS
-         : kR == 2    ? (kRounds == 0 ? MAMBA_SSU_MTP_R2_BLOCKS : MAMBA_SSU_MTP_R2_SR_BLOCKS)
-         : kRounds == 0 ? MAMBA_SSU_MTP_BLOCKS
-                        : MAMBA_SSU_MTP_SR_BLOCKS;
+  return !kHot          ? 1
+         : kSmall       ? Tuning::kMtpSmallBlocks
+         : kR == 4      ? Tuning::kMtpFourRowBlocks
+         : kR == 2      ? (kRounds == 0 ? Tuning::kMtpTwoRowBlocks : Tuning::kMtpTwoRowSrBlocks)
+         : kRounds == 0 ? Tuning::kMtpBlocks
+                        : Tuning::kMtpSrBlocks;
 }
 
-// kSmall: the hot one-row kernels for grids within MAMBA_SSU_MTP_SMALL_BLOCKS blocks per SM,
+// kSmall: the hot one-row kernels for grids within Tuning::kMtpSmallBlocks blocks per SM,
 // where a call is latency: a token loop without branches (predicated stores; with SR, a replay
 // of the rare rows that need the exact conversion) unrolled so that tokens overlap.
 template <bool kHot, int kDstate, int kRounds, int kR, bool kSmall = false>
 __global__ void __launch_bounds__(kThreads, (mtp_min_blocks<kHot, kRounds, kR, kSmall>()))
-    mtp_kernel(const MtpArgs a) {
+    mtp_kernel(const Args a) {
   static_assert(!kSmall || (kHot && kR == 1), "small-grid kernels: hot, one row per group");
   mtp_body<kHot, kDstate, kRounds, kR, kSmall>(a);
 }

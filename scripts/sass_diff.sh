@@ -9,10 +9,14 @@
 #
 # Usage:  bash scripts/sass_diff.sh BASE_REV
 #   e.g.  bash scripts/sass_diff.sh 1ab3f9f
+#         SASS_DIFF_BASE_RENAME='s/NS0_7MtpArgsE/NS0_4ArgsE/' bash scripts/sass_diff.sh 75eed3b
 # Prints one line per object (functions compared, identical), one line per function that
 # differs or exists on one side only (with a unified diff of the first few), and a summary.
 # Exit status: 0 when every function of every object is identical, 1 on any difference,
 # 2 on a usage or build error.
+# A source change that renames a type or function changes the mangled names of the kernels
+# that use it, and nothing else: SASS_DIFF_BASE_RENAME (below) maps the base side's names onto
+# the current ones, so that the comparison still pairs the functions one by one.
 #
 # How it builds: `cargo build --release --locked --lib` in a temporary `git worktree` of
 # BASE_REV and in this tree (each with its own target dir), so build.rs compiles csrc/ with
@@ -25,6 +29,13 @@
 #                         temporary dir, removed at exit; set it to keep the dependencies
 #                         compiled between runs)
 #   SASS_DIFF_KEEP        set to 1 to keep the temporary directory (the dumps, under sass/)
+#   SASS_DIFF_BASE_RENAME a sed script (`sed -e` syntax, e.g. 's/NS0_7MtpArgsE/NS0_4ArgsE/')
+#                         applied to every function name of the BASE side (SASS and resource
+#                         dumps, after the module id is masked) before the comparison; the
+#                         instructions are not touched. Each name is one input line. Names the
+#                         script leaves alone are compared as they are; a rename onto a name
+#                         that already exists is an error (exit 2). The summary says how many
+#                         base names it changed.
 #   CUOBJDUMP             the cuobjdump binary (default: on PATH, else the cache below)
 #   MAMBA_SSU_CUDA_ROOT   as for any build (default: what scripts/setup.sh prints)
 #
@@ -34,7 +45,7 @@
 # cubins). Needs python3, git, cargo and the CUDA compiler of scripts/setup.sh.
 set -euo pipefail
 
-usage() { sed -n '2,15p' "$0" >&2; exit 2; }
+usage() { sed -n '2,19p' "$0" >&2; exit 2; }
 [ $# -eq 1 ] || usage
 BASE_REV=$1
 
@@ -129,9 +140,33 @@ dump_all "$BASE_OUT" "$WORK/sass/base"
 dump_all "$CUR_OUT" "$WORK/sass/current"
 
 python3 - "$WORK/sass/base" "$WORK/sass/current" <<'EOF'
-import difflib, os, re, sys
+import difflib, os, re, subprocess, sys
 
 base_dir, cur_dir = sys.argv[1], sys.argv[2]
+RENAME = os.environ.get("SASS_DIFF_BASE_RENAME", "")
+renamed = 0
+
+def rename_base(names):
+    """{name: new name} of the base side's function names under SASS_DIFF_BASE_RENAME."""
+    global renamed
+    names = sorted(n for n in names if n)
+    if not RENAME or not names:
+        return {n: n for n in names}
+    r = subprocess.run(["sed", "-e", RENAME], input="".join(n + "\n" for n in names),
+                       capture_output=True, text=True)
+    new = r.stdout.split("\n")
+    if new and new[-1] == "":
+        new.pop()
+    if r.returncode != 0 or len(new) != len(names):
+        print("sass_diff: SASS_DIFF_BASE_RENAME: sed failed or did not print one line per name: "
+              + r.stderr.strip(), file=sys.stderr)
+        sys.exit(2)
+    if len(set(new)) != len(new):
+        print("sass_diff: SASS_DIFF_BASE_RENAME maps two base functions onto one name",
+              file=sys.stderr)
+        sys.exit(2)
+    renamed += sum(1 for a, b in zip(names, new) if a != b)
+    return dict(zip(names, new))
 # Header lines of the dump that carry file names or paths (nothing else is dropped).
 PATH_LINE = re.compile(r"^\s*(identifier\s*=|member\s)")
 # nvcc names the entities of an anonymous namespace (and static ones, under relocatable device
@@ -196,6 +231,9 @@ for obj in objs:
         continue
     bf, cf = functions(bp), functions(cp)
     br, cr = resources(bp[:-5] + ".res"), resources(cp[:-5] + ".res")
+    names = rename_base({k[1] for k in bf} | {k[1] for k in br})
+    bf = {(k[0], names[k[1]]): v for k, v in bf.items()}
+    br = {(k[0], names.get(k[1], k[1])): v for k, v in br.items()}
     keys = sorted(set(bf) | set(cf))
     n_same = 0
     for key in keys:
@@ -222,6 +260,9 @@ for obj in objs:
     print("%-24s %3d functions, %3d identical" % (obj[:-5], len(keys), n_same))
 for line in bad:
     print("DIFF " + line)
+if RENAME:
+    print("sass_diff: SASS_DIFF_BASE_RENAME %r renamed %d base function names"
+          % (RENAME, renamed))
 print("sass_diff: %d functions compared, %d identical, %d differ" % (total, same, total - same))
 sys.exit(1 if bad or total == 0 else 0)
 EOF

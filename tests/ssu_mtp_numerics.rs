@@ -1164,7 +1164,7 @@ fn token_counts(rng: &mut Rng) -> Vec<Problem> {
 }
 
 /// (sequence, head) pairs from which the launcher runs the two-row kernels, and (without SR) the
-/// four-row kernels (`MAMBA_SSU_MTP_R2_HEADS`, `MAMBA_SSU_MTP_R4_HEADS` in `csrc/ssu_mtp.cu`).
+/// four-row kernels (`kMtpTwoRowPairs`, `kMtpFourRowPairs` in `csrc/tuning.h`).
 const TWO_ROW_PAIRS: usize = 1024;
 const FOUR_ROW_PAIRS: usize = 4096;
 

@@ -724,7 +724,7 @@ fn large_grids_with_pads_match_f64_reference() {
         }
     }
     // The large-grid forms of the 4-row kernels without SR and with 10 rounds (from 262 144
-    // rows on: MAMBA_SSU_R10S_ZW_ROWS in csrc/ssu.cu; 10 rounds read pads from the zero page
+    // rows on: `kLargeGridRows` in csrc/tuning.h; 10 rounds read pads from the zero page
     // there): 128 heads x batch 32.
     for (rounds, alg) in [
         (0u32, "simple"),
