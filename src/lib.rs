@@ -124,6 +124,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(test)]
+mod contract_tests;
 pub mod decode;
 pub mod device;
 pub mod error;
