@@ -28,21 +28,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Deprecated entry points and types (each says what replaces it) carry this attribute, so that
- * C and C++ callers see a warning where they use one. Define MAMBA_SSU_NO_DEPRECATION_WARNINGS
- * before including this header to silence them (the library's own build does). */
+/* Deprecated entry points, types and constants (each says what replaces it) carry these
+ * attributes, so that C and C++ callers see a warning where they use one: MAMBA_SSU_DEPRECATED
+ * before a function declaration, MAMBA_SSU_DEPRECATED_NAME after a typedef name or an
+ * enumerator (GCC and Clang only). Define MAMBA_SSU_NO_DEPRECATION_WARNINGS before including
+ * this header to silence them (the library's own build does). */
 #if defined(MAMBA_SSU_NO_DEPRECATION_WARNINGS)
 #define MAMBA_SSU_DEPRECATED(msg)
-#define MAMBA_SSU_DEPRECATED_ENUMERATOR(msg)
+#define MAMBA_SSU_DEPRECATED_NAME(msg)
 #elif defined(__GNUC__) || defined(__clang__)
 #define MAMBA_SSU_DEPRECATED(msg) __attribute__((deprecated(msg)))
-#define MAMBA_SSU_DEPRECATED_ENUMERATOR(msg) __attribute__((deprecated(msg)))
+#define MAMBA_SSU_DEPRECATED_NAME(msg) __attribute__((deprecated(msg)))
 #elif defined(_MSC_VER)
 #define MAMBA_SSU_DEPRECATED(msg) __declspec(deprecated(msg))
-#define MAMBA_SSU_DEPRECATED_ENUMERATOR(msg)
+#define MAMBA_SSU_DEPRECATED_NAME(msg)
 #else
 #define MAMBA_SSU_DEPRECATED(msg)
-#define MAMBA_SSU_DEPRECATED_ENUMERATOR(msg)
+#define MAMBA_SSU_DEPRECATED_NAME(msg)
 #endif
 
 #ifdef __cplusplus
@@ -161,18 +163,18 @@ typedef enum mamba_ssu_algorithm {
  * Deprecated: use mamba_ssu_seed_mode (mamba_ssu_seed, mamba_ssu_args). */
 typedef enum mamba_ssu_seed_source {
   /* rand_seed points to one int64 in device memory (FlashInfer's contract). */
-  MAMBA_SSU_SEED_POINTER MAMBA_SSU_DEPRECATED_ENUMERATOR("use MAMBA_SSU_SEED_MODE_POINTER") = 0,
+  MAMBA_SSU_SEED_POINTER MAMBA_SSU_DEPRECATED_NAME("use MAMBA_SSU_SEED_MODE_POINTER") = 0,
   /* Fused: the kernel derives the seed itself as the stock torch draw from the
    * device generator state at offset (its offset) + seed_offset, i.e. Philox4x32-10
    * word 1 (see mamba_ssu_draw_seeds). The device state is either generator_state or the
    * pair (generator_seed_ptr, generator_offset_ptr). */
-  MAMBA_SSU_SEED_FROM_GENERATOR MAMBA_SSU_DEPRECATED_ENUMERATOR(
+  MAMBA_SSU_SEED_FROM_GENERATOR MAMBA_SSU_DEPRECATED_NAME(
       "use MAMBA_SSU_SEED_MODE_DERIVED with a device position") = 1,
   /* Fused, eager: the kernel derives the seed as the stock torch draw from the values
    * (generator_seed, seed_offset) passed in the parameters (no device memory read). */
-  MAMBA_SSU_SEED_FROM_VALUES MAMBA_SSU_DEPRECATED_ENUMERATOR(
+  MAMBA_SSU_SEED_FROM_VALUES MAMBA_SSU_DEPRECATED_NAME(
       "use MAMBA_SSU_SEED_MODE_DERIVED with a position by value") = 2
-} mamba_ssu_seed_source MAMBA_SSU_DEPRECATED("use mamba_ssu_seed_mode");
+} mamba_ssu_seed_source MAMBA_SSU_DEPRECATED_NAME("use mamba_ssu_seed_mode");
 
 /* The fp32 -> fp16 conversion of stochastic rounding (the random bits are the same in both).
  * V072: FlashInfer 0.7.2's (add 13 random bits to the fp32 magnitude and truncate; results
@@ -286,7 +288,7 @@ typedef struct mamba_ssu_params {
    * is rejected, with or without SR). MAMBA_SSU_SR_V074 with SR runs the generic kernel, also
    * for the hot shapes (mamba_ssu_launch_plan.compiled_kernel 0), which is slower. */
   int32_t sr_rule;
-} mamba_ssu_params MAMBA_SSU_DEPRECATED("use mamba_ssu_args");
+} mamba_ssu_params MAMBA_SSU_DEPRECATED_NAME("use mamba_ssu_args");
 
 /* Checks *params against the kernel's contract (the same checks the launcher
  * makes) without launching anything. Deprecated: use mamba_ssu_check. */
@@ -453,7 +455,7 @@ typedef struct mamba_ssu_mtp_params {
   int32_t sr_rule;       /* mamba_ssu_sr_rule */
   int32_t seed_source;   /* mamba_ssu_seed_source */
   int32_t num_sms;       /* <= 0: query the current device (grid sizing only) */
-} mamba_ssu_mtp_params MAMBA_SSU_DEPRECATED("use mamba_ssu_args");
+} mamba_ssu_mtp_params MAMBA_SSU_DEPRECATED_NAME("use mamba_ssu_args");
 
 /* Checks *params against the multi-token kernel's contract without launching anything.
  * Deprecated: use mamba_ssu_check. */
