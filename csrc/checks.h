@@ -1,11 +1,14 @@
-// checks.h — host-side pieces shared by the contract checks and launchers of the single- and
-// multi-token SSU (ssu.cu, ssu_mtp_check.cu, ssu_mtp.cu): dtype sizes, pointer checks, the seed
-// fields' check (the two parameter blocks carry the same seed fields with the same meaning),
-// the device generator state they name, and the SM count of the current device.
+// checks.h — host-side pieces shared by the contract check (contract.cu), the parameter-block
+// checks and launchers of the single- and multi-token SSU (ssu.cu, ssu_mtp_check.cu,
+// ssu_mtp.cu): dtype sizes, pointer, stride and index checks, the seed of a call (its one
+// check, its conversion from a deprecated parameter block's flat fields, its lowering into the
+// kernels' argument structs), and the SM count of the current device.
 #pragma once
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include <limits>
 
 #include "common.cuh"
 
@@ -18,6 +21,11 @@ inline int float_bytes(int32_t t) { return t == MAMBA_SSU_F32 ? 4 : 2; }
 inline int index_bytes(int32_t t) { return t == MAMBA_SSU_I64 ? 8 : 4; }
 
 inline long long ll(int64_t v) { return static_cast<long long>(v); }
+// A 128-bit value for a message, saturated at LLONG_MAX.
+inline long long ll128(__int128 v) {
+  return v > std::numeric_limits<long long>::max() ? std::numeric_limits<long long>::max()
+                                                   : static_cast<long long>(v);
+}
 
 inline int invalid(const char *fmt, long long a) {
   return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, fmt, a);
@@ -34,64 +42,203 @@ inline int check_pointer(const void *p, const char *name, size_t align) {
   return MAMBA_SSU_SUCCESS;
 }
 
-// The seed fields of a parameter block (mamba_ssu_params or mamba_ssu_mtp_params), checked in
-// this order: the device generator state is the struct or torch's pair of separate values
-// (both or neither), never both forms; a fused chain's next link (seed_next) needs an aligned
-// pointer and an offset that is a multiple of 4; with stochastic rounding the seed source's
-// own fields (rand_seed, or the generator state and a multiple-of-4 offset). The seed matters
-// only with stochastic rounding (seed_source's value is checked by the caller).
-template <class P>
-int check_seed_fields(const P &p) {
-  int s;
-  const bool has_pair = p.generator_seed_ptr != nullptr || p.generator_offset_ptr != nullptr;
-  if (has_pair) {
-    if (p.generator_state != nullptr)
-      return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
-                  "generator_seed_ptr/generator_offset_ptr: not allowed together with "
-                  "generator_state");
-    if ((s = check_pointer(p.generator_seed_ptr, "generator_seed_ptr", 8))) return s;
-    if ((s = check_pointer(p.generator_offset_ptr, "generator_offset_ptr", 8))) return s;
-  }
-  if (p.seed_next != nullptr) {
-    if ((s = check_pointer(p.seed_next, "seed_next", 8))) return s;
-    if (p.generator_state != nullptr &&
-        (s = check_pointer(p.generator_state, "generator_state", 8)))
-      return s;
-    if (p.seed_offset % 4 != 0)
-      return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
-                  "seed_offset: expected a multiple of 4 (seed_next is set), got %llu",
-                  static_cast<unsigned long long>(p.seed_offset));
-  }
-  if (p.philox_rounds > 0) {
-    if (p.seed_source == MAMBA_SSU_SEED_POINTER) {
-      if ((s = check_pointer(p.rand_seed, "rand_seed", 8))) return s;
-    } else {
-      if (p.seed_source == MAMBA_SSU_SEED_FROM_GENERATOR && !has_pair &&
-          (s = check_pointer(p.generator_state, "generator_state", 8)))
-        return s;
-      // Torch's offsets count 32-bit words in blocks of 4.
-      if (p.seed_offset % 4 != 0)
-        return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
-                    "seed_offset: expected a multiple of 4, got %llu",
-                    static_cast<unsigned long long>(p.seed_offset));
-    }
-  }
+// A stride that must not be negative.
+inline int check_nonneg(int64_t stride, const char *name) {
+  if (stride < 0)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "%s: expected >= 0, got %lld", name,
+                ll(stride));
   return MAMBA_SSU_SUCCESS;
 }
 
-// The device generator state a (checked) parameter block names, as the kernels read it: its
-// seed and offset words (both nullptr when it names none).
-template <class P>
-void generator_words(const P &p, const uint64_t **seed, const uint64_t **offset) {
-  *seed = nullptr;
-  *offset = nullptr;
-  if (p.generator_seed_ptr != nullptr) {
-    *seed = reinterpret_cast<const uint64_t *>(p.generator_seed_ptr);
-    *offset = reinterpret_cast<const uint64_t *>(p.generator_offset_ptr);
-  } else if (p.generator_state != nullptr) {
-    *seed = &p.generator_state->seed;
-    *offset = &p.generator_state->offset;
+// A stride (elements of `bytes` bytes) of a tensor whose base is 16-byte aligned: >= min_stride
+// and a multiple of 16 bytes.
+inline int check_stride16(int64_t stride, const char *name, int bytes, __int128 min_stride) {
+  if (stride < min_stride)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "%s: expected >= %lld, got %lld", name,
+                ll128(min_stride), ll(stride));
+  if ((static_cast<__int128>(stride) * bytes) % 16 != 0)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                "%s: expected a multiple of %d (16-byte alignment), got %lld", name, 16 / bytes,
+                ll(stride));
+  return MAMBA_SSU_SUCCESS;
+}
+
+// An optional index tensor (idx == nullptr: absent): aligned to the index size, its stride
+// >= 0.
+inline int check_index(const void *idx, const char *name, int32_t dtype, int64_t stride,
+                       const char *stride_name) {
+  if (idx == nullptr) return MAMBA_SSU_SUCCESS;
+  if (!aligned(idx, index_bytes(dtype)))
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "%s: expected a %d-byte aligned pointer", name,
+                index_bytes(dtype));
+  return check_nonneg(stride, stride_name);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The seed of a call (mamba_ssu_seed), the same for both forms.
+
+// The Philox rounds a checked seed runs: 0 (round to nearest) without a seed.
+inline int32_t seed_rounds(const mamba_ssu_seed &s) {
+  return s.mode == MAMBA_SSU_SEED_MODE_NONE ? 0 : s.rounds;
+}
+
+// The names a seed's rejections use: the arguments of the caller's interface (mamba_ssu_args'
+// seed, or a deprecated parameter block's flat fields) and, where one argument holds several
+// fields, the field's name within it ("" or e.g. "offset_ptr ").
+struct SeedNames {
+  const char *mode, *rounds, *rule, *pointer, *next;
+  const char *seed_ptr, *offset_ptr, *offset;
+  const char *seed_ptr_field, *offset_ptr_field, *offset_field;
+};
+
+// The names of mamba_ssu_args' seed (FlashInfer's philox_rounds; the crate's sr_rule).
+constexpr SeedNames kSeedNames{"seed.mode",     "philox_rounds",  "sr_rule",
+                               "seed.pointer",  "seed.next",      "seed.position",
+                               "seed.position", "seed.position",  "seed_ptr: ",
+                               "offset_ptr: ",  "offset: "};
+
+// The one check of a seed, for both forms, in this order: the mode, the rule and the reserved
+// field; with a seed (mode POINTER or DERIVED) rounds in 1..=MAMBA_SSU_MAX_PHILOX_ROUNDS and an
+// F16 state; the position's device pointers (both or neither, 8-byte aligned) whenever one is
+// given; `next` 8-byte aligned; a position that is read (mode DERIVED, or `next` set: its
+// offset + 4 is the next link) an offset that is a multiple of 4 (torch counts 32-bit words in
+// blocks of 4); with mode POINTER an 8-byte aligned pointer. `chain` is not read.
+inline int check_seed(const mamba_ssu_seed &s, int32_t state_dtype, const SeedNames &n) {
+  int st;
+  if (s.mode != MAMBA_SSU_SEED_MODE_NONE && s.mode != MAMBA_SSU_SEED_MODE_POINTER &&
+      s.mode != MAMBA_SSU_SEED_MODE_DERIVED)
+    return reject(MAMBA_SSU_ERROR_INVALID_VALUE, n.mode,
+                  "expected NONE (0), POINTER (1) or DERIVED (2), got %d", s.mode);
+  if (s.rule != MAMBA_SSU_SR_V072 && s.rule != MAMBA_SSU_SR_V074)
+    return reject(MAMBA_SSU_ERROR_INVALID_VALUE, n.rule, "expected V072 (0) or V074 (1), got %d",
+                  s.rule);
+  if (s.reserved != 0)
+    return reject(MAMBA_SSU_ERROR_INVALID_VALUE, "seed.reserved", "expected 0, got %d",
+                  s.reserved);
+  if (s.mode != MAMBA_SSU_SEED_MODE_NONE) {
+    if (s.rounds < 1 || s.rounds > MAMBA_SSU_MAX_PHILOX_ROUNDS)
+      return reject(MAMBA_SSU_ERROR_INVALID_VALUE, n.rounds,
+                    "expected 1..=%d with a seed, got %d", MAMBA_SSU_MAX_PHILOX_ROUNDS, s.rounds);
+    if (state_dtype != MAMBA_SSU_F16)
+      return reject(MAMBA_SSU_ERROR_UNSUPPORTED, n.rounds,
+                    "stochastic rounding (%d rounds) needs an F16 state, got state_dtype %d",
+                    s.rounds, state_dtype);
   }
+  const mamba_ssu_position &pos = s.position;
+  auto device_word = [](const int64_t *ptr, const char *name, const char *field) {
+    if (ptr == nullptr)
+      return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, name,
+                    "%snull pointer (a device position has both pointers)", field);
+    if (!aligned(ptr, 8))
+      return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, name, "%sexpected a 8-byte aligned pointer",
+                    field);
+    return static_cast<int>(MAMBA_SSU_SUCCESS);
+  };
+  if (pos.seed_ptr != nullptr || pos.offset_ptr != nullptr) {
+    if ((st = device_word(pos.seed_ptr, n.seed_ptr, n.seed_ptr_field))) return st;
+    if ((st = device_word(pos.offset_ptr, n.offset_ptr, n.offset_ptr_field))) return st;
+  }
+  if (s.next != nullptr && (st = check_pointer(s.next, n.next, 8))) return st;
+  if ((s.mode == MAMBA_SSU_SEED_MODE_DERIVED || s.next != nullptr) && pos.offset % 4 != 0) {
+    if (s.next != nullptr)
+      return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, n.offset,
+                    "%sexpected a multiple of 4 (%s is set), got %llu", n.offset_field, n.next,
+                    static_cast<unsigned long long>(pos.offset));
+    return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, n.offset,
+                  "%sexpected a multiple of 4, got %llu", n.offset_field,
+                  static_cast<unsigned long long>(pos.offset));
+  }
+  if (s.mode == MAMBA_SSU_SEED_MODE_POINTER && (st = check_pointer(s.pointer, n.pointer, 8)))
+    return st;
+  return MAMBA_SSU_SUCCESS;
+}
+
+// The seed of a deprecated parameter block (mamba_ssu_params or mamba_ssu_mtp_params: the same
+// flat fields), converted once at its entry point, and the names its rejections use. Checks
+// what only the flat fields can get wrong, with their historical status and names: the enums
+// (seed_source, philox_rounds 0..=10, sr_rule, with or without stochastic rounding), the device
+// generator state given twice (the struct and torch's pair), a FROM_GENERATOR seed without
+// one. Then: philox_rounds 0 is mode NONE; POINTER mode POINTER; FROM_GENERATOR and
+// FROM_VALUES mode DERIVED. The position is the device state (the pair, or the struct's two
+// fields) where one is given, else the values (generator_seed, seed_offset); a FROM_VALUES
+// seed's position is always the values (its seed, and its next link, are the values' draws).
+template <class P>
+int legacy_seed(const P &p, mamba_ssu_seed *out, SeedNames *names) {
+  if (p.seed_source != MAMBA_SSU_SEED_POINTER && p.seed_source != MAMBA_SSU_SEED_FROM_GENERATOR &&
+      p.seed_source != MAMBA_SSU_SEED_FROM_VALUES)
+    return invalid(
+        "seed_source: expected POINTER (0), FROM_GENERATOR (1) or FROM_VALUES (2), got %lld",
+        ll(p.seed_source));
+  if (p.philox_rounds < 0 || p.philox_rounds > MAMBA_SSU_MAX_PHILOX_ROUNDS)
+    return invalid("philox_rounds: expected 0..=10, got %lld", ll(p.philox_rounds));
+  if (p.sr_rule != MAMBA_SSU_SR_V072 && p.sr_rule != MAMBA_SSU_SR_V074)
+    return invalid("sr_rule: expected V072 (0) or V074 (1), got %lld", ll(p.sr_rule));
+  const bool has_pair = p.generator_seed_ptr != nullptr || p.generator_offset_ptr != nullptr;
+  if (has_pair && p.generator_state != nullptr)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                "generator_seed_ptr/generator_offset_ptr: not allowed together with "
+                "generator_state");
+  const bool sr = p.philox_rounds > 0;
+  if (sr && p.seed_source == MAMBA_SSU_SEED_FROM_GENERATOR && !has_pair &&
+      p.generator_state == nullptr)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "generator_state: null pointer");
+
+  mamba_ssu_seed s{};
+  s.mode = !sr                                      ? MAMBA_SSU_SEED_MODE_NONE
+           : p.seed_source == MAMBA_SSU_SEED_POINTER ? MAMBA_SSU_SEED_MODE_POINTER
+                                                     : MAMBA_SSU_SEED_MODE_DERIVED;
+  s.rounds = p.philox_rounds;
+  s.rule = p.sr_rule;
+  s.pointer = p.rand_seed;
+  s.next = p.seed_next;
+  s.position.seed = p.generator_seed;
+  s.position.offset = p.seed_offset;
+  const bool values = sr && p.seed_source == MAMBA_SSU_SEED_FROM_VALUES;
+  *names = SeedNames{"seed_source",  "philox_rounds", "sr_rule", "rand_seed",
+                     "seed_next",    "generator_seed_ptr",     "generator_offset_ptr",
+                     "seed_offset",  "",              "",        ""};
+  if (!values && has_pair) {
+    s.position.seed_ptr = p.generator_seed_ptr;
+    s.position.offset_ptr = p.generator_offset_ptr;
+  } else if (!values && p.generator_state != nullptr) {
+    // The struct's two fields (seed, then offset), as int64 words.
+    const uintptr_t base = reinterpret_cast<uintptr_t>(p.generator_state);
+    s.position.seed_ptr = reinterpret_cast<const int64_t *>(base);
+    s.position.offset_ptr = reinterpret_cast<const int64_t *>(base + sizeof(uint64_t));
+    names->seed_ptr = "generator_state";
+    names->offset_ptr = "generator_state";
+  }
+  *out = s;
+  return MAMBA_SSU_SUCCESS;
+}
+
+// The lowering of a checked seed into a kernel's argument struct (ssu::Args, the multi-token
+// kernel's struct: the same seed fields): the kernel's seed source, the seed pointer, the
+// position (device state words or values), the next link, the rounds and the SR rule.
+template <class A>
+void lower_seed(const mamba_ssu_seed &s, A *a) {
+  const bool device_position = s.position.seed_ptr != nullptr;
+  a->seed_source = s.mode == MAMBA_SSU_SEED_MODE_DERIVED
+                       ? (device_position ? MAMBA_SSU_SEED_FROM_GENERATOR
+                                          : MAMBA_SSU_SEED_FROM_VALUES)
+                       : MAMBA_SSU_SEED_POINTER;
+  a->rand_seed = s.mode == MAMBA_SSU_SEED_MODE_POINTER ? s.pointer : nullptr;
+  a->gen_seed = reinterpret_cast<const uint64_t *>(s.position.seed_ptr);
+  a->gen_offset = reinterpret_cast<const uint64_t *>(s.position.offset_ptr);
+  a->seed_offset = s.position.offset;
+  a->generator_seed = s.position.seed;
+  a->seed_next = s.next;
+  a->philox_rounds = seed_rounds(s);
+  a->sr_rule = s.rule;
+}
+
+// The seed fields a parameter block's planning reads (rounds, rule, next link), set from a
+// checked seed (the contract's lowering fills its internal parameter block with them).
+template <class P>
+void plan_seed_fields(const mamba_ssu_seed &s, P *p) {
+  p->philox_rounds = seed_rounds(s);
+  p->sr_rule = s.rule;
+  p->seed_next = s.next;
 }
 
 // `given` when positive, else the current device's SM count.

@@ -13,10 +13,13 @@
 // stock seed overhead per decode step, inline 96-100 %: BENCHMARKS.md); stream order then
 // covers every consumer. MAMBA_SSU_CAPTURE_BRANCH keeps the eager layout under capture.
 //
-// Fused forwards (begin_fused_forward) chain their calls through a second buffer: call k's
-// kernel stores call k+1's seed from one extra thread block, call k+1 reads it. Writer and
-// reader are consecutive launches on main, so stream order covers them; the next forward's
-// writes to the same slots come after this forward's readers on main as well.
+// Fused forwards (begin_fused_forward) chain their calls through a links buffer (the
+// prefetcher's own, or one the caller gives): call k's kernel stores call k+1's seed from one
+// extra thread block, call k+1 reads it. Writer and reader are consecutive launches on main, so
+// stream order covers them; the next forward's writes to the same slots come after this
+// forward's readers on main as well. A link is handed out only when the launch that writes it
+// was confirmed (mamba_ssu_launch tells the prefetcher named in its seed's `chain`, through
+// prefetcher_link_enqueued).
 //
 // Why one seed buffer is enough (reuse argument): forward F+1's batched draw is enqueued on the
 // side stream after a wait on F+1's fork event, which is recorded on main when F+1 begins. All
@@ -32,6 +35,7 @@
 #include <new>
 
 #include "common.cuh"
+#include "launch.h"
 
 namespace mamba_ssu {
 namespace {
@@ -50,7 +54,7 @@ struct mamba_ssu_prefetcher {
   cudaEvent_t fork = nullptr;
   cudaEvent_t ready = nullptr;
   int64_t *seeds = nullptr;     // n
-  int64_t *chain = nullptr;     // n: the fused chain's links (seed of call k, written by k-1)
+  int64_t *chain = nullptr;     // n: the own links buffer (seed of call k, written by k-1)
   int64_t *fallback = nullptr;  // kFallbackSlots
   uint32_t fallback_next = 0;
   mamba_ssu_generator_state *dev_state = nullptr;
@@ -63,9 +67,16 @@ struct mamba_ssu_prefetcher {
   // The open forward.
   bool in_forward = false;
   bool fused = false;           // opened by begin_fused_forward
-  bool link_ready = false;      // the previous fused call stores the next call's seed
-  uint64_t link_seed = 0;       // eager: the generator seed that link was drawn with
-  uint64_t link_position = 0;   // its offset (eager) or intragraph offset (captured)
+  int64_t *links = nullptr;     // the fused forward's links: `chain` or the caller's buffer
+  bool link_ready = false;      // the previous fused request handed out the next link
+  bool link_confirmed = false;  // and the launch that writes it was enqueued
+  const int64_t *link_next = nullptr;  // that link
+  // Where the link's draw is: the position that follows the previous request's.
+  bool link_captured = false;
+  const int64_t *link_seed_ptr = nullptr, *link_offset_ptr = nullptr;  // captured
+  unsigned long long link_capture = 0;                                  // captured
+  uint64_t link_seed = 0;       // eager: the generator seed
+  uint64_t link_position = 0;   // the offset (eager) or intragraph offset (captured)
   cudaStream_t main = nullptr;
   bool captured = false;
   bool drawn = false;
@@ -77,15 +88,23 @@ struct mamba_ssu_prefetcher {
 
 namespace {
 
-// Whether `stream` is capturing; updates the intragraph counter on a new capture.
-int capture_state(mamba_ssu_prefetcher *p, cudaStream_t stream, bool *capturing) {
+// Whether `stream` is capturing, and its capture's id (0 when not).
+int query_capture(cudaStream_t stream, bool *capturing, unsigned long long *id) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  unsigned long long id = 0;
-  if (int s = check_cuda(cudaStreamGetCaptureInfo(stream, &status, &id), "stream capture info"))
+  *id = 0;
+  if (int s = check_cuda(cudaStreamGetCaptureInfo(stream, &status, id), "stream capture info"))
     return s;
   if (status == cudaStreamCaptureStatusInvalidated)
     return fail(MAMBA_SSU_ERROR_CUDA, "stream: its capture has been invalidated");
   *capturing = status == cudaStreamCaptureStatusActive;
+  if (!*capturing) *id = 0;
+  return MAMBA_SSU_SUCCESS;
+}
+
+// Whether `stream` is capturing; updates the intragraph counter on a new capture.
+int capture_state(mamba_ssu_prefetcher *p, cudaStream_t stream, bool *capturing) {
+  unsigned long long id = 0;
+  if (int s = query_capture(stream, capturing, &id)) return s;
   if (*capturing && (!p->capture_seen || id != p->capture_id)) {
     p->capture_seen = true;
     p->capture_id = id;
@@ -232,6 +251,99 @@ int take_request(mamba_ssu_prefetcher *p, cudaStream_t stream, mamba_ssu_generat
   return MAMBA_SSU_SUCCESS;
 }
 
+bool aligned8(const void *ptr) { return reinterpret_cast<uintptr_t>(ptr) % 8 == 0; }
+
+// A fused request's draw position: where the kernel derives its seed, and the capture it
+// belongs to (0 eagerly).
+struct Position {
+  mamba_ssu_position at{};
+  bool captured = false;  // a device position (seed_ptr, offset_ptr) plus an intragraph offset
+  unsigned long long capture = 0;
+};
+
+// The scope of a fused request: a prefetcher, and no prefetching forward open.
+int check_fused_request(const mamba_ssu_prefetcher *p) {
+  if (p == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "prefetcher: null pointer");
+  if (p->in_forward && !p->fused)
+    return fail(MAMBA_SSU_ERROR_SCOPE,
+                "derive_seed: a prefetching forward is open (its seeds come from seed()); fused "
+                "seeds are requested outside a forward or in a fused one");
+  return MAMBA_SSU_SUCCESS;
+}
+
+// A request inside the open fused forward: on its main stream, captured as the forward is.
+int check_forward_stream(const mamba_ssu_prefetcher *p, cudaStream_t stream, bool capturing) {
+  if (stream != p->main)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                "stream: a forward's seeds must be requested on the stream given to "
+                "begin_fused_forward");
+  if (capturing != p->captured)
+    return fail(MAMBA_SSU_ERROR_SCOPE,
+                "stream: capture began or ended inside a forward; end the forward first");
+  return MAMBA_SSU_SUCCESS;
+}
+
+// Whether `pos` is the draw right after the previous chained request's, in the same sequence:
+// eagerly the same generator seed, under capture the same device state and capture, and the
+// offset 4 further.
+bool follows_link(const mamba_ssu_prefetcher *p, const Position &pos) {
+  if (pos.captured != p->link_captured || pos.at.offset != p->link_position) return false;
+  if (!pos.captured) return pos.at.seed == p->link_seed;
+  return pos.at.seed_ptr == p->link_seed_ptr && pos.at.offset_ptr == p->link_offset_ptr &&
+         pos.capture == p->link_capture;
+}
+
+// Fills *seed (mode, pointer, position, next, chain) for a fused request at `pos` on `stream`
+// (capturing: whether the stream is being captured). Inside a fused forward the request is the
+// forward's next one: request 0 derives its seed, request k < N reads link k when its
+// predecessor handed link k out, that link's launch was confirmed, and `pos` follows the
+// predecessor's; every request k + 1 < N hands out link k + 1 (seed->next, seed->chain). A
+// request whose predecessor's link was handed out but never confirmed is refused (SCOPE) and
+// the chain restarts: the next request derives its seed.
+int fused_request(mamba_ssu_prefetcher *p, cudaStream_t stream, const Position &pos,
+                  mamba_ssu_seed *seed, bool capturing) {
+  if (p->in_forward) {
+    if (int s = check_forward_stream(p, stream, capturing)) return s;
+    const uint32_t k0 = p->summary.requested;
+    if (k0 > 0 && k0 < p->n && p->link_ready && !p->link_confirmed) {
+      p->link_ready = false;
+      return fail(MAMBA_SSU_ERROR_SCOPE,
+                  "derive_seed: the previous fused seed was not consumed by a successful "
+                  "mamba_ssu_launch (its chain link was never written); request again to "
+                  "derive this call's seed");
+    }
+  }
+  seed->mode = MAMBA_SSU_SEED_MODE_DERIVED;
+  seed->pointer = nullptr;
+  seed->position = pos.at;
+  seed->next = nullptr;
+  seed->chain = nullptr;
+  if (!p->in_forward) return MAMBA_SSU_SUCCESS;
+  const uint32_t k = p->summary.requested++;
+  if (k > 0 && k < p->n && p->link_ready && follows_link(p, pos)) {
+    seed->mode = MAMBA_SSU_SEED_MODE_POINTER;
+    seed->pointer = p->links + k;
+    p->summary.prefetched++;
+  } else {
+    p->summary.fallback++;
+  }
+  p->link_ready = k + 1 < p->n;
+  p->link_confirmed = false;
+  p->link_next = nullptr;
+  if (p->link_ready) {
+    seed->next = p->links + k + 1;
+    seed->chain = p;
+    p->link_next = seed->next;
+    p->link_captured = pos.captured;
+    p->link_seed_ptr = pos.at.seed_ptr;
+    p->link_offset_ptr = pos.at.offset_ptr;
+    p->link_capture = pos.capture;
+    p->link_seed = pos.at.seed;
+    p->link_position = pos.at.offset + 4;
+  }
+  return MAMBA_SSU_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" int mamba_ssu_prefetcher_create(mamba_ssu_prefetcher **out,
@@ -257,8 +369,8 @@ extern "C" int mamba_ssu_prefetcher_create(mamba_ssu_prefetcher **out,
   if (!s) s = check_cuda(cudaMalloc(&p->seeds, sizeof(int64_t) * p->n), "seed buffer");
   if (!s) s = check_cuda(cudaMalloc(&p->chain, sizeof(int64_t) * p->n), "chain buffer");
   if (!s) s = check_cuda(cudaMalloc(&p->fallback, sizeof(int64_t) * kFallbackSlots), "fallback");
-  if (!s) s = check_cuda(cudaMalloc(&p->dev_state, sizeof(mamba_ssu_generator_state)), "state");
-  if (!s) s = check_cuda(cudaMemset(p->dev_state, 0, sizeof(mamba_ssu_generator_state)), "state");
+  if (!s) s = check_cuda(cudaMalloc(&p->dev_state, sizeof(mamba_ssu_generator_state)), "generator state buffer");
+  if (!s) s = check_cuda(cudaMemset(p->dev_state, 0, sizeof(mamba_ssu_generator_state)), "generator state buffer");
   if (s) {
     char detail[512];
     std::snprintf(detail, sizeof(detail), "%s", mamba_ssu_last_error_detail());
@@ -337,15 +449,19 @@ extern "C" int mamba_ssu_prefetcher_begin_forward(mamba_ssu_prefetcher *p,
   return MAMBA_SSU_SUCCESS;
 }
 
-extern "C" int mamba_ssu_prefetcher_begin_fused_forward(mamba_ssu_prefetcher *p,
-                                                        mamba_ssu_stream_t main_stream,
-                                                        mamba_ssu_generator_state *generator) {
+extern "C" int mamba_ssu_prefetcher_begin_fused_forward_links(
+    mamba_ssu_prefetcher *p, mamba_ssu_stream_t main_stream,
+    const mamba_ssu_generator_state *generator, int64_t *links) {
   clear_error();
   if (p == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "prefetcher: null pointer");
   if (p->in_forward)
     return fail(MAMBA_SSU_ERROR_SCOPE,
                 "begin_fused_forward: a forward is already open; end it first");
-  if (int s = check_generator(generator)) return s;
+  if (generator != nullptr) {
+    if (int s = check_generator(generator)) return s;
+  }
+  if (links != nullptr && !aligned8(links))
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "links: expected a 8-byte aligned pointer");
   DeviceGuard guard;
   if (int s = guard.set(p->device)) return s;
   const cudaStream_t main = reinterpret_cast<cudaStream_t>(main_stream);
@@ -353,7 +469,10 @@ extern "C" int mamba_ssu_prefetcher_begin_fused_forward(mamba_ssu_prefetcher *p,
   if (int s = capture_state(p, main, &capturing)) return s;
   p->in_forward = true;
   p->fused = true;
+  p->links = links != nullptr ? links : p->chain;
   p->link_ready = false;
+  p->link_confirmed = false;
+  p->link_next = nullptr;
   p->main = main;
   p->captured = capturing;
   p->drawn = false;
@@ -361,6 +480,15 @@ extern "C" int mamba_ssu_prefetcher_begin_fused_forward(mamba_ssu_prefetcher *p,
   p->summary = mamba_ssu_forward_summary{};
   p->summary.captured = capturing ? 1 : 0;
   return MAMBA_SSU_SUCCESS;
+}
+
+extern "C" int mamba_ssu_prefetcher_begin_fused_forward(mamba_ssu_prefetcher *p,
+                                                        mamba_ssu_stream_t main_stream,
+                                                        mamba_ssu_generator_state *generator) {
+  clear_error();
+  if (generator == nullptr)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "generator: null pointer");
+  return mamba_ssu_prefetcher_begin_fused_forward_links(p, main_stream, generator, nullptr);
 }
 
 extern "C" int mamba_ssu_prefetcher_seed(mamba_ssu_prefetcher *p, mamba_ssu_stream_t stream,
@@ -383,82 +511,105 @@ extern "C" int mamba_ssu_prefetcher_seed(mamba_ssu_prefetcher *p, mamba_ssu_stre
   return inline_draw(p, s_, generator, capturing, seed_out);
 }
 
-extern "C" int mamba_ssu_prefetcher_fused_seed(mamba_ssu_prefetcher *p, mamba_ssu_stream_t stream,
-                                               mamba_ssu_generator_state *generator,
-                                               mamba_ssu_params *params) {
+extern "C" int mamba_ssu_prefetcher_derive_seed(mamba_ssu_prefetcher *p,
+                                                mamba_ssu_stream_t stream,
+                                                mamba_ssu_generator_state *generator,
+                                                mamba_ssu_seed *seed) {
   clear_error();
-  if (params == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "params: null pointer");
-  if (p == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "prefetcher: null pointer");
-  if (p->in_forward && !p->fused)
-    return fail(MAMBA_SSU_ERROR_SCOPE,
-                "fused_seed: a prefetching forward is open (its seeds come from seed()); fused "
-                "seeds are requested outside a forward or in a fused one");
+  if (seed == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "seed: null pointer");
+  if (int s = check_fused_request(p)) return s;
   if (int s = check_generator(generator)) return s;
   DeviceGuard guard;
   if (int s = guard.set(p->device)) return s;
   const cudaStream_t s_ = reinterpret_cast<cudaStream_t>(stream);
   bool capturing = false;
   if (int s = capture_state(p, s_, &capturing)) return s;
-  const bool chained_forward = p->in_forward;  // a fused forward
-  if (chained_forward) {
-    if (s_ != p->main)
-      return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
-                  "stream: a forward's seeds must be requested on the stream given to "
-                  "begin_fused_forward");
-    if (capturing != p->captured)
-      return fail(MAMBA_SSU_ERROR_SCOPE,
-                  "stream: capture began or ended inside a forward; end the forward first");
+  // This call's draw position: under capture the prefetcher's device state (written before
+  // each replay by prepare_replay) plus the intragraph offset, eagerly the host generator's.
+  Position pos;
+  pos.captured = capturing;
+  if (capturing) {
+    pos.at.seed_ptr = reinterpret_cast<const int64_t *>(&p->dev_state->seed);
+    pos.at.offset_ptr = reinterpret_cast<const int64_t *>(&p->dev_state->offset);
+    pos.at.offset = p->intragraph;
+    pos.capture = p->capture_id;
+  } else {
+    pos.at.seed = generator->seed;
+    pos.at.offset = generator->offset;
   }
-  // This call's draw position: the device state plus the intragraph offset under capture,
-  // the host generator's values eagerly.
-  const uint64_t position = capturing ? p->intragraph : generator->offset;
+  if (int s = fused_request(p, s_, pos, seed, capturing)) return s;
+  if (capturing) {
+    p->intragraph += 4;
+  } else {
+    generator->offset += 4;
+  }
+  return MAMBA_SSU_SUCCESS;
+}
+
+extern "C" int mamba_ssu_prefetcher_derive_seed_at(mamba_ssu_prefetcher *p,
+                                                   mamba_ssu_stream_t stream,
+                                                   const mamba_ssu_position *position,
+                                                   mamba_ssu_seed *seed) {
+  clear_error();
+  if (seed == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "seed: null pointer");
+  if (position == nullptr)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "position: null pointer");
+  if ((position->seed_ptr == nullptr) != (position->offset_ptr == nullptr))
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                "position: expected both seed_ptr and offset_ptr, or neither");
+  if (position->offset % 4 != 0)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                "position: offset must be a multiple of 4, got %llu",
+                static_cast<unsigned long long>(position->offset));
+  if (int s = check_fused_request(p)) return s;
+  DeviceGuard guard;
+  if (int s = guard.set(p->device)) return s;
+  const cudaStream_t s_ = reinterpret_cast<cudaStream_t>(stream);
+  Position pos;
+  pos.at = *position;
+  bool capturing = false;
+  if (int s = query_capture(s_, &capturing, &pos.capture)) return s;
+  pos.captured = position->seed_ptr != nullptr;
+  return fused_request(p, s_, pos, seed, capturing);
+}
+
+extern "C" int mamba_ssu_prefetcher_fused_seed(mamba_ssu_prefetcher *p, mamba_ssu_stream_t stream,
+                                               mamba_ssu_generator_state *generator,
+                                               struct mamba_ssu_params *params) {
+  clear_error();
+  if (params == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "params: null pointer");
+  if (int s = check_fused_request(p)) return s;
+  if (int s = check_generator(generator)) return s;
+  DeviceGuard guard;
+  if (int s = guard.set(p->device)) return s;
+  const cudaStream_t s_ = reinterpret_cast<cudaStream_t>(stream);
+  bool capturing = false;
+  if (int s = capture_state(p, s_, &capturing)) return s;
+  if (p->in_forward) {
+    if (int s = check_forward_stream(p, s_, capturing)) return s;
+    // Counted like a request that derives its own seed; it writes no link, so the chain
+    // restarts at the next request.
+    p->summary.requested++;
+    p->summary.fallback++;
+    p->link_ready = false;
+  }
+  // This call's draw position, derived in the kernel: the device state plus the intragraph
+  // offset under capture, the host generator's values eagerly.
   params->rand_seed = nullptr;
   params->seed_next = nullptr;
+  params->generator_seed_ptr = nullptr;
+  params->generator_offset_ptr = nullptr;
   if (capturing) {
     params->seed_source = MAMBA_SSU_SEED_FROM_GENERATOR;
     params->generator_state = p->dev_state;
     params->generator_seed = 0;
-    params->seed_offset = position;
+    params->seed_offset = p->intragraph;
+    p->intragraph += 4;
   } else {
     params->seed_source = MAMBA_SSU_SEED_FROM_VALUES;
     params->generator_state = nullptr;
     params->generator_seed = generator->seed;
-    params->seed_offset = position;
-  }
-  if (chained_forward) {
-    // The previous call's kernel stores this call's link: if that SSU was never launched (or
-    // its launch failed), the link holds a stale value. Report it once instead of handing it
-    // out; the next request derives its own seed.
-    const uint32_t k0 = p->summary.requested;
-    if (k0 > 0 && k0 < p->n && p->link_ready && last_ssu_seed_next() != p->chain + k0) {
-      p->link_ready = false;
-      return fail(MAMBA_SSU_ERROR_SCOPE,
-                  "fused_seed: the previous fused seed was not consumed by a successful "
-                  "mamba_ssu_selective_state_update on this thread (its chain link was never "
-                  "written); request again to derive this layer's seed");
-    }
-    const uint32_t k = p->summary.requested++;
-    // The link stored by the previous call is this call's seed only if the generator is
-    // exactly where that call left it (someone else drawing in between moves the sequence).
-    const bool linked = k > 0 && k < p->n && p->link_ready && position == p->link_position &&
-                        (capturing || generator->seed == p->link_seed);
-    if (linked) {
-      params->seed_source = MAMBA_SSU_SEED_POINTER;
-      params->rand_seed = p->chain + k;
-      p->summary.prefetched++;
-    } else {
-      p->summary.fallback++;
-    }
-    p->link_ready = k + 1 < p->n;
-    if (p->link_ready) {
-      params->seed_next = p->chain + k + 1;
-      p->link_position = position + 4;
-      p->link_seed = capturing ? 0 : generator->seed;
-    }
-  }
-  if (capturing) {
-    p->intragraph += 4;
-  } else {
+    params->seed_offset = generator->offset;
     generator->offset += 4;
   }
   return MAMBA_SSU_SUCCESS;
@@ -476,7 +627,10 @@ extern "C" int mamba_ssu_prefetcher_end_forward(mamba_ssu_prefetcher *p,
   if (!s) s = join(p);
   p->in_forward = false;
   p->fused = false;
+  p->links = nullptr;
   p->link_ready = false;
+  p->link_confirmed = false;
+  p->link_next = nullptr;
   if (summary != nullptr) *summary = p->summary;
   if (s) return s;
   if (p->captured && p->drawn && p->summary.prefetched < p->n)
@@ -516,3 +670,13 @@ extern "C" int mamba_ssu_prefetcher_prepare_replay(mamba_ssu_prefetcher *p,
   generator->offset += graph_increment;
   return MAMBA_SSU_SUCCESS;
 }
+
+namespace mamba_ssu {
+
+void prefetcher_link_enqueued(mamba_ssu_prefetcher *p, const int64_t *next) {
+  if (p != nullptr && p->in_forward && p->fused && p->link_ready && next != nullptr &&
+      next == p->link_next)
+    p->link_confirmed = true;
+}
+
+}  // namespace mamba_ssu

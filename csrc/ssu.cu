@@ -17,6 +17,7 @@
 
 #include "checks.h"
 #include "common.cuh"
+#include "launch.h"
 #include "ssu.cuh"
 #include "tuning.h"
 
@@ -42,32 +43,11 @@ bool extent_ok(int64_t batch, int64_t stride, int64_t inner, int bytes) {
 }
 
 
-// A batch stride (elements of `bytes` bytes) of a tensor whose base must be
-// 16-byte aligned: >= min_stride and a multiple of 16 bytes.
-int check_stride16(int64_t stride, const char *name, int bytes, int64_t min_stride) {
-  if (stride < min_stride)
-    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "%s: expected >= %lld, got %lld", name,
-                ll(min_stride), ll(stride));
-  if ((stride * bytes) % 16 != 0)
-    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
-                "%s: expected a multiple of %d (16-byte alignment), got %lld", name, 16 / bytes,
-                ll(stride));
-  return MAMBA_SSU_SUCCESS;
-}
 
-int check_index(const void *idx, int64_t stride, const char *name, const char *stride_name,
-                int32_t dtype) {
-  if (idx == nullptr) return MAMBA_SSU_SUCCESS;
-  if (!aligned(idx, index_bytes(dtype)))
-    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "%s: expected a %d-byte aligned pointer", name,
-                index_bytes(dtype));
-  if (stride < 0)
-    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "%s: expected >= 0, got %lld", stride_name,
-                ll(stride));
-  return MAMBA_SSU_SUCCESS;
-}
+}  // namespace
 
-int check(const mamba_ssu_params *p) {
+// The parameter block's own rules and the seed's (launch.h).
+int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedNames &names) {
   if (p == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "params: null pointer");
   int s;
 
@@ -97,8 +77,8 @@ int check(const mamba_ssu_params *p) {
                             ((p->dim + kMinRowsPerBlock - 1) / kMinRowsPerBlock);
     if (blocks > std::numeric_limits<int32_t>::max())
       return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
-                  "batch * nheads * ceil(dim / %lld): expected <= %d (grid size), got %lld x "
-                  "%lld x %lld",
+                  "batch: batch * nheads * ceil(dim / %lld) expected <= %d (grid size), got "
+                  "%lld x %lld x %lld",
                   ll(kMinRowsPerBlock), std::numeric_limits<int32_t>::max(), ll(p->batch),
                   ll(p->nheads), ll((p->dim + kMinRowsPerBlock - 1) / kMinRowsPerBlock));
   }
@@ -117,21 +97,6 @@ int check(const mamba_ssu_params *p) {
       p->algorithm != MAMBA_SSU_ALGO_VERTICAL)
     return invalid("algorithm: expected AUTO (0), SIMPLE (1) or VERTICAL (2), got %lld",
                    ll(p->algorithm));
-  if (p->seed_source != MAMBA_SSU_SEED_POINTER &&
-      p->seed_source != MAMBA_SSU_SEED_FROM_GENERATOR &&
-      p->seed_source != MAMBA_SSU_SEED_FROM_VALUES)
-    return invalid(
-        "seed_source: expected POINTER (0), FROM_GENERATOR (1) or FROM_VALUES (2), got %lld",
-        ll(p->seed_source));
-  if (p->philox_rounds < 0 || p->philox_rounds > 10)
-    return invalid("philox_rounds: expected 0..=10, got %lld", ll(p->philox_rounds));
-  if (p->sr_rule != MAMBA_SSU_SR_V072 && p->sr_rule != MAMBA_SSU_SR_V074)
-    return invalid("sr_rule: expected V072 (0) or V074 (1), got %lld", ll(p->sr_rule));
-  if (p->philox_rounds > 0 && p->state_dtype != MAMBA_SSU_F16)
-    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
-                "philox_rounds: stochastic rounding (%d rounds) needs an F16 state, got "
-                "state_dtype %d",
-                p->philox_rounds, p->state_dtype);
 
   // Pointers and alignment.
   const int sb = float_bytes(p->state_dtype);
@@ -147,13 +112,12 @@ int check(const mamba_ssu_params *p) {
   if (p->z != nullptr && (s = check_pointer(p->z, "z", 16))) return s;
   if (p->D != nullptr && (s = check_pointer(p->D, "D", wb))) return s;
   if (p->dt_bias != nullptr && (s = check_pointer(p->dt_bias, "dt_bias", wb))) return s;
-  if ((s = check_seed_fields(*p))) return s;
-  if ((s = check_index(p->state_batch_indices, p->state_batch_indices_stride,
-                       "state_batch_indices", "state_batch_indices_stride", p->index_dtype)))
+  if ((s = check_seed(seed, p->state_dtype, names))) return s;
+  if ((s = check_index(p->state_batch_indices, "state_batch_indices", p->index_dtype,
+                       p->state_batch_indices_stride, "state_batch_indices_stride")))
     return s;
-  if ((s = check_index(p->dst_state_batch_indices, p->dst_state_batch_indices_stride,
-                       "dst_state_batch_indices", "dst_state_batch_indices_stride",
-                       p->index_dtype)))
+  if ((s = check_index(p->dst_state_batch_indices, "dst_state_batch_indices", p->index_dtype,
+                       p->dst_state_batch_indices_stride, "dst_state_batch_indices_stride")))
     return s;
 
   // Strides (elements) and extents.
@@ -195,6 +159,8 @@ int check(const mamba_ssu_params *p) {
   }
   return MAMBA_SSU_SUCCESS;
 }
+
+namespace {
 
 
 // FlashInfer's rule (both for AUTO and for its tiled simple kernel).
@@ -432,40 +398,16 @@ int plan_launch(const mamba_ssu_params &p, int num_sms, Plan *out) {
 }
 
 }  // namespace
-}  // namespace mamba_ssu
 
-using namespace mamba_ssu;
-
-extern "C" int mamba_ssu_selective_state_update_check(const mamba_ssu_params *params) {
-  clear_error();
-  return check(params);
+int32_t auto_algorithm(int64_t batch, int64_t nheads, int32_t num_sms) {
+  return below_switch(batch, nheads, num_sms) ? MAMBA_SSU_ALGO_SIMPLE : MAMBA_SSU_ALGO_VERTICAL;
 }
 
-extern "C" int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch, int64_t nheads,
-                                           int32_t num_sms) {
-  // Returns MAMBA_SSU_ALGO_SIMPLE or MAMBA_SSU_ALGO_VERTICAL; on an invalid
-  // algorithm or a failed device query, minus the status (detail recorded).
-  clear_error();
-  if (algorithm == MAMBA_SSU_ALGO_SIMPLE || algorithm == MAMBA_SSU_ALGO_VERTICAL) return algorithm;
-  if (algorithm != MAMBA_SSU_ALGO_AUTO)
-    return -invalid("algorithm: expected AUTO (0), SIMPLE (1) or VERTICAL (2), got %lld",
-                    ll(algorithm));
-  int sms = 0;
-  if (int s = device_num_sms(num_sms, &sms)) return -s;
-  return below_switch(batch, nheads, sms) ? MAMBA_SSU_ALGO_SIMPLE : MAMBA_SSU_ALGO_VERTICAL;
-}
-
-
-extern "C" int mamba_ssu_selective_state_update_plan(const mamba_ssu_params *params,
-                                                     int32_t num_sms,
-                                                     mamba_ssu_launch_plan *out) {
-  clear_error();
-  if (out == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "out: null pointer");
-  if (int s = check(params)) return s;
+int ssu_plan(const mamba_ssu_params &p, int32_t num_sms, mamba_ssu_launch_plan *out) {
   int sms = 0;
   if (int s = device_num_sms(num_sms, &sms)) return s;
   Plan plan;
-  if (int s = plan_launch(*params, sms, &plan)) return s;
+  if (int s = plan_launch(p, sms, &plan)) return s;
   out->grid_blocks = plan.nblocks;
   out->threads_per_block = 32 * plan.warps_per_block;
   out->rows_per_warp = plan.rpw;
@@ -477,13 +419,7 @@ extern "C" int mamba_ssu_selective_state_update_plan(const mamba_ssu_params *par
   return MAMBA_SSU_SUCCESS;
 }
 
-extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
-                                                const mamba_ssu_params *params) {
-  clear_error();
-  note_ssu_launch(nullptr);
-  if (int s = check(params)) return s;
-  const mamba_ssu_params &p = *params;
-
+int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba_ssu_seed &seed) {
   int num_sms = 0;
   if (int s = device_num_sms(p.num_sms, &num_sms)) return s;
   Plan plan;
@@ -507,10 +443,7 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   a.state = p.state;
   a.state_batch_indices = p.state_batch_indices;
   a.dst_state_batch_indices = p.dst_state_batch_indices;
-  a.rand_seed = p.rand_seed;
-  generator_words(p, &a.gen_seed, &a.gen_offset);
-  a.seed_offset = p.seed_offset;
-  a.generator_seed = p.generator_seed;
+  lower_seed(seed, &a);
   a.state_stride_batch = p.state_stride_batch;
   a.x_stride_batch = p.x_stride_batch;
   a.dt_stride_batch = p.dt_stride_batch;
@@ -532,7 +465,6 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   a.taper_shift = taper_shift;
   a.dim = static_cast<int32_t>(p.dim);
   a.dstate = static_cast<int32_t>(p.dstate);
-  a.philox_rounds = p.philox_rounds;
   a.simple = simple ? 1 : 0;
   a.first_form_f1 = f1 ? 1 : 0;
   a.state_dtype = p.state_dtype;
@@ -541,11 +473,8 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
   a.index_dtype = p.index_dtype;
   a.dt_softplus = p.dt_softplus != 0;
   a.update_state = p.update_state != 0;
-  a.seed_source = p.seed_source;
   // Fused seeds once per block on large grids (perf-notes: Tried (2026-11-30)).
   a.block_seed = !below ? 1 : 0;
-  a.seed_next = p.seed_next;
-  a.sr_rule = p.sr_rule;
 
   const auto st = reinterpret_cast<cudaStream_t>(stream);
   const unsigned nblocks = plan.nblocks;
@@ -557,6 +486,59 @@ extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
                                             : launch_small2<false>(a, nblocks, wpb, st))
                                   : (simple ? launch_hot<true, 4>(a, nblocks, wpb, st, rows)
                                             : launch_hot<false, 4>(a, nblocks, wpb, st, rows));
-  if (s == MAMBA_SSU_SUCCESS) note_ssu_launch(p.seed_next);
   return s;
+}
+
+}  // namespace mamba_ssu
+
+using namespace mamba_ssu;
+
+extern "C" int mamba_ssu_selective_state_update_check(const mamba_ssu_params *params) {
+  clear_error();
+  if (params == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "params: null pointer");
+  mamba_ssu_seed seed;
+  SeedNames names;
+  if (int s = legacy_seed(*params, &seed, &names)) return s;
+  return ssu_check(params, seed, names);
+}
+
+extern "C" int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch, int64_t nheads,
+                                           int32_t num_sms) {
+  // Returns MAMBA_SSU_ALGO_SIMPLE or MAMBA_SSU_ALGO_VERTICAL; on an invalid
+  // algorithm or a failed device query, minus the status (detail recorded).
+  clear_error();
+  if (algorithm == MAMBA_SSU_ALGO_SIMPLE || algorithm == MAMBA_SSU_ALGO_VERTICAL) return algorithm;
+  if (algorithm == MAMBA_SSU_ALGO_HORIZONTAL)
+    return -fail(MAMBA_SSU_ERROR_UNSUPPORTED, "algorithm: HORIZONTAL (3) is not served");
+  if (algorithm != MAMBA_SSU_ALGO_AUTO)
+    return -fail(MAMBA_SSU_ERROR_INVALID_VALUE,
+                 "algorithm: expected AUTO (0), SIMPLE (1) or VERTICAL (2), got %d", algorithm);
+  int sms = 0;
+  if (int s = device_num_sms(num_sms, &sms)) return -s;
+  return auto_algorithm(batch, nheads, sms);
+}
+
+extern "C" int mamba_ssu_selective_state_update_plan(const mamba_ssu_params *params,
+                                                     int32_t num_sms,
+                                                     mamba_ssu_launch_plan *out) {
+  clear_error();
+  if (out == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "out: null pointer");
+  if (params == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "params: null pointer");
+  mamba_ssu_seed seed;
+  SeedNames names;
+  if (int s = legacy_seed(*params, &seed, &names)) return s;
+  if (int s = ssu_check(params, seed, names)) return s;
+  return ssu_plan(*params, num_sms, out);
+}
+
+extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
+                                                const mamba_ssu_params *params) {
+  clear_error();
+  if (params == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "params: null pointer");
+  mamba_ssu_seed seed;
+  SeedNames names;
+  if (int s = legacy_seed(*params, &seed, &names)) return s;
+  if (int s = ssu_check(params, seed, names)) return s;
+  // The block's philox_rounds, sr_rule and seed_next are the seed's (legacy_seed).
+  return ssu_launch(stream, *params, seed);
 }

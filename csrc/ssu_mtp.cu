@@ -14,8 +14,8 @@
 
 #include "checks.h"
 #include "common.cuh"
+#include "launch.h"
 #include "ssu_mtp.cuh"
-#include "ssu_mtp_check.h"
 #include "tuning.h"
 
 namespace mamba_ssu {
@@ -121,20 +121,12 @@ int launch(const mtp::Args &a, const Plan &plan, cudaStream_t st) {
 }
 
 }  // namespace
-}  // namespace mamba_ssu
 
-using namespace mamba_ssu;
-
-extern "C" int mamba_ssu_selective_state_update_mtp_plan(const mamba_ssu_mtp_params *params,
-                                                         int32_t num_sms,
-                                                         mamba_ssu_launch_plan *out) {
-  clear_error();
-  if (out == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "out: null pointer");
-  if (int s = mtp_check(params)) return s;
+int mtp_plan(const mamba_ssu_mtp_params &p, int32_t num_sms, mamba_ssu_launch_plan *out) {
   int sms = 0;
   if (int s = device_num_sms(num_sms, &sms)) return s;
   Plan plan;
-  if (int s = plan_launch(*params, sms, &plan)) return s;
+  if (int s = plan_launch(p, sms, &plan)) return s;
   out->grid_blocks = plan.blocks;
   out->blocks_per_head = plan.blocks_per_head;
   out->threads_per_block = mtp::kThreads;
@@ -149,12 +141,8 @@ extern "C" int mamba_ssu_selective_state_update_mtp_plan(const mamba_ssu_mtp_par
   return MAMBA_SSU_SUCCESS;
 }
 
-extern "C" int mamba_ssu_selective_state_update_mtp(mamba_ssu_stream_t stream,
-                                                    const mamba_ssu_mtp_params *params) {
-  clear_error();
-  note_ssu_launch(nullptr);
-  if (int s = mtp_check(params)) return s;
-  const mamba_ssu_mtp_params &p = *params;
+int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
+               const mamba_ssu_seed &seed) {
   int sms = 0;
   if (int s = device_num_sms(p.num_sms, &sms)) return s;
   Plan plan;
@@ -177,11 +165,7 @@ extern "C" int mamba_ssu_selective_state_update_mtp(mamba_ssu_stream_t stream,
   a.nat = p.num_accepted_tokens;
   a.cu = p.cu_seqlens;
   a.inter_idx = p.intermediate_state_indices;
-  a.rand_seed = p.rand_seed;
-  generator_words(p, &a.gen_seed, &a.gen_offset);
-  a.seed_next = p.seed_next;
-  a.seed_offset = p.seed_offset;
-  a.generator_seed = p.generator_seed;
+  lower_seed(seed, &a);
   a.state_stride = p.state_stride_batch;
   a.x_sb = p.x_stride_batch;
   a.x_st = p.x_stride_token;
@@ -218,15 +202,12 @@ extern "C" int mamba_ssu_selective_state_update_mtp(mamba_ssu_stream_t stream,
   a.dim = static_cast<int32_t>(p.dim);
   a.dstate = static_cast<int32_t>(p.dstate);
   a.rows_per_block = static_cast<int32_t>(plan.rows_per_block);
-  a.philox_rounds = p.philox_rounds;
-  a.sr_rule = p.sr_rule;
   a.state_dtype = p.state_dtype;
   a.input_dtype = p.input_dtype;
   a.weight_dtype = p.weight_dtype;
   a.index_dtype = p.index_dtype;
   a.dt_softplus = p.dt_softplus != 0;
   a.update_state = p.update_state != 0;
-  a.seed_source = p.seed_source;
   a.varlen = p.cu_seqlens != nullptr;
 
   const auto st = reinterpret_cast<cudaStream_t>(stream);
@@ -254,6 +235,34 @@ extern "C" int mamba_ssu_selective_state_update_mtp(mamba_ssu_stream_t stream,
         : p.dstate == 128 ? launch<false, 128, -1>(a, plan, st)
                           : launch<false, 256, -1>(a, plan, st);
   }
-  if (s == MAMBA_SSU_SUCCESS) note_ssu_launch(p.seed_next);
   return s;
+}
+
+}  // namespace mamba_ssu
+
+using namespace mamba_ssu;
+
+extern "C" int mamba_ssu_selective_state_update_mtp_plan(const mamba_ssu_mtp_params *params,
+                                                         int32_t num_sms,
+                                                         mamba_ssu_launch_plan *out) {
+  clear_error();
+  if (out == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "out: null pointer");
+  if (params == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "params: null pointer");
+  mamba_ssu_seed seed;
+  SeedNames names;
+  if (int s = legacy_seed(*params, &seed, &names)) return s;
+  if (int s = mtp_check(params, seed, names)) return s;
+  return mtp_plan(*params, num_sms, out);
+}
+
+extern "C" int mamba_ssu_selective_state_update_mtp(mamba_ssu_stream_t stream,
+                                                    const mamba_ssu_mtp_params *params) {
+  clear_error();
+  if (params == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "params: null pointer");
+  mamba_ssu_seed seed;
+  SeedNames names;
+  if (int s = legacy_seed(*params, &seed, &names)) return s;
+  if (int s = mtp_check(params, seed, names)) return s;
+  // The block's philox_rounds, sr_rule and seed_next are the seed's (legacy_seed).
+  return mtp_launch(stream, *params, seed);
 }

@@ -1,15 +1,15 @@
-// ssu_mtp_check.cu — the multi-token contract check: everything about a
+// ssu_mtp_check.cu — the multi-token parameter block's check: everything about a
 // mamba_ssu_mtp_params block that the host can check (sizes, enumerations, pointers and their
-// alignment, strides, index shapes, write modes, extents). Index VALUES live in device memory
-// and are the kernel's to range-check. Same style, error kinds and detail messages as the
-// single-token check() in ssu.cu; a pure host function.
+// alignment, the seed, strides, index shapes, write modes, extents). Index VALUES live in
+// device memory and are the kernel's to range-check. Same style, error kinds and detail
+// messages as the single-token ssu_check() in ssu.cu; a pure host function.
 #include <limits>
 
 #include <algorithm>
 
 #include "checks.h"
 #include "common.cuh"
-#include "ssu_mtp_check.h"
+#include "launch.h"
 
 namespace mamba_ssu {
 namespace {
@@ -19,42 +19,6 @@ constexpr __int128 kMaxExtentBytes = static_cast<__int128>(1) << 60;
 // Most thread blocks the launcher uses per (sequence, head).
 constexpr int64_t kMaxBlocksPerHead = 4;
 
-
-long long ll128(__int128 v) {
-  return v > std::numeric_limits<long long>::max() ? std::numeric_limits<long long>::max()
-                                                   : static_cast<long long>(v);
-}
-
-
-
-
-int check_nonneg(int64_t stride, const char *name) {
-  if (stride < 0) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "%s: expected >= 0, got %lld", name, ll(stride));
-  return MAMBA_SSU_SUCCESS;
-}
-
-// A stride (elements of `bytes` bytes) of a tensor whose base is 16-byte aligned: >= min_stride
-// and a multiple of 16 bytes.
-int check_stride16(int64_t stride, const char *name, int bytes, __int128 min_stride) {
-  if (stride < min_stride)
-    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "%s: expected >= %lld, got %lld", name,
-                ll128(min_stride), ll(stride));
-  if ((static_cast<__int128>(stride) * bytes) % 16 != 0)
-    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
-                "%s: expected a multiple of %d (16-byte alignment), got %lld", name, 16 / bytes,
-                ll(stride));
-  return MAMBA_SSU_SUCCESS;
-}
-
-// An optional index tensor: aligned to the index size, strides >= 0.
-int check_index(const void *idx, const char *name, int32_t dtype, int64_t stride,
-                const char *stride_name) {
-  if (idx == nullptr) return MAMBA_SSU_SUCCESS;
-  if (!aligned(idx, index_bytes(dtype)))
-    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "%s: expected a %d-byte aligned pointer", name,
-                index_bytes(dtype));
-  return check_nonneg(stride, stride_name);
-}
 
 // a * b for a, b >= 0, saturated just above kMaxExtentBytes (no product can overflow).
 __int128 mul_sat(__int128 a, __int128 b) {
@@ -73,7 +37,7 @@ __int128 extent_bytes(int64_t n0, int64_t s0, int64_t n1, int64_t s1, __int128 i
 
 }  // namespace
 
-int mtp_check(const mamba_ssu_mtp_params *p) {
+int mtp_check(const mamba_ssu_mtp_params *p, const mamba_ssu_seed &seed, const SeedNames &names) {
   if (p == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "params: null pointer");
   int s;
   const bool varlen = p->cu_seqlens != nullptr;
@@ -109,8 +73,8 @@ int mtp_check(const mamba_ssu_mtp_params *p) {
                             (p->seed_next != nullptr ? 1 : 0);
     if (blocks > std::numeric_limits<int32_t>::max())
       return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
-                  "batch * nheads * max(4, ceil(dim / 64)) (+1 with seed_next): expected <= %d "
-                  "(grid size), got %lld x %lld x %lld",
+                  "batch: batch * nheads * max(4, ceil(dim / 64)) (+1 with seed_next) expected "
+                  "<= %d (grid size), got %lld x %lld x %lld",
                   std::numeric_limits<int32_t>::max(), ll(p->batch), ll(p->nheads),
                   ll(per_head));
   }
@@ -130,21 +94,6 @@ int mtp_check(const mamba_ssu_mtp_params *p) {
                          p->intermediate_state_indices != nullptr;
   if (has_index && p->index_dtype != MAMBA_SSU_I32 && p->index_dtype != MAMBA_SSU_I64)
     return invalid("index_dtype: expected I32 or I64, got %lld", ll(p->index_dtype));
-  if (p->sr_rule != MAMBA_SSU_SR_V072 && p->sr_rule != MAMBA_SSU_SR_V074)
-    return invalid("sr_rule: expected V072 (0) or V074 (1), got %lld", ll(p->sr_rule));
-  if (p->seed_source != MAMBA_SSU_SEED_POINTER &&
-      p->seed_source != MAMBA_SSU_SEED_FROM_GENERATOR &&
-      p->seed_source != MAMBA_SSU_SEED_FROM_VALUES)
-    return invalid(
-        "seed_source: expected POINTER (0), FROM_GENERATOR (1) or FROM_VALUES (2), got %lld",
-        ll(p->seed_source));
-  if (p->philox_rounds < 0 || p->philox_rounds > 10)
-    return invalid("philox_rounds: expected 0..=10, got %lld", ll(p->philox_rounds));
-  if (p->philox_rounds > 0 && p->state_dtype != MAMBA_SSU_F16)
-    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
-                "philox_rounds: stochastic rounding (%d rounds) needs an F16 state, got "
-                "state_dtype %d",
-                p->philox_rounds, p->state_dtype);
 
   // Pointers and alignment.
   const int sb = float_bytes(p->state_dtype);
@@ -165,7 +114,7 @@ int mtp_check(const mamba_ssu_mtp_params *p) {
       (s = check_pointer(p->intermediate_states, "intermediate_states", 16)))
     return s;
   // The seed, exactly as the single-token check.
-  if ((s = check_seed_fields(*p))) return s;
+  if ((s = check_seed(seed, p->state_dtype, names))) return s;
   if ((s = check_index(p->state_batch_indices, "state_batch_indices", p->index_dtype,
                        p->state_batch_indices_stride, "state_batch_indices_stride")))
     return s;
@@ -209,7 +158,7 @@ int mtp_check(const mamba_ssu_mtp_params *p) {
 
   // Write modes.
   if (p->intermediate_states != nullptr && p->dst_state_batch_indices != nullptr)
-    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+    return fail(MAMBA_SSU_ERROR_INVALID_VALUE,
                 "dst_state_batch_indices: two write modes at once (intermediate_states and "
                 "dst_state_batch_indices)");
   if (p->intermediate_state_indices != nullptr && p->intermediate_states == nullptr)
@@ -314,6 +263,11 @@ int mtp_check(const mamba_ssu_mtp_params *p) {
 }  // namespace mamba_ssu
 
 extern "C" int mamba_ssu_selective_state_update_mtp_check(const mamba_ssu_mtp_params *params) {
-  mamba_ssu::clear_error();
-  return mamba_ssu::mtp_check(params);
+  using namespace mamba_ssu;
+  clear_error();
+  if (params == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "params: null pointer");
+  mamba_ssu_seed seed;
+  SeedNames names;
+  if (int s = legacy_seed(*params, &seed, &names)) return s;
+  return mtp_check(params, seed, names);
 }

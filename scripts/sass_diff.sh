@@ -227,7 +227,13 @@ shown = 0
 for obj in objs:
     bp, cp = os.path.join(base_dir, obj), os.path.join(cur_dir, obj)
     if not os.path.exists(bp) or not os.path.exists(cp):
-        bad.append("%s: object only in %s" % (obj, "current" if os.path.exists(cp) else "base"))
+        # An object on one side only (a source file added or removed) is a difference when it
+        # holds device functions; a host-only one changes no GPU code.
+        side = "current" if os.path.exists(cp) else "base"
+        n = len(functions(cp if side == "current" else bp))
+        print("%-24s %3d functions, only in %s" % (obj[:-5], n, side))
+        if n:
+            bad.append("%s: object only in %s, with %d functions" % (obj, side, n))
         continue
     bf, cf = functions(bp), functions(cp)
     br, cr = resources(bp[:-5] + ".res"), resources(cp[:-5] + ".res")

@@ -40,8 +40,8 @@ pub enum SeedMode {
     Stock,
     /// The prefetcher: one batched draw per step on a side stream, events only.
     Prefetch,
-    /// Fused, chained ([`Prefetcher::fused_forward`]): no seed kernel at all; layer 0's SSU
-    /// derives its seed and every SSU also stores the next layer's.
+    /// Fused inside a fused forward ([`Prefetcher::fused_forward`]): no seed kernel at all;
+    /// every SSU derives its own seed (the Rust API's fused seeds are not chained).
     Fused,
     /// Fused, per call ([`Prefetcher::fused_seed`] outside a forward): every SSU derives its
     /// own seed (10 Philox rounds on each layer's critical path).

@@ -71,6 +71,7 @@ mod tests {
             sys::MAMBA_SSU_ERROR_UNSUPPORTED,
             sys::MAMBA_SSU_ERROR_CUDA,
             sys::MAMBA_SSU_ERROR_SCOPE,
+            sys::MAMBA_SSU_ERROR_INVALID_VALUE,
         ];
         let mut seen = std::collections::HashSet::new();
         for code in codes {
@@ -83,10 +84,10 @@ mod tests {
         }
         assert_eq!(
             codes.len(),
-            5,
+            6,
             "a new status code needs a message and a line here"
         );
-        for other in [-1, 5, 99] {
+        for other in [-1, 6, 99] {
             assert!(message(other).contains("unknown"), "status {other}");
         }
     }

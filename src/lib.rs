@@ -70,7 +70,7 @@
 //! }
 //! fwd.end()?;
 //!
-//! // Fused: no seed kernel at all; the forward's SSUs chain the seeds.
+//! // Fused: no seed kernel at all; each SSU derives its stock seed itself.
 //! let mut fwd = prefetcher.fused_forward(&main, &mut gen)?;
 //! for _ in 0..layers {
 //!     let seed = fwd.seed()?;
@@ -98,8 +98,10 @@
 //! ## From C and C++
 //!
 //! The same kernels and launchers are the C ABI `csrc/include/mamba_ssu.h`
-//! (`mamba_ssu_draw_seeds`, `mamba_ssu_prefetcher_*`, `mamba_ssu_selective_state_update`; every
-//! launcher takes a stream and device pointers, validates, and returns a status code);
+//! (`mamba_ssu_draw_seeds`, `mamba_ssu_prefetcher_*`, and the SSU of both forms as one
+//! contract: `mamba_ssu_check` / `mamba_ssu_launch` / `mamba_ssu_plan` over FlashInfer's
+//! arguments as tensor descriptors; every launcher takes a stream and device pointers,
+//! validates, and returns a status code, and a rejection names its argument);
 //! `scripts/c-package.sh` lays out the header and the static library, and
 //! `examples/c/prefetch_demo.c` is a complete program.
 //!
@@ -131,6 +133,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(test)]
+mod contract_tests;
 #[cfg(feature = "bench-support")]
 pub mod decode;
 pub mod device;

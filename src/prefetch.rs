@@ -13,10 +13,11 @@
 //! - stock: [`Prefetcher::seed`] outside a forward — one single-seed kernel on the stream;
 //! - prefetch: [`Prefetcher::forward`] then [`Forward::seed`] per layer — pointers into the
 //!   batched draw (layers beyond N, or a generator moved by someone else, fall back to stock);
-//! - fused: [`Prefetcher::fused_seed`] — the SSU kernel derives the seed itself; inside a
-//!   [`Prefetcher::fused_forward`] the layers' kernels are chained (layer 0 derives its seed,
-//!   each kernel also stores the next layer's), so no seed kernel runs at all and the 10-round
-//!   derivation is on the critical path once per forward.
+//! - fused: [`Prefetcher::fused_seed`] — the SSU kernel derives the seed itself, so no seed
+//!   kernel runs at all (the 10-round derivation is on each layer's critical path). The C ABI
+//!   also chains a fused forward (layer 0 derives its seed, each kernel stores the next
+//!   layer's) for seeds from `mamba_ssu_prefetcher_derive_seed` consumed by `mamba_ssu_launch`;
+//!   the fused seeds of this API are not chained (each call derives its own: the same values).
 //!
 //! ```no_run
 //! # fn main() -> Result<(), mamba_ssu::Error> {
@@ -139,14 +140,16 @@ impl FusedSeed<'_> {
         self.ordinal
     }
 
-    /// In a fused forward, the device pointer to this call's seed as stored by the previous
-    /// call of the chain (`None`: the kernel derives the seed itself).
+    /// In a chained fused forward, the device pointer to this call's seed as stored by the
+    /// previous call (`None`: the kernel derives the seed itself, as for every fused seed of
+    /// this API, which are not chained).
     pub fn linked_seed(&self) -> Option<u64> {
         (self.linked_seed != 0).then_some(self.linked_seed)
     }
 
-    /// In a fused forward, the device pointer where this call's kernel stores the next call's
-    /// seed (`None` for the last link, or outside a fused forward).
+    /// In a chained fused forward, the device pointer where this call's kernel stores the next
+    /// call's seed (`None` for the last link, outside a fused forward, and for every fused seed
+    /// of this API, which are not chained).
     pub fn seed_next(&self) -> Option<u64> {
         (self.seed_next != 0).then_some(self.seed_next)
     }
@@ -314,9 +317,9 @@ impl Prefetcher {
 
     /// The fused path: the seed fields that make the SSU kernel derive this call's stock seed
     /// itself (pass them as [`crate::ssu::SeedSource::Fused`]); `gen` advances like one stock
-    /// draw (eagerly). Outside a forward each call derives its own seed; inside a fused forward
-    /// ([`Prefetcher::begin_fused_forward`]) the calls are chained; inside a prefetching forward
-    /// it is a scope error.
+    /// draw (eagerly). Every call derives its own seed, also inside a fused forward
+    /// ([`Prefetcher::begin_fused_forward`]), where it counts as `fallback`; inside a
+    /// prefetching forward it is a scope error.
     pub fn fused_seed(
         &mut self,
         stream: &CudaStream,
@@ -352,12 +355,10 @@ impl Prefetcher {
     }
 
     /// Opens a FUSED forward on `main` (explicit form of [`Prefetcher::fused_forward`]): no
-    /// batched draw; the first N [`Prefetcher::fused_seed`] calls of the forward are chained —
-    /// call 0 derives its seed in the kernel, and each call's kernel also stores the next
-    /// call's seed from one extra thread block, which the next call reads — so the 10-round
-    /// seed derivation runs once per forward on the critical path instead of once per layer.
-    /// Values are the stock sequence. Every fused seed of the forward must be consumed by
-    /// exactly one SSU launch on `main` before the next is requested.
+    /// batched draw; the forward's [`Prefetcher::fused_seed`] calls are requested on `main`
+    /// and counted in its summary. Values are the stock sequence. (The C ABI chains the
+    /// requests of such a forward that come from `mamba_ssu_prefetcher_derive_seed` and are
+    /// consumed by `mamba_ssu_launch`; this API's fused seeds each derive their own.)
     pub fn begin_fused_forward(&mut self, main: &CudaStream, gen: &Generator) -> Result<()> {
         self.check_stream("main", main)?;
         self.ctx.bind_to_thread()?;
@@ -512,7 +513,7 @@ impl Drop for Forward<'_> {
     }
 }
 
-/// A fused forward scope: hands out chained fused seeds in order (see
+/// A fused forward scope: hands out fused seeds in order (see
 /// [`Prefetcher::begin_fused_forward`]); ends the forward on drop (errors are then ignored —
 /// call [`FusedForward::end`] to see them).
 pub struct FusedForward<'a> {
@@ -534,7 +535,7 @@ impl FusedForward<'_> {
     }
 
     /// Ends the forward (see [`Prefetcher::end_forward`]): `prefetched` counts the chained
-    /// calls, `fallback` those that derived their own seed.
+    /// calls (none through this API), `fallback` those that derived their own seed.
     pub fn end(mut self) -> Result<ForwardSummary> {
         self.ended = true;
         self.prefetcher.end_forward()

@@ -182,8 +182,45 @@ fn c_program_drives_the_prefetcher() {
     }
 }
 
+/// A fused forward driven from C through the one contract: each layer's seed from
+/// `mamba_ssu_prefetcher_derive_seed`, consumed by one `mamba_ssu_launch`, whose kernel stores
+/// the next layer's seed in the program's own links buffer. The links hold the stock draws of
+/// layers 1 .. min(N, LAYERS) - 1, those layers read them (the rest derive their own seed), the
+/// generator advances 4 per layer; a request whose predecessor was never launched is refused.
+#[test]
+fn c_program_chains_fused_seeds_through_mamba_ssu_launch() {
+    for (seed, offset, n, layers) in [(42u64, 8u64, 8usize, 11usize), (7, 1 << 34, 40, 5)] {
+        let out = run_prefetch(&[
+            &seed.to_string(),
+            &offset.to_string(),
+            &n.to_string(),
+            &layers.to_string(),
+            "fused",
+        ]);
+        let Some(v) = demo_json(&out, "the C prefetch demo (fused)") else {
+            return;
+        };
+        let chained = n.min(layers) - 1;
+        let links: Vec<u64> = v["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect();
+        assert_eq!(links, torch_seeds(seed, offset + 4, chained));
+        assert_eq!(v["offset_after"].as_u64(), Some(offset + 4 * layers as u64));
+        assert_eq!(v["prefetched"].as_u64(), Some(chained as u64));
+        assert_eq!(v["fallback"].as_u64(), Some((layers - chained) as u64));
+        assert_eq!(v["scope_error"].as_bool(), Some(true));
+    }
+}
+
 #[test]
 fn c_prefetch_demo_bad_arguments_exit_2() {
     assert_eq!(run_prefetch(&["1", "0", "0", "4"]).status.code(), Some(2));
     assert_eq!(run_prefetch(&["1", "0", "4"]).status.code(), Some(2));
+    assert_eq!(
+        run_prefetch(&["1", "0", "4", "4", "chained"]).status.code(),
+        Some(2)
+    );
 }

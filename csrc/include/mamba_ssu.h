@@ -28,6 +28,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Deprecated entry points, types and constants (each says what replaces it) carry these
+ * attributes, so that C and C++ callers see a warning where they use one: MAMBA_SSU_DEPRECATED
+ * before a function declaration, MAMBA_SSU_DEPRECATED_NAME after a typedef name or an
+ * enumerator (GCC and Clang only). Define MAMBA_SSU_NO_DEPRECATION_WARNINGS before including
+ * this header to silence them (the library's own build does). */
+#if defined(MAMBA_SSU_NO_DEPRECATION_WARNINGS)
+#define MAMBA_SSU_DEPRECATED(msg)
+#define MAMBA_SSU_DEPRECATED_NAME(msg)
+#elif defined(__GNUC__) || defined(__clang__)
+#define MAMBA_SSU_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#define MAMBA_SSU_DEPRECATED_NAME(msg) __attribute__((deprecated(msg)))
+#elif defined(_MSC_VER)
+#define MAMBA_SSU_DEPRECATED(msg) __declspec(deprecated(msg))
+#define MAMBA_SSU_DEPRECATED_NAME(msg)
+#else
+#define MAMBA_SSU_DEPRECATED(msg)
+#define MAMBA_SSU_DEPRECATED_NAME(msg)
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -152,19 +171,22 @@ typedef enum mamba_ssu_algorithm {
   MAMBA_SSU_ALGO_HORIZONTAL = 3
 } mamba_ssu_algorithm;
 
-/* Where the stochastic-rounding seed comes from. */
+/* Where the stochastic-rounding seed of a deprecated parameter block comes from.
+ * Deprecated: use mamba_ssu_seed_mode (mamba_ssu_seed, mamba_ssu_args). */
 typedef enum mamba_ssu_seed_source {
   /* rand_seed points to one int64 in device memory (FlashInfer's contract). */
-  MAMBA_SSU_SEED_POINTER = 0,
+  MAMBA_SSU_SEED_POINTER MAMBA_SSU_DEPRECATED_NAME("use MAMBA_SSU_SEED_MODE_POINTER") = 0,
   /* Fused: the kernel derives the seed itself as the stock torch draw from the
    * device generator state at offset (its offset) + seed_offset, i.e. Philox4x32-10
    * word 1 (see mamba_ssu_draw_seeds). The device state is either generator_state or the
    * pair (generator_seed_ptr, generator_offset_ptr). */
-  MAMBA_SSU_SEED_FROM_GENERATOR = 1,
+  MAMBA_SSU_SEED_FROM_GENERATOR MAMBA_SSU_DEPRECATED_NAME(
+      "use MAMBA_SSU_SEED_MODE_DERIVED with a device position") = 1,
   /* Fused, eager: the kernel derives the seed as the stock torch draw from the values
    * (generator_seed, seed_offset) passed in the parameters (no device memory read). */
-  MAMBA_SSU_SEED_FROM_VALUES = 2
-} mamba_ssu_seed_source;
+  MAMBA_SSU_SEED_FROM_VALUES MAMBA_SSU_DEPRECATED_NAME(
+      "use MAMBA_SSU_SEED_MODE_DERIVED with a position by value") = 2
+} mamba_ssu_seed_source MAMBA_SSU_DEPRECATED_NAME("use mamba_ssu_seed_mode");
 
 /* The fp32 -> fp16 conversion of stochastic rounding (the random bits are the same in both).
  * V072: FlashInfer 0.7.2's (add 13 random bits to the fp32 magnitude and truncate; results
@@ -178,6 +200,14 @@ typedef enum mamba_ssu_sr_rule {
 } mamba_ssu_sr_rule;
 
 /* Arguments of one selective-state-update call. All strides are in elements.
+ *
+ * Deprecated: use mamba_ssu_args with mamba_ssu_check / mamba_ssu_launch / mamba_ssu_plan (the
+ * tensors as descriptors, the seed as a mamba_ssu_seed). The entry points below keep working:
+ * they convert the flat seed fields into a mamba_ssu_seed once, at entry (philox_rounds 0: no
+ * seed; POINTER: rand_seed; FROM_GENERATOR and FROM_VALUES: derived in the kernel), and run
+ * the same checks and kernels. A FROM_VALUES seed's position is (generator_seed, seed_offset),
+ * also for seed_next (a generator state given with it is not read); every other seed_next
+ * takes the device generator state when one is given, as documented below.
  *
  * Shapes (FlashInfer's):
  *   state (cache_slots, nheads, dim, dstate): inner three dims contiguous,
@@ -270,15 +300,17 @@ typedef struct mamba_ssu_params {
    * is rejected, with or without SR). MAMBA_SSU_SR_V074 with SR runs the generic kernel, also
    * for the hot shapes (mamba_ssu_launch_plan.compiled_kernel 0), which is slower. */
   int32_t sr_rule;
-} mamba_ssu_params;
+} mamba_ssu_params MAMBA_SSU_DEPRECATED_NAME("use mamba_ssu_args");
 
 /* Checks *params against the kernel's contract (the same checks the launcher
- * makes) without launching anything. */
-int mamba_ssu_selective_state_update_check(const mamba_ssu_params *params);
+ * makes) without launching anything. Deprecated: use mamba_ssu_check. */
+MAMBA_SSU_DEPRECATED("use mamba_ssu_check")
+int mamba_ssu_selective_state_update_check(const struct mamba_ssu_params *params);
 
-/* Enqueues one selective-state-update on stream. */
+/* Enqueues one selective-state-update on stream. Deprecated: use mamba_ssu_launch. */
+MAMBA_SSU_DEPRECATED("use mamba_ssu_launch")
 int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,
-                                     const mamba_ssu_params *params);
+                                     const struct mamba_ssu_params *params);
 
 /* The launch configuration mamba_ssu_selective_state_update would use for *params (a pure
  * function of the parameters and the SM count: no device is touched when num_sms > 0). */
@@ -295,12 +327,15 @@ typedef struct mamba_ssu_launch_plan {
 
 /* Checks *params like the launcher and fills *out with its launch configuration for a device
  * of num_sms multiprocessors (num_sms <= 0: the current device's count is queried). Nothing is
- * launched. */
-int mamba_ssu_selective_state_update_plan(const mamba_ssu_params *params, int32_t num_sms,
+ * launched. Deprecated: use mamba_ssu_plan. */
+MAMBA_SSU_DEPRECATED("use mamba_ssu_plan")
+int mamba_ssu_selective_state_update_plan(const struct mamba_ssu_params *params, int32_t num_sms,
                                           mamba_ssu_launch_plan *out);
 
 /* The algorithm ALGO_AUTO resolves to for batch*nheads on a device with
- * num_sms multiprocessors (SIMPLE or VERTICAL). */
+ * num_sms multiprocessors (SIMPLE or VERTICAL; SIMPLE and VERTICAL resolve to themselves).
+ * Failure: minus the status (ALGO_HORIZONTAL: MAMBA_SSU_ERROR_UNSUPPORTED; a value outside the
+ * enumeration: MAMBA_SSU_ERROR_INVALID_VALUE; a failed device query: MAMBA_SSU_ERROR_CUDA). */
 int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch,
                                 int64_t nheads, int32_t num_sms);
 
@@ -315,6 +350,9 @@ int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch,
 /* Arguments of one multi-token selective-state-update call: T tokens of each of `batch`
  * sequences, the state read once per sequence, carried in fp32 across its tokens and written
  * per token. All strides are in elements.
+ *
+ * Deprecated: use mamba_ssu_args with mamba_ssu_check / mamba_ssu_launch / mamba_ssu_plan. The
+ * entry points below keep working; their seed fields are converted as mamba_ssu_params' are.
  *
  * Sequences. Fixed length (cu_seqlens == NULL): sequence b is the ntokens tokens t of
  *   x (batch, ntokens, nheads, dim) at [b*x_stride_batch + t*x_stride_token + h*dim + d].
@@ -353,7 +391,8 @@ int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch,
  *     pad_slot_id or outside 0..state_cache_size (in-place verify: pass the read index here
  *     as well);
  *   neither: the sequence's last token goes to the read slot when update_state is set.
- * intermediate_states with dst_state_batch_indices is invalid (two write modes), so is
+ * intermediate_states with dst_state_batch_indices is invalid (two write modes: status
+ * MAMBA_SSU_ERROR_INVALID_VALUE), so is
  * intermediate_state_indices without intermediate_states; with intermediate_states,
  * cache_steps >= ntokens and intermediate_cache_size >= 1.
  * A zero-length sequence writes nothing. out uses the fp32 state before any rounding.
@@ -428,19 +467,25 @@ typedef struct mamba_ssu_mtp_params {
   int32_t sr_rule;       /* mamba_ssu_sr_rule */
   int32_t seed_source;   /* mamba_ssu_seed_source */
   int32_t num_sms;       /* <= 0: query the current device (grid sizing only) */
-} mamba_ssu_mtp_params;
+} mamba_ssu_mtp_params MAMBA_SSU_DEPRECATED_NAME("use mamba_ssu_args");
 
-/* Checks *params against the multi-token kernel's contract without launching anything. */
-int mamba_ssu_selective_state_update_mtp_check(const mamba_ssu_mtp_params *params);
+/* Checks *params against the multi-token kernel's contract without launching anything.
+ * Deprecated: use mamba_ssu_check. */
+MAMBA_SSU_DEPRECATED("use mamba_ssu_check")
+int mamba_ssu_selective_state_update_mtp_check(const struct mamba_ssu_mtp_params *params);
 
-/* Enqueues one multi-token selective-state-update on stream. */
+/* Enqueues one multi-token selective-state-update on stream. Deprecated: use
+ * mamba_ssu_launch. */
+MAMBA_SSU_DEPRECATED("use mamba_ssu_launch")
 int mamba_ssu_selective_state_update_mtp(mamba_ssu_stream_t stream,
-                                         const mamba_ssu_mtp_params *params);
+                                         const struct mamba_ssu_mtp_params *params);
 
 /* The multi-token launch configuration for *params on a device of num_sms multiprocessors
  * (<= 0: the current device's), checked like the launcher; nothing is launched. Fields as
- * mamba_ssu_launch_plan (algorithm: SIMPLE, the only multi-token layout). */
-int mamba_ssu_selective_state_update_mtp_plan(const mamba_ssu_mtp_params *params,
+ * mamba_ssu_launch_plan (algorithm: SIMPLE, the only multi-token layout). Deprecated: use
+ * mamba_ssu_plan. */
+MAMBA_SSU_DEPRECATED("use mamba_ssu_plan")
+int mamba_ssu_selective_state_update_mtp_plan(const struct mamba_ssu_mtp_params *params,
                                               int32_t num_sms, mamba_ssu_launch_plan *out);
 
 /* ------------------------------------------------------------------------ */
@@ -520,32 +565,39 @@ int mamba_ssu_prefetcher_seed(mamba_ssu_prefetcher *p, mamba_ssu_stream_t stream
                               mamba_ssu_generator_state *generator, uint32_t layer,
                               const int64_t **seed_out);
 
-/* Begins a FUSED forward on main: no batched draw; mamba_ssu_prefetcher_fused_seed then chains
- * the forward's first N calls: call 0 derives its seed itself and every call k < N-1 also
- * stores the seed of call k+1 from one extra thread block (params->seed_next), which call k+1
- * reads as a pointer (MAMBA_SSU_SEED_POINTER). The 10 Philox rounds of the seed derivation
- * then run once per forward on the critical path instead of once per layer. Values are the
- * stock sequence; calls beyond N, or after the generator was moved by someone else, derive
- * their own seed. Contract: every fused seed requested in the forward is consumed by exactly
- * one SSU launch on main before the next request (the chain's next link is written by that
- * launch); a request whose predecessor was not consumed by a successful
- * mamba_ssu_selective_state_update on the same thread returns MAMBA_SSU_ERROR_SCOPE instead of
- * a stale link (nothing drawn; requesting again derives the seed). end_forward closes it; the summary counts chained calls as `prefetched` and
- * self-deriving ones as `fallback`. */
+/* Begins a FUSED forward on main: no batched draw; mamba_ssu_prefetcher_derive_seed (or
+ * derive_seed_at) then chains the forward's first N requests: request 0 derives its seed in the
+ * kernel and every request k < N-1 also makes its call store the seed of request k+1 from one
+ * extra thread block (seed->next), which request k+1 reads as a pointer
+ * (MAMBA_SSU_SEED_MODE_POINTER). The 10 Philox rounds of the seed derivation then run once per
+ * forward on the critical path instead of once per layer. Values are the stock sequence;
+ * requests beyond N, or after the generator was moved by someone else, derive their own seed.
+ * Contract: every fused seed requested in the forward is consumed by exactly one
+ * mamba_ssu_launch on main before the next request (the chain's next link is written by that
+ * launch, which tells the prefetcher named in seed->chain that it was enqueued); a request
+ * whose predecessor's link was handed out but whose launch was never confirmed returns
+ * MAMBA_SSU_ERROR_SCOPE instead of a stale link (nothing drawn; requesting again derives the
+ * seed). end_forward closes it; the summary counts chained requests as `prefetched` and
+ * self-deriving ones as `fallback`. The links live in the prefetcher's own buffer (see
+ * mamba_ssu_prefetcher_begin_fused_forward_links for a caller's buffer). */
 int mamba_ssu_prefetcher_begin_fused_forward(mamba_ssu_prefetcher *p, mamba_ssu_stream_t main,
                                              mamba_ssu_generator_state *generator);
 
-/* The fused path: fills params->seed_source and its fields so that the SSU kernel derives the
- * stock seed of this call itself (no seed kernel at all), and advances the generator like one
- * stock draw. Eagerly the seed and offset are passed by value (MAMBA_SSU_SEED_FROM_VALUES);
- * while `stream` is captured the kernel reads the prefetcher's device generator state plus the
- * intragraph offset (MAMBA_SSU_SEED_FROM_GENERATOR), so replays draw fresh seeds after
- * mamba_ssu_prefetcher_prepare_replay. Outside a forward every call derives its own seed; inside
- * a fused forward (begin_fused_forward) the calls are chained as described there, on main;
- * inside a prefetching forward it is an error (MAMBA_SSU_ERROR_SCOPE). */
+/* The fused path for a deprecated parameter block: fills params->seed_source and its fields so
+ * that the SSU kernel derives the stock seed of this call itself (no seed kernel at all), and
+ * advances the generator like one stock draw. Eagerly the seed and offset are passed by value
+ * (MAMBA_SSU_SEED_FROM_VALUES); while `stream` is captured the kernel reads the prefetcher's
+ * device generator state plus the intragraph offset (MAMBA_SSU_SEED_FROM_GENERATOR), so replays
+ * draw fresh seeds after mamba_ssu_prefetcher_prepare_replay. It never chains: every call
+ * derives its own seed (the same values a chained forward gives), also inside a fused forward,
+ * where it counts as a self-deriving request (`fallback`) and the chain restarts at the next
+ * request; inside a prefetching forward it is an error (MAMBA_SSU_ERROR_SCOPE).
+ * Deprecated: use mamba_ssu_prefetcher_derive_seed (a mamba_ssu_seed, chained in a fused
+ * forward when consumed by mamba_ssu_launch). */
+MAMBA_SSU_DEPRECATED("use mamba_ssu_prefetcher_derive_seed")
 int mamba_ssu_prefetcher_fused_seed(mamba_ssu_prefetcher *p, mamba_ssu_stream_t stream,
                                     mamba_ssu_generator_state *generator,
-                                    mamba_ssu_params *params);
+                                    struct mamba_ssu_params *params);
 
 /* Ends the forward begun on main (by begin_forward or begin_fused_forward) and fills *summary
  * (may be NULL). The side stream is always joined into main. Returns MAMBA_SSU_ERROR_SCOPE when
@@ -597,6 +649,27 @@ int mamba_ssu_prefetcher_prepare_replay(mamba_ssu_prefetcher *p, mamba_ssu_strea
  * semantics (slots, pads, write modes, stochastic rounding) are those documented for
  * mamba_ssu_params and mamba_ssu_mtp_params above; crate/README docs list the served
  * dtypes and sizes.
+ *
+ * Rules besides the shapes (a violation is MAMBA_SSU_ERROR_INVALID_ARGUMENT unless noted):
+ *   dtypes: x, z, out, B, C x's float dtype; dt, D, dt_bias dt's; A F32; state a float dtype
+ *     and intermediate_states the state's; index tensors I32 or I64, all of one dtype.
+ *     An int16 state, a state_scale, an intermediate_state_scales: UNSUPPORTED.
+ *   sizes: every tensor's leading sizes agree with x's (batch, T or total_tokens) and its inner
+ *     ones with state's (nheads, dim, dstate) and B's (ngroups); index tensors (batch, ...);
+ *     a 2-D index has at least one column; state_batch_indices is 1-D or 2-D.
+ *   single token: intermediate_states, intermediate_state_indices, num_accepted_tokens, and
+ *     cu_seqlens with an x that is not 3-D, are refused (INVALID_VALUE).
+ *   multi token: algorithm AUTO or SIMPLE (VERTICAL: INVALID_VALUE, HORIZONTAL: UNSUPPORTED);
+ *     cache_steps >= 1 in the varlen form (INVALID_VALUE); cu_seqlens with a 4-D x
+ *     (INVALID_VALUE); dst_state_batch_indices 2-D; num_accepted_tokens needs a 2-D
+ *     state_batch_indices; intermediate_states contiguous with size(1) == cache_steps
+ *     (FlashInfer's kernels step through the buffer by cache_steps; cache_steps 0 with a buffer
+ *     is refused); intermediate_states with dst_state_batch_indices: INVALID_VALUE.
+ *   options: cache_steps < 0, a form, algorithm or seed mode / rule outside its enumeration,
+ *     a reserved field not 0: INVALID_VALUE. The seed: see mamba_ssu_seed.
+ *   limits (sizes, dstate 64/128/256, pointer alignment, 16-byte stride multiples, extents,
+ *     grid size, out rows that do not overlap): as documented for mamba_ssu_params and
+ *     mamba_ssu_mtp_params, whose checks the call is lowered to; their errors name the tensor.
  */
 
 /* Most dimensions of a tensor descriptor. */
@@ -648,7 +721,12 @@ typedef enum mamba_ssu_seed_mode {
   MAMBA_SSU_SEED_MODE_DERIVED = 2
 } mamba_ssu_seed_mode;
 
-/* The seed of one call: its source, its rounds and its SR rule, the same for both forms. */
+/* The seed of one call: its source, its rounds and its SR rule, the same for both forms.
+ * Checked: mode and rule in their enumerations and reserved 0 (INVALID_VALUE); with a seed
+ * (POINTER, DERIVED) rounds in 1..MAMBA_SSU_MAX_PHILOX_ROUNDS (INVALID_VALUE) and an F16 state
+ * (UNSUPPORTED); pointer (POINTER), position's device pointers (when given) and next 8-byte
+ * aligned; position's offset a multiple of 4 when it is read (DERIVED, or next set). Errors
+ * name "philox_rounds", "sr_rule", "seed.mode", "seed.pointer", "seed.position", "seed.next". */
 typedef struct mamba_ssu_seed {
   int32_t mode;   /* mamba_ssu_seed_mode */
   int32_t rounds; /* Philox rounds, 1..MAMBA_SSU_MAX_PHILOX_ROUNDS with a seed */

@@ -1,0 +1,34 @@
+// launch.h — the internal entry points of the two SSU forms, shared by mamba_ssu_check /
+// mamba_ssu_launch / mamba_ssu_plan (contract.cu) and the deprecated parameter-block entry
+// points (ssu.cu, ssu_mtp.cu): a parameter block whose seed fields are not read (the seed comes
+// as a mamba_ssu_seed; planning reads the block's philox_rounds, sr_rule and seed_next, which
+// the caller sets from the seed: plan_seed_fields), and the prefetcher's link hook.
+#pragma once
+
+#include "checks.h"
+#include "include/mamba_ssu.h"
+
+namespace mamba_ssu {
+
+// Single token (ssu.cu). ssu_check: the parameter block's own rules (sizes, dstate, pointers
+// and alignment, strides, extents, grid bounds) and the seed's; ssu_launch and ssu_plan take a
+// block and seed that passed it.
+int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedNames &names);
+int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba_ssu_seed &seed);
+int ssu_plan(const mamba_ssu_params &p, int32_t num_sms, mamba_ssu_launch_plan *out);
+// ALGO_AUTO's layout for batch x nheads on num_sms (> 0) multiprocessors (FlashInfer's rule):
+// MAMBA_SSU_ALGO_SIMPLE or MAMBA_SSU_ALGO_VERTICAL.
+int32_t auto_algorithm(int64_t batch, int64_t nheads, int32_t num_sms);
+
+// Multi token (ssu_mtp_check.cu, ssu_mtp.cu), likewise.
+int mtp_check(const mamba_ssu_mtp_params *p, const mamba_ssu_seed &seed, const SeedNames &names);
+int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
+               const mamba_ssu_seed &seed);
+int mtp_plan(const mamba_ssu_mtp_params &p, int32_t num_sms, mamba_ssu_launch_plan *out);
+
+// The prefetcher (prefetch.cu) whose fused chain handed out `next` learns that the kernel
+// writing that link was enqueued (called by mamba_ssu_launch after a successful launch whose
+// seed has `chain` set).
+void prefetcher_link_enqueued(mamba_ssu_prefetcher *p, const int64_t *next);
+
+}  // namespace mamba_ssu
