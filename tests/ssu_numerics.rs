@@ -274,7 +274,11 @@ fn decode(dtype: &str, bytes: &[u8]) -> Vec<f64> {
 }
 
 /// The f64 reference: (new state storage values, out values), from the rounded inputs.
-fn reference(p: &Problem) -> (Vec<f64>, Vec<f64>) {
+/// The f64 reference: the new state, `out`, and per `out` element the magnitude of its terms,
+/// Σ_n |C_n · s_n| + |D · x| (times the gate's magnitude): the scale of the fp32 summation's
+/// rounding error where the terms cancel (a state grown by e^16 sums terms of 10^4 to a result
+/// near 0.05; fp32 then keeps only a few bits of it, in the kernel as in FlashInfer).
+fn reference(p: &Problem) -> Reference {
     let c = &p.cfg;
     let state = decode(c.state, &p.state);
     let x = decode(c.input, &p.x);
@@ -287,6 +291,7 @@ fn reference(p: &Problem) -> (Vec<f64>, Vec<f64>) {
     let dt_bias = p.dt_bias.as_ref().map(|v| decode(c.weight, v));
     let mut new_state = state.clone();
     let mut out = vec![0f64; p.out_elems()];
+    let mut out_mag = vec![0f64; p.out_elems()];
     let hpg = c.nheads / c.ngroups;
     for b in 0..c.batch {
         let rs = p.read_slots[b];
@@ -302,6 +307,7 @@ fn reference(p: &Problem) -> (Vec<f64>, Vec<f64>) {
             for dd in 0..c.dim {
                 let xv = x[b * p.x_stride + h * c.dim + dd];
                 let mut y = d.as_ref().map_or(0.0, |v| v[h] * xv);
+                let mut mag = y.abs();
                 for n in 0..c.dstate {
                     let e = h * c.dim * c.dstate + dd * c.dstate + n;
                     let s = if pad {
@@ -312,20 +318,31 @@ fn reference(p: &Problem) -> (Vec<f64>, Vec<f64>) {
                     let bn = bm[b * p.bc_stride + g * c.dstate + n];
                     let sn = da * s + xv * bn * dtv;
                     y += cm[b * p.bc_stride + g * c.dstate + n] * sn;
+                    mag += (cm[b * p.bc_stride + g * c.dstate + n] * sn).abs();
                     if c.update_state && !pad {
                         new_state[ws as usize * p.state_stride + e] = sn;
                     }
                 }
                 if let Some(z) = &z {
                     let zv = z[b * p.x_stride + h * c.dim + dd];
-                    y *= zv / (1.0 + (-zv).exp());
+                    let gate = zv / (1.0 + (-zv).exp());
+                    y *= gate;
+                    mag *= gate.abs();
                 }
                 out[b * p.out_stride + h * c.dim + dd] = y;
+                out_mag[b * p.out_stride + h * c.dim + dd] = mag;
             }
         }
     }
-    (new_state, out)
+    (new_state, out, out_mag)
 }
+
+/// What [`reference`] returns: the new state, `out`, and `out`'s term magnitudes.
+type Reference = (Vec<f64>, Vec<f64>, Vec<f64>);
+
+/// fp32 summation error allowed on top of the tolerance, per unit of term magnitude: dstate
+/// (<= 256) additions of unit roundoff 2^-24 each, as a worst-case bound.
+const SUM_ERROR_PER_MAGNITUDE: f64 = 256.0 / (1u64 << 24) as f64;
 
 // ---------------------------------------------------------------------------------------------
 // Device side
@@ -476,7 +493,7 @@ fn check_against(
     algorithm: &str,
     state_after: &[u8],
     out: &[u8],
-    (ref_state, ref_out): &(Vec<f64>, Vec<f64>),
+    (ref_state, ref_out, ref_mag): &Reference,
 ) -> Option<String> {
     let c = &p.cfg;
     let got_state = decode(c.state, state_after);
@@ -502,7 +519,13 @@ fn check_against(
         for i in 0..c.nheads * c.dim {
             let e = b * p.out_stride + i;
             let (g, r) = (got_out[e], ref_out[e]);
-            if !within_dtype(g, r, atol, rtol, c.input) {
+            if !within_dtype(
+                g,
+                r,
+                atol + SUM_ERROR_PER_MAGNITUDE * ref_mag[e],
+                rtol,
+                c.input,
+            ) {
                 bad.push(format!("out[{b},{i}] = {g} vs {r}"));
             }
         }
@@ -1062,7 +1085,7 @@ fn predicted_sr_bits_match_for_both_layouts() {
             cfg.dst = true;
             cfg.padded_strides = true;
             let p = Problem::new(cfg, &mut rng);
-            let (ref_state, _) = reference(&p);
+            let (ref_state, _, _) = reference(&p);
             for alg in ["simple", "vertical"] {
                 let (s, _) = run(&stream, &p, alg);
                 let (f, f_other, total) = predicted_agreement(&p, &ref_state, &s, alg);
