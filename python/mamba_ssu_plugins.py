@@ -113,8 +113,7 @@ def _when_imported(name: str, callback) -> None:
 def register_vllm() -> None:
     """The ``vllm.general_plugins`` entry point: with ``MAMBA_SSU_VLLM`` set, replaces vLLM's
     FlashInfer SSU backend by :class:`mamba_ssu.vllm.MambaSSUBackend` (see the module docs)."""
-    mode = seed_mode_from_env(VLLM_ENV)
-    if mode is None:
+    if seed_mode_from_env(VLLM_ENV) is None:
         return
 
     def install(_module):
@@ -128,8 +127,7 @@ def register_vllm() -> None:
 def register_sglang() -> None:
     """The ``sglang.srt.plugins`` entry point: with ``MAMBA_SSU_SGLANG`` set, replaces sglang's
     FlashInfer SSU backend by :class:`mamba_ssu.sglang.MambaSSUBackend` (see the module docs)."""
-    mode = seed_mode_from_env(SGLANG_ENV)
-    if mode is None:
+    if seed_mode_from_env(SGLANG_ENV) is None:
         return
 
     def install(_module):
