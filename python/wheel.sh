@@ -4,7 +4,8 @@
 # PYTHON: an interpreter of the environment the wheel is for — the extension is compiled against
 # its torch (a CUDA 13 build, e.g. PyPI's torch 2.11 / 2.14 for Linux x86_64); default: the
 # project's cached environment of python/build.sh for $MAMBA_SSU_TORCH_VERSION (2.11.0 unless
-# set), made if missing (`python/build.sh --env-only`). Needs the crate's toolchain (scripts/setup.sh installs it) for the
+# set), made if missing (`python/build.sh --env-only`). That environment needs setuptools and
+# wheel (the build is not isolated: it must see the environment's torch). Needs the crate's toolchain (scripts/setup.sh installs it) for the
 # static library. Writes target/wheels/mamba_ssu-0.1.0+torchX.Y-cpXY-cpXY-linux_x86_64.whl
 # (the extension with the whole static library linked in, the Python package and the engines'
 # plugin entry points) and prints its path as the LAST line. Install it with
