@@ -26,16 +26,29 @@ def expected_engine(name: str) -> bool:
     return os.environ.get("MAMBA_SSU_EXPECT_ENGINE") == name
 
 
+#: The engine releases the adapters are written against.
+ENGINE_VERSIONS = {"vllm": "0.33.0", "sglang": "0.5.23"}
+
+
 def engine(module: str):
-    """Imports ``module`` (of vLLM or sglang): skips the test without the engine, fails it when
+    """Imports ``module`` of vLLM or sglang: skips the test without the engine or with another
+    release than the adapters are written against, and fails it instead when
     MAMBA_SSU_EXPECT_ENGINE names that engine."""
     name = module.split(".")[0]
     try:
-        return importlib.import_module(module)
+        top = importlib.import_module(name)
+        mod = importlib.import_module(module)
     except ImportError as e:
         if expected_engine(name):
             pytest.fail(f"MAMBA_SSU_EXPECT_ENGINE={name} but {module} does not import: {e}")
         pytest.skip(f"{name} is not installed ({e})")
+    version = getattr(top, "__version__", None)
+    if version != ENGINE_VERSIONS[name]:
+        if expected_engine(name):
+            pytest.fail(f"MAMBA_SSU_EXPECT_ENGINE={name}: {name} {version} is installed, not "
+                        f"{ENGINE_VERSIONS[name]}")
+        pytest.skip(f"{name} {version} is installed; the adapter is written against {ENGINE_VERSIONS[name]}")
+    return mod
 
 
 def vllm_config(sr: bool, rounds: int = 0, algorithm=None):
