@@ -106,9 +106,10 @@ setup(
         )
     ],
     cmdclass={"build_ext": BuildExtension},
-    # The torch minor it was compiled against (a patch release keeps the C++ API it uses; built
-    # against x.y.0). It must be a CUDA 13 build of torch: the module links libc10_cuda,
-    # libtorch_cuda and libcudart.so.13.
+    # The torch minor it was compiled against, from that release on: later patch releases of
+    # the minor too (the 2.14 wheel, built against 2.14.0, runs on sglang's 2.14.1:
+    # scripts/check-sglang.sh). It must be a CUDA 13 build of torch: the module links
+    # libc10_cuda, libtorch_cuda and libcudart.so.13.
     install_requires=[f"torch>={torch_release},<{next_minor}"],
     python_requires=">=3.9",
 )
