@@ -12,6 +12,8 @@
 # Another torch version: MAMBA_SSU_TORCH_VERSION=2.14.0 bash python/build.sh (its own
 # environment; the extension is built per torch version, as torch's CUDA generator headers are
 # not part of its stable ABI). MAMBA_SSU_PYTHON=/path/to/python picks the interpreter.
+# `bash python/build.sh --env-only` stops after (1) and prints that environment's interpreter
+# (python/wheel.sh builds wheels in it; the in-place module of (3) is left as it is).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -46,6 +48,10 @@ else
 fi
 vpy="$venv/bin/python"
 "$vpy" -c 'import torch; print("python/build.sh: torch", torch.__version__, torch.version.git_version)' >&2
+if [ "${1:-}" = "--env-only" ]; then
+  echo "$vpy"
+  exit 0
+fi
 
 # 2. The static library and the header.
 bash scripts/c-package.sh target/c-package >&2

@@ -3,7 +3,11 @@
 #   bash scripts/test.sh
 # Installs what is missing (pinned CUDA 13.0 compiler wheels and a torch 2.11.0 environment into
 # ~/.cache/mamba-ssu, libclang-dev), builds, checks formatting and lints, builds the torch
-# extension and runs its tests (pytest), and runs `cargo test`.
+# extension and runs its tests (pytest), builds the torch 2.11 wheel and runs the same tests on
+# it installed into a clean environment, runs `cargo test`, and packages the crate as crates.io
+# would get it (built from the package alone, under crates.io's size limit).
+# The engine checks against vLLM 0.33.0 and sglang 0.5.23 (scripts/check-vllm.sh,
+# scripts/check-sglang.sh) are not part of it: each installs an engine with its own torch.
 # On a host with an NVIDIA driver and a GPU it also runs the GPU tests (--include-ignored),
 # with MAMBA_SSU_REQUIRE_GPU=1 so that a GPU test fails rather than skips.
 set -euo pipefail
@@ -23,6 +27,20 @@ bash scripts/readme_commands.sh
 py=$(bash python/build.sh | tail -n 1)
 (cd python/tests && "$py" -m pytest -q -p no:cacheprovider)
 
+# The wheel (README "Use it from Python"): built against that torch, installed with pip into a
+# fresh environment (with the same torch release; pip checks the wheel's torch requirement),
+# imported from there, and the package's CPU tests run on it (the installed plugin entry points
+# included: MAMBA_SSU_EXPECT_WHEEL=1 makes that test fail rather than skip).
+whl=$(bash python/wheel.sh "$py" | tail -n 1)
+torch_release=$("$py" -c 'import torch; print(torch.__version__.split("+")[0])')
+clean="${MAMBA_SSU_PY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mamba-ssu}/wheel-check-torch-$torch_release"
+rm -rf "$clean"
+"$("$py" -c 'import sys; print(sys._base_executable)')" -m venv "$clean"
+"$clean/bin/python" -m pip install --quiet --disable-pip-version-check "$whl" \
+  "torch==$torch_release" pytest numpy
+(cd /tmp && "$clean/bin/python" -c 'import mamba_ssu, mamba_ssu.vllm, mamba_ssu.sglang; print("test.sh: wheel imports from", mamba_ssu.__file__)')
+(cd python/tests && CUDA_VISIBLE_DEVICES= MAMBA_SSU_REQUIRE_GPU= MAMBA_SSU_EXPECT_WHEEL=1 "$clean/bin/python" -m pytest -q -p no:cacheprovider)
+
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
   echo "test.sh: GPU found: running the CPU and GPU tests"
   MAMBA_SSU_REQUIRE_GPU=1 cargo test --release --locked -- --include-ignored
@@ -30,3 +48,11 @@ else
   echo "test.sh: no GPU: running the CPU tests (GPU tests are ignored; README 'Build notes' says how to run them on a GPU host)"
   cargo test --locked
 fi
+
+# The crate as crates.io would get it: the files of Cargo.toml's include list, built from the
+# package alone (cargo package verifies it), and under crates.io's 10 MB upload limit.
+cargo package --locked --allow-dirty
+crate=$(ls target/package/mamba-ssu-*.crate)
+size=$(stat -c %s "$crate")
+echo "test.sh: $crate: $size bytes"
+[ "$size" -lt 10000000 ] || { echo "test.sh: $crate is over crates.io's 10 MB limit" >&2; exit 1; }

@@ -1,64 +1,145 @@
-"""A drop-in for vLLM 0.33's FlashInfer SSU backend, on mamba-ssu's kernel and seeds.
+"""vLLM 0.33's FlashInfer SSU backend on mamba-ssu's kernel and seeds.
 
-:class:`MambaSSUBackend` has the call signature of vLLM 0.33's ``FlashInferSSUBackend.__call__``
-and does what that call does — with stochastic rounding on, one stock ``torch.randint(0, 2**32,
-(1,))`` draw per call handed to the SSU as ``rand_seed``, ``pad_slot_id = null_block_id`` — with
-the crate's SSU behind it and the draw served by a per-device :class:`mamba_ssu.SeedPrefetcher`
-(``seed_mode="next_seed"``, the default: the same values, one batched draw per N calls) or
-derived by the kernel itself (``seed_mode="fused"``). ``seed_mode="stock"`` keeps vLLM's own
-``torch.randint``. The same call serves vLLM's speculative-decoding verify step: varlen x with
-``cu_seqlens``, a 2-D (N, 1 + num_spec) index passed as both read and destination index,
-``num_accepted_tokens``, and ``cache_steps`` = the index width, which this backend derives as
-vLLM's does (one seed per call, as for a single-token call). Registering it (package README,
-"vLLM"):
+:class:`MambaSSUBackend` is a vLLM SSU backend: where vLLM is importable it subclasses vLLM's
+``MambaSSUBackend`` (``vllm/model_executor/layers/mamba/ops/ssu_dispatch.py``), it is built
+from vLLM's ``MambaConfig`` (``backend_cls(mamba_config)``, as ``initialize_mamba_ssu_backend``
+does), has a ``name``, and its ``__call__`` has the signature of vLLM's
+``FlashInferSSUBackend.__call__``. Each call does what that backend does, with the crate's SSU
+in FlashInfer's place:
 
-    from vllm.model_executor.layers.mamba.ops import ssu_dispatch
-    ssu_dispatch._BACKEND_REGISTRY[<the FlashInfer backend's enum member>] = MambaSSUBackend
+- stochastic rounding exactly when ``mamba_config.enable_stochastic_rounding`` (vLLM requires an
+  fp16 SSM cache for it): one stock draw per call — ``torch.randint(0, 2**32, (1,))`` on the
+  state's device — handed to the SSU as ``rand_seed``; without it the state is rounded to
+  nearest;
+- ``philox_rounds = mamba_config.stochastic_rounding_philox_rounds or 10``;
+- ``algorithm = mamba_config.ssu_algorithm or "auto"``;
+- ``pad_slot_id = null_block_id``; ``cache_steps`` = the index width
+  (``state_batch_indices.size(-1)``) when ``cu_seqlens`` and the index are given (the varlen
+  verify step of speculative decoding), else 0; every other argument passed through; nothing
+  returned (the SSU writes ``out`` and the state in place); ``is_blackwell`` unused.
 
-vLLM itself was not run with this class: the signature and the semantics follow vLLM 0.33's
-source as described in this repository's docs/torch-binding.md.
+The draw is served by ``seed_mode``: ``"next_seed"`` (the default) from a per-device
+:class:`mamba_ssu.SeedPrefetcher` (the same values and generator advance as the stock draw, one
+batched draw per ``num_layers`` calls), ``"fused"`` derived by the SSU kernel itself (no seed
+kernel), or ``"stock"`` by vLLM's own ``torch.randint``.
+
+:func:`register` puts the class in vLLM's registry under ``MambaBackendEnum.FLASHINFER``. Users
+do not call it: the package's ``vllm.general_plugins`` entry point (``mamba_ssu_plugins``) does,
+in every vLLM process that builds an SSU backend, when ``MAMBA_SSU_VLLM`` is set (package
+README, "vLLM").
 """
 
-from __future__ import annotations
-
+import importlib
+import logging
+import os
 from typing import Optional
 
 import torch
 
-from . import SeedPrefetcher, selective_state_update
+import mamba_ssu
+
+try:  # vLLM's base class and null block id, where vLLM is installed.
+    from vllm.model_executor.layers.mamba.ops.ssu_dispatch import (
+        MambaSSUBackend as _VllmBackend,
+    )
+    from vllm.v1.attention.backends.utils import NULL_BLOCK_ID
+
+    VLLM_IMPORTABLE = True
+except ImportError:
+    VLLM_IMPORTABLE = False
+    #: vLLM's null block (slot 0), the default ``null_block_id``.
+    NULL_BLOCK_ID = 0
+
+    class _VllmBackend:
+        """Stands in for vLLM's abstract ``MambaSSUBackend`` where vLLM is not installed: it
+        keeps the configuration as vLLM's does."""
+
+        def __init__(self, mamba_config):
+            self._mamba_config = mamba_config
 
 
-class MambaSSUBackend:
-    """vLLM-style SSU backend: ``backend(state, x, dt, A, B, C, D, dt_bias, ...)``.
+__all__ = ["MambaSSUBackend", "register", "SEED_MODES", "VLLM_IMPORTABLE", "NULL_BLOCK_ID"]
 
-    Args (all keyword-optional, so that a registry may construct it with no arguments):
-        stochastic_rounding: round an fp16 state stochastically (vLLM's
-            ``enable_stochastic_rounding``).
-        philox_rounds: Philox rounds of the rounding (vLLM's configured value, default 10).
-        algorithm: FlashInfer's random mapping ("auto", "simple", "vertical").
-        seed_mode: "next_seed" (default), "fused" or "stock" (see the module docs).
-        num_layers: N of the per-device prefetcher (the model's SR layers; default 64 — any N
-            gives the stock values, a smaller one than the forward's layer count only draws
-            more often).
+#: The seed modes (module docs).
+SEED_MODES = ("next_seed", "fused", "stock")
+#: FlashInfer's algorithm names the crate serves (vLLM also offers "horizontal").
+_ALGORITHMS = ("auto", "simple", "vertical")
+
+# A child of vLLM's logger namespace, so that vLLM's logging configuration shows it.
+logger = logging.getLogger("vllm.mamba_ssu")
+
+
+def _default_seed_mode() -> str:
+    from mamba_ssu_plugins import VLLM_ENV, seed_mode_from_env
+
+    return seed_mode_from_env(VLLM_ENV) or "next_seed"
+
+
+class MambaSSUBackend(_VllmBackend):
+    """A vLLM SSU backend: ``MambaSSUBackend(mamba_config)``, then
+    ``backend(state, x, dt, A, B, C, D, dt_bias, ...)`` as vLLM's FlashInfer backend.
+
+    Args:
+        mamba_config: vLLM's ``MambaConfig`` (or any object with its three attributes
+            ``enable_stochastic_rounding``, ``stochastic_rounding_philox_rounds`` and
+            ``ssu_algorithm``), read once here.
+        seed_mode: "next_seed", "fused" or "stock" (module docs); default: the mode
+            ``MAMBA_SSU_VLLM`` names, else "next_seed".
+        num_layers: N of the per-device prefetcher of "next_seed" (default 64; any N gives the
+            stock values, one smaller than the forward's SR layer count only draws more often).
+
+    Raises:
+        ValueError: an unknown seed mode, Philox rounds outside 1..=10, an unknown algorithm.
+        NotImplementedError: ``ssu_algorithm="horizontal"`` (not implemented by the crate), at
+            construction rather than at the first decode step.
     """
 
-    def __init__(self, *args, stochastic_rounding: bool = True, philox_rounds: int = 10,
-                 algorithm: str = "auto", seed_mode: str = "next_seed", num_layers: int = 64,
-                 **kwargs):
-        if seed_mode not in ("next_seed", "fused", "stock"):
+    def __init__(self, mamba_config, *, seed_mode: Optional[str] = None, num_layers: int = 64):
+        super().__init__(mamba_config)
+        if seed_mode is None:
+            seed_mode = _default_seed_mode()
+        if seed_mode not in SEED_MODES:
             raise ValueError(f'seed_mode: expected "next_seed", "fused" or "stock", got {seed_mode!r}')
-        self.stochastic_rounding = stochastic_rounding
-        self.philox_rounds = philox_rounds
-        self.algorithm = algorithm
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+            raise ValueError(f"num_layers: expected a positive int, got {num_layers!r}")
         self.seed_mode = seed_mode
         self.num_layers = num_layers
-        self._prefetchers: dict[int, SeedPrefetcher] = {}
+        # vLLM's FlashInfer backend's reading of the configuration.
+        self.stochastic_rounding = bool(mamba_config.enable_stochastic_rounding)
+        self.philox_rounds = mamba_config.stochastic_rounding_philox_rounds or 10
+        self.algorithm = mamba_config.ssu_algorithm or "auto"
+        if self.algorithm == "horizontal":
+            raise NotImplementedError(
+                'ssu_algorithm: "horizontal" is not implemented by mamba-ssu (serve --mamba-ssu-algorithm '
+                "auto, simple or vertical, or leave MAMBA_SSU_VLLM unset)"
+            )
+        if self.algorithm not in _ALGORITHMS:
+            raise ValueError(f'ssu_algorithm: expected "auto", "simple" or "vertical", got {self.algorithm!r}')
+        if self.stochastic_rounding and not 1 <= self.philox_rounds <= 10:
+            raise ValueError(
+                f"stochastic_rounding_philox_rounds: mamba-ssu serves 1..=10 rounds, got {self.philox_rounds}"
+            )
+        #: The SSU this backend calls (FlashInfer's signature); tests may substitute it.
+        self._kernel = mamba_ssu.selective_state_update
+        self._prefetchers: dict = {}
 
-    def _prefetcher(self, device: torch.device) -> SeedPrefetcher:
+    @property
+    def name(self) -> str:
+        """What vLLM logs when it builds the backend ("Using mamba-ssu Mamba SSU backend.")."""
+        return "mamba-ssu"
+
+    def _prefetcher(self, device: torch.device) -> "mamba_ssu.SeedPrefetcher":
         p = self._prefetchers.get(device.index)
         if p is None:
-            p = self._prefetchers[device.index] = SeedPrefetcher(self.num_layers, device)
+            p = self._prefetchers[device.index] = mamba_ssu.SeedPrefetcher(self.num_layers, device)
         return p
+
+    def _seed(self, device: torch.device):
+        if self.seed_mode == "next_seed":
+            return self._prefetcher(device).next_seed()
+        if self.seed_mode == "fused":
+            return self._prefetcher(device).fused
+        return torch.randint(0, 2**32, (1,), device=device)
 
     def __call__(
         self,
@@ -74,28 +155,49 @@ class MambaSSUBackend:
         dt_softplus: bool = False,
         state_batch_indices: Optional[torch.Tensor] = None,
         dst_state_batch_indices: Optional[torch.Tensor] = None,
-        null_block_id: int = 0,
+        null_block_id: int = NULL_BLOCK_ID,
         out: Optional[torch.Tensor] = None,
         num_accepted_tokens: Optional[torch.Tensor] = None,
         cu_seqlens: Optional[torch.Tensor] = None,
         is_blackwell: bool = False,
-    ) -> torch.Tensor:
-        rand_seed = None
-        if self.stochastic_rounding and state.dtype == torch.float16:
-            if self.seed_mode == "stock":
-                rand_seed = torch.randint(0, 2**32, (1,), device=state.device)
-            elif self.seed_mode == "next_seed":
-                rand_seed = self._prefetcher(state.device).next_seed()
-            else:
-                rand_seed = self._prefetcher(state.device).fused
-        # vLLM's rule: the varlen multi-token form's longest sequence is the index width.
-        cache_steps = 0
-        if cu_seqlens is not None and state_batch_indices is not None:
-            cache_steps = state_batch_indices.size(-1)
-        return selective_state_update(
-            state, x, dt, A, B, C, D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
-            state_batch_indices=state_batch_indices, pad_slot_id=null_block_id, out=out,
-            rand_seed=rand_seed, philox_rounds=self.philox_rounds, cache_steps=cache_steps,
-            algorithm=self.algorithm, dst_state_batch_indices=dst_state_batch_indices,
+    ) -> None:
+        rand_seed = self._seed(state.device) if self.stochastic_rounding else None
+        self._kernel(
+            state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
+            state_batch_indices=state_batch_indices,
+            dst_state_batch_indices=dst_state_batch_indices,
             cu_seqlens=cu_seqlens, num_accepted_tokens=num_accepted_tokens,
+            cache_steps=state_batch_indices.size(-1)
+            if cu_seqlens is not None and state_batch_indices is not None else 0,
+            pad_slot_id=null_block_id, out=out, rand_seed=rand_seed,
+            philox_rounds=self.philox_rounds, algorithm=self.algorithm,
         )
+
+
+def register() -> None:
+    """Makes vLLM's ``--mamba-backend flashinfer`` build :class:`MambaSSUBackend`: replaces
+    ``_BACKEND_REGISTRY[MambaBackendEnum.FLASHINFER]`` in vLLM's ``ssu_dispatch`` (read when
+    vLLM builds its backend, in the model runner's ``initialize_kv_cache``) and logs one line
+    naming the seed mode the backend will use. Idempotent. Raises ImportError without vLLM, and
+    ValueError for a ``MAMBA_SSU_VLLM`` value that names no seed mode."""
+    if not VLLM_IMPORTABLE:
+        raise ImportError("mamba_ssu.vllm.register: vLLM is not importable in this environment")
+    from vllm.config.mamba import MambaBackendEnum
+
+    # By name: register runs right after vLLM's import of this module, before its package
+    # attribute is set.
+    ssu_dispatch = importlib.import_module("vllm.model_executor.layers.mamba.ops.ssu_dispatch")
+
+    mode = _default_seed_mode()
+    registry = ssu_dispatch._BACKEND_REGISTRY
+    if registry.get(MambaBackendEnum.FLASHINFER) is MambaSSUBackend:
+        return
+    registry[MambaBackendEnum.FLASHINFER] = MambaSSUBackend
+    logger.info(
+        "mamba-ssu %s is active: --mamba-backend flashinfer runs mamba-ssu's SSU (seeds: %s; "
+        "process %d)", _version(), mode, os.getpid(),
+    )
+
+
+def _version() -> str:
+    return getattr(mamba_ssu, "__version__", "?")

@@ -311,12 +311,13 @@ def test_mtp_extension_checks_without_the_python_layer():
 def test_vllm_backend_takes_the_verify_path():
     """vLLM's verify call through ``MambaSSUBackend`` (positional state..dt_bias, varlen x,
     cu_seqlens, 2-D index as read and destination, num_accepted_tokens, null_block_id 0) takes
-    the varlen multi-token path with cache_steps = the index width: on meta tensors it returns
-    an out shaped like x, on CPU tensors it reaches the device check, and a destination index
-    narrower than that width is refused by the multi-token check."""
+    the varlen multi-token path with cache_steps = the index width: on meta tensors it goes
+    through (returning nothing, as vLLM's backends), on CPU tensors it reaches the device check,
+    and a destination index narrower than that width is refused by the multi-token check."""
+    from engines import vllm_config
     from mamba_ssu.vllm import MambaSSUBackend
 
-    backend = MambaSSUBackend(seed_mode="stock", philox_rounds=5)
+    backend = MambaSSUBackend(vllm_config(sr=True, rounds=5), seed_mode="stock")
     for device in ("meta", "cpu"):
         kw = make_mtp(device, varlen=True)
         args = [kw[n] for n in ("state", "x", "dt", "A", "B", "C", "D", "dt_bias")]
@@ -324,11 +325,10 @@ def test_vllm_backend_takes_the_verify_path():
                     dst_state_batch_indices=kw["dst_state_batch_indices"], null_block_id=0,
                     num_accepted_tokens=kw["num_accepted_tokens"], cu_seqlens=kw["cu_seqlens"])
         if device == "meta":
-            out = backend(*args, **call)
-            assert out.shape == kw["x"].shape and out.device.type == "meta"
+            assert backend(*args, **call, out=torch.empty_like(kw["x"])) is None
             continue
         # On CPU: no SR seed (torch.randint would make a CPU seed, refused before the path).
-        plain = MambaSSUBackend(stochastic_rounding=False)
+        plain = MambaSSUBackend(vllm_config(sr=False))
         with pytest.raises(ValueError, match="state: expected a CUDA tensor"):
             plain(*args, **call)
         call["dst_state_batch_indices"] = kw["dst_state_batch_indices"][:, : T - 1]

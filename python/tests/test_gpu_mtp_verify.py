@@ -24,6 +24,7 @@ import contextlib
 import pytest
 import torch
 
+from engines import vllm_config
 from reference import torch_seed
 
 NHEADS, DIM, DSTATE, NGROUPS = 32, 64, 128, 2
@@ -113,10 +114,13 @@ class VerifyLayer:
 
     def call(self, mamba_ssu, mode, backend, prefetcher):
         if mode in ("stock", "next_seed", "fused"):
+            # vLLM's backends return nothing: the SSU writes out and the state in place.
             ret = backend(self.state, self.x, self.dt, self.A, self.B, self.C, self.D, self.dt_bias,
                           dt_softplus=True, state_batch_indices=self.indices,
                           dst_state_batch_indices=self.indices, null_block_id=0, out=self.out,
                           num_accepted_tokens=self.nat, cu_seqlens=self.cu)
+            assert ret is None
+            return
         else:
             ret = mamba_ssu.selective_state_update(
                 self.state, self.x, self.dt, self.A, self.B, self.C, self.D, dt_bias=self.dt_bias,
@@ -162,8 +166,9 @@ def _run_mode(mode, device):
     g = torch.Generator(device=device)
     g.manual_seed(4242)
     layers = [VerifyLayer(device, g) for _ in range(LAYERS)]
-    backend = MambaSSUBackend(seed_mode=mode if mode in ("stock", "next_seed", "fused") else "stock",
-                              philox_rounds=PHILOX, num_layers=LAYERS)
+    backend = MambaSSUBackend(vllm_config(sr=True, rounds=PHILOX),
+                              seed_mode=mode if mode in ("stock", "next_seed", "fused") else "stock",
+                              num_layers=LAYERS)
     prefetcher = mamba_ssu.SeedPrefetcher(LAYERS, device)
 
     # Eager: ROUNDS verify steps from one generator state (one draw per layer call).
