@@ -3,22 +3,31 @@
 // shared CUDA runtime.
 //
 // What it provides:
-//   - `_C.selective_state_update(...)`: maps torch tensors (already normalised by the Python
-//     layer to FlashInfer's 3-D/4-D shapes) onto one mamba_ssu_params, checks shapes, dtypes,
-//     strides and devices (errors name the argument), and enqueues the crate's kernel on torch's
-//     current stream of the tensors' device under a device guard. The same function is the
-//     CUDA kernel of the torch op `mamba_ssu::selective_state_update` (TORCH_LIBRARY, for
-//     torch.compile; its fake implementation is in Python).
-//   - `_C.selective_state_update_mtp(...)` / op `mamba_ssu::selective_state_update_mtp`: the
-//     multi-token (speculative-decoding verify) form, fixed length (4-D x) or varlen (3-D x with
-//     cu_seqlens), mapped onto one mamba_ssu_mtp_params with the same kind of checks; the op
-//     also mutates the optional intermediate_states_buffer.
+//   - `_C.selective_state_update(...)` / op `mamba_ssu::selective_state_update`: FlashInfer
+//     0.7.2's arguments (both the single- and the multi-token forms, plus sr_rule) as torch holds
+//     them, mapped onto one mamba_ssu_args (a descriptor per tensor: its dtype tag, shape and
+//     strides as torch has them, rank 0 when absent) and handed to the C contract, which owns
+//     every rule on shapes, dtypes, strides, forms and options (mamba_ssu_check /
+//     mamba_ssu_launch). What only torch can see is checked here: the seed tensor's element count
+//     and dtype (before the C check, where FlashInfer's Python checks them) and the devices
+//     (after it). The kernel goes to torch's current stream of the state's device under a device
+//     guard. The same function is the op's CUDA kernel (TORCH_LIBRARY, for torch.compile).
+//   - `_C.check(...)`: the same arguments through the same descriptors, with placeholder data
+//     pointers, checked by mamba_ssu_check only (no device is touched): the op's fake
+//     implementation (mamba_ssu/_ops.py) runs it on meta tensors, so that tracing rejects what the
+//     kernel would. Returns the checked problem (a dict), or None when a size is symbolic.
 //   - `_C.draw_seeds(out)` / op `mamba_ssu::draw_seeds`: n consecutive stock
 //     `torch.randint(0, 2**32, (1,))` draws from the device's default CUDA generator in one
 //     launch (graph-safe: under capture it reads the generator's device state).
-//   - `_C.SeedPrefetcher`: per device, `next_seed()` replaces the per-layer `torch.randint`
-//     (one batched draw per N calls), and the fused path (the SSU derives the stock seed
-//     itself), per call or chained over a delimited forward, for both SSU forms.
+//   - `_C.counter_seeds(counter, n, out)` / op `mamba_ssu::counter_seeds`: TensorRT-LLM's device
+//     counter, a forward's n increment-then-read steps in one launch (mamba_ssu_counter_seeds).
+//   - `_C.SeedPrefetcher`: per device, `next_seed()` replaces the per-layer `torch.randint` (one
+//     batched draw per N calls), and the fused path (the SSU derives the stock seed itself),
+//     per call or chained over a delimited forward by the crate's C prefetcher.
+//
+// Every C status becomes a Python exception through ONE table (kStatusClasses); the extension's
+// own checks raise through it as well, each with the status whose class FlashInfer raises for
+// that kind of problem.
 //
 // Torch's generator contract this relies on (torch 2.11, ATen/cuda/CUDAGeneratorImpl.h and
 // PhiloxCudaStateRaw.cuh): one `torch.randint(0, 2**32, (1,))` takes philox_cuda_state(4) under
@@ -34,10 +43,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -49,75 +58,86 @@ using at::Tensor;
 using std::optional;
 
 // ---------------------------------------------------------------------------------------------
-// Status handling: every C ABI status is checked; the detail of the failure becomes the message.
+// Errors: the one table from a C status to the Python exception class.
 
+enum class PyClass { kRuntimeError, kValueError, kNotImplementedError };
+
+struct StatusClass {
+  int status;
+  PyClass cls;
+};
+
+// FlashInfer raises RuntimeError from its C++ checks (shapes, dtypes, strides, devices: the
+// contract's INVALID_ARGUMENT), ValueError from its Python checks (option values and conflicts,
+// the seed tensor: INVALID_VALUE); what this crate does not serve is NotImplementedError. A CUDA
+// failure or a misused prefetcher scope is a RuntimeError; so is a status not listed here.
+constexpr StatusClass kStatusClasses[] = {
+    {MAMBA_SSU_ERROR_INVALID_ARGUMENT, PyClass::kRuntimeError},
+    {MAMBA_SSU_ERROR_INVALID_VALUE, PyClass::kValueError},
+    {MAMBA_SSU_ERROR_UNSUPPORTED, PyClass::kNotImplementedError},
+    {MAMBA_SSU_ERROR_CUDA, PyClass::kRuntimeError},
+    {MAMBA_SSU_ERROR_SCOPE, PyClass::kRuntimeError},
+};
+
+PyClass class_of(int status) {
+  for (const StatusClass &e : kStatusClasses) {
+    if (e.status == status) return e.cls;
+  }
+  return PyClass::kRuntimeError;
+}
+
+// Raises `message` as the class of `status` (a C status, or the one whose class a check of the
+// extension's own takes).
+[[noreturn]] void raise_as(int status, const std::string &message) {
+  switch (class_of(status)) {
+    case PyClass::kValueError:
+      TORCH_CHECK_VALUE(false, message);
+    case PyClass::kNotImplementedError:
+      TORCH_CHECK_NOT_IMPLEMENTED(false, message);
+    case PyClass::kRuntimeError:
+      break;
+  }
+  TORCH_CHECK(false, message);
+}
+
+// A failed C call: the detail (it begins with the argument it names), then the entry point and
+// the status.
 [[noreturn]] void raise_status(int status, const char *what) {
-  const std::string msg = std::string(what) + ": " + mamba_ssu_status_string(status) + ": " +
-                          mamba_ssu_last_error_detail();
-  if (status == MAMBA_SSU_ERROR_INVALID_ARGUMENT) TORCH_CHECK_VALUE(false, msg);
-  if (status == MAMBA_SSU_ERROR_UNSUPPORTED) TORCH_CHECK_NOT_IMPLEMENTED(false, msg);
-  TORCH_CHECK(false, msg);
+  std::string detail = mamba_ssu_last_error_detail();
+  if (detail.empty()) detail = mamba_ssu_status_string(status);
+  raise_as(status, detail + " (" + what + ": " + mamba_ssu_status_string(status) + ")");
 }
 
 void check_status(int status, const char *what) {
   if (status != MAMBA_SSU_SUCCESS) raise_status(status, what);
 }
 
+// The extension's own checks raise with the class FlashInfer gives that kind of problem: a
+// device as its C++ checks do, the seed tensor's element count, dtype and device as its Python
+// checks do.
+constexpr int kDeviceProblem = MAMBA_SSU_ERROR_INVALID_ARGUMENT;
+constexpr int kSeedTensorProblem = MAMBA_SSU_ERROR_INVALID_VALUE;
+
 mamba_ssu_stream_t as_stream(const c10::cuda::CUDAStream &s) {
   return reinterpret_cast<mamba_ssu_stream_t>(s.stream());
 }
 
-// ---------------------------------------------------------------------------------------------
-// Tensor checks (no GPU needed: they run before anything touches a device).
-
-int32_t float_dtype(const Tensor &t, const char *name) {
-  switch (t.scalar_type()) {
-    case at::kFloat:
-      return MAMBA_SSU_F32;
-    case at::kHalf:
-      return MAMBA_SSU_F16;
-    case at::kBFloat16:
-      return MAMBA_SSU_BF16;
-    default:
-      TORCH_CHECK_TYPE(false, name, ": expected float32, float16 or bfloat16, got ",
-                       t.scalar_type());
-  }
+// A value for an int32 field of the C ABI: saturated, so that an out-of-range Python int stays
+// out of range (and is rejected by the C check) instead of wrapping into a valid one.
+int32_t sat32(int64_t v) {
+  if (v > std::numeric_limits<int32_t>::max()) return std::numeric_limits<int32_t>::max();
+  if (v < std::numeric_limits<int32_t>::min()) return std::numeric_limits<int32_t>::min();
+  return static_cast<int32_t>(v);
 }
 
-void check_dim(const Tensor &t, const char *name, int64_t ndim) {
-  TORCH_CHECK_VALUE(t.dim() == ndim, name, ": expected ", ndim, " dimensions, got shape ",
-                    t.sizes());
+// A count for a uint32 argument of the C ABI, saturated likewise (negative: 0).
+uint32_t sat_u32(int64_t v) {
+  if (v < 0) return 0;
+  if (v > std::numeric_limits<uint32_t>::max()) return std::numeric_limits<uint32_t>::max();
+  return static_cast<uint32_t>(v);
 }
 
-void check_size(const Tensor &t, const char *name, int64_t d, int64_t expected,
-                const char *what) {
-  TORCH_CHECK_VALUE(t.size(d) == expected, name, ": expected size(", d, ") == ", expected, " (",
-                    what, "), got shape ", t.sizes());
-}
-
-// A stride matters only where the dimension has more than one element.
-void check_stride(const Tensor &t, const char *name, int64_t d, int64_t expected) {
-  TORCH_CHECK_VALUE(t.size(d) <= 1 || t.stride(d) == expected, name, ": expected stride(", d,
-                    ") == ", expected, ", got strides ", t.strides(), " for shape ", t.sizes());
-}
-
-void same_dtype(const Tensor &t, const char *name, const Tensor &ref, const char *ref_name) {
-  TORCH_CHECK_TYPE(t.scalar_type() == ref.scalar_type(), name, ": expected the dtype of ",
-                   ref_name, " (", ref.scalar_type(), "), got ", t.scalar_type());
-}
-
-// The batch (outermost) stride to pass: the tensor's own where it has more than one entry,
-// else `natural` (a size-1 dimension's stride carries no meaning in torch).
-int64_t outer_stride(const Tensor &t, int64_t natural) {
-  return t.size(0) > 1 ? t.stride(0) : natural;
-}
-
-void check_device(const Tensor &t, const char *name, const Tensor &state) {
-  TORCH_CHECK_VALUE(t.device() == state.device(), name, ": expected a tensor on ",
-                    state.device(), " (the device of state), got ", t.device());
-}
-
-// The multiprocessor count of a device, queried once per device.
+// The multiprocessor count of a device, queried once per device (ALGO_AUTO and grid sizing).
 int32_t num_sms(c10::DeviceIndex device) {
   static std::mutex mu;
   static std::vector<int32_t> cache;
@@ -135,512 +155,297 @@ int32_t num_sms(c10::DeviceIndex device) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The SSU arguments: tensors -> mamba_ssu_params (every pointer but the seed's).
+// Tensor descriptors.
 
-struct SsuTensors {
-  Tensor state, x, dt, A, B, C;
-  optional<Tensor> D, z, dt_bias, sbi, dsbi;
-  Tensor out;
+int32_t dtype_tag(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return MAMBA_SSU_F32;
+    case at::kHalf:
+      return MAMBA_SSU_F16;
+    case at::kBFloat16:
+      return MAMBA_SSU_BF16;
+    case at::kInt:
+      return MAMBA_SSU_I32;
+    case at::kLong:
+      return MAMBA_SSU_I64;
+    case at::kShort:
+      return MAMBA_SSU_I16;
+    default:
+      return MAMBA_SSU_DTYPE_OTHER;  // the C check rejects it, naming the tensor
+  }
+}
+
+// Where a descriptor's data pointer comes from: the tensor's own for CUDA tensors (the only ones
+// ever launched), else a placeholder. A placeholder is what a CUDA caching-allocator block would
+// give (a distinct, 4 GiB-aligned base per argument) plus the tensor's storage offset, so that
+// the C check sees the alignment a CUDA tensor of that view would have. `check` uses
+// placeholders for every tensor (meta and fake tensors have no data).
+enum class Pointers { kOwnOnCuda, kPlaceholders };
+
+constexpr uintptr_t kPlaceholderStride = uintptr_t{1} << 32;
+
+class Descriptors {
+ public:
+  explicit Descriptors(Pointers mode) : mode_(mode) {}
+
+  // The descriptor of argument `name` (absent: rank 0). A size, stride or offset that is
+  // symbolic (torch.compile's dynamic shapes) leaves the descriptor incomplete: symbolic()
+  // then says so.
+  mamba_ssu_tensor operator()(const optional<Tensor> &t, const char *name) {
+    mamba_ssu_tensor d{};
+    if (!t.has_value()) {
+      ++count_;
+      return d;
+    }
+    const int64_t rank = t->dim();
+    // A descriptor of rank 0 means "absent": a present 0-dimensional tensor cannot be passed.
+    if (rank == 0)
+      raise_as(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+               std::string(name) + ": got a 0-dimensional tensor (a tensor argument has 1 to " +
+                   std::to_string(MAMBA_SSU_MAX_RANK) + " dimensions)");
+    d.dtype = dtype_tag(t->scalar_type());
+    d.rank = static_cast<int32_t>(rank);  // above MAMBA_SSU_MAX_RANK: the C check rejects it
+    const auto sizes = t->sym_sizes();
+    const auto strides = t->sym_strides();
+    for (int64_t k = 0; k < rank && k < MAMBA_SSU_MAX_RANK; ++k) {
+      d.shape[k] = concrete(sizes[k]);
+      d.strides[k] = concrete(strides[k]);
+    }
+    d.data = pointer(t);
+    return d;
+  }
+
+  // The data pointer of the next argument (absent: null).
+  void *pointer(const optional<Tensor> &t) {
+    const uintptr_t base = kPlaceholderStride * ++count_;
+    if (!t.has_value()) return nullptr;
+    if (mode_ == Pointers::kOwnOnCuda && t->is_cuda()) return t->data_ptr();
+    const int64_t offset = concrete(t->sym_storage_offset());
+    return reinterpret_cast<void *>(base + static_cast<uintptr_t>(offset) *
+                                               static_cast<uintptr_t>(t->element_size()));
+  }
+
+  bool symbolic() const { return symbolic_; }
+
+ private:
+  int64_t concrete(const c10::SymInt &s) {
+    if (auto v = s.maybe_as_int()) return *v;
+    symbolic_ = true;
+    return 0;
+  }
+
+  Pointers mode_;
+  uintptr_t count_ = 0;
+  bool symbolic_ = false;
 };
-
-// The element types of a call's tensors, checked alike for the single- and multi-token forms.
-struct Dtypes {
-  int32_t state, input, weight;
-};
-
-// Dtypes, the layouts within one token row (the kernels' contract; FlashInfer's layouts) and
-// the devices of the tensors both forms have. `lead`: the index of the head dimension of x (1
-// for (batch, nheads, dim) and varlen (tokens, nheads, dim), 2 for (batch, T, nheads, dim)).
-// T: SsuTensors or MtpTensors.
-template <class T>
-Dtypes check_common(const T &t, const Tensor &state, int64_t lead, int64_t dim, int64_t dstate) {
-  Dtypes d{};
-  d.state = float_dtype(state, "state");
-  d.input = float_dtype(t.x, "x");
-  for (const auto &[ten, name] : {std::pair{&t.B, "B"}, std::pair{&t.C, "C"}, std::pair{&t.out, "out"}})
-    same_dtype(*ten, name, t.x, "x");
-  if (t.z) same_dtype(*t.z, "z", t.x, "x");
-  d.weight = float_dtype(t.dt, "dt");
-  if (t.D) same_dtype(*t.D, "D", t.dt, "dt");
-  if (t.dt_bias) same_dtype(*t.dt_bias, "dt_bias", t.dt, "dt");
-  TORCH_CHECK_TYPE(t.A.scalar_type() == at::kFloat, "A: expected float32, got ",
-                   t.A.scalar_type());
-
-  check_stride(state, "state", 3, 1);
-  check_stride(state, "state", 2, dstate);
-  check_stride(state, "state", 1, dim * dstate);
-  for (const auto &[ten, name] : {std::pair{&t.x, "x"}, std::pair{&t.out, "out"}}) {
-    check_stride(*ten, name, lead + 1, 1);
-    check_stride(*ten, name, lead, dim);
-  }
-  if (t.z) {
-    check_stride(*t.z, "z", lead + 1, 1);
-    check_stride(*t.z, "z", lead, dim);
-  }
-  check_stride(t.dt, "dt", lead, 1);
-  check_stride(t.dt, "dt", lead + 1, 0);
-  check_stride(t.A, "A", 0, 1);
-  check_stride(t.A, "A", 1, 0);
-  check_stride(t.A, "A", 2, 0);
-  for (const auto &[ten, name] : {std::pair{&t.B, "B"}, std::pair{&t.C, "C"}}) {
-    check_stride(*ten, name, lead + 1, 1);
-    check_stride(*ten, name, lead, dstate);
-  }
-  for (const auto &[opt, name] : {std::pair{&t.D, "D"}, std::pair{&t.dt_bias, "dt_bias"}}) {
-    if (!opt->has_value()) continue;
-    check_stride(**opt, name, 0, 1);
-    check_stride(**opt, name, 1, 0);
-  }
-
-  // Devices: every tensor on the device of state, a CUDA device.
-  TORCH_CHECK_VALUE(state.is_cuda(), "state: expected a CUDA tensor, got one on ",
-                    state.device());
-  for (const auto &[ten, name] : {std::pair{&t.x, "x"}, std::pair{&t.dt, "dt"}, std::pair{&t.A, "A"},
-                                  std::pair{&t.B, "B"}, std::pair{&t.C, "C"}, std::pair{&t.out, "out"}})
-    check_device(*ten, name, state);
-  for (const auto &[opt, name] :
-       {std::pair{&t.D, "D"}, std::pair{&t.z, "z"}, std::pair{&t.dt_bias, "dt_bias"},
-        std::pair{&t.sbi, "state_batch_indices"}, std::pair{&t.dsbi, "dst_state_batch_indices"}})
-    if (opt->has_value()) check_device(**opt, name, state);
-  return d;
-}
-
-mamba_ssu_params make_params(const SsuTensors &t, bool dt_softplus, int64_t pad_slot_id,
-                             bool disable_state_update, int64_t philox_rounds,
-                             int64_t algorithm, int64_t sr_rule) {
-  const Tensor &state = t.state;
-  check_dim(state, "state", 4);
-  check_dim(t.x, "x", 3);
-  const int64_t slots = state.size(0), nheads = state.size(1), dim = state.size(2),
-                dstate = state.size(3);
-  const int64_t batch = t.x.size(0);
-  check_size(t.x, "x", 1, nheads, "nheads of state");
-  check_size(t.x, "x", 2, dim, "dim of state");
-  check_dim(t.dt, "dt", 3);
-  check_size(t.dt, "dt", 0, batch, "batch of x");
-  check_size(t.dt, "dt", 1, nheads, "nheads");
-  check_size(t.dt, "dt", 2, dim, "dim");
-  check_dim(t.A, "A", 3);
-  check_size(t.A, "A", 0, nheads, "nheads");
-  check_size(t.A, "A", 1, dim, "dim");
-  check_size(t.A, "A", 2, dstate, "dstate");
-  check_dim(t.B, "B", 3);
-  check_size(t.B, "B", 0, batch, "batch of x");
-  const int64_t ngroups = t.B.size(1);
-  check_size(t.B, "B", 2, dstate, "dstate");
-  check_dim(t.C, "C", 3);
-  check_size(t.C, "C", 0, batch, "batch of x");
-  check_size(t.C, "C", 1, ngroups, "ngroups of B");
-  check_size(t.C, "C", 2, dstate, "dstate");
-  check_dim(t.out, "out", 3);
-  check_size(t.out, "out", 0, batch, "batch of x");
-  check_size(t.out, "out", 1, nheads, "nheads");
-  check_size(t.out, "out", 2, dim, "dim");
-  for (const auto &[opt, name] : {std::pair{&t.D, "D"}, std::pair{&t.dt_bias, "dt_bias"}}) {
-    if (!opt->has_value()) continue;
-    check_dim(**opt, name, 2);
-    check_size(**opt, name, 0, nheads, "nheads");
-    check_size(**opt, name, 1, dim, "dim");
-  }
-  if (t.z) {
-    check_dim(*t.z, "z", 3);
-    check_size(*t.z, "z", 0, batch, "batch of x");
-    check_size(*t.z, "z", 1, nheads, "nheads");
-    check_size(*t.z, "z", 2, dim, "dim");
-  }
-  for (const auto &[opt, name] :
-       {std::pair{&t.sbi, "state_batch_indices"}, std::pair{&t.dsbi, "dst_state_batch_indices"}}) {
-    if (!opt->has_value()) continue;
-    const Tensor &idx = **opt;
-    TORCH_CHECK_VALUE(idx.dim() == 1 || idx.dim() == 2, name,
-                      ": expected 1 or 2 dimensions ((batch,) or (batch, T)), got shape ",
-                      idx.sizes());
-    check_size(idx, name, 0, batch, "batch of x");
-    TORCH_CHECK_VALUE(idx.dim() == 1 || idx.size(1) >= 1, name,
-                      ": a 2-D index needs at least one column, got shape ", idx.sizes());
-    TORCH_CHECK_TYPE(idx.scalar_type() == at::kInt || idx.scalar_type() == at::kLong, name,
-                     ": expected int32 or int64, got ", idx.scalar_type());
-  }
-  if (t.sbi && t.dsbi) same_dtype(*t.dsbi, "dst_state_batch_indices", *t.sbi, "state_batch_indices");
-
-  const Dtypes dty = check_common(t, state, 1, dim, dstate);
-  const int32_t state_dtype = dty.state, input_dtype = dty.input, weight_dtype = dty.weight;
-
-  mamba_ssu_params p{};
-  p.batch = batch;
-  p.nheads = nheads;
-  p.dim = dim;
-  p.dstate = dstate;
-  p.ngroups = ngroups;
-  p.state_cache_size = slots;
-  p.state_stride_batch = outer_stride(state, nheads * dim * dstate);
-  p.x_stride_batch = outer_stride(t.x, nheads * dim);
-  p.dt_stride_batch = outer_stride(t.dt, nheads);
-  p.B_stride_batch = outer_stride(t.B, ngroups * dstate);
-  p.C_stride_batch = outer_stride(t.C, ngroups * dstate);
-  p.z_stride_batch = t.z ? outer_stride(*t.z, nheads * dim) : 0;
-  p.out_stride_batch = outer_stride(t.out, nheads * dim);
-  p.state_batch_indices_stride = t.sbi ? outer_stride(*t.sbi, t.sbi->dim() == 2 ? t.sbi->size(1) : 1) : 0;
-  p.dst_state_batch_indices_stride =
-      t.dsbi ? outer_stride(*t.dsbi, t.dsbi->dim() == 2 ? t.dsbi->size(1) : 1) : 0;
-  p.pad_slot_id = pad_slot_id;
-  p.state = state.data_ptr();
-  p.x = t.x.const_data_ptr();
-  p.dt = t.dt.const_data_ptr();
-  p.dt_bias = t.dt_bias ? t.dt_bias->const_data_ptr() : nullptr;
-  p.A = static_cast<const float *>(t.A.const_data_ptr());
-  p.B = t.B.const_data_ptr();
-  p.C = t.C.const_data_ptr();
-  p.D = t.D ? t.D->const_data_ptr() : nullptr;
-  p.z = t.z ? t.z->const_data_ptr() : nullptr;
-  p.out = t.out.data_ptr();
-  p.state_batch_indices = t.sbi ? t.sbi->const_data_ptr() : nullptr;
-  p.dst_state_batch_indices = t.dsbi ? t.dsbi->const_data_ptr() : nullptr;
-  p.state_dtype = state_dtype;
-  p.input_dtype = input_dtype;
-  p.weight_dtype = weight_dtype;
-  const optional<Tensor> &any_idx = t.sbi ? t.sbi : t.dsbi;
-  p.index_dtype = (any_idx && any_idx->scalar_type() == at::kLong) ? MAMBA_SSU_I64 : MAMBA_SSU_I32;
-  p.dt_softplus = dt_softplus ? 1 : 0;
-  p.update_state = disable_state_update ? 0 : 1;
-  TORCH_CHECK_VALUE(philox_rounds >= 0 && philox_rounds <= 10,
-                    "philox_rounds: expected 0..=10, got ", philox_rounds);
-  p.philox_rounds = static_cast<int32_t>(philox_rounds);
-  TORCH_CHECK_VALUE(algorithm >= MAMBA_SSU_ALGO_AUTO && algorithm <= MAMBA_SSU_ALGO_VERTICAL,
-                    "algorithm: expected 0 (auto), 1 (simple) or 2 (vertical), got ", algorithm);
-  p.algorithm = static_cast<int32_t>(algorithm);
-  TORCH_CHECK_VALUE(sr_rule == MAMBA_SSU_SR_V072 || sr_rule == MAMBA_SSU_SR_V074,
-                    "sr_rule: expected 0 (FlashInfer 0.7.2's SR conversion) or 1 (0.7.4's), got ",
-                    sr_rule);
-  p.sr_rule = static_cast<int32_t>(sr_rule);
-  p.seed_source = MAMBA_SSU_SEED_POINTER;
-  // ALGO_AUTO's rule needs the SM count.
-  p.num_sms = num_sms(state.get_device());
-  return p;
-}
-
-void launch_ssu(const mamba_ssu_params &p, const c10::cuda::CUDAStream &stream) {
-  check_status(mamba_ssu_selective_state_update(as_stream(stream), &p),
-               "mamba_ssu.selective_state_update");
-}
-
-void check_rand_seed(const Tensor &seed, const Tensor &state) {
-  TORCH_CHECK_VALUE(seed.numel() == 1, "rand_seed: expected a single-element tensor, got shape ",
-                    seed.sizes());
-  TORCH_CHECK_VALUE(seed.scalar_type() == at::kLong, "rand_seed: expected int64, got ",
-                    seed.scalar_type());
-  check_device(seed, "rand_seed", state);
-}
-
-// The SSU with its seed in device memory (FlashInfer's contract) or no stochastic rounding.
-void ssu_pointer(Tensor state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C,
-                 optional<Tensor> D, optional<Tensor> z, optional<Tensor> dt_bias,
-                 bool dt_softplus, optional<Tensor> state_batch_indices,
-                 optional<Tensor> dst_state_batch_indices, int64_t pad_slot_id, Tensor out,
-                 bool disable_state_update, optional<Tensor> rand_seed, int64_t philox_rounds,
-                 int64_t algorithm, int64_t sr_rule) {
-  SsuTensors t{state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices,
-               dst_state_batch_indices, out};
-  mamba_ssu_params p = make_params(t, dt_softplus, pad_slot_id, disable_state_update,
-                                   rand_seed ? philox_rounds : 0, algorithm, sr_rule);
-  if (rand_seed) {
-    check_rand_seed(*rand_seed, state);
-    p.rand_seed = static_cast<const int64_t *>(rand_seed->const_data_ptr());
-  }
-  const c10::cuda::CUDAGuard guard(state.device());
-  launch_ssu(p, c10::cuda::getCurrentCUDAStream(state.get_device()));
-}
 
 // ---------------------------------------------------------------------------------------------
-// The multi-token SSU (speculative-decoding verify): tensors -> mamba_ssu_mtp_params.
-//
-// Two forms, told apart by cu_seqlens (the Python layer has already normalised the shapes as
-// FlashInfer does): fixed length, x (batch, T, nheads, dim) with T tokens per sequence; varlen,
-// x (total_tokens, nheads, dim) with cu_seqlens (batch + 1,) and at most cache_steps tokens per
-// sequence. dt, B, C, z and out have the leading dimensions of x.
+// One SSU call: FlashInfer's arguments (the op's schema, in its order).
 
-struct MtpTensors {
+struct SsuCall {
   Tensor state, x, dt, A, B, C;
-  optional<Tensor> D, z, dt_bias, sbi, dsbi;
+  optional<Tensor> D, z, dt_bias;
+  bool dt_softplus;
+  optional<Tensor> state_batch_indices;
+  int64_t pad_slot_id;
+  optional<Tensor> state_scale;
   Tensor out;
-  optional<Tensor> inter, inter_idx, cu, nat;
+  bool disable_state_update;
+  optional<Tensor> intermediate_states_buffer, intermediate_state_indices,
+      intermediate_state_scales, rand_seed;
+  int64_t philox_rounds, cache_steps, algorithm;
+  optional<Tensor> dst_state_batch_indices, cu_seqlens, num_accepted_tokens;
+  int64_t sr_rule;
+
+  // Every tensor argument but the seed, with its name (FlashInfer's order).
+  template <class F>
+  void for_each_tensor(F f) const {
+    f(optional<Tensor>(state), "state");
+    f(optional<Tensor>(x), "x");
+    f(optional<Tensor>(dt), "dt");
+    f(optional<Tensor>(A), "A");
+    f(optional<Tensor>(B), "B");
+    f(optional<Tensor>(C), "C");
+    f(D, "D");
+    f(z, "z");
+    f(dt_bias, "dt_bias");
+    f(state_batch_indices, "state_batch_indices");
+    f(state_scale, "state_scale");
+    f(optional<Tensor>(out), "out");
+    f(intermediate_states_buffer, "intermediate_states_buffer");
+    f(intermediate_state_indices, "intermediate_state_indices");
+    f(intermediate_state_scales, "intermediate_state_scales");
+    f(dst_state_batch_indices, "dst_state_batch_indices");
+    f(cu_seqlens, "cu_seqlens");
+    f(num_accepted_tokens, "num_accepted_tokens");
+  }
 };
 
-// The leading dimensions of a token tensor: (batch, T) fixed length, (total_tokens,) varlen.
-struct TokenShape {
-  bool varlen;
-  int64_t n0;  // batch (fixed) or total tokens (varlen)
-  int64_t T;   // tokens per sequence (fixed); not used varlen
-  int64_t lead() const { return varlen ? 1 : 2; }
+// Wraps Fn(pre..., const SsuCall &) as a function of the op's parameter list, written once here
+// for every entry point that takes the call (the op's kernel, the check, the fused call).
+template <auto Fn, class... Pre>
+auto ssu_entry() {
+  return [](Pre... pre, Tensor state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C,
+            optional<Tensor> D, optional<Tensor> z, optional<Tensor> dt_bias, bool dt_softplus,
+            optional<Tensor> state_batch_indices, int64_t pad_slot_id,
+            optional<Tensor> state_scale, Tensor out, bool disable_state_update,
+            optional<Tensor> intermediate_states_buffer,
+            optional<Tensor> intermediate_state_indices,
+            optional<Tensor> intermediate_state_scales, optional<Tensor> rand_seed,
+            int64_t philox_rounds, int64_t cache_steps, int64_t algorithm,
+            optional<Tensor> dst_state_batch_indices, optional<Tensor> cu_seqlens,
+            optional<Tensor> num_accepted_tokens, int64_t sr_rule) {
+    return Fn(pre..., SsuCall{std::move(state), std::move(x), std::move(dt), std::move(A),
+                              std::move(B), std::move(C), std::move(D), std::move(z),
+                              std::move(dt_bias), dt_softplus, std::move(state_batch_indices),
+                              pad_slot_id, std::move(state_scale), std::move(out),
+                              disable_state_update, std::move(intermediate_states_buffer),
+                              std::move(intermediate_state_indices),
+                              std::move(intermediate_state_scales), std::move(rand_seed),
+                              philox_rounds, cache_steps, algorithm,
+                              std::move(dst_state_batch_indices), std::move(cu_seqlens),
+                              std::move(num_accepted_tokens), sr_rule});
+  };
+}
+
+// The call as one mamba_ssu_args. The seed: FlashInfer's rand_seed tensor (MODE_POINTER) or none
+// (MODE_NONE: rounds not read); the fused path replaces it. Returns false when a size is
+// symbolic (the descriptors are then incomplete).
+bool to_args(const SsuCall &c, Pointers mode, mamba_ssu_args *a) {
+  Descriptors desc(mode);
+  *a = mamba_ssu_args{};
+  a->state = desc(c.state, "state");
+  a->x = desc(c.x, "x");
+  a->dt = desc(c.dt, "dt");
+  a->A = desc(c.A, "A");
+  a->B = desc(c.B, "B");
+  a->C = desc(c.C, "C");
+  a->D = desc(c.D, "D");
+  a->z = desc(c.z, "z");
+  a->dt_bias = desc(c.dt_bias, "dt_bias");
+  a->out = desc(c.out, "out");
+  a->state_batch_indices = desc(c.state_batch_indices, "state_batch_indices");
+  a->dst_state_batch_indices = desc(c.dst_state_batch_indices, "dst_state_batch_indices");
+  a->intermediate_states = desc(c.intermediate_states_buffer, "intermediate_states_buffer");
+  a->intermediate_state_indices = desc(c.intermediate_state_indices, "intermediate_state_indices");
+  a->cu_seqlens = desc(c.cu_seqlens, "cu_seqlens");
+  a->num_accepted_tokens = desc(c.num_accepted_tokens, "num_accepted_tokens");
+  a->state_scale = desc(c.state_scale, "state_scale");
+  a->intermediate_state_scales = desc(c.intermediate_state_scales, "intermediate_state_scales");
+  // The seed tensor is a pointer to its one element (any shape: FlashInfer counts elements).
+  const void *seed = desc.pointer(c.rand_seed);
+  a->pad_slot_id = c.pad_slot_id;
+  a->cache_steps = c.cache_steps;
+  a->dt_softplus = c.dt_softplus ? 1 : 0;
+  a->disable_state_update = c.disable_state_update ? 1 : 0;
+  a->algorithm = sat32(c.algorithm);
+  a->form = MAMBA_SSU_FORM_AUTO;
+  a->num_sms = 0;  // the launch sets the device's count
+  a->seed.mode = c.rand_seed ? MAMBA_SSU_SEED_MODE_POINTER : MAMBA_SSU_SEED_MODE_NONE;
+  a->seed.rounds = sat32(c.philox_rounds);
+  a->seed.rule = sat32(c.sr_rule);
+  a->seed.pointer = static_cast<const int64_t *>(seed);
+  return !desc.symbolic();
+}
+
+// The seed tensor as FlashInfer's Python checks it before anything else: one element of dtype
+// int64. Meta and fake tensors have both, so tracing checks them too.
+void check_seed_tensor(const SsuCall &c) {
+  if (!c.rand_seed) return;
+  const Tensor &s = *c.rand_seed;
+  const auto numel = s.sym_numel().maybe_as_int();
+  if (numel && *numel != 1)
+    raise_as(kSeedTensorProblem, "rand_seed: expected a single-element tensor, got numel=" +
+                                     std::to_string(*numel));
+  if (s.scalar_type() != at::kLong)
+    raise_as(kSeedTensorProblem,
+             std::string("rand_seed: expected dtype int64, got ") + c10::toString(s.scalar_type()));
+}
+
+// A problem the C contract cannot see.
+struct Rejection {
+  int status;  // the C status whose class it raises as
+  std::string message;
 };
 
-// Checks a token tensor's rank and sizes: its leading dimensions those of x, then `mid` (< 0:
-// not checked) and `last`.
-void check_tokens(const Tensor &t, const char *name, const TokenShape &s, int64_t mid,
-                  const char *mid_what, int64_t last, const char *last_what) {
-  check_dim(t, name, s.lead() + 2);
-  check_size(t, name, 0, s.n0, s.varlen ? "total tokens of x" : "batch of x");
-  if (!s.varlen) check_size(t, name, 1, s.T, "tokens per sequence of x");
-  if (mid >= 0) check_size(t, name, s.lead(), mid, mid_what);
-  check_size(t, name, s.lead() + 1, last, last_what);
+// The devices, in FlashInfer's order: the seed tensor a CUDA tensor (its Python check), then
+// every tensor on the state's CUDA device, the seed tensor included. `seed_device` (the fused
+// path): the device the seed's prefetcher serves.
+optional<Rejection> device_problem(const SsuCall &c, optional<c10::Device> seed_device = {}) {
+  if (c.rand_seed && !c.rand_seed->is_cuda())
+    return Rejection{kSeedTensorProblem, "rand_seed: expected a CUDA tensor, got one on " +
+                                             c.rand_seed->device().str()};
+  if (!c.state.is_cuda())
+    return Rejection{kDeviceProblem,
+                     "state: expected a CUDA tensor, got one on " + c.state.device().str()};
+  const c10::Device dev = c.state.device();
+  optional<Rejection> found;
+  c.for_each_tensor([&](const optional<Tensor> &t, const char *name) {
+    if (found || !t || t->device() == dev) return;
+    found = Rejection{kDeviceProblem, std::string(name) + ": expected a tensor on " + dev.str() +
+                                          " (the device of state), got one on " +
+                                          t->device().str()};
+  });
+  if (found) return found;
+  if (c.rand_seed && c.rand_seed->device() != dev)
+    return Rejection{kSeedTensorProblem, "rand_seed: expected a tensor on " + dev.str() +
+                                             " (the device of state), got one on " +
+                                             c.rand_seed->device().str()};
+  if (seed_device && *seed_device != dev)
+    return Rejection{kSeedTensorProblem, "rand_seed: the FusedSeed's prefetcher serves " +
+                                             seed_device->str() + ", state is on " + dev.str()};
+  return {};
 }
 
-// Token and batch strides of a token tensor whose token row holds `row` elements when dense.
-// Varlen: the batch stride is not read (0). A size-1 dimension takes the dense stride.
-std::pair<int64_t, int64_t> token_strides(const Tensor &t, const TokenShape &s, int64_t row) {
-  if (s.varlen) return {0, outer_stride(t, row)};
-  const int64_t st = t.size(1) > 1 ? t.stride(1) : row;
-  const int64_t sb = t.size(0) > 1 ? t.stride(0) : s.T * st;
-  return {sb, st};
+constexpr const char *kSsu = "mamba_ssu.selective_state_update";
+
+// A call the devices reject: the C contract's rejection comes first (what check(...) says about
+// the same call), then the device's.
+[[noreturn]] void reject_devices(const mamba_ssu_args &a, const Rejection &r) {
+  check_status(mamba_ssu_check(&a, nullptr), kSsu);
+  raise_as(r.status, r.message);
 }
 
-void check_index_dtype(const Tensor &idx, const char *name) {
-  TORCH_CHECK_TYPE(idx.scalar_type() == at::kInt || idx.scalar_type() == at::kLong, name,
-                   ": expected int32 or int64, got ", idx.scalar_type());
+// The SSU with FlashInfer's seed (a tensor read by the kernel) or none: the op's kernel. The
+// order is: the seed tensor, the C contract, the devices, the launch. A call whose devices are
+// right goes straight to mamba_ssu_launch, which makes the C check itself.
+void ssu(const SsuCall &c) {
+  check_seed_tensor(c);
+  mamba_ssu_args a;
+  to_args(c, Pointers::kOwnOnCuda, &a);
+  if (const auto r = device_problem(c)) reject_devices(a, *r);
+  const c10::cuda::CUDAGuard guard(c.state.device());
+  a.num_sms = num_sms(c.state.get_device());
+  check_status(mamba_ssu_launch(as_stream(c10::cuda::getCurrentCUDAStream(c.state.get_device())),
+                                &a),
+               kSsu);
 }
 
-void check_index_1d(const Tensor &idx, const char *name, int64_t n, const char *what) {
-  check_index_dtype(idx, name);
-  check_dim(idx, name, 1);
-  check_size(idx, name, 0, n, what);
-}
-
-mamba_ssu_mtp_params make_mtp_params(const MtpTensors &t, bool dt_softplus, int64_t pad_slot_id,
-                                     bool disable_state_update, int64_t cache_steps,
-                                     int64_t philox_rounds, int64_t sr_rule) {
-  const Tensor &state = t.state;
-  check_dim(state, "state", 4);
-  const int64_t slots = state.size(0), nheads = state.size(1), dim = state.size(2),
-                dstate = state.size(3);
-  const bool varlen = t.cu.has_value();
-
-  // Sequences and tokens.
-  int64_t batch = 0, ntokens = 0, total_tokens = 0;
-  if (varlen) {
-    TORCH_CHECK_VALUE(t.x.dim() == 3, "x: the varlen form (cu_seqlens given) expects 3 "
-                      "dimensions (total_tokens, nheads, dim), got shape ", t.x.sizes());
-    const Tensor &cu = *t.cu;
-    check_index_dtype(cu, "cu_seqlens");
-    check_dim(cu, "cu_seqlens", 1);
-    TORCH_CHECK_VALUE(cu.size(0) >= 2, "cu_seqlens: expected at least 2 offsets (batch + 1), "
-                      "got shape ", cu.sizes());
-    batch = cu.size(0) - 1;
-    total_tokens = t.x.size(0);
-    ntokens = cache_steps;
-    TORCH_CHECK_VALUE(ntokens >= 1 && ntokens <= MAMBA_SSU_MTP_MAX_TOKENS,
-                      "cache_steps: the varlen form needs the longest sequence in 1..=",
-                      MAMBA_SSU_MTP_MAX_TOKENS, ", got ", cache_steps);
-  } else {
-    check_dim(t.x, "x", 4);
-    batch = t.x.size(0);
-    ntokens = t.x.size(1);
-    total_tokens = batch * ntokens;
-    TORCH_CHECK_VALUE(batch >= 1, "x: expected at least one sequence (size(0) >= 1), got shape ",
-                      t.x.sizes());
-    TORCH_CHECK_VALUE(ntokens >= 1 && ntokens <= MAMBA_SSU_MTP_MAX_TOKENS, "x: expected 1..=",
-                      MAMBA_SSU_MTP_MAX_TOKENS, " tokens per sequence (size(1)), got shape ",
-                      t.x.sizes());
-  }
-  const TokenShape ts{varlen, t.x.size(0), varlen ? 0 : ntokens};
-  const int64_t lead = ts.lead();
-  check_size(t.x, "x", lead, nheads, "nheads of state");
-  check_size(t.x, "x", lead + 1, dim, "dim of state");
-  check_tokens(t.dt, "dt", ts, nheads, "nheads", dim, "dim");
-  TORCH_CHECK_VALUE(t.B.dim() == lead + 2, "B: expected ", lead + 2, " dimensions, got shape ",
-                    t.B.sizes());
-  const int64_t ngroups = t.B.size(lead);
-  check_tokens(t.B, "B", ts, -1, "", dstate, "dstate");
-  check_tokens(t.C, "C", ts, ngroups, "ngroups of B", dstate, "dstate");
-  check_tokens(t.out, "out", ts, nheads, "nheads", dim, "dim");
-  if (t.z) check_tokens(*t.z, "z", ts, nheads, "nheads", dim, "dim");
-  check_dim(t.A, "A", 3);
-  check_size(t.A, "A", 0, nheads, "nheads");
-  check_size(t.A, "A", 1, dim, "dim");
-  check_size(t.A, "A", 2, dstate, "dstate");
-  for (const auto &[opt, name] : {std::pair{&t.D, "D"}, std::pair{&t.dt_bias, "dt_bias"}}) {
-    if (!opt->has_value()) continue;
-    check_dim(**opt, name, 2);
-    check_size(**opt, name, 0, nheads, "nheads");
-    check_size(**opt, name, 1, dim, "dim");
-  }
-
-  // Index tensors: one integer dtype for all of them (the kernel's index_dtype).
-  const optional<Tensor> *first_idx = nullptr;
-  const char *first_name = nullptr;
-  for (const auto &[opt, name] :
-       {std::pair{&t.sbi, "state_batch_indices"}, std::pair{&t.dsbi, "dst_state_batch_indices"},
-        std::pair{&t.inter_idx, "intermediate_state_indices"},
-        std::pair{&t.nat, "num_accepted_tokens"}, std::pair{&t.cu, "cu_seqlens"}}) {
-    if (!opt->has_value()) continue;
-    check_index_dtype(**opt, name);
-    if (first_idx == nullptr) {
-      first_idx = opt;
-      first_name = name;
-    } else {
-      same_dtype(**opt, name, **first_idx, first_name);
-    }
-  }
-  int64_t sbi_cols = 0;
-  if (t.sbi) {
-    const Tensor &idx = *t.sbi;
-    TORCH_CHECK_VALUE(idx.dim() == 1 || idx.dim() == 2, "state_batch_indices: expected 1 or 2 "
-                      "dimensions ((batch,) or (batch, T)), got shape ", idx.sizes());
-    check_size(idx, "state_batch_indices", 0, batch, "batch");
-    if (idx.dim() == 2) {
-      sbi_cols = idx.size(1);
-      TORCH_CHECK_VALUE(sbi_cols >= 1, "state_batch_indices: a 2-D index needs at least one "
-                        "column, got shape ", idx.sizes());
-    }
-  } else {
-    TORCH_CHECK_VALUE(slots >= batch, "state: without state_batch_indices sequence b uses slot "
-                      "b: expected size(0) >= ", batch, " (the batch), got shape ",
-                      state.sizes());
-  }
-  if (t.dsbi) {
-    const Tensor &idx = *t.dsbi;
-    TORCH_CHECK_VALUE(idx.dim() == 2, "dst_state_batch_indices: the multi-token path expects a "
-                      "2-D (batch, T) index (one write slot per token), got shape ", idx.sizes());
-    check_size(idx, "dst_state_batch_indices", 0, batch, "batch");
-    TORCH_CHECK_VALUE(idx.size(1) >= ntokens, "dst_state_batch_indices: expected at least ",
-                      ntokens, " columns (one per token", varlen ? ", cache_steps" : "",
-                      "), got shape ", idx.sizes());
-  }
-  if (t.nat) {
-    check_index_1d(*t.nat, "num_accepted_tokens", batch, "batch");
-    TORCH_CHECK_VALUE(sbi_cols > 0, "num_accepted_tokens: needs a 2-D state_batch_indices "
-                      "(batch, T) to pick the read slot from");
-  }
-  if (t.inter_idx) {
-    TORCH_CHECK_VALUE(t.inter.has_value(), "intermediate_state_indices: given without an "
-                      "intermediate_states_buffer");
-    check_index_1d(*t.inter_idx, "intermediate_state_indices", batch, "batch");
-  }
-  int64_t steps = ntokens, entries = 0;
-  if (t.inter) {
-    const Tensor &buf = *t.inter;
-    TORCH_CHECK_VALUE(!t.dsbi.has_value(), "intermediate_states_buffer and "
-                      "dst_state_batch_indices are mutually exclusive");
-    check_dim(buf, "intermediate_states_buffer", 5);
-    TORCH_CHECK_VALUE(buf.size(1) == cache_steps, "intermediate_states_buffer: expected "
-                      "size(1) == cache_steps (", cache_steps, "), got shape ", buf.sizes());
-    TORCH_CHECK_VALUE(cache_steps >= ntokens, "cache_steps: expected >= the tokens per sequence (",
-                      ntokens, ") with an intermediate_states_buffer, got ", cache_steps);
-    check_size(buf, "intermediate_states_buffer", 2, nheads, "nheads of state");
-    check_size(buf, "intermediate_states_buffer", 3, dim, "dim of state");
-    check_size(buf, "intermediate_states_buffer", 4, dstate, "dstate of state");
-    same_dtype(buf, "intermediate_states_buffer", state, "state");
-    const int64_t head_block = nheads * dim * dstate;
-    check_stride(buf, "intermediate_states_buffer", 4, 1);
-    check_stride(buf, "intermediate_states_buffer", 3, dstate);
-    check_stride(buf, "intermediate_states_buffer", 2, dim * dstate);
-    check_stride(buf, "intermediate_states_buffer", 1, head_block);
-    check_stride(buf, "intermediate_states_buffer", 0, cache_steps * head_block);
-    steps = cache_steps;
-    entries = buf.size(0);
-  }
-
-  const Dtypes dty = check_common(t, state, lead, dim, dstate);
-  const int32_t state_dtype = dty.state, input_dtype = dty.input, weight_dtype = dty.weight;
-  for (const auto &[opt, name] :
-       {std::pair{&t.inter, "intermediate_states_buffer"},
-        std::pair{&t.inter_idx, "intermediate_state_indices"},
-        std::pair{&t.cu, "cu_seqlens"}, std::pair{&t.nat, "num_accepted_tokens"}})
-    if (opt->has_value()) check_device(**opt, name, state);
-
-  mamba_ssu_mtp_params p{};
-  p.batch = batch;
-  p.ntokens = ntokens;
-  p.total_tokens = total_tokens;
-  p.nheads = nheads;
-  p.dim = dim;
-  p.dstate = dstate;
-  p.ngroups = ngroups;
-  p.state_cache_size = slots;
-  p.cache_steps = steps;
-  p.intermediate_cache_size = entries;
-  p.state_stride_batch = outer_stride(state, nheads * dim * dstate);
-  std::tie(p.x_stride_batch, p.x_stride_token) = token_strides(t.x, ts, nheads * dim);
-  std::tie(p.dt_stride_batch, p.dt_stride_token) = token_strides(t.dt, ts, nheads);
-  std::tie(p.B_stride_batch, p.B_stride_token) = token_strides(t.B, ts, ngroups * dstate);
-  std::tie(p.C_stride_batch, p.C_stride_token) = token_strides(t.C, ts, ngroups * dstate);
-  if (t.z) std::tie(p.z_stride_batch, p.z_stride_token) = token_strides(*t.z, ts, nheads * dim);
-  std::tie(p.out_stride_batch, p.out_stride_token) = token_strides(t.out, ts, nheads * dim);
-  if (t.sbi) {
-    p.state_batch_indices_stride = outer_stride(*t.sbi, sbi_cols > 0 ? sbi_cols : 1);
-    p.state_batch_indices_stride_col = sbi_cols > 1 ? t.sbi->stride(1) : 1;
-    p.state_batch_indices_cols = sbi_cols;
-  }
-  if (t.dsbi) {
-    const int64_t cols = t.dsbi->size(1);
-    p.dst_state_batch_indices_stride = outer_stride(*t.dsbi, cols);
-    p.dst_state_batch_indices_stride_col = cols > 1 ? t.dsbi->stride(1) : 1;
-    p.dst_state_batch_indices_cols = cols;
-  }
-  p.num_accepted_tokens_stride = t.nat ? outer_stride(*t.nat, 1) : 0;
-  p.cu_seqlens_stride = t.cu ? outer_stride(*t.cu, 1) : 0;
-  p.intermediate_state_indices_stride = t.inter_idx ? outer_stride(*t.inter_idx, 1) : 0;
-  p.pad_slot_id = pad_slot_id;
-  p.state = state.data_ptr();
-  p.x = t.x.const_data_ptr();
-  p.dt = t.dt.const_data_ptr();
-  p.dt_bias = t.dt_bias ? t.dt_bias->const_data_ptr() : nullptr;
-  p.A = static_cast<const float *>(t.A.const_data_ptr());
-  p.B = t.B.const_data_ptr();
-  p.C = t.C.const_data_ptr();
-  p.D = t.D ? t.D->const_data_ptr() : nullptr;
-  p.z = t.z ? t.z->const_data_ptr() : nullptr;
-  p.out = t.out.data_ptr();
-  p.state_batch_indices = t.sbi ? t.sbi->const_data_ptr() : nullptr;
-  p.dst_state_batch_indices = t.dsbi ? t.dsbi->const_data_ptr() : nullptr;
-  p.num_accepted_tokens = t.nat ? t.nat->const_data_ptr() : nullptr;
-  p.cu_seqlens = t.cu ? t.cu->const_data_ptr() : nullptr;
-  p.intermediate_states = t.inter ? t.inter->data_ptr() : nullptr;
-  p.intermediate_state_indices = t.inter_idx ? t.inter_idx->const_data_ptr() : nullptr;
-  p.state_dtype = state_dtype;
-  p.input_dtype = input_dtype;
-  p.weight_dtype = weight_dtype;
-  p.index_dtype = (first_idx != nullptr && (*first_idx)->scalar_type() == at::kLong)
-                      ? MAMBA_SSU_I64
-                      : MAMBA_SSU_I32;
-  p.dt_softplus = dt_softplus ? 1 : 0;
-  p.update_state = disable_state_update ? 0 : 1;
-  TORCH_CHECK_VALUE(philox_rounds >= 0 && philox_rounds <= 10,
-                    "philox_rounds: expected 0..=10, got ", philox_rounds);
-  p.philox_rounds = static_cast<int32_t>(philox_rounds);
-  TORCH_CHECK_VALUE(sr_rule == MAMBA_SSU_SR_V072 || sr_rule == MAMBA_SSU_SR_V074,
-                    "sr_rule: expected 0 (FlashInfer 0.7.2's SR conversion) or 1 (0.7.4's), got ",
-                    sr_rule);
-  p.sr_rule = static_cast<int32_t>(sr_rule);
-  p.seed_source = MAMBA_SSU_SEED_POINTER;
-  p.num_sms = num_sms(state.get_device());
-  return p;
-}
-
-void launch_ssu_mtp(const mamba_ssu_mtp_params &p, const c10::cuda::CUDAStream &stream) {
-  check_status(mamba_ssu_selective_state_update_mtp(as_stream(stream), &p),
-               "mamba_ssu.selective_state_update");
-}
-
-// The multi-token SSU with its seed in device memory (FlashInfer's contract) or no SR.
-void ssu_mtp_pointer(Tensor state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C,
-                     optional<Tensor> D, optional<Tensor> z, optional<Tensor> dt_bias,
-                     bool dt_softplus, optional<Tensor> state_batch_indices,
-                     optional<Tensor> dst_state_batch_indices, int64_t pad_slot_id, Tensor out,
-                     bool disable_state_update, optional<Tensor> intermediate_states_buffer,
-                     optional<Tensor> intermediate_state_indices, int64_t cache_steps,
-                     optional<Tensor> cu_seqlens, optional<Tensor> num_accepted_tokens,
-                     optional<Tensor> rand_seed, int64_t philox_rounds, int64_t sr_rule) {
-  MtpTensors t{state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices,
-               dst_state_batch_indices, out, intermediate_states_buffer,
-               intermediate_state_indices, cu_seqlens, num_accepted_tokens};
-  mamba_ssu_mtp_params p = make_mtp_params(t, dt_softplus, pad_slot_id, disable_state_update,
-                                           cache_steps, rand_seed ? philox_rounds : 0, sr_rule);
-  if (rand_seed) {
-    check_rand_seed(*rand_seed, state);
-    p.rand_seed = static_cast<const int64_t *>(rand_seed->const_data_ptr());
-  }
-  const c10::cuda::CUDAGuard guard(state.device());
-  launch_ssu_mtp(p, c10::cuda::getCurrentCUDAStream(state.get_device()));
+// mamba_ssu_check on the call's descriptors with placeholder pointers (no device touched): raises
+// what the contract rejects (and the seed tensor's problems), else returns the problem as a
+// dict; None when a size is symbolic (nothing can be checked before the sizes are known).
+py::object check(const SsuCall &c) {
+  check_seed_tensor(c);
+  mamba_ssu_args a;
+  if (!to_args(c, Pointers::kPlaceholders, &a)) return py::none();
+  mamba_ssu_problem p{};
+  check_status(mamba_ssu_check(&a, &p), kSsu);
+  py::dict d;
+  d["form"] = p.form == MAMBA_SSU_FORM_MULTI ? "multi" : "single";
+  d["varlen"] = p.varlen != 0;
+  d["batch"] = p.batch;
+  d["ntokens"] = p.ntokens;
+  d["total_tokens"] = p.total_tokens;
+  d["nheads"] = p.nheads;
+  d["dim"] = p.dim;
+  d["dstate"] = p.dstate;
+  d["ngroups"] = p.ngroups;
+  d["state_cache_size"] = p.state_cache_size;
+  d["cache_steps"] = p.cache_steps;
+  d["intermediate_cache_size"] = p.intermediate_cache_size;
+  d["stochastic_rounding"] = p.stochastic_rounding != 0;
+  return std::move(d);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -664,11 +469,26 @@ unsigned long long capture_id(const c10::cuda::CUDAStream &stream) {
 struct Position {
   at::PhiloxCudaState st;
   unsigned long long capture = 0;  // capture id of the stream (captured positions only)
+
+  // The C ABI's form: the values eagerly; the generator's two device words plus the
+  // intragraph offset under capture.
+  mamba_ssu_position c_position() const {
+    mamba_ssu_position p{};
+    if (st.captured_) {
+      p.seed_ptr = st.seed_.ptr;
+      p.offset_ptr = st.offset_.ptr;
+      p.offset = st.offset_intragraph_;
+    } else {
+      p.seed = st.seed_.val;
+      p.offset = st.offset_.val;
+    }
+    return p;
+  }
 };
 
 // The drawn value of a position is fixed by (seed, offset) eagerly, and by (seed pointer, offset
 // pointer, intragraph offset) within one capture: these say whether two positions are k draws
-// apart in the same sequence.
+// apart in the same sequence (next_seed's batches).
 bool same_sequence(const Position &a, const Position &b) {
   if (a.st.captured_ != b.st.captured_) return false;
   if (!a.st.captured_) return a.st.seed_.val == b.st.seed_.val;
@@ -711,20 +531,85 @@ void draw_into(const Tensor &out, const Position &pos, const c10::cuda::CUDAStre
   }
 }
 
-// out[k] = the k-th of out.numel() consecutive stock draws; the generator advances by all of
-// them (4 per draw), as that many torch.randint(0, 2**32, (1,)) calls would.
-void draw_seeds(Tensor out) {
-  check_dim(out, "out", 1);
+// Whether a tensor's sizes or strides are symbolic (a fake tensor under torch.compile's dynamic
+// shapes): its checks then wait for the kernel.
+bool symbolic(const Tensor &t) {
+  for (const auto &s : t.sym_sizes())
+    if (!s.maybe_as_int()) return true;
+  for (const auto &s : t.sym_strides())
+    if (!s.maybe_as_int()) return true;
+  return false;
+}
+
+// draw_seeds' out as torch holds it (no device needed: the kernel and the fake implementation
+// run it): one dimension, int64, 1..=MAMBA_SSU_MAX_SEEDS_PER_DRAW contiguous elements. The
+// element count's range is the C launcher's rule, checked here as well because the generator's
+// position must be taken (and so advanced) before the launch: a rejected call draws nothing.
+void check_draw_seeds(const Tensor &out) {
+  TORCH_CHECK_VALUE(out.dim() == 1, "out: expected 1 dimensions, got ", out.dim());
   TORCH_CHECK_TYPE(out.scalar_type() == at::kLong, "out: expected int64, got ", out.scalar_type());
+  if (symbolic(out)) return;
   TORCH_CHECK_VALUE(out.numel() >= 1 && out.numel() <= MAMBA_SSU_MAX_SEEDS_PER_DRAW,
                     "out: expected 1..=", MAMBA_SSU_MAX_SEEDS_PER_DRAW, " elements, got ",
                     out.numel());
   TORCH_CHECK_VALUE(out.stride(0) == 1 || out.numel() == 1, "out: expected a contiguous tensor");
-  TORCH_CHECK_VALUE(out.is_cuda(), "out: expected a CUDA tensor, got one on ", out.device());
+}
+
+// out[k] = the k-th of out.numel() consecutive stock draws; the generator advances by all of
+// them (4 per draw), as that many torch.randint(0, 2**32, (1,)) calls would. Everything is
+// checked before the generator moves.
+void draw_seeds(Tensor out) {
+  check_draw_seeds(out);
+  if (!out.is_cuda())
+    raise_as(kDeviceProblem, "out: expected a CUDA tensor, got one on " + out.device().str());
   const c10::cuda::CUDAGuard guard(out.device());
   const auto stream = c10::cuda::getCurrentCUDAStream(out.get_device());
   draw_into(out, take_position(out.get_device(), stream, static_cast<uint64_t>(out.numel())),
             stream);
+}
+
+// counter_seeds' tensors as torch holds them (no device needed: the kernel and the fake
+// implementation run it): the counter one int64 element (TensorRT-LLM's rand_seed: checked as
+// FlashInfer checks a seed tensor), out n contiguous int64 elements. n's range, the pointers'
+// alignment and the overlap of counter and out are the C launcher's rules.
+void check_counter_seeds(const Tensor &counter, int64_t n, const Tensor &out) {
+  if (!symbolic(counter) && counter.numel() != 1)
+    raise_as(kSeedTensorProblem, "counter: expected a single-element tensor, got numel=" +
+                                     std::to_string(counter.numel()));
+  if (counter.scalar_type() != at::kLong)
+    raise_as(kSeedTensorProblem, std::string("counter: expected dtype int64, got ") +
+                                     c10::toString(counter.scalar_type()));
+  if (out.scalar_type() != at::kLong)
+    raise_as(kSeedTensorProblem,
+             std::string("out: expected dtype int64, got ") + c10::toString(out.scalar_type()));
+  if (symbolic(out)) return;
+  if (out.numel() != n || !out.is_contiguous())
+    raise_as(kSeedTensorProblem, "out: expected n = " + std::to_string(n) +
+                                     " contiguous elements, got numel=" +
+                                     std::to_string(out.numel()) +
+                                     (out.is_contiguous() ? "" : " (not contiguous)"));
+}
+
+// TensorRT-LLM's counter: out[k] = counter + k + 1 for k < n, then counter += n (one launch of
+// mamba_ssu_counter_seeds); both tensors on one CUDA device.
+void counter_seeds(Tensor counter, int64_t n, Tensor out) {
+  check_counter_seeds(counter, n, out);
+  if (!counter.is_cuda())
+    raise_as(kDeviceProblem,
+             "counter: expected a CUDA tensor, got one on " + counter.device().str());
+  if (out.device() != counter.device())
+    raise_as(kDeviceProblem, "out: expected a tensor on " + counter.device().str() +
+                                 " (the device of counter), got one on " + out.device().str());
+  const c10::cuda::CUDAGuard guard(counter.device());
+  const auto stream = c10::cuda::getCurrentCUDAStream(counter.get_device());
+  // An empty out has no data pointer; none of its 0 elements is touched, so a non-null aligned
+  // stand-in lets the launcher's own rule on n speak.
+  auto *out_ptr = out.numel() == 0 ? reinterpret_cast<int64_t *>(kPlaceholderStride)
+                                   : static_cast<int64_t *>(out.data_ptr());
+  check_status(mamba_ssu_counter_seeds(as_stream(stream),
+                                       static_cast<int64_t *>(counter.data_ptr()), out_ptr,
+                                       sat_u32(n)),
+               "mamba_ssu.counter_seeds");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -740,12 +625,25 @@ std::mutex retired_mutex;
 
 class SeedPrefetcher {
  public:
+  // One C prefetcher (mamba_ssu_prefetcher) of `device` for forwards of n stochastic-rounding
+  // layers, created here (outside any capture: it allocates a stream, events and buffers).
   SeedPrefetcher(int64_t n, int64_t device) : n_(n), device_(static_cast<c10::DeviceIndex>(device)) {
-    TORCH_CHECK_VALUE(n >= 1 && n <= MAMBA_SSU_MAX_SEEDS_PER_DRAW,
-                      "num_layers: expected 1..=", MAMBA_SSU_MAX_SEEDS_PER_DRAW, ", got ", n);
     TORCH_CHECK_VALUE(device >= 0 && device < c10::cuda::device_count(),
                       "device: expected a CUDA device index below ", c10::cuda::device_count(),
                       ", got ", device);
+    const c10::cuda::CUDAGuard guard(device_);
+    check_status(mamba_ssu_prefetcher_create(&p_, sat_u32(n), MAMBA_SSU_PREFETCH_AT_BEGIN),
+                 "mamba_ssu.SeedPrefetcher");
+  }
+
+  SeedPrefetcher(const SeedPrefetcher &) = delete;
+  SeedPrefetcher &operator=(const SeedPrefetcher &) = delete;
+
+  ~SeedPrefetcher() {
+    mamba_ssu_prefetcher_destroy(p_);  // a destructor reports nothing
+    if (keepalive_.empty()) return;
+    std::lock_guard<std::mutex> lock(retired_mutex);
+    for (auto &t : keepalive_) retired_buffers().push_back(std::move(t));
   }
 
   // Replaces `torch.randint(0, 2**32, (1,), device=...)`: advances the generator by exactly one
@@ -774,70 +672,62 @@ class SeedPrefetcher {
     return batch_.narrow(0, 0, 1);
   }
 
-  // Opens a forward in which fused SSU calls are chained: the first call derives its seed in
-  // the kernel, and every call also stores the next call's seed (one extra thread block) into
-  // a per-forward buffer that the next call reads as its rand_seed. A call whose position does
-  // not follow the previous one (other RNG use, another stream, a failed launch) derives its
-  // own seed again, so values are always the stock sequence.
+  // Opens a fused forward of the C prefetcher on the current stream, its chain links in a
+  // buffer allocated here per forward (from the graph's pool under capture, and then kept alive
+  // with the prefetcher: captured kernels point into it).
   void begin_fused_forward() {
-    TORCH_CHECK(!in_forward_, "begin_fused_forward: a fused forward is already open");
     const c10::cuda::CUDAGuard guard(device_);
-    links_ = at::empty({n_}, at::TensorOptions().dtype(at::kLong).device(at::kCUDA, device_));
+    const auto stream = c10::cuda::getCurrentCUDAStream(device_);
+    Tensor links = at::empty({n_}, at::TensorOptions().dtype(at::kLong).device(at::kCUDA, device_));
+    check_status(mamba_ssu_prefetcher_begin_fused_forward_links(
+                     p_, as_stream(stream), nullptr, static_cast<int64_t *>(links.data_ptr())),
+                 "mamba_ssu.SeedPrefetcher.fused_forward");
+    links_ = links;
     in_forward_ = true;
-    calls_ = 0;
-    chain_valid_ = false;
+    if (capture_id(stream) != 0) keepalive_.push_back(links);
   }
 
-  // Closes the fused forward; returns the number of calls it served.
+  // Closes the fused forward; returns the number of fused calls it served.
   int64_t end_fused_forward() {
-    TORCH_CHECK(in_forward_, "end_fused_forward: no fused forward is open");
+    const c10::cuda::CUDAGuard guard(device_);
+    mamba_ssu_forward_summary summary{};
+    const int s = mamba_ssu_prefetcher_end_forward(p_, &summary);
     in_forward_ = false;
-    chain_valid_ = false;
     links_ = Tensor();
-    return calls_;
+    check_status(s, "mamba_ssu.SeedPrefetcher.fused_forward");
+    return summary.requested;
   }
 
   bool in_fused_forward() const { return in_forward_; }
 
-  // The fused SSU: the kernel derives this call's stock seed itself (no seed kernel); the
-  // generator advances by one draw.
-  void ssu_fused(Tensor state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C,
-                 optional<Tensor> D, optional<Tensor> z, optional<Tensor> dt_bias,
-                 bool dt_softplus, optional<Tensor> state_batch_indices,
-                 optional<Tensor> dst_state_batch_indices, int64_t pad_slot_id, Tensor out,
-                 bool disable_state_update, int64_t philox_rounds, int64_t algorithm,
-                 int64_t sr_rule) {
-    check_fused_rounds(philox_rounds);
-    SsuTensors t{state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices,
-                 dst_state_batch_indices, out};
-    mamba_ssu_params p = make_params(t, dt_softplus, pad_slot_id, disable_state_update,
-                                     philox_rounds, algorithm, sr_rule);
-    fused_launch(p, state, &mamba_ssu_selective_state_update_check, &launch_ssu);
-  }
-
-  // The fused multi-token SSU: the same seed handling (one draw per call, chained inside a
-  // fused forward) over the multi-token kernel.
-  void ssu_fused_mtp(Tensor state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C,
-                     optional<Tensor> D, optional<Tensor> z, optional<Tensor> dt_bias,
-                     bool dt_softplus, optional<Tensor> state_batch_indices,
-                     optional<Tensor> dst_state_batch_indices, int64_t pad_slot_id, Tensor out,
-                     bool disable_state_update, optional<Tensor> intermediate_states_buffer,
-                     optional<Tensor> intermediate_state_indices, int64_t cache_steps,
-                     optional<Tensor> cu_seqlens, optional<Tensor> num_accepted_tokens,
-                     int64_t philox_rounds, int64_t sr_rule) {
-    check_fused_rounds(philox_rounds);
-    MtpTensors t{state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices,
-                 dst_state_batch_indices, out, intermediate_states_buffer,
-                 intermediate_state_indices, cu_seqlens, num_accepted_tokens};
-    mamba_ssu_mtp_params p = make_mtp_params(t, dt_softplus, pad_slot_id, disable_state_update,
-                                             cache_steps, philox_rounds, sr_rule);
-    fused_launch(p, state, &mamba_ssu_selective_state_update_mtp_check, &launch_ssu_mtp);
-  }
-
-  ~SeedPrefetcher() {
-    if (keepalive_.empty()) return;
-    std::lock_guard<std::mutex> lock(retired_mutex);
-    for (auto &t : keepalive_) retired_buffers().push_back(std::move(t));
+  // The fused SSU (rand_seed=FusedSeed): the kernel derives this call's stock seed itself, or,
+  // chained inside a fused forward, reads the link the previous call stored. Everything the
+  // call's arguments decide is checked before the generator moves (a rejected call draws
+  // nothing); then torch's generator hands out this call's position (one draw, exactly as
+  // torch.randint would take it), the C prefetcher turns it into the seed, and the launch tells
+  // the prefetcher that the call writing the next link was enqueued.
+  static void ssu_fused(SeedPrefetcher &self, const SsuCall &c) {
+    TORCH_CHECK(!c.rand_seed, "ssu_fused: the seed is the prefetcher's (rand_seed must be None)");
+    mamba_ssu_args a;
+    to_args(c, Pointers::kOwnOnCuda, &a);
+    // The seed as it will be (derived at a position), for the check.
+    a.seed.mode = MAMBA_SSU_SEED_MODE_DERIVED;
+    if (const auto r = device_problem(c, c10::Device(c10::kCUDA, self.device_)))
+      reject_devices(a, *r);
+    check_status(mamba_ssu_check(&a, nullptr), kSsu);
+    const c10::cuda::CUDAGuard guard(self.device_);
+    const auto stream = c10::cuda::getCurrentCUDAStream(self.device_);
+    const mamba_ssu_position pos = take_position(self.device_, stream, 1).c_position();
+    int s = mamba_ssu_prefetcher_derive_seed_at(self.p_, as_stream(stream), &pos, &a.seed);
+    // A chain whose previous link was never confirmed (that call's launch failed, and raised)
+    // is refused once and restarts: this request then derives its own seed.
+    if (s == MAMBA_SSU_ERROR_SCOPE && self.in_forward_)
+      s = mamba_ssu_prefetcher_derive_seed_at(self.p_, as_stream(stream), &pos, &a.seed);
+    check_status(s, kSsu);
+    ++self.stats_.requested;
+    if (a.seed.mode == MAMBA_SSU_SEED_MODE_POINTER) ++self.stats_.served;
+    a.num_sms = num_sms(self.device_);
+    check_status(mamba_ssu_launch(as_stream(stream), &a), kSsu);
   }
 
   int64_t num_layers() const { return n_; }
@@ -852,75 +742,17 @@ class SeedPrefetcher {
   }
 
  private:
-  static void check_fused_rounds(int64_t philox_rounds) {
-    TORCH_CHECK_VALUE(philox_rounds >= 1 && philox_rounds <= 10,
-                      "philox_rounds: expected 1..=10 with a fused seed, got ", philox_rounds);
-  }
-
-  // Fills the seed fields of a checked parameter block (single- or multi-token: the fields
-  // have the same names and meaning) from this call's generator position and launches it:
-  // the kernel derives the stock seed itself, or reads it from the previous chained call's
-  // link. Everything is checked before the generator moves: a rejected call draws nothing.
-  template <class P>
-  void fused_launch(P &p, const Tensor &state, int (*check)(const P *),
-                    void (*launch)(const P &, const c10::cuda::CUDAStream &)) {
-    TORCH_CHECK_VALUE(state.get_device() == device_, "state: the seed prefetcher serves cuda:",
-                      static_cast<int>(device_), ", got a tensor on ", state.device());
-    p.seed_source = MAMBA_SSU_SEED_FROM_VALUES;
-    check_status(check(&p), "mamba_ssu.selective_state_update");
-    const c10::cuda::CUDAGuard guard(device_);
-    const auto stream = c10::cuda::getCurrentCUDAStream(device_);
-    const Position pos = take_position(device_, stream, 1);
-    ++stats_.requested;
-    if (pos.st.captured_) {
-      p.seed_source = MAMBA_SSU_SEED_FROM_GENERATOR;
-      p.generator_seed_ptr = pos.st.seed_.ptr;
-      p.generator_offset_ptr = pos.st.offset_.ptr;
-      p.seed_offset = pos.st.offset_intragraph_;
-    } else {
-      p.seed_source = MAMBA_SSU_SEED_FROM_VALUES;
-      p.generator_seed = pos.st.seed_.val;
-      p.seed_offset = pos.st.offset_.val;
-    }
-    int64_t k = -1;  // this call's link in the forward's chain
-    if (in_forward_ && calls_ < n_) k = calls_;
-    if (in_forward_) ++calls_;
-    if (k >= 0) {
-      // Chained when this call is the draw right after the previous chained call's.
-      const bool follows = chain_valid_ && k > 0 && stream == chain_stream_ &&
-                           same_sequence(chain_pos_, pos) && draws_after(chain_pos_, pos) == 1;
-      auto *links = static_cast<int64_t *>(links_.data_ptr());
-      if (follows) {
-        p.seed_source = MAMBA_SSU_SEED_POINTER;
-        p.rand_seed = links + k;
-        ++stats_.served;
-      }
-      if (k + 1 < n_) p.seed_next = links + k + 1;
-      chain_valid_ = false;  // until this launch is known enqueued
-      // A graph captured here keeps raw pointers into links_: it must outlive the forward.
-      if (pos.st.captured_ && (keepalive_.empty() || !keepalive_.back().is_same(links_)))
-        keepalive_.push_back(links_);
-    }
-    launch(p, stream);
-    if (k >= 0) {
-      chain_valid_ = true;
-      chain_pos_ = pos;
-      chain_stream_ = stream;
-    }
-  }
-
   int64_t n_;
   c10::DeviceIndex device_;
+  mamba_ssu_prefetcher *p_ = nullptr;
+
+  // next_seed's held batch.
   Tensor batch_;
   Position batch_pos_;
   std::optional<c10::cuda::CUDAStream> batch_stream_;
 
   bool in_forward_ = false;
-  bool chain_valid_ = false;
-  int64_t calls_ = 0;
-  Tensor links_;
-  Position chain_pos_;
-  std::optional<c10::cuda::CUDAStream> chain_stream_;
+  Tensor links_;  // the open fused forward's chain links
   // Chain buffers that captured kernels point into (kept for the prefetcher's lifetime, then
   // retired: see retired_buffers).
   std::vector<Tensor> keepalive_;
@@ -939,23 +771,20 @@ TORCH_LIBRARY(mamba_ssu, m) {
   m.def(
       "selective_state_update(Tensor(a!) state, Tensor x, Tensor dt, Tensor A, Tensor B, "
       "Tensor C, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, "
-      "Tensor? state_batch_indices, Tensor? dst_state_batch_indices, int pad_slot_id, "
-      "Tensor(b!) out, bool disable_state_update, Tensor? rand_seed, int philox_rounds, "
-      "int algorithm, int sr_rule=0) -> ()");
-  m.def(
-      "selective_state_update_mtp(Tensor(a!) state, Tensor x, Tensor dt, Tensor A, Tensor B, "
-      "Tensor C, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, "
-      "Tensor? state_batch_indices, Tensor? dst_state_batch_indices, int pad_slot_id, "
-      "Tensor(b!) out, bool disable_state_update, Tensor(c!)? intermediate_states_buffer, "
-      "Tensor? intermediate_state_indices, int cache_steps, Tensor? cu_seqlens, "
-      "Tensor? num_accepted_tokens, Tensor? rand_seed, int philox_rounds, int sr_rule=0) -> ()");
+      "Tensor? state_batch_indices, int pad_slot_id, Tensor? state_scale, Tensor(b!) out, "
+      "bool disable_state_update, Tensor(c!)? intermediate_states_buffer, "
+      "Tensor? intermediate_state_indices, Tensor? intermediate_state_scales, "
+      "Tensor? rand_seed, int philox_rounds, int cache_steps, int algorithm, "
+      "Tensor? dst_state_batch_indices, Tensor? cu_seqlens, Tensor? num_accepted_tokens, "
+      "int sr_rule=0) -> ()");
   m.def("draw_seeds(Tensor(a!) out) -> ()");
+  m.def("counter_seeds(Tensor(a!) counter, int n, Tensor(b!) out) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(mamba_ssu, CUDA, m) {
-  m.impl("selective_state_update", &ssu_pointer);
-  m.impl("selective_state_update_mtp", &ssu_mtp_pointer);
+  m.impl("selective_state_update", ssu_entry<&ssu>());
   m.impl("draw_seeds", &draw_seeds);
+  m.impl("counter_seeds", &counter_seeds);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -963,18 +792,22 @@ TORCH_LIBRARY_IMPL(mamba_ssu, CUDA, m) {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "mamba-ssu's torch binding (use the mamba_ssu package, not this module)";
-  m.def("selective_state_update", &ssu_pointer, "SSU, seed in device memory or no SR");
-  m.def("selective_state_update_mtp", &ssu_mtp_pointer,
-        "multi-token SSU, seed in device memory or no SR");
+  m.def("selective_state_update", ssu_entry<&ssu>(),
+        "the SSU (op mamba_ssu::selective_state_update's kernel): seed tensor or none");
+  m.def("check", ssu_entry<&check>(),
+        "the C contract's check of an SSU call (placeholder pointers; no device touched)");
   m.def("draw_seeds", &draw_seeds, "n consecutive stock torch.randint draws into out");
+  m.def("counter_seeds", &counter_seeds, "out[k] = counter + k + 1, counter += n (one launch)");
+  m.def("check_draw_seeds", &check_draw_seeds, "draw_seeds' checks of out (no device touched)");
+  m.def("check_counter_seeds", &check_counter_seeds,
+        "counter_seeds' checks of counter and out (no device touched)");
   py::class_<SeedPrefetcher>(m, "SeedPrefetcher")
       .def(py::init<int64_t, int64_t>(), py::arg("num_layers"), py::arg("device"))
       .def("next_seed", &SeedPrefetcher::next_seed)
       .def("begin_fused_forward", &SeedPrefetcher::begin_fused_forward)
       .def("end_fused_forward", &SeedPrefetcher::end_fused_forward)
       .def("in_fused_forward", &SeedPrefetcher::in_fused_forward)
-      .def("ssu_fused", &SeedPrefetcher::ssu_fused)
-      .def("ssu_fused_mtp", &SeedPrefetcher::ssu_fused_mtp)
+      .def("ssu_fused", ssu_entry<&SeedPrefetcher::ssu_fused, SeedPrefetcher &>())
       .def("stats", &SeedPrefetcher::stats)
       .def_property_readonly("num_layers", &SeedPrefetcher::num_layers)
       .def_property_readonly("device", &SeedPrefetcher::device);
