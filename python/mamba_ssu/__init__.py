@@ -92,7 +92,9 @@ class SeedPrefetcher:
 
     A CUDA graph captured with it stays safe to replay after the prefetcher is gone: the
     buffers captured kernels point into are allocated from the graph's memory pool or kept for
-    the rest of the process.
+    the rest of the process. Create it outside CUDA-graph capture: it creates the crate's C
+    prefetcher of the device (a stream, two events and a few device buffers), which a capture
+    does not allow (RuntimeError).
     """
 
     def __init__(self, num_layers: int, device=None):

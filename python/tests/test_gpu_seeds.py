@@ -391,3 +391,16 @@ def test_device_and_seed_errors(gpu):
             ssu(**kw)
         assert str(info.value).startswith(fragment), str(info.value)
     assert _gen(gpu).get_offset() == before
+
+
+def test_prefetcher_is_created_outside_capture(gpu):
+    """Creating a SeedPrefetcher allocates the C prefetcher's stream, events and buffers: under
+    CUDA-graph capture it is refused with a RuntimeError before any CUDA call could invalidate
+    the capture (which then ends normally)."""
+    import mamba_ssu
+
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="outside CUDA-graph capture"):
+        with torch.cuda.graph(graph):
+            mamba_ssu.SeedPrefetcher(4, gpu)
+    assert int(mamba_ssu.SeedPrefetcher(4, gpu).next_seed().numel()) == 1

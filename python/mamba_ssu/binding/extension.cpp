@@ -192,9 +192,20 @@ class Descriptors {
   // The descriptor of argument `name` (absent: rank 0). A size, stride or offset that is
   // symbolic (torch.compile's dynamic shapes) leaves the descriptor incomplete: symbolic()
   // then says so.
+  mamba_ssu_tensor operator()(const Tensor &t, const char *name) { return describe(&t, name); }
   mamba_ssu_tensor operator()(const optional<Tensor> &t, const char *name) {
+    return describe(t ? &*t : nullptr, name);
+  }
+
+  // The data pointer of the next argument (absent: null).
+  void *pointer(const optional<Tensor> &t) { return pointer_of(t ? &*t : nullptr); }
+
+  bool symbolic() const { return symbolic_; }
+
+ private:
+  mamba_ssu_tensor describe(const Tensor *t, const char *name) {
     mamba_ssu_tensor d{};
-    if (!t.has_value()) {
+    if (t == nullptr) {
       ++count_;
       return d;
     }
@@ -212,23 +223,19 @@ class Descriptors {
       d.shape[k] = concrete(sizes[k]);
       d.strides[k] = concrete(strides[k]);
     }
-    d.data = pointer(t);
+    d.data = pointer_of(t);
     return d;
   }
 
-  // The data pointer of the next argument (absent: null).
-  void *pointer(const optional<Tensor> &t) {
+  void *pointer_of(const Tensor *t) {
     const uintptr_t base = kPlaceholderStride * ++count_;
-    if (!t.has_value()) return nullptr;
+    if (t == nullptr) return nullptr;
     if (mode_ == Pointers::kOwnOnCuda && t->is_cuda()) return t->data_ptr();
     const int64_t offset = concrete(t->sym_storage_offset());
     return reinterpret_cast<void *>(base + static_cast<uintptr_t>(offset) *
                                                static_cast<uintptr_t>(t->element_size()));
   }
 
-  bool symbolic() const { return symbolic_; }
-
- private:
   int64_t concrete(const c10::SymInt &s) {
     if (auto v = s.maybe_as_int()) return *v;
     symbolic_ = true;
@@ -258,27 +265,29 @@ struct SsuCall {
   optional<Tensor> dst_state_batch_indices, cu_seqlens, num_accepted_tokens;
   int64_t sr_rule;
 
-  // Every tensor argument but the seed, with its name (FlashInfer's order).
+  // Every tensor argument but the seed, with its name (FlashInfer's order): f(tensor or null,
+  // name).
   template <class F>
   void for_each_tensor(F f) const {
-    f(optional<Tensor>(state), "state");
-    f(optional<Tensor>(x), "x");
-    f(optional<Tensor>(dt), "dt");
-    f(optional<Tensor>(A), "A");
-    f(optional<Tensor>(B), "B");
-    f(optional<Tensor>(C), "C");
-    f(D, "D");
-    f(z, "z");
-    f(dt_bias, "dt_bias");
-    f(state_batch_indices, "state_batch_indices");
-    f(state_scale, "state_scale");
-    f(optional<Tensor>(out), "out");
-    f(intermediate_states_buffer, "intermediate_states_buffer");
-    f(intermediate_state_indices, "intermediate_state_indices");
-    f(intermediate_state_scales, "intermediate_state_scales");
-    f(dst_state_batch_indices, "dst_state_batch_indices");
-    f(cu_seqlens, "cu_seqlens");
-    f(num_accepted_tokens, "num_accepted_tokens");
+    auto opt = [](const optional<Tensor> &t) { return t ? &*t : nullptr; };
+    f(&state, "state");
+    f(&x, "x");
+    f(&dt, "dt");
+    f(&A, "A");
+    f(&B, "B");
+    f(&C, "C");
+    f(opt(D), "D");
+    f(opt(z), "z");
+    f(opt(dt_bias), "dt_bias");
+    f(opt(state_batch_indices), "state_batch_indices");
+    f(opt(state_scale), "state_scale");
+    f(&out, "out");
+    f(opt(intermediate_states_buffer), "intermediate_states_buffer");
+    f(opt(intermediate_state_indices), "intermediate_state_indices");
+    f(opt(intermediate_state_scales), "intermediate_state_scales");
+    f(opt(dst_state_batch_indices), "dst_state_batch_indices");
+    f(opt(cu_seqlens), "cu_seqlens");
+    f(opt(num_accepted_tokens), "num_accepted_tokens");
   }
 };
 
@@ -381,7 +390,7 @@ optional<Rejection> device_problem(const SsuCall &c, optional<c10::Device> seed_
                      "state: expected a CUDA tensor, got one on " + c.state.device().str()};
   const c10::Device dev = c.state.device();
   optional<Rejection> found;
-  c.for_each_tensor([&](const optional<Tensor> &t, const char *name) {
+  c.for_each_tensor([&](const Tensor *t, const char *name) {
     if (found || !t || t->device() == dev) return;
     found = Rejection{kDeviceProblem, std::string(name) + ": expected a tensor on " + dev.str() +
                                           " (the device of state), got one on " +
@@ -626,12 +635,17 @@ std::mutex retired_mutex;
 class SeedPrefetcher {
  public:
   // One C prefetcher (mamba_ssu_prefetcher) of `device` for forwards of n stochastic-rounding
-  // layers, created here (outside any capture: it allocates a stream, events and buffers).
+  // layers, created here. Its creation allocates a stream, events and device buffers, which a
+  // CUDA-graph capture does not allow: it is refused while the device's current stream captures
+  // (before anything could invalidate the capture).
   SeedPrefetcher(int64_t n, int64_t device) : n_(n), device_(static_cast<c10::DeviceIndex>(device)) {
     TORCH_CHECK_VALUE(device >= 0 && device < c10::cuda::device_count(),
                       "device: expected a CUDA device index below ", c10::cuda::device_count(),
                       ", got ", device);
     const c10::cuda::CUDAGuard guard(device_);
+    TORCH_CHECK(capture_id(c10::cuda::getCurrentCUDAStream(device_)) == 0,
+                "SeedPrefetcher: create it outside CUDA-graph capture (it allocates a stream, "
+                "events and device buffers)");
     check_status(mamba_ssu_prefetcher_create(&p_, sat_u32(n), MAMBA_SSU_PREFETCH_AT_BEGIN),
                  "mamba_ssu.SeedPrefetcher");
   }
