@@ -157,23 +157,17 @@ int32_t num_sms(c10::DeviceIndex device) {
 // ---------------------------------------------------------------------------------------------
 // Tensor descriptors.
 
+// Torch's dtypes that the C ABI has a tag for.
+constexpr std::pair<at::ScalarType, int32_t> kDtypeTags[] = {
+    {at::kFloat, MAMBA_SSU_F32}, {at::kHalf, MAMBA_SSU_F16}, {at::kBFloat16, MAMBA_SSU_BF16},
+    {at::kInt, MAMBA_SSU_I32},   {at::kLong, MAMBA_SSU_I64}, {at::kShort, MAMBA_SSU_I16},
+};
+
 int32_t dtype_tag(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat:
-      return MAMBA_SSU_F32;
-    case at::kHalf:
-      return MAMBA_SSU_F16;
-    case at::kBFloat16:
-      return MAMBA_SSU_BF16;
-    case at::kInt:
-      return MAMBA_SSU_I32;
-    case at::kLong:
-      return MAMBA_SSU_I64;
-    case at::kShort:
-      return MAMBA_SSU_I16;
-    default:
-      return MAMBA_SSU_DTYPE_OTHER;  // the C check rejects it, naming the tensor
+  for (const auto &[type, tag] : kDtypeTags) {
+    if (type == t) return tag;
   }
+  return MAMBA_SSU_DTYPE_OTHER;  // the C check rejects it, naming the tensor
 }
 
 // Where a descriptor's data pointer comes from: the tensor's own for CUDA tensors (the only ones
@@ -192,7 +186,6 @@ class Descriptors {
   // The descriptor of argument `name` (absent: rank 0). A size, stride or offset that is
   // symbolic (torch.compile's dynamic shapes) leaves the descriptor incomplete: symbolic()
   // then says so.
-  mamba_ssu_tensor operator()(const Tensor &t, const char *name) { return describe(&t, name); }
   mamba_ssu_tensor operator()(const optional<Tensor> &t, const char *name) {
     return describe(t ? &*t : nullptr, name);
   }
@@ -251,13 +244,13 @@ class Descriptors {
 // One SSU call: FlashInfer's arguments (the op's schema, in its order).
 
 struct SsuCall {
-  Tensor state, x, dt, A, B, C;
-  optional<Tensor> D, z, dt_bias;
+  // Every tensor is held as optional: the required ones (state, x, dt, A, B, C, out) are always
+  // present, so that one table (kTensorArgs) can name them all.
+  optional<Tensor> state, x, dt, A, B, C, D, z, dt_bias;
   bool dt_softplus;
   optional<Tensor> state_batch_indices;
   int64_t pad_slot_id;
-  optional<Tensor> state_scale;
-  Tensor out;
+  optional<Tensor> state_scale, out;
   bool disable_state_update;
   optional<Tensor> intermediate_states_buffer, intermediate_state_indices,
       intermediate_state_scales, rand_seed;
@@ -265,30 +258,39 @@ struct SsuCall {
   optional<Tensor> dst_state_batch_indices, cu_seqlens, num_accepted_tokens;
   int64_t sr_rule;
 
-  // Every tensor argument but the seed, with its name (FlashInfer's order): f(tensor or null,
-  // name).
-  template <class F>
-  void for_each_tensor(F f) const {
-    auto opt = [](const optional<Tensor> &t) { return t ? &*t : nullptr; };
-    f(&state, "state");
-    f(&x, "x");
-    f(&dt, "dt");
-    f(&A, "A");
-    f(&B, "B");
-    f(&C, "C");
-    f(opt(D), "D");
-    f(opt(z), "z");
-    f(opt(dt_bias), "dt_bias");
-    f(opt(state_batch_indices), "state_batch_indices");
-    f(opt(state_scale), "state_scale");
-    f(&out, "out");
-    f(opt(intermediate_states_buffer), "intermediate_states_buffer");
-    f(opt(intermediate_state_indices), "intermediate_state_indices");
-    f(opt(intermediate_state_scales), "intermediate_state_scales");
-    f(opt(dst_state_batch_indices), "dst_state_batch_indices");
-    f(opt(cu_seqlens), "cu_seqlens");
-    f(opt(num_accepted_tokens), "num_accepted_tokens");
-  }
+};
+
+// Every tensor argument but the seed: FlashInfer's name, where the call holds it, and its
+// descriptor in mamba_ssu_args (FlashInfer's order: the device check reports the first).
+struct TensorArg {
+  const char *name;
+  optional<Tensor> SsuCall::*call;
+  mamba_ssu_tensor mamba_ssu_args::*args;
+};
+
+constexpr TensorArg kTensorArgs[] = {
+    {"state", &SsuCall::state, &mamba_ssu_args::state},
+    {"x", &SsuCall::x, &mamba_ssu_args::x},
+    {"dt", &SsuCall::dt, &mamba_ssu_args::dt},
+    {"A", &SsuCall::A, &mamba_ssu_args::A},
+    {"B", &SsuCall::B, &mamba_ssu_args::B},
+    {"C", &SsuCall::C, &mamba_ssu_args::C},
+    {"D", &SsuCall::D, &mamba_ssu_args::D},
+    {"z", &SsuCall::z, &mamba_ssu_args::z},
+    {"dt_bias", &SsuCall::dt_bias, &mamba_ssu_args::dt_bias},
+    {"state_batch_indices", &SsuCall::state_batch_indices, &mamba_ssu_args::state_batch_indices},
+    {"state_scale", &SsuCall::state_scale, &mamba_ssu_args::state_scale},
+    {"out", &SsuCall::out, &mamba_ssu_args::out},
+    {"intermediate_states_buffer", &SsuCall::intermediate_states_buffer,
+     &mamba_ssu_args::intermediate_states},
+    {"intermediate_state_indices", &SsuCall::intermediate_state_indices,
+     &mamba_ssu_args::intermediate_state_indices},
+    {"intermediate_state_scales", &SsuCall::intermediate_state_scales,
+     &mamba_ssu_args::intermediate_state_scales},
+    {"dst_state_batch_indices", &SsuCall::dst_state_batch_indices,
+     &mamba_ssu_args::dst_state_batch_indices},
+    {"cu_seqlens", &SsuCall::cu_seqlens, &mamba_ssu_args::cu_seqlens},
+    {"num_accepted_tokens", &SsuCall::num_accepted_tokens, &mamba_ssu_args::num_accepted_tokens},
 };
 
 // Wraps Fn(pre..., const SsuCall &) as a function of the op's parameter list, written once here
@@ -324,24 +326,7 @@ auto ssu_entry() {
 bool to_args(const SsuCall &c, Pointers mode, mamba_ssu_args *a) {
   Descriptors desc(mode);
   *a = mamba_ssu_args{};
-  a->state = desc(c.state, "state");
-  a->x = desc(c.x, "x");
-  a->dt = desc(c.dt, "dt");
-  a->A = desc(c.A, "A");
-  a->B = desc(c.B, "B");
-  a->C = desc(c.C, "C");
-  a->D = desc(c.D, "D");
-  a->z = desc(c.z, "z");
-  a->dt_bias = desc(c.dt_bias, "dt_bias");
-  a->out = desc(c.out, "out");
-  a->state_batch_indices = desc(c.state_batch_indices, "state_batch_indices");
-  a->dst_state_batch_indices = desc(c.dst_state_batch_indices, "dst_state_batch_indices");
-  a->intermediate_states = desc(c.intermediate_states_buffer, "intermediate_states_buffer");
-  a->intermediate_state_indices = desc(c.intermediate_state_indices, "intermediate_state_indices");
-  a->cu_seqlens = desc(c.cu_seqlens, "cu_seqlens");
-  a->num_accepted_tokens = desc(c.num_accepted_tokens, "num_accepted_tokens");
-  a->state_scale = desc(c.state_scale, "state_scale");
-  a->intermediate_state_scales = desc(c.intermediate_state_scales, "intermediate_state_scales");
+  for (const TensorArg &t : kTensorArgs) a->*t.args = desc(c.*t.call, t.name);
   // The seed tensor is a pointer to its one element (any shape: FlashInfer counts elements).
   const void *seed = desc.pointer(c.rand_seed);
   a->pad_slot_id = c.pad_slot_id;
@@ -385,18 +370,17 @@ optional<Rejection> device_problem(const SsuCall &c, optional<c10::Device> seed_
   if (c.rand_seed && !c.rand_seed->is_cuda())
     return Rejection{kSeedTensorProblem, "rand_seed: expected a CUDA tensor, got one on " +
                                              c.rand_seed->device().str()};
-  if (!c.state.is_cuda())
+  if (!c.state->is_cuda())
     return Rejection{kDeviceProblem,
-                     "state: expected a CUDA tensor, got one on " + c.state.device().str()};
-  const c10::Device dev = c.state.device();
-  optional<Rejection> found;
-  c.for_each_tensor([&](const Tensor *t, const char *name) {
-    if (found || !t || t->device() == dev) return;
-    found = Rejection{kDeviceProblem, std::string(name) + ": expected a tensor on " + dev.str() +
-                                          " (the device of state), got one on " +
-                                          t->device().str()};
-  });
-  if (found) return found;
+                     "state: expected a CUDA tensor, got one on " + c.state->device().str()};
+  const c10::Device dev = c.state->device();
+  for (const TensorArg &t : kTensorArgs) {
+    const optional<Tensor> &tensor = c.*t.call;
+    if (tensor && tensor->device() != dev)
+      return Rejection{kDeviceProblem, std::string(t.name) + ": expected a tensor on " +
+                                           dev.str() + " (the device of state), got one on " +
+                                           tensor->device().str()};
+  }
   if (c.rand_seed && c.rand_seed->device() != dev)
     return Rejection{kSeedTensorProblem, "rand_seed: expected a tensor on " + dev.str() +
                                              " (the device of state), got one on " +
@@ -424,9 +408,9 @@ void ssu(const SsuCall &c) {
   mamba_ssu_args a;
   to_args(c, Pointers::kOwnOnCuda, &a);
   if (const auto r = device_problem(c)) reject_devices(a, *r);
-  const c10::cuda::CUDAGuard guard(c.state.device());
-  a.num_sms = num_sms(c.state.get_device());
-  check_status(mamba_ssu_launch(as_stream(c10::cuda::getCurrentCUDAStream(c.state.get_device())),
+  const c10::cuda::CUDAGuard guard(c.state->device());
+  a.num_sms = num_sms(c.state->get_device());
+  check_status(mamba_ssu_launch(as_stream(c10::cuda::getCurrentCUDAStream(c.state->get_device())),
                                 &a),
                kSsu);
 }
