@@ -112,6 +112,25 @@ def test_torch_compile_traces_the_op():
     assert len(seen) == 1 and "mamba_ssu.selective_state_update" in seen[0], seen
 
 
+def test_torch_compile_with_dynamic_shapes():
+    """With symbolic sizes (dynamic=True) the fake implementation cannot run the C check: it
+    lets tracing through (the kernel checks every call), for every batch size."""
+
+    def step(state, x, dt, A, B, C, D, idx, seed):
+        out = mamba_ssu.selective_state_update(
+            state, x, dt, A, B, C, D, dt_bias=D, dt_softplus=True, state_batch_indices=idx,
+            pad_slot_id=0, rand_seed=seed, philox_rounds=5,
+        )
+        return out * 2
+
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True, dynamic=True)
+    for batch in (3, 5):
+        kw = make("meta", batch=batch)
+        out = compiled(kw["state"], kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], kw["D"],
+                       kw["state_batch_indices"], kw["rand_seed"])
+        assert out.shape == (batch, NHEADS, DIM)
+
+
 @pytest.mark.parametrize(
     "changes,exc,argument",
     [
