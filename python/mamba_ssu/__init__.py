@@ -194,8 +194,8 @@ def counter_seeds(counter: torch.Tensor, n: int, out: Optional[torch.Tensor] = N
 
     gives every layer the value it had (and leaves the counter where the per-layer increments
     left it). The counter is read when the kernel runs, so a launch captured in a CUDA graph
-    continues from the counter's value at each replay; a graph should capture its own ``out``
-    (or allocate it inside the capture).
+    continues from the counter's value at each replay (the captured ``out`` must live as long
+    as the graph: one allocated inside the capture lives in the graph's memory pool).
 
     ``counter``: one int64 element on a CUDA device; ``out``: n contiguous int64 elements on the
     same device, not holding the counter. n: 1..MAX_SEEDS_PER_DRAW (the crate's C launcher
