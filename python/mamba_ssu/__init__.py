@@ -163,7 +163,8 @@ def _traced(t) -> bool:
     """Whether a call goes through the torch op (traced by torch.compile, or on meta tensors,
     whose fake implementation runs) rather than the extension's direct entry point (eager and
     graph-captured calls: no dispatcher on the hot path)."""
-    return torch.compiler.is_compiling() or (isinstance(t, torch.Tensor) and t.device.type == "meta")
+    meta = isinstance(t, torch.Tensor) and t.device.type == "meta"
+    return torch.compiler.is_compiling() or meta
 
 
 def draw_seeds(out: torch.Tensor) -> torch.Tensor:
@@ -179,7 +180,9 @@ def draw_seeds(out: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def counter_seeds(counter: torch.Tensor, n: int, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+def counter_seeds(
+    counter: torch.Tensor, n: int, out: Optional[torch.Tensor] = None
+) -> torch.Tensor:
     """TensorRT-LLM's counter seeds, a forward's worth in one launch: ``out[k] = counter + k + 1``
     for k < n, then ``counter += n`` (int64, wrapping around as torch's ``add_``). Returns out
     (allocated as n int64 elements on the counter's device when not given).

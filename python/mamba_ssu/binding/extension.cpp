@@ -622,7 +622,8 @@ class SeedPrefetcher {
   // layers, created here. Its creation allocates a stream, events and device buffers, which a
   // CUDA-graph capture does not allow: it is refused while the device's current stream captures
   // (before anything could invalidate the capture).
-  SeedPrefetcher(int64_t n, int64_t device) : n_(n), device_(static_cast<c10::DeviceIndex>(device)) {
+  SeedPrefetcher(int64_t n, int64_t device)
+      : n_(n), device_(static_cast<c10::DeviceIndex>(device)) {
     TORCH_CHECK_VALUE(device >= 0 && device < c10::cuda::device_count(),
                       "device: expected a CUDA device index below ", c10::cuda::device_count(),
                       ", got ", device);
