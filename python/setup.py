@@ -84,7 +84,7 @@ setup(
     ext_modules=[
         CppExtension(
             name="mamba_ssu._C",
-            sources=["mamba_ssu/csrc/extension.cpp"],
+            sources=["mamba_ssu/binding/extension.cpp"],
             depends=[static_lib, os.path.join(include, "mamba_ssu.h")],
             include_dirs=[include, cuda_include],
             # The C++ standard is the one BuildExtension picks for this torch (17 for 2.11, 20 for 2.14).

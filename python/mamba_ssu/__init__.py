@@ -10,6 +10,8 @@
   (no seed kernel), and :meth:`SeedPrefetcher.fused_forward` chains a delimited forward's fused
   calls so that the seed derivation runs once per forward.
 - :func:`draw_seeds` — n stock draws into an int64 tensor in one launch.
+- :func:`counter_seeds` — TensorRT-LLM's device counter seeds: a forward's n increment-then-read
+  steps in one launch.
 - :mod:`mamba_ssu.vllm` — a backend with the call signature of vLLM 0.33's
   ``FlashInferSSUBackend`` (vLLM itself was not run).
 
@@ -31,10 +33,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "selective_state_update",
-    "ssu_mode",
     "SeedPrefetcher",
     "FusedSeed",
     "draw_seeds",
+    "counter_seeds",
     "MAX_SEEDS_PER_DRAW",
     "MTP_MAX_TOKENS",
 ]
@@ -44,11 +46,15 @@ MAX_SEEDS_PER_DRAW = _C.MAX_SEEDS_PER_DRAW
 #: Most tokens per sequence of one multi-token call (T, or cache_steps in the varlen form).
 MTP_MAX_TOKENS = _C.MTP_MAX_TOKENS
 
-# FlashInfer's algorithm names -> the crate's mamba_ssu_algorithm values. "async_horizontal" is
-# served by FlashInfer's simple kernel, whose results it therefore has.
-_ALGORITHMS = {"auto": 0, "simple": 1, "vertical": 2, "async_horizontal": 1}
+# FlashInfer's algorithm names -> the crate's mamba_ssu_algorithm values (FlashInfer's own
+# numbering). "async_horizontal" is served by FlashInfer's simple kernel, whose results it
+# therefore has; "horizontal" reaches the C check, which does not serve it.
+_ALGORITHMS = {"auto": 0, "simple": 1, "vertical": 2, "horizontal": 3, "async_horizontal": 1}
 # The stochastic-rounding conversion of a FlashInfer release -> mamba_ssu_sr_rule.
 _SR_RULES = {"0.7.2": 0, "0.7.4": 1}
+# FlashInfer's backend names: "auto" and "flashinfer" run its kernel (the crate's here); "cake"
+# (an sm100 backend) is not served.
+_BACKENDS = ("auto", "flashinfer", "cake")
 
 
 class FusedSeed:
@@ -86,7 +92,9 @@ class SeedPrefetcher:
 
     A CUDA graph captured with it stays safe to replay after the prefetcher is gone: the
     buffers captured kernels point into are allocated from the graph's memory pool or kept for
-    the rest of the process.
+    the rest of the process. Create it outside CUDA-graph capture: it creates the crate's C
+    prefetcher of the device (a stream, two events and a few device buffers), which a capture
+    does not allow (RuntimeError).
     """
 
     def __init__(self, num_layers: int, device=None):
@@ -119,13 +127,17 @@ class SeedPrefetcher:
     def fused_forward(self):
         """Delimits a forward whose SR layers call the SSU with ``rand_seed=self.fused``.
 
-        Inside it the first N fused calls are chained: only the first derives its seed in the
-        kernel, each call also stores the next call's seed, and the next call reads it — the
-        10-round seed derivation leaves the critical path of every layer but the first. Values
-        are the stock sequence whatever happens in between (other RNG use, another stream, a
-        failed call: the next call derives its own seed again). All fused calls of the forward
-        must run on one stream, each consumed by its SSU before the next is requested (the SSU
-        call does both). Works eagerly and inside a ``torch.cuda.graph`` capture.
+        The forward is the crate's C prefetcher's fused forward on the stream current when the
+        ``with`` block is entered. Inside it the first N fused calls are chained: only the first
+        derives its seed in the kernel, each call also stores the next call's seed, and the next
+        call reads it — the 10-round seed derivation leaves the critical path of every layer but
+        the first. Values are the stock sequence whatever happens in between (other RNG use, a
+        failed call: the next call derives its own seed again). Every fused call of the forward
+        must run on that stream, captured or not as the forward began: a fused call on another
+        stream, or across a capture boundary, raises RuntimeError (the C prefetcher's rule) after
+        its draw was taken from the generator (as a stock ``torch.randint`` before a refused SSU
+        call would have). Fused calls outside a forward take any stream. Works eagerly and
+        inside a ``torch.cuda.graph`` capture (enter the ``with`` block inside the capture).
         """
         self._impl.begin_fused_forward()
         try:
@@ -147,37 +159,60 @@ def _cuda_device(device) -> torch.device:
     return dev
 
 
+def _traced(t) -> bool:
+    """Whether a call goes through the torch op (traced by torch.compile, or on meta tensors,
+    whose fake implementation runs) rather than the extension's direct entry point (eager and
+    graph-captured calls: no dispatcher on the hot path)."""
+    meta = isinstance(t, torch.Tensor) and t.device.type == "meta"
+    return torch.compiler.is_compiling() or meta
+
+
 def draw_seeds(out: torch.Tensor) -> torch.Tensor:
     """Fills the int64 CUDA tensor ``out`` (n,) with n consecutive stock draws of its device's
     default generator — ``out[k]`` equals the k-th of n ``torch.randint(0, 2**32, (1,))`` calls —
     in one launch, and advances the generator as those n calls would. Graph-safe. Returns out."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out: expected an int64 CUDA tensor, got {type(out).__name__}")
-    if out.dtype != torch.int64:
-        raise TypeError(f"out: expected int64, got {out.dtype}")
-    if out.dim() != 1:
-        raise ValueError(f"out: expected 1 dimensions, got shape {tuple(out.shape)}")
-    if out.device.type not in ("cuda", "meta"):
-        raise ValueError(f"out: expected a CUDA tensor, got one on {out.device}")
-    torch.ops.mamba_ssu.draw_seeds(out)
+    if _traced(out):
+        torch.ops.mamba_ssu.draw_seeds(out)
+    else:
+        _C.draw_seeds(out)
     return out
 
 
-def _unsupported(name: str, why: str):
-    raise NotImplementedError(f"{name}: {why}")
+def counter_seeds(
+    counter: torch.Tensor, n: int, out: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """TensorRT-LLM's counter seeds, a forward's worth in one launch: ``out[k] = counter + k + 1``
+    for k < n, then ``counter += n`` (int64, wrapping around as torch's ``add_``). Returns out
+    (allocated as n int64 elements on the counter's device when not given).
 
+    TensorRT-LLM's Mamba-2 mixer keeps one int64 CUDA tensor as its seed counter and, before
+    every stochastic-rounding layer, runs ``rand_seed.add_(1)`` and passes ``rand_seed`` to the
+    SSU: one tiny kernel per layer. Instead, once per forward::
 
-def ssu_mode(x_dim: int, cu_seqlens_given: bool, cache_steps: int) -> str:
-    """Which path FlashInfer 0.7.2's Python wrapper takes for an ``x`` of ``x_dim`` dimensions
-    (as passed, before any unsqueeze): ``"varlen"`` when ``cu_seqlens`` is given and x is 3-D
-    (total_tokens, nheads, dim); else ``"multi"`` (fixed length) when x is 4-D (batch, T,
-    nheads, dim) or when ``cache_steps >= 1`` (a 3-D x is then one token per sequence, a 2-D x
-    one token of one head); else ``"single"``."""
-    if cu_seqlens_given and x_dim == 3:
-        return "varlen"
-    if x_dim == 4 or (cache_steps >= 1 and x_dim in (2, 3)):
-        return "multi"
-    return "single"
+        seeds = mamba_ssu.counter_seeds(rand_seed, num_layers)
+        ...  # layer k:
+        mamba_ssu.selective_state_update(..., rand_seed=seeds[k : k + 1], philox_rounds=...)
+
+    gives every layer the value it had (and leaves the counter where the per-layer increments
+    left it). The counter is read when the kernel runs, so a launch captured in a CUDA graph
+    continues from the counter's value at each replay (the captured ``out`` must live as long
+    as the graph: one allocated inside the capture lives in the graph's memory pool).
+
+    ``counter``: one int64 element on a CUDA device; ``out``: n contiguous int64 elements on the
+    same device, not holding the counter. n: 1..MAX_SEEDS_PER_DRAW (the crate's C launcher
+    decides, as for every rule on n, alignment and overlap).
+    """
+    if not isinstance(counter, torch.Tensor):
+        raise TypeError(f"counter: expected an int64 CUDA tensor, got {type(counter).__name__}")
+    if out is None:
+        out = torch.empty(n, dtype=torch.int64, device=counter.device)
+    if _traced(counter):
+        torch.ops.mamba_ssu.counter_seeds(counter, n, out)
+    else:
+        _C.counter_seeds(counter, n, out)
+    return out
 
 
 def selective_state_update(
@@ -213,18 +248,20 @@ def selective_state_update(
     """One Mamba-2 selective-state update, FlashInfer 0.7.2's Python contract: the single-token
     decode step, or the multi-token (speculative-decoding verify) path.
 
-    Which path (FlashInfer's rule, :func:`ssu_mode`): ``cu_seqlens`` given with a 3-D x is the
-    varlen multi-token form; else a 4-D x, or ``cache_steps >= 1`` (a 3-D x gets a token
-    dimension of 1), is the fixed-length multi-token form; anything else is single token.
+    The arguments go as given to the crate's C contract (``mamba_ssu_check`` /
+    ``mamba_ssu_launch``, ``csrc/include/mamba_ssu.h``), which applies FlashInfer's rules: which
+    path (``cu_seqlens`` with a 3-D x is the varlen multi-token form; else a 4-D x, or
+    ``cache_steps >= 1``, the fixed-length multi-token form; anything else single token), its
+    normalisation of the forms with one dimension fewer, and every rule on shapes, dtypes,
+    strides, write modes and option values; ``docs/torch-binding.md`` lists them.
 
-    Single-token shapes (FlashInfer's; 2-D/1-D forms are unsqueezed to one head as FlashInfer
-    does): state (slots, nheads, dim, dstate) with the inner three dims contiguous; x, z, out
-    (batch, nheads, dim); dt (batch, nheads, dim) with strides (any, 1, 0); A (nheads, dim,
-    dstate) float32 with strides (1, 0, 0); B, C (batch, ngroups, dstate); D, dt_bias (nheads,
-    dim) with strides (1, 0); state_batch_indices / dst_state_batch_indices int32 or int64,
-    (batch,) or (batch, T) (column 0 is used). ``state`` is updated in place (unless
-    ``disable_state_update``; slots equal to ``pad_slot_id`` are read as zeros and not written)
-    and ``out`` is returned (allocated like x when not given).
+    Single-token shapes (FlashInfer's): state (slots, nheads, dim, dstate) with the inner three
+    dims contiguous; x, z, out (batch, nheads, dim); dt (batch, nheads, dim) with strides (any,
+    1, 0); A (nheads, dim, dstate) float32 with strides (1, 0, 0); B, C (batch, ngroups,
+    dstate); D, dt_bias (nheads, dim) with strides (1, 0); state_batch_indices /
+    dst_state_batch_indices int32 or int64, (batch,) or (batch, T) (column 0 is used). ``state``
+    is updated in place (unless ``disable_state_update``; slots equal to ``pad_slot_id`` are
+    read as zeros and not written) and ``out`` is returned.
 
     Multi-token shapes: fixed length x, z, out (batch, T, nheads, dim), dt the same with strides
     (any, any, 1, 0), B, C (batch, T, ngroups, dstate); varlen x, z, out (total_tokens, nheads,
@@ -237,6 +274,12 @@ def selective_state_update(
     is not written), a 2-D ``dst_state_batch_indices`` (batch, >= T) (token t to slot
     ``dst[b, t]``), or neither (the last token's state to the read slot unless
     ``disable_state_update``). Every index tensor has one integer dtype (int32 or int64).
+
+    ``out``: when not given, allocated like x as passed (``torch.empty_like(x)``), which the
+    contract then reads with x's normalisation. FlashInfer allocates it like its normalised x,
+    so for a 2-D x, or a 2-D / 3-D x with ``cache_steps >= 1``, its returned tensor has the
+    size-1 head or token dimensions that normalisation inserted and this one has x's shape (the
+    same values).
 
     Stochastic rounding of an fp16 state: ``rand_seed`` a one-element int64 tensor on the
     state's device (read by the kernel, never by the host) with ``philox_rounds`` 1..10, or a
@@ -254,166 +297,53 @@ def selective_state_update(
     "0.7.4" runs the crate's generic kernel (slower than the compiled-in kernels of the hot
     shapes); without ``rand_seed`` it changes nothing.
 
-    Not served (each raises NotImplementedError naming it): ``state_scale`` / int16 state,
-    ``intermediate_state_scales``, ``algorithm="horizontal"``, ``backend="cake"``.
+    Errors, each naming the argument first, with the class FlashInfer raises for that kind of
+    problem: ``RuntimeError`` for shapes, dtypes, strides and devices (FlashInfer's C++ checks),
+    ``ValueError`` for option values and conflicts and for the ``rand_seed`` tensor's element
+    count, dtype and device (FlashInfer's Python checks), ``TypeError`` for a ``rand_seed`` that
+    is neither a tensor nor a :class:`FusedSeed`. Not served (``NotImplementedError`` naming
+    it): ``state_scale`` / int16 state, ``intermediate_state_scales``,
+    ``algorithm="horizontal"``, ``backend="cake"``. Nothing is launched when a check fails.
     """
-    # Arguments this package does not serve: never silently ignored.
-    if state_scale is not None:
-        _unsupported("state_scale", "int16 state with block scaling is not supported")
-    if state.dtype == torch.int16:
-        _unsupported("state", "int16 state is not supported")
-    if intermediate_state_scales is not None:
-        _unsupported("intermediate_state_scales", "an int16 intermediate buffer with block scaling is not supported")
-    if backend not in ("auto", "flashinfer"):
-        if backend == "cake":
-            _unsupported("backend", '"cake" (an sm100 backend) is not supported')
-        raise ValueError(f'backend: expected "auto", "flashinfer" or "cake", got {backend!r}')
+    # What Python must do before the extension can take the call, in FlashInfer's order: the
+    # seed's kind, then names -> the C ABI's enumerations (an unknown name: ValueError, as
+    # FlashInfer's).
+    fused = None
+    if isinstance(rand_seed, FusedSeed):
+        fused, rand_seed = rand_seed._prefetcher, None
+    elif rand_seed is not None and not isinstance(rand_seed, torch.Tensor):
+        raise TypeError(
+            f"rand_seed: expected a one-element int64 CUDA tensor or a FusedSeed, got "
+            f"{type(rand_seed).__name__}"
+        )
     try:
         algo = _ALGORITHMS[algorithm]
     except (KeyError, TypeError):
-        if algorithm == "horizontal":
-            _unsupported("algorithm", '"horizontal" is not supported (use "auto", "simple" or "vertical")')
         raise ValueError(
             f'algorithm: expected "auto", "simple", "vertical", "horizontal" or '
             f'"async_horizontal", got {algorithm!r}'
         ) from None
+    if backend not in _BACKENDS:
+        raise ValueError(f'backend: expected "auto", "flashinfer" or "cake", got {backend!r}')
+    if backend == "cake":
+        raise NotImplementedError('backend: "cake" (an sm100 backend) is not served')
     try:
         rule = _SR_RULES[sr_rule]
     except (KeyError, TypeError):
         raise ValueError(f'sr_rule: expected "0.7.2" or "0.7.4", got {sr_rule!r}') from None
-    if intermediate_states_buffer is not None and dst_state_batch_indices is not None:
-        raise ValueError("intermediate_states_buffer and dst_state_batch_indices are mutually exclusive")
-    if isinstance(cache_steps, bool) or not isinstance(cache_steps, int):
-        raise TypeError(f"cache_steps: expected an int, got {type(cache_steps).__name__}")
-    if cache_steps < 0:
-        raise ValueError(f"cache_steps: expected >= 0, got {cache_steps}")
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x: expected a tensor, got {type(x).__name__}")
-
-    mode = ssu_mode(x.dim(), cu_seqlens is not None, cache_steps)
-    multi = mode != "single"
-    if not multi:
-        # Multi-token arguments on the single-token path: refused, never ignored.
-        for name, value in (
-            ("intermediate_states_buffer", intermediate_states_buffer),
-            ("intermediate_state_indices", intermediate_state_indices),
-            ("num_accepted_tokens", num_accepted_tokens),
-        ):
-            if value is not None:
-                raise ValueError(
-                    f"{name}: only the multi-token path takes it (a 4-D x, cache_steps >= 1, or "
-                    f"cu_seqlens with a 3-D x), got a {x.dim()}-D x with cache_steps {cache_steps}"
-                )
-        if cu_seqlens is not None:
-            raise ValueError(
-                f"cu_seqlens: the varlen form needs a 3-D x (total_tokens, nheads, dim), got "
-                f"shape {tuple(x.shape)}"
-            )
-    elif mode == "multi" and cu_seqlens is not None:
-        raise ValueError(
-            f"cu_seqlens: the varlen form needs a 3-D x (total_tokens, nheads, dim), got shape "
-            f"{tuple(x.shape)}"
-        )
-    if mode == "varlen" and cache_steps < 1:
-        raise ValueError(
-            "cache_steps: the varlen form (cu_seqlens) needs cache_steps >= 1, the longest "
-            f"sequence, got {cache_steps}"
-        )
-    if multi and algo == 2:
-        raise ValueError(
-            f'algorithm: the multi-token path has one layout ("auto" or "simple"), got {algorithm!r}'
-        )
-
-    # FlashInfer's normalisation: one head fewer dimension is unsqueezed; with cache_steps >= 1
-    # (outside the varlen form) a (batch, nheads, dim) x, dt, B, C or z gets a token dimension
-    # of 1 (each tensor on its own: with a 4-D x and cache_steps 0 nothing else is unsqueezed).
-    if state.dim() == 3:
-        state = state.unsqueeze(1)
-    if A.dim() == 2:
-        A = A.unsqueeze(0)
-    if D is not None and D.dim() == 1:
-        D = D.unsqueeze(0)
-    if dt_bias is not None and dt_bias.dim() == 1:
-        dt_bias = dt_bias.unsqueeze(0)
-    if mode != "varlen":
-        per_token = cache_steps >= 1
-
-        def norm(t):
-            if t is None:
-                return None
-            if t.dim() == 2:
-                t = t.unsqueeze(1)
-            if per_token and t.dim() == 3:
-                t = t.unsqueeze(1)
-            return t
-
-        x, dt, B, C, z = norm(x), norm(dt), norm(B), norm(C), norm(z)
-
-    fused = None
-    if rand_seed is not None:
-        if isinstance(rand_seed, FusedSeed):
-            fused = rand_seed._prefetcher
-        elif not isinstance(rand_seed, torch.Tensor):
-            raise TypeError(
-                f"rand_seed: expected a one-element int64 CUDA tensor or a FusedSeed, got "
-                f"{type(rand_seed).__name__}"
-            )
-        else:
-            if rand_seed.numel() != 1:
-                raise ValueError(f"rand_seed: expected a single-element tensor, got numel={rand_seed.numel()}")
-            if rand_seed.dtype != torch.int64:
-                raise ValueError(f"rand_seed: expected dtype int64, got {rand_seed.dtype}")
-        if isinstance(philox_rounds, bool) or not isinstance(philox_rounds, int):
-            raise TypeError(f"philox_rounds: expected an int, got {type(philox_rounds).__name__}")
-        if not 1 <= philox_rounds <= 10:
-            raise ValueError(f"philox_rounds: expected 1..=10 when rand_seed is given, got {philox_rounds}")
-        if state.dtype != torch.float16:
-            raise ValueError(f"rand_seed: stochastic rounding needs a float16 state, got {state.dtype}")
-        if fused is None and rand_seed.device.type not in ("cuda", "meta"):
-            raise ValueError(f"rand_seed: expected a CUDA tensor, got one on {rand_seed.device}")
-    else:
-        philox_rounds = 0
-    if not isinstance(pad_slot_id, int) or isinstance(pad_slot_id, bool):
-        raise TypeError(f"pad_slot_id: expected an int, got {type(pad_slot_id).__name__}")
-
-    result = out
     if out is None:
-        out = result = torch.empty_like(x)
-    elif out.dim() == x.dim() - 1 and (out.dim() == 2 or mode == "multi"):
-        # The caller's out without the unsqueezed dimension (single head, or one token).
-        out = out.unsqueeze(1)
+        out = torch.empty_like(x)
 
-    if multi:
-        args = (
-            state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), state_batch_indices,
-            dst_state_batch_indices, pad_slot_id, out, bool(disable_state_update),
-            intermediate_states_buffer, intermediate_state_indices, cache_steps, cu_seqlens,
-            num_accepted_tokens,
-        )
-        if fused is not None:
-            fused._impl.ssu_fused_mtp(*args, philox_rounds, rule)
-        elif torch.compiler.is_compiling() or state.device.type == "meta":
-            torch.ops.mamba_ssu.selective_state_update_mtp(*args, rand_seed, philox_rounds, rule)
-        else:
-            _C.selective_state_update_mtp(*args, rand_seed, philox_rounds, rule)
-        return result
-
+    args = (
+        state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), state_batch_indices, pad_slot_id,
+        state_scale, out, bool(disable_state_update), intermediate_states_buffer,
+        intermediate_state_indices, intermediate_state_scales, rand_seed, philox_rounds,
+        cache_steps, algo, dst_state_batch_indices, cu_seqlens, num_accepted_tokens, rule,
+    )
     if fused is not None:
-        fused._impl.ssu_fused(
-            state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), state_batch_indices,
-            dst_state_batch_indices, pad_slot_id, out, bool(disable_state_update),
-            philox_rounds, algo, rule,
-        )
-    elif torch.compiler.is_compiling() or state.device.type == "meta":
-        torch.ops.mamba_ssu.selective_state_update(
-            state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), state_batch_indices,
-            dst_state_batch_indices, pad_slot_id, out, bool(disable_state_update), rand_seed,
-            philox_rounds, algo, rule,
-        )
+        fused._impl.ssu_fused(*args)
+    elif _traced(state):
+        torch.ops.mamba_ssu.selective_state_update(*args)
     else:
-        _C.selective_state_update(
-            state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), state_batch_indices,
-            dst_state_batch_indices, pad_slot_id, out, bool(disable_state_update), rand_seed,
-            philox_rounds, algo, rule,
-        )
-    return result
+        _C.selective_state_update(*args)
+    return out

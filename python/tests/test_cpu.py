@@ -1,12 +1,17 @@
 """CPU tests of the mamba_ssu package (CI, no GPU): import, op schemas, opcheck and
-torch.compile tracing through the fake implementations (meta tensors), and every argument check
-of the Python layer and of the extension (each malformed call raises before anything is
-launched, with a message naming the argument)."""
+torch.compile tracing through the fake implementations (meta tensors, whose fake implementation
+runs the crate's C check), what the Python layer itself decides (names, the seed's kind, out),
+and the exception class of each kind of rejection, through the front door, with the argument
+named first (the rules themselves are the C contract's: src/contract_tests.rs tests them at the C
+level; test_cpu_contract.py checks that the front door adds and drops none)."""
+
+import inspect
 
 import pytest
 import torch
 
 import mamba_ssu
+from calls import check, op_args, outcome, to_meta
 
 BATCH, NHEADS, DIM, DSTATE, NGROUPS, SLOTS = 3, 4, 64, 128, 2, 5
 
@@ -26,7 +31,7 @@ def make(device="cpu", batch=BATCH, nheads=NHEADS, dim=DIM, dstate=DSTATE, ngrou
         dt_softplus=True,
         state_batch_indices=torch.zeros(batch, 1, dtype=torch.int32, **f),
         pad_slot_id=0,
-        # On CPU tensors no seed by default: the extension's checks run up to its device check.
+        # On CPU tensors no seed by default: the call then reaches the state's device check.
         rand_seed=torch.zeros(1, dtype=torch.int64, device="meta") if device == "meta" else None,
         philox_rounds=10,
     )
@@ -35,39 +40,48 @@ def make(device="cpu", batch=BATCH, nheads=NHEADS, dim=DIM, dstate=DSTATE, ngrou
 def test_import_and_version():
     assert mamba_ssu.__version__ == "0.1.0"
     assert mamba_ssu.MAX_SEEDS_PER_DRAW == 1 << 24
-    assert callable(mamba_ssu.selective_state_update)
+    for name in mamba_ssu.__all__:
+        assert hasattr(mamba_ssu, name), name
+    assert callable(mamba_ssu.selective_state_update) and callable(mamba_ssu.counter_seeds)
 
 
 def test_op_schemas():
+    """One SSU op with FlashInfer's whole argument list (both forms) plus sr_rule; it mutates
+    state, out and the intermediate buffer."""
     s = str(torch.ops.mamba_ssu.selective_state_update.default._schema)
-    assert s.startswith("mamba_ssu::selective_state_update(Tensor(a!) state, Tensor x, Tensor dt")
-    assert "Tensor(b!) out" in s and s.endswith("int algorithm, int sr_rule=0) -> ()")
-    assert "Tensor(c!)" not in s  # the single-token op mutates state and out only
-    assert str(torch.ops.mamba_ssu.draw_seeds.default._schema) == "mamba_ssu::draw_seeds(Tensor(a!) out) -> ()"
-
-
-def _op_args(kw):
-    return (
-        kw["state"], kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], kw["D"], None, kw["dt_bias"],
-        kw["dt_softplus"], kw["state_batch_indices"], None, kw["pad_slot_id"],
-        torch.empty_like(kw["x"]), False, kw["rand_seed"], kw["philox_rounds"], 0,
+    assert s == (
+        "mamba_ssu::selective_state_update(Tensor(a!) state, Tensor x, Tensor dt, Tensor A, "
+        "Tensor B, Tensor C, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, "
+        "Tensor? state_batch_indices, int pad_slot_id, Tensor? state_scale, Tensor(b!) out, "
+        "bool disable_state_update, Tensor(c!)? intermediate_states_buffer, "
+        "Tensor? intermediate_state_indices, Tensor? intermediate_state_scales, "
+        "Tensor? rand_seed, int philox_rounds, int cache_steps, int algorithm, "
+        "Tensor? dst_state_batch_indices, Tensor? cu_seqlens, Tensor? num_accepted_tokens, "
+        "int sr_rule=0) -> ()"
     )
+    assert not hasattr(torch.ops.mamba_ssu, "selective_state_update_mtp")
+    assert str(torch.ops.mamba_ssu.draw_seeds.default._schema) == "mamba_ssu::draw_seeds(Tensor(a!) out) -> ()"
+    assert (str(torch.ops.mamba_ssu.counter_seeds.default._schema)
+            == "mamba_ssu::counter_seeds(Tensor(a!) counter, int n, Tensor(b!) out) -> ()")
 
 
 def test_opcheck_selective_state_update():
-    result = torch.library.opcheck(torch.ops.mamba_ssu.selective_state_update.default, _op_args(make("meta")))
-    assert all(v == "SUCCESS" for v in result.values()), result
+    args = op_args(**make("meta"))
+    for extra in ((), (1,)):  # sr_rule by its default and positionally
+        result = torch.library.opcheck(torch.ops.mamba_ssu.selective_state_update.default, args[:-1] + extra)
+        assert all(v == "SUCCESS" for v in result.values()), result
 
 
-def test_opcheck_draw_seeds():
+def test_opcheck_seed_ops():
     out = torch.empty(40, dtype=torch.int64, device="meta")
     result = torch.library.opcheck(torch.ops.mamba_ssu.draw_seeds.default, (out,))
     assert all(v == "SUCCESS" for v in result.values()), result
+    counter = torch.zeros(1, dtype=torch.int64, device="meta")
+    result = torch.library.opcheck(torch.ops.mamba_ssu.counter_seeds.default, (counter, 40, out))
+    assert all(v == "SUCCESS" for v in result.values()), result
 
 
-def test_torch_compile_traces_the_op():
-    """torch.compile(backend="aot_eager", fullgraph=True) traces selective_state_update through
-    its fake implementation: one graph, holding the mamba_ssu op."""
+def _compile(fn):
     seen = []
 
     def backend(gm, example_inputs):
@@ -75,6 +89,13 @@ def test_torch_compile_traces_the_op():
         from torch._dynamo.backends.debugging import aot_eager
 
         return aot_eager(gm, example_inputs)
+
+    return torch.compile(fn, backend=backend, fullgraph=True), seen
+
+
+def test_torch_compile_traces_the_op():
+    """torch.compile(backend="aot_eager", fullgraph=True) traces selective_state_update through
+    its fake implementation: one graph, holding the mamba_ssu op."""
 
     def step(state, x, dt, A, B, C, D, idx, seed):
         out = mamba_ssu.selective_state_update(
@@ -84,124 +105,85 @@ def test_torch_compile_traces_the_op():
         return out * 2
 
     kw = make("meta")
-    compiled = torch.compile(step, backend=backend, fullgraph=True)
+    compiled, seen = _compile(step)
     out = compiled(kw["state"], kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], kw["D"],
                    kw["state_batch_indices"], kw["rand_seed"])
     assert out.shape == (BATCH, NHEADS, DIM) and out.device.type == "meta"
     assert len(seen) == 1 and "mamba_ssu.selective_state_update" in seen[0], seen
 
 
-def test_flashinfer_normalisation_on_meta():
-    """2-D / 1-D single-head forms are unsqueezed as FlashInfer does; out is returned."""
+def test_torch_compile_with_dynamic_shapes():
+    """With symbolic sizes (dynamic=True) the fake implementation cannot run the C check: it
+    lets tracing through (the kernel checks every call), for every batch size."""
+
+    def step(state, x, dt, A, B, C, D, idx, seed):
+        out = mamba_ssu.selective_state_update(
+            state, x, dt, A, B, C, D, dt_bias=D, dt_softplus=True, state_batch_indices=idx,
+            pad_slot_id=0, rand_seed=seed, philox_rounds=5,
+        )
+        return out * 2
+
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True, dynamic=True)
+    for batch in (3, 5):
+        kw = make("meta", batch=batch)
+        out = compiled(kw["state"], kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], kw["D"],
+                       kw["state_batch_indices"], kw["rand_seed"])
+        assert out.shape == (batch, NHEADS, DIM)
+
+
+@pytest.mark.parametrize(
+    "changes,exc,argument",
+    [
+        (dict(philox_rounds=0), ValueError, "philox_rounds"),
+        (dict(B=torch.zeros(BATCH, NGROUPS, DSTATE, dtype=torch.float16, device="meta")), RuntimeError, "B"),
+        (dict(algorithm="horizontal"), NotImplementedError, "algorithm"),
+    ],
+)
+def test_tracing_rejects_what_the_kernel_would(changes, exc, argument):
+    """The fake implementation runs the C check: torch.compile's tracing of a call the contract
+    rejects raises the class and message that check raises (wrapped in torch's tracing error,
+    whose chain of causes holds it)."""
+    kw = make("meta")
+    kw.update(changes)
+    want = outcome(lambda: check(**kw))
+    assert want[0] is exc and want[1].startswith(f"{argument}: "), want
+
+    def step(**kw):
+        return mamba_ssu.selective_state_update(**kw) * 2
+
+    compiled, _ = _compile(step)
+    with pytest.raises(Exception) as info:
+        compiled(**kw)
+    chain, e = [], info.value
+    while e is not None:
+        chain.append((type(e), str(e)))
+        e = e.__cause__ or e.__context__
+    assert want in chain, chain
+
+
+def test_out_is_allocated_like_x_on_meta():
+    """out, when not given, is torch.empty_like(x) as passed (the C contract reads it with x's
+    normalisation: a 2-D single-head x and its 2-D out); a given out is returned."""
     kw = make("meta", nheads=1)
     kw2 = dict(kw)
     kw2["state"] = kw["state"][:, 0]
     kw2["x"] = kw["x"][:, 0]
     kw2["dt"] = kw["dt"][:, 0]
     kw2["A"] = kw["A"][0]
-    kw2["B"] = kw["B"][:, 0]
-    kw2["C"] = kw["C"][:, 0]
+    kw2["B"] = torch.zeros(BATCH, DSTATE, dtype=torch.bfloat16, device="meta")
+    kw2["C"] = torch.zeros(BATCH, DSTATE, dtype=torch.bfloat16, device="meta")
     kw2["D"] = kw["D"][0]
     kw2["dt_bias"] = kw["dt_bias"][0]
     kw2["state_batch_indices"] = kw["state_batch_indices"][:, 0]
-    kw2["B"] = torch.zeros(BATCH, DSTATE, dtype=torch.bfloat16, device="meta")
-    kw2["C"] = torch.zeros(BATCH, DSTATE, dtype=torch.bfloat16, device="meta")
     out = mamba_ssu.selective_state_update(**kw2)
-    assert out.shape == (BATCH, 1, DIM)
-    given = torch.empty(BATCH, DIM, dtype=torch.bfloat16, device="meta")
+    assert out.shape == (BATCH, DIM) and out.dtype == torch.bfloat16
+    given = torch.empty(BATCH, 1, DIM, dtype=torch.bfloat16, device="meta")
     assert mamba_ssu.selective_state_update(**kw2, out=given) is given
-
-
-def call(**changes):
-    kw = make()
-    kw.update(changes)
-    return mamba_ssu.selective_state_update(**kw)
-
-
-# (changes, exception type, message fragment): each reaches the check it names on CPU tensors
-# (the device check comes last, so everything before it is exercised without a GPU).
-def _bad_cases():
-    k = make()
-    f16 = dict(dtype=torch.float16)
-    seed = torch.zeros(1, dtype=torch.int64)
-    cases = [
-        # Unsupported arguments: never silently ignored.
-        (dict(state_scale=torch.ones(SLOTS, NHEADS, DIM)), NotImplementedError, "state_scale"),
-        (dict(state=k["state"].to(torch.int16)), NotImplementedError, "int16"),
-        (dict(intermediate_state_scales=torch.zeros(1)), NotImplementedError, "intermediate_state_scales"),
-        # Multi-token arguments on the single-token path (3-D x, cache_steps 0): refused.
-        (dict(intermediate_states_buffer=torch.zeros(1)), ValueError, "intermediate_states_buffer: only the multi-token path"),
-        (dict(intermediate_state_indices=torch.zeros(1)), ValueError, "intermediate_state_indices: only the multi-token path"),
-        (dict(num_accepted_tokens=torch.zeros(3, dtype=torch.int32)), ValueError, "num_accepted_tokens: only the multi-token path"),
-        # cu_seqlens with a 3-D x is the varlen form, which needs cache_steps (the longest sequence).
-        (dict(cu_seqlens=torch.zeros(2, dtype=torch.int32)), ValueError, "cache_steps: the varlen form"),
-        (dict(cache_steps=-1), ValueError, "cache_steps"),
-        (dict(cache_steps=1.0), TypeError, "cache_steps"),
-        (dict(backend="cake"), NotImplementedError, "backend"),
-        (dict(backend="triton"), ValueError, "backend"),
-        (dict(algorithm="horizontal"), NotImplementedError, "horizontal"),
-        (dict(algorithm="fastest"), ValueError, "algorithm"),
-        (dict(algorithm=1), ValueError, "algorithm"),
-        (dict(sr_rule="0.7.3"), ValueError, "sr_rule"),
-        (dict(sr_rule=1), ValueError, "sr_rule"),
-        (dict(sr_rule=None), ValueError, "sr_rule"),
-        # rand_seed / philox_rounds.
-        (dict(rand_seed=torch.zeros(2, dtype=torch.int64)), ValueError, "single-element"),
-        (dict(rand_seed=torch.zeros(1, dtype=torch.int32)), ValueError, "int64"),
-        (dict(rand_seed=42), TypeError, "rand_seed"),
-        (dict(rand_seed=seed, philox_rounds=0), ValueError, "philox_rounds"),
-        (dict(rand_seed=seed, philox_rounds=11), ValueError, "philox_rounds"),
-        (dict(rand_seed=seed, philox_rounds=5.0), TypeError, "philox_rounds"),
-        (dict(rand_seed=seed, state=k["state"].float()), ValueError, "float16 state"),
-        (dict(rand_seed=seed), ValueError, "rand_seed: expected a CUDA tensor"),
-        (dict(pad_slot_id=0.5), TypeError, "pad_slot_id"),
-        # Shapes.
-        (dict(x=torch.zeros(BATCH, NHEADS + 1, DIM, dtype=torch.bfloat16)), ValueError, "x: expected size(1)"),
-        (dict(x=torch.zeros(BATCH, 1, NHEADS, DIM, 1, dtype=torch.bfloat16)), ValueError, "x: expected 3 dimensions"),
-        # A 4-D x is the multi-token form (FlashInfer's rule): checked as (batch, T, nheads, dim).
-        (dict(x=torch.zeros(BATCH, NHEADS, DIM, 1, dtype=torch.bfloat16)), ValueError, "x: expected size(2) == 4 (nheads of state)"),
-        (dict(dt=torch.zeros(BATCH + 1, NHEADS, dtype=torch.bfloat16)[:, :, None].expand(-1, -1, DIM)), ValueError, "dt: expected size(0)"),
-        (dict(A=torch.zeros(NHEADS, DIM, DSTATE // 2)[:, :1, :1].expand(-1, DIM, DSTATE // 2)), ValueError, "A: expected size(2)"),
-        (dict(B=torch.zeros(BATCH, NGROUPS, 64, dtype=torch.bfloat16)), ValueError, "B: expected size(2)"),
-        (dict(C=torch.zeros(BATCH, NGROUPS + 1, DSTATE, dtype=torch.bfloat16)), ValueError, "C: expected size(1)"),
-        (dict(D=torch.zeros(NHEADS + 1, DIM, dtype=torch.bfloat16)), ValueError, "D: expected size(0)"),
-        (dict(z=torch.zeros(BATCH, NHEADS, DIM + 1, dtype=torch.bfloat16)), ValueError, "z: expected size(2)"),
-        (dict(out=torch.zeros(BATCH, NHEADS, DIM - 1, dtype=torch.bfloat16)), ValueError, "out: expected size(2)"),
-        (dict(state_batch_indices=torch.zeros(BATCH, 1, 1, dtype=torch.int32)), ValueError, "state_batch_indices: expected 1 or 2"),
-        (dict(state_batch_indices=torch.zeros(BATCH + 1, dtype=torch.int32)), ValueError, "state_batch_indices: expected size(0)"),
-        (dict(dst_state_batch_indices=torch.zeros(BATCH, 0, dtype=torch.int32)), ValueError, "at least one column"),
-        # Dtypes.
-        (dict(x=torch.zeros(BATCH, NHEADS, DIM)), TypeError, "expected the dtype of x"),
-        (dict(B=torch.zeros(BATCH, NGROUPS, DSTATE, **f16)), TypeError, "B: expected the dtype of x"),
-        (dict(D=torch.zeros(NHEADS, **f16)[:, None].expand(-1, DIM)), TypeError, "D: expected the dtype of dt"),
-        (dict(A=torch.zeros(NHEADS, **f16)[:, None, None].expand(-1, DIM, DSTATE)), TypeError, "A: expected float32"),
-        (dict(x=torch.zeros(BATCH, NHEADS, DIM, dtype=torch.float64)), TypeError, "x: expected float32, float16 or bfloat16"),
-        (dict(state_batch_indices=torch.zeros(BATCH, dtype=torch.float32)), TypeError, "int32 or int64"),
-        (dict(dst_state_batch_indices=torch.zeros(BATCH, dtype=torch.int64)), TypeError, "dst_state_batch_indices: expected the dtype"),
-        # Strides (the layout contract).
-        (dict(A=torch.zeros(NHEADS, DIM, DSTATE)), ValueError, "A: expected stride(0) == 1"),
-        (dict(dt=torch.zeros(BATCH, NHEADS, DIM, dtype=torch.bfloat16)), ValueError, "dt: expected stride(1) == 1"),
-        (dict(D=torch.zeros(NHEADS, DIM, dtype=torch.bfloat16)), ValueError, "D: expected stride(0) == 1"),
-        (dict(state=torch.zeros(SLOTS, NHEADS, DSTATE, DIM, dtype=torch.float16).transpose(2, 3)), ValueError, "state: expected stride(3) == 1"),
-        (dict(x=torch.zeros(BATCH, DIM, NHEADS, dtype=torch.bfloat16).transpose(1, 2)), ValueError, "x: expected stride(2) == 1"),
-        (dict(B=torch.zeros(BATCH, DSTATE, NGROUPS, dtype=torch.bfloat16).transpose(1, 2)), ValueError, "B: expected stride(2) == 1"),
-        # Devices: CPU tensors are refused (last check).
-        (dict(), ValueError, "state: expected a CUDA tensor"),
-    ]
-    return cases
-
-
-@pytest.mark.parametrize("changes,exc,fragment", _bad_cases(), ids=lambda v: None)
-def test_argument_checks(changes, exc, fragment):
-    with pytest.raises(exc) as info:
-        call(**changes)
-    assert fragment in str(info.value), str(info.value)
+    assert check(**kw2)["form"] == "single" and check(**kw2)["nheads"] == 1
 
 
 def test_sr_rule_is_one_keyword_only_argument_after_flashinfers():
     """The signature is FlashInfer 0.7.2's plus a keyword-only ``sr_rule`` at the end."""
-    import inspect
-
     params = list(inspect.signature(mamba_ssu.selective_state_update).parameters.values())
     last = params[-1]
     assert last.name == "sr_rule" and last.kind is inspect.Parameter.KEYWORD_ONLY
@@ -211,32 +193,129 @@ def test_sr_rule_is_one_keyword_only_argument_after_flashinfers():
 
 
 def test_sr_rule_on_meta():
-    """Both rules trace through the op (its schema's sr_rule), with and without a seed; the op
-    takes sr_rule positionally and by its default."""
+    """Both rules trace through the op, with and without a seed."""
     for rule in ("0.7.2", "0.7.4"):
         kw = make("meta")
         assert mamba_ssu.selective_state_update(**kw, sr_rule=rule).shape == (BATCH, NHEADS, DIM)
         kw["rand_seed"] = None
         assert mamba_ssu.selective_state_update(**kw, sr_rule=rule).shape == (BATCH, NHEADS, DIM)
-    args = _op_args(make("meta"))
-    for extra in ((), (0,), (1,)):
-        result = torch.library.opcheck(torch.ops.mamba_ssu.selective_state_update.default, args + extra)
-        assert all(v == "SUCCESS" for v in result.values()), result
 
 
-def test_rand_seed_on_cpu_refused_with_meta_state():
-    kw = make("meta")
-    kw["rand_seed"] = torch.zeros(1, dtype=torch.int64)
-    with pytest.raises(ValueError, match="rand_seed: expected a CUDA tensor"):
-        mamba_ssu.selective_state_update(**kw)
+# ---------------------------------------------------------------------------------------------
+# What the Python layer decides: names, the seed's kind
+# ---------------------------------------------------------------------------------------------
 
 
-def test_exclusive_write_modes():
+@pytest.mark.parametrize(
+    "changes,exc,fragment",
+    [
+        (dict(algorithm="fastest"), ValueError, "algorithm: expected"),
+        (dict(algorithm=1), ValueError, "algorithm: expected"),
+        (dict(backend="triton"), ValueError, "backend: expected"),
+        (dict(backend="cake"), NotImplementedError, "backend:"),
+        (dict(sr_rule="0.7.3"), ValueError, "sr_rule: expected"),
+        (dict(sr_rule=1), ValueError, "sr_rule: expected"),
+        (dict(rand_seed=42), TypeError, "rand_seed: expected"),
+    ],
+)
+def test_python_layer(changes, exc, fragment):
     kw = make()
-    kw["dst_state_batch_indices"] = kw["state_batch_indices"]
-    kw["intermediate_states_buffer"] = torch.zeros(1)
-    with pytest.raises((ValueError, NotImplementedError), match="intermediate_states_buffer"):
+    kw.update(changes)
+    with pytest.raises(exc) as info:
         mamba_ssu.selective_state_update(**kw)
+    assert str(info.value).startswith(fragment), str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# One rejection per exception class, through the front door: the class FlashInfer raises, the
+# argument named first, and (for the C contract's rejections) exactly what its check says.
+# ---------------------------------------------------------------------------------------------
+
+
+def _front_door(kw):
+    return outcome(lambda: mamba_ssu.selective_state_update(**kw))
+
+
+@pytest.mark.parametrize(
+    "changes,exc,argument",
+    [
+        # INVALID_ARGUMENT (FlashInfer's C++ checks): RuntimeError.
+        (dict(B=torch.zeros(BATCH, NGROUPS, DSTATE, dtype=torch.float16)), RuntimeError, "B"),
+        (dict(A=torch.zeros(NHEADS, DIM, DSTATE)), RuntimeError, "A"),
+        # INVALID_VALUE (FlashInfer's Python checks): ValueError.
+        (dict(rand_seed=torch.zeros(1, dtype=torch.int64), philox_rounds=0), ValueError, "philox_rounds"),
+        (dict(num_accepted_tokens=torch.ones(BATCH, dtype=torch.int32)), ValueError, "num_accepted_tokens"),
+        # UNSUPPORTED: NotImplementedError.
+        (dict(state_scale=torch.ones(SLOTS, NHEADS, DIM)), NotImplementedError, "state_scale"),
+        (dict(algorithm="horizontal"), NotImplementedError, "algorithm"),
+        (dict(rand_seed=torch.zeros(1, dtype=torch.int64), state=torch.zeros(SLOTS, NHEADS, DIM, DSTATE)),
+         NotImplementedError, "philox_rounds"),
+    ],
+)
+def test_each_c_status_raises_its_class(changes, exc, argument):
+    kw = make()
+    kw.update(changes)
+    want = outcome(lambda: check(**kw))
+    got = _front_door(kw)
+    assert want[0] is exc and want[1].startswith(f"{argument}: "), want
+    assert got == want
+
+
+@pytest.mark.parametrize(
+    "changes,exc,message",
+    [
+        # Devices (FlashInfer's C++ checks): RuntimeError.
+        (dict(), RuntimeError, "state: expected a CUDA tensor, got one on cpu"),
+        # The seed tensor (FlashInfer's Python checks): ValueError.
+        (dict(rand_seed=torch.zeros(1, dtype=torch.int64)), ValueError, "rand_seed: expected a CUDA tensor, got one on cpu"),
+        (dict(rand_seed=torch.zeros(2, dtype=torch.int64)), ValueError, "rand_seed: expected a single-element tensor, got numel=2"),
+        (dict(rand_seed=torch.zeros(1, dtype=torch.int32)), ValueError, "rand_seed: expected dtype int64, got Int"),
+        # A 0-dimensional tensor cannot be passed (rank 0 means absent in the contract).
+        (dict(D=torch.zeros(())), RuntimeError, "D: got a 0-dimensional tensor"),
+    ],
+)
+def test_torch_side_checks(changes, exc, message):
+    """What only torch sees: the devices (after the C check: a call the contract accepts), the
+    seed tensor's element count and dtype (before it, as FlashInfer's Python checks them)."""
+    kw = make()
+    kw.update(changes)
+    got = _front_door(kw)
+    assert got[0] is exc and got[1].startswith(message), got
+
+
+def test_the_c_rejection_comes_before_the_device_check():
+    """A CPU call the contract rejects raises the contract's error, not the device's."""
+    kw = make()
+    kw["x"] = torch.zeros(BATCH, NHEADS + 1, DIM, dtype=torch.bfloat16)
+    got = _front_door(kw)
+    assert got[0] is RuntimeError and got[1].startswith("x: expected size(1) == nheads (4), got 5"), got
+    assert got == outcome(lambda: check(**kw))
+
+
+def test_a_seed_of_any_shape_with_one_element():
+    """FlashInfer counts the seed tensor's elements: a 0-dimensional or (1, 1) int64 seed is one
+    seed (the call reaches the device check)."""
+    for seed in (torch.zeros((), dtype=torch.int64), torch.zeros(1, 1, dtype=torch.int64)):
+        kw = make()
+        kw.update(rand_seed=seed)
+        assert check(**kw)["stochastic_rounding"] is True
+        got = _front_door(kw)
+        assert got[0] is ValueError and got[1].startswith("rand_seed: expected a CUDA tensor"), got
+
+
+def test_check_reports_the_problem():
+    p = check(**make())
+    assert p == dict(form="single", varlen=False, batch=BATCH, ntokens=1, total_tokens=BATCH,
+                     nheads=NHEADS, dim=DIM, dstate=DSTATE, ngroups=NGROUPS,
+                     state_cache_size=SLOTS, cache_steps=0, intermediate_cache_size=0,
+                     stochastic_rounding=False)
+    meta = {k: to_meta(v) for k, v in make().items()}
+    assert check(**meta) == p
+
+
+# ---------------------------------------------------------------------------------------------
+# Seeds: prefetcher arguments, draw_seeds, counter_seeds
+# ---------------------------------------------------------------------------------------------
 
 
 def test_seed_prefetcher_arguments():
@@ -263,9 +342,36 @@ def test_no_gpu_is_a_clear_error():
 def test_draw_seeds_checks():
     with pytest.raises(TypeError, match="int64"):
         mamba_ssu.draw_seeds(torch.empty(4, dtype=torch.int32, device="meta"))
-    with pytest.raises(ValueError, match="CUDA tensor"):
-        mamba_ssu._C.draw_seeds(torch.empty(4, dtype=torch.int64))
     with pytest.raises(ValueError, match="1 dimensions"):
-        mamba_ssu._C.draw_seeds(torch.empty(2, 2, dtype=torch.int64))
+        mamba_ssu.draw_seeds(torch.empty(2, 2, dtype=torch.int64, device="meta"))
+    with pytest.raises(ValueError, match="elements"):
+        mamba_ssu.draw_seeds(torch.empty(0, dtype=torch.int64, device="meta"))
+    with pytest.raises(RuntimeError, match="out: expected a CUDA tensor"):
+        mamba_ssu.draw_seeds(torch.empty(4, dtype=torch.int64))
+    with pytest.raises(TypeError, match="out"):
+        mamba_ssu.draw_seeds([0, 0])
     # Traced through the fake implementation.
-    mamba_ssu.draw_seeds(torch.empty(40, dtype=torch.int64, device="meta"))
+    out = torch.empty(40, dtype=torch.int64, device="meta")
+    assert mamba_ssu.draw_seeds(out) is out
+
+
+def test_counter_seeds_checks():
+    i64 = dict(dtype=torch.int64)
+    meta = dict(device="meta", **i64)
+    out = mamba_ssu.counter_seeds(torch.zeros(1, **meta), 40)
+    assert out.shape == (40,) and out.dtype == torch.int64 and out.device.type == "meta"
+    given = torch.empty(8, **meta)
+    assert mamba_ssu.counter_seeds(torch.zeros(1, **meta), 8, out=given) is given
+    cases = [
+        ((torch.zeros(2, **meta), 4), ValueError, "counter: expected a single-element tensor"),
+        ((torch.zeros(1, dtype=torch.int32, device="meta"), 4), ValueError, "counter: expected dtype int64"),
+        ((torch.zeros(1, **meta), 4, torch.empty(5, **meta)), ValueError, "out: expected n = 4 contiguous elements, got numel=5"),
+        ((torch.zeros(1, **meta), 4, torch.empty(4, 2, **meta)[:, 0]), ValueError, "(not contiguous)"),
+        ((torch.zeros(1, **meta), 4, torch.empty(4, dtype=torch.int32, device="meta")), ValueError, "out: expected dtype int64"),
+        ((torch.zeros(1, **i64), 4), RuntimeError, "counter: expected a CUDA tensor"),
+        (("counter", 4), TypeError, "counter"),
+    ]
+    for args, exc, fragment in cases:
+        with pytest.raises(exc) as info:
+            mamba_ssu.counter_seeds(*args)
+        assert fragment in str(info.value), (args, str(info.value))

@@ -1,15 +1,15 @@
 """CPU tests of the multi-token (speculative-decoding verify) path of the mamba_ssu package (no
-GPU): FlashInfer's single/multi-token dispatch rule, the op schema (the intermediate buffer is a
-mutated argument), opcheck and torch.compile tracing through the fake implementation (meta
-tensors), FlashInfer's normalisation of the multi-token forms, and the argument checks of the
-Python layer and of the extension: each malformed call raises before anything is launched, with
-a message naming the argument (on CPU tensors the device check comes last, so a well-formed
-call reaches "state: expected a CUDA tensor")."""
+GPU): the forms the C contract finds in FlashInfer's multi-token arguments (and the form
+conflicts it refuses, with FlashInfer's classes), opcheck and torch.compile tracing of the one
+SSU op through its fake implementation (meta tensors), out allocated like x, and vLLM's verify
+call reaching the kernel's device check (on CPU tensors a call the contract accepts stops at
+"state: expected a CUDA tensor")."""
 
 import pytest
 import torch
 
 import mamba_ssu
+from calls import check, op_args, outcome
 
 BATCH, T, NHEADS, DIM, DSTATE, NGROUPS, SLOTS = 3, 4, 4, 64, 128, 2, 16
 LENGTHS = (4, 1, 3)  # varlen sequence lengths (sum 8)
@@ -71,67 +71,66 @@ def make_inter(device="cpu", t=T, entries=BATCH, dtype=torch.float16):
 
 
 # ---------------------------------------------------------------------------------------------
-# Dispatch rule, schema, fake implementation
+# Forms, op, fake implementation
 # ---------------------------------------------------------------------------------------------
 
 
+def test_forms_the_contract_finds():
+    """FlashInfer 0.7.2's rule, applied by the C check: cu_seqlens with a 3-D x is varlen (T =
+    cache_steps); a 4-D x is fixed length (T = x.size(1)); cache_steps >= 1 makes a 3-D x one
+    token per sequence; the intermediate buffer's size(1) is cache_steps."""
+    p = check(**make_mtp())
+    assert (p["form"], p["varlen"], p["batch"], p["ntokens"], p["total_tokens"]) == ("multi", False, BATCH, T, BATCH * T)
+    p = check(**make_mtp(varlen=True))
+    assert (p["form"], p["varlen"], p["batch"], p["ntokens"], p["total_tokens"]) == ("multi", True, BATCH, T, sum(LENGTHS))
+    kw = make_mtp(t=1)
+    for name in ("x", "dt", "B", "C"):
+        kw[name] = kw[name][:, 0]
+    kw["cache_steps"] = 1
+    p = check(**kw)
+    assert (p["form"], p["ntokens"]) == ("multi", 1)
+    kw["cache_steps"] = 0
+    kw["dst_state_batch_indices"] = kw["num_accepted_tokens"] = None
+    assert check(**kw)["form"] == "single"
+    p = check(**make_inter())
+    assert (p["cache_steps"], p["intermediate_cache_size"]) == (T, BATCH)
+
+
 @pytest.mark.parametrize(
-    "x_dim,cu,cache_steps,mode",
+    "base,changes,exc,argument",
     [
-        (3, False, 0, "single"),
-        (2, False, 0, "single"),
-        (4, False, 0, "multi"),
-        (4, False, 8, "multi"),
-        (3, False, 1, "multi"),  # FlashInfer unsqueezes a token dimension of 1
-        (2, False, 3, "multi"),
-        (3, True, 4, "varlen"),
-        (3, True, 0, "varlen"),  # then refused: the varlen form needs cache_steps
-        (4, True, 4, "multi"),  # then refused: cu_seqlens needs a 3-D x
+        ("varlen", dict(cache_steps=0), ValueError, "cache_steps"),
+        ("fixed", dict(cu_seqlens=torch.tensor([0, 4, 5, 8], dtype=torch.int32)), ValueError, "cu_seqlens"),
+        ("fixed", dict(algorithm="vertical"), ValueError, "algorithm"),
+        ("fixed", dict(algorithm="horizontal"), NotImplementedError, "algorithm"),
+        ("inter", dict(dst_state_batch_indices=torch.zeros(BATCH, T, dtype=torch.int32)), ValueError, "dst_state_batch_indices"),
+        ("inter", dict(intermediate_states_buffer=None), RuntimeError, "intermediate_state_indices"),
+        ("fixed", dict(dst_state_batch_indices=torch.zeros(BATCH, T - 1, dtype=torch.int32)), RuntimeError, "dst_state_batch_indices"),
     ],
 )
-def test_dispatch_rule(x_dim, cu, cache_steps, mode):
-    """FlashInfer 0.7.2's wrapper: varlen iff cu_seqlens with a 3-D x; else multi-token iff x is
-    4-D or cache_steps >= 1; else single token."""
-    assert mamba_ssu.ssu_mode(x_dim, cu, cache_steps) == mode
-
-
-def test_mtp_op_schema():
-    s = str(torch.ops.mamba_ssu.selective_state_update_mtp.default._schema)
-    assert s.startswith("mamba_ssu::selective_state_update_mtp(Tensor(a!) state, Tensor x, Tensor dt")
-    assert "Tensor(b!) out" in s
-    assert "Tensor(c!)? intermediate_states_buffer" in s
-    for name in ("intermediate_state_indices", "cu_seqlens", "num_accepted_tokens", "rand_seed"):
-        assert f"Tensor? {name}" in s, name
-    assert "int cache_steps" in s and "int philox_rounds" in s
-    assert s.endswith("int philox_rounds, int sr_rule=0) -> ()")
-    assert mamba_ssu.MTP_MAX_TOKENS == 16
-
-
-def _mtp_op_args(kw):
-    return (
-        kw["state"], kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], kw["D"], kw.get("z"),
-        kw["dt_bias"], kw["dt_softplus"], kw["state_batch_indices"],
-        kw.get("dst_state_batch_indices"), kw["pad_slot_id"], torch.empty_like(kw["x"]), False,
-        kw.get("intermediate_states_buffer"), kw.get("intermediate_state_indices"),
-        kw["cache_steps"], kw.get("cu_seqlens"), kw.get("num_accepted_tokens"), kw["rand_seed"],
-        kw["philox_rounds"], 0,
-    )
+def test_form_conflicts(base, changes, exc, argument):
+    """Conflicts of the multi-token arguments, as the contract classes them (FlashInfer's Python
+    refusals are ValueError, its C++ checks RuntimeError), through the front door."""
+    kw = {"fixed": make_mtp, "varlen": lambda: make_mtp(varlen=True), "inter": make_inter}[base]()
+    kw.update(changes)
+    want = outcome(lambda: check(**kw))
+    assert want[0] is exc and want[1].startswith(f"{argument}: "), want
+    assert outcome(lambda: mamba_ssu.selective_state_update(**kw)) == want
 
 
 @pytest.mark.parametrize("form", ["varlen", "fixed", "intermediate"])
-def test_opcheck_selective_state_update_mtp(form):
+def test_opcheck_selective_state_update_multi_token(form):
     if form == "intermediate":
         kw = make_inter("meta")
         kw["rand_seed"] = torch.zeros(1, dtype=torch.int64, device="meta")
     else:
         kw = make_mtp("meta", varlen=form == "varlen")
-    result = torch.library.opcheck(torch.ops.mamba_ssu.selective_state_update_mtp.default, _mtp_op_args(kw))
+    result = torch.library.opcheck(torch.ops.mamba_ssu.selective_state_update.default, op_args(**kw))
     assert all(v == "SUCCESS" for v in result.values()), result
 
 
-def test_torch_compile_traces_the_mtp_op():
-    """A varlen verify step traced by torch.compile(fullgraph=True): one graph holding the
-    multi-token op."""
+def test_torch_compile_traces_the_multi_token_call():
+    """A varlen verify step traced by torch.compile(fullgraph=True): one graph holding the op."""
     seen = []
 
     def backend(gm, example_inputs):
@@ -154,158 +153,41 @@ def test_torch_compile_traces_the_mtp_op():
                    kw["state_batch_indices"], kw["num_accepted_tokens"], kw["cu_seqlens"],
                    kw["rand_seed"])
     assert out.shape == (sum(LENGTHS), NHEADS, DIM) and out.device.type == "meta"
-    assert len(seen) == 1 and "mamba_ssu.selective_state_update_mtp" in seen[0], seen
+    assert len(seen) == 1 and "mamba_ssu.selective_state_update" in seen[0], seen
 
 
-def test_mtp_normalisation_on_meta():
-    """FlashInfer's normalisation: with cache_steps >= 1 a 3-D x (and dt, B, C) becomes one
-    token per sequence and out is (batch, 1, nheads, dim); a 4-D x keeps its shape; varlen out
-    is shaped like x; a given out is returned (a 3-D one accepted for one token)."""
+def test_multi_token_out_on_meta():
+    """out, when not given, is allocated like x as passed: (batch, T, nheads, dim) fixed length,
+    (total_tokens, nheads, dim) varlen, and (batch, nheads, dim) for a 3-D x with cache_steps 1
+    (FlashInfer's own would be (batch, 1, nheads, dim): the same values); a given out of either
+    shape is taken and returned."""
     kw = make_mtp("meta")
-    out = mamba_ssu.selective_state_update(**kw)
-    assert out.shape == (BATCH, T, NHEADS, DIM)
+    assert mamba_ssu.selective_state_update(**kw).shape == (BATCH, T, NHEADS, DIM)
     kw = make_mtp("meta", varlen=True)
     assert mamba_ssu.selective_state_update(**kw).shape == (sum(LENGTHS), NHEADS, DIM)
     kw = make_mtp("meta", t=1)
     for name in ("x", "dt", "B", "C"):
         kw[name] = kw[name][:, 0]
     kw["cache_steps"] = 1
-    out = mamba_ssu.selective_state_update(**kw)
-    assert out.shape == (BATCH, 1, NHEADS, DIM)
-    given = torch.empty(BATCH, NHEADS, DIM, dtype=torch.bfloat16, device="meta")
-    assert mamba_ssu.selective_state_update(**kw, out=given) is given
+    assert mamba_ssu.selective_state_update(**kw).shape == (BATCH, NHEADS, DIM)
+    for shape in ((BATCH, NHEADS, DIM), (BATCH, 1, NHEADS, DIM)):
+        given = torch.empty(*shape, dtype=torch.bfloat16, device="meta")
+        assert mamba_ssu.selective_state_update(**kw, out=given) is given
     kw = make_inter("meta")
     kw["rand_seed"] = torch.zeros(1, dtype=torch.int64, device="meta")
     given = torch.empty(BATCH, T, NHEADS, DIM, dtype=torch.bfloat16, device="meta")
     assert mamba_ssu.selective_state_update(**kw, out=given) is given
 
 
-# ---------------------------------------------------------------------------------------------
-# Argument checks (CPU tensors: every check before the device check is exercised)
-# ---------------------------------------------------------------------------------------------
-
-
-def _bad_mtp_cases():
-    i32, i64, bf16 = dict(dtype=torch.int32), dict(dtype=torch.int64), dict(dtype=torch.bfloat16)
-    fx = make_mtp()
-    vl = make_mtp(varlen=True)
-    inter = make_inter()
-    tot = sum(LENGTHS)
-    seed = torch.zeros(1, dtype=torch.int64)
-    fixed, varlen, inter_ = "fixed", "varlen", "inter"
-    return [
-        # Well-formed calls reach the last check (the device).
-        (fixed, dict(), ValueError, "state: expected a CUDA tensor"),
-        (varlen, dict(), ValueError, "state: expected a CUDA tensor"),
-        (inter_, dict(), ValueError, "state: expected a CUDA tensor"),
-        (fixed, dict(num_accepted_tokens=None, dst_state_batch_indices=None,
-                     state_batch_indices=torch.tensor([1, 2, 3], **i32)), ValueError, "state: expected a CUDA tensor"),
-        (fixed, dict(state_batch_indices=None, dst_state_batch_indices=None, num_accepted_tokens=None),
-         ValueError, "state: expected a CUDA tensor"),
-        # The dispatch rule's refusals and the Python layer.
-        (varlen, dict(cache_steps=0), ValueError, "cache_steps: the varlen form"),
-        (fixed, dict(cu_seqlens=vl["cu_seqlens"]), ValueError, "cu_seqlens: the varlen form needs a 3-D x"),
-        (fixed, dict(algorithm="vertical"), ValueError, "algorithm: the multi-token path has one layout"),
-        (fixed, dict(algorithm="horizontal"), NotImplementedError, "horizontal"),
-        (fixed, dict(cache_steps=True), TypeError, "cache_steps"),
-        (inter_, dict(dst_state_batch_indices=fx["state_batch_indices"]), ValueError, "mutually exclusive"),
-        (inter_, dict(intermediate_state_scales=torch.zeros(1)), NotImplementedError, "intermediate_state_scales"),
-        (fixed, dict(rand_seed=seed), ValueError, "rand_seed: expected a CUDA tensor"),
-        (fixed, dict(rand_seed=seed, state=fx["state"].float()), ValueError, "float16 state"),
-        (fixed, dict(rand_seed=seed, philox_rounds=0), ValueError, "philox_rounds"),
-        # Tokens and sequences.
-        (fixed, dict(x=torch.zeros(BATCH, 17, NHEADS, DIM, **bf16)), ValueError, "x: expected 1..=16 tokens"),
-        (fixed, dict(x=torch.zeros(0, T, NHEADS, DIM, **bf16)), ValueError, "x: expected at least one sequence"),
-        (varlen, dict(cache_steps=17), ValueError, "cache_steps: the varlen form needs the longest sequence in 1..=16"),
-        (varlen, dict(cu_seqlens=torch.zeros(1, **i32)), ValueError, "cu_seqlens: expected at least 2 offsets"),
-        (varlen, dict(cu_seqlens=torch.zeros(2, 2, **i32)), ValueError, "cu_seqlens: expected 1 dimensions"),
-        (varlen, dict(cu_seqlens=torch.zeros(4)), TypeError, "cu_seqlens: expected int32 or int64"),
-        (varlen, dict(cu_seqlens=vl["cu_seqlens"].long()), TypeError, "cu_seqlens: expected the dtype of state_batch_indices"),
-        # Shapes of the token tensors.
-        (fixed, dict(x=torch.zeros(BATCH, T, NHEADS + 1, DIM, **bf16)), ValueError, "x: expected size(2) == 4 (nheads of state)"),
-        (fixed, dict(dt=_expand_dt((BATCH, T + 1), "cpu")), ValueError, "dt: expected size(1) == 4 (tokens per sequence of x)"),
-        (fixed, dict(dt=_expand_dt((BATCH,), "cpu")), ValueError, "dt: expected 4 dimensions"),
-        (fixed, dict(B=torch.zeros(BATCH, NGROUPS, DSTATE, **bf16)), ValueError, "B: expected 4 dimensions"),
-        (fixed, dict(B=torch.zeros(BATCH + 1, T, NGROUPS, DSTATE, **bf16)), ValueError, "B: expected size(0) == 3 (batch of x)"),
-        (fixed, dict(C=torch.zeros(BATCH, T, NGROUPS + 1, DSTATE, **bf16)), ValueError, "C: expected size(2)"),
-        (fixed, dict(z=torch.zeros(BATCH, T, NHEADS, DIM + 1, **bf16)), ValueError, "z: expected size(3)"),
-        (fixed, dict(out=torch.zeros(BATCH, T - 1, NHEADS, DIM, **bf16)), ValueError, "out: expected size(1)"),
-        (varlen, dict(B=torch.zeros(tot + 1, NGROUPS, DSTATE, **bf16)), ValueError, "B: expected size(0) == 8 (total tokens of x)"),
-        (varlen, dict(dt=_expand_dt((tot, 1), "cpu")), ValueError, "dt: expected 3 dimensions"),
-        (fixed, dict(A=torch.zeros(NHEADS + 1, DIM, DSTATE)[:, :1, :1].expand(-1, DIM, DSTATE)), ValueError, "A: expected size(0)"),
-        (fixed, dict(D=torch.zeros(NHEADS, DIM + 1, **bf16)), ValueError, "D: expected size(1)"),
-        # Dtypes.
-        (fixed, dict(out=torch.zeros(BATCH, T, NHEADS, DIM)), TypeError, "out: expected the dtype of x"),
-        (fixed, dict(dt_bias=torch.zeros(NHEADS)[:, None].expand(-1, DIM)), TypeError, "dt_bias: expected the dtype of dt"),
-        (fixed, dict(A=torch.zeros(NHEADS, **bf16)[:, None, None].expand(-1, DIM, DSTATE)), TypeError, "A: expected float32"),
-        # Strides.
-        (fixed, dict(dt=torch.zeros(BATCH, T, NHEADS, DIM, **bf16)), ValueError, "dt: expected stride(2) == 1"),
-        (fixed, dict(x=torch.zeros(BATCH, T, DIM, NHEADS, **bf16).transpose(2, 3)), ValueError, "x: expected stride(3) == 1"),
-        (fixed, dict(B=torch.zeros(BATCH, T, DSTATE, NGROUPS, **bf16).transpose(2, 3)), ValueError, "B: expected stride(3) == 1"),
-        (varlen, dict(out=torch.zeros(tot, DIM, NHEADS, **bf16).transpose(1, 2)), ValueError, "out: expected stride(2) == 1"),
-        (fixed, dict(state=torch.zeros(SLOTS, NHEADS, DSTATE, DIM, dtype=torch.float16).transpose(2, 3)), ValueError, "state: expected stride(3) == 1"),
-        # Index tensors.
-        (fixed, dict(state_batch_indices=torch.zeros(BATCH + 1, T, **i32)), ValueError, "state_batch_indices: expected size(0)"),
-        (fixed, dict(state_batch_indices=torch.zeros(BATCH, T, 1, **i32)), ValueError, "state_batch_indices: expected 1 or 2"),
-        (fixed, dict(state_batch_indices=torch.zeros(BATCH, 0, **i32)), ValueError, "state_batch_indices: a 2-D index needs at least one column"),
-        (fixed, dict(state_batch_indices=torch.zeros(BATCH, T)), TypeError, "state_batch_indices: expected int32 or int64"),
-        (fixed, dict(dst_state_batch_indices=torch.zeros(BATCH, **i32)), ValueError, "dst_state_batch_indices: the multi-token path expects a 2-D"),
-        (fixed, dict(dst_state_batch_indices=torch.zeros(BATCH, T - 1, **i32)), ValueError, "dst_state_batch_indices: expected at least 4 columns"),
-        (varlen, dict(dst_state_batch_indices=torch.zeros(BATCH, T - 1, **i32)), ValueError, "dst_state_batch_indices: expected at least 4 columns"),
-        (fixed, dict(dst_state_batch_indices=fx["state_batch_indices"].long()), TypeError, "dst_state_batch_indices: expected the dtype of state_batch_indices"),
-        (fixed, dict(num_accepted_tokens=torch.ones(BATCH + 1, **i32)), ValueError, "num_accepted_tokens: expected size(0)"),
-        (fixed, dict(num_accepted_tokens=torch.ones(BATCH, 1, **i32)), ValueError, "num_accepted_tokens: expected 1 dimensions"),
-        (fixed, dict(num_accepted_tokens=torch.ones(BATCH, **i64)), TypeError, "num_accepted_tokens: expected the dtype of state_batch_indices"),
-        (fixed, dict(state_batch_indices=torch.tensor([1, 2, 3], **i32)), ValueError, "num_accepted_tokens: needs a 2-D state_batch_indices"),
-        (fixed, dict(state_batch_indices=None, dst_state_batch_indices=None, num_accepted_tokens=None,
-                     state=torch.zeros(BATCH - 1, NHEADS, DIM, DSTATE, dtype=torch.float16)), ValueError, "state: without state_batch_indices"),
-        # The intermediate buffer.
-        (inter_, dict(intermediate_states_buffer=torch.zeros(BATCH, T + 1, NHEADS, DIM, DSTATE, dtype=torch.float16)),
-         ValueError, "intermediate_states_buffer: expected size(1) == cache_steps (4)"),
-        (inter_, dict(cache_steps=T - 1, intermediate_states_buffer=torch.zeros(BATCH, T - 1, NHEADS, DIM, DSTATE, dtype=torch.float16)),
-         ValueError, "cache_steps: expected >= the tokens per sequence"),
-        (inter_, dict(intermediate_states_buffer=torch.zeros(BATCH, T, NHEADS + 1, DIM, DSTATE, dtype=torch.float16)),
-         ValueError, "intermediate_states_buffer: expected size(2)"),
-        (inter_, dict(intermediate_states_buffer=torch.zeros(BATCH, T, NHEADS, DIM, DSTATE, **bf16)),
-         TypeError, "intermediate_states_buffer: expected the dtype of state"),
-        (inter_, dict(intermediate_states_buffer=torch.zeros(BATCH, T, NHEADS, DSTATE, DIM, dtype=torch.float16).transpose(3, 4)),
-         ValueError, "intermediate_states_buffer: expected stride(4) == 1"),
-        (inter_, dict(intermediate_states_buffer=torch.zeros(T, BATCH, NHEADS, DIM, DSTATE, dtype=torch.float16).transpose(0, 1)),
-         ValueError, "intermediate_states_buffer: expected stride(1)"),
-        (inter_, dict(intermediate_states_buffer=torch.zeros(BATCH, T, NHEADS, DIM, dtype=torch.float16)),
-         ValueError, "intermediate_states_buffer: expected 5 dimensions"),
-        (inter_, dict(intermediate_states_buffer=None), ValueError, "intermediate_state_indices: given without an intermediate_states_buffer"),
-        (inter_, dict(intermediate_state_indices=torch.zeros(BATCH + 1, **i32)), ValueError, "intermediate_state_indices: expected size(0)"),
-        (inter_, dict(intermediate_state_indices=torch.zeros(BATCH, **i64)), TypeError, "intermediate_state_indices: expected the dtype of state_batch_indices"),
-    ], {"fixed": fx, "varlen": vl, "inter": inter}
-
-
-_CASES, _BASES = _bad_mtp_cases()
-
-
-@pytest.mark.parametrize("base,changes,exc,fragment", _CASES, ids=lambda v: None)
-def test_mtp_argument_checks(base, changes, exc, fragment):
-    kw = dict(_BASES[base])
-    kw.update(changes)
-    with pytest.raises(exc) as info:
-        mamba_ssu.selective_state_update(**kw)
-    assert fragment in str(info.value), str(info.value)
-
-
-def test_mtp_extension_checks_without_the_python_layer():
-    """The extension's own entry point checks as well (a caller of `_C` directly gets the same
-    errors): a well-formed call stops at the device check, a malformed one names the argument."""
-    kw = make_mtp(varlen=True)
-    args = list(_mtp_op_args(kw))
-    with pytest.raises(ValueError, match="state: expected a CUDA tensor"):
-        mamba_ssu._C.selective_state_update_mtp(*args)
-    args[17] = 0  # cache_steps of the varlen form
-    with pytest.raises(ValueError, match="cache_steps"):
-        mamba_ssu._C.selective_state_update_mtp(*args)
-    args[17] = T
-    args[1] = kw["x"][:, None]  # a 4-D x with cu_seqlens
-    with pytest.raises(ValueError, match="x: the varlen form"):
-        mamba_ssu._C.selective_state_update_mtp(*args)
+@pytest.mark.parametrize("base", ["fixed", "varlen", "inter", "no_index"])
+def test_well_formed_calls_reach_the_device_check(base):
+    kw = {"fixed": make_mtp, "varlen": lambda: make_mtp(varlen=True), "inter": make_inter,
+          "no_index": make_mtp}[base]()
+    if base == "no_index":
+        kw.update(state_batch_indices=None, dst_state_batch_indices=None, num_accepted_tokens=None)
+    assert check(**kw)["form"] == "multi"
+    got = outcome(lambda: mamba_ssu.selective_state_update(**kw))
+    assert got == (RuntimeError, "state: expected a CUDA tensor, got one on cpu"), got
 
 
 def test_vllm_backend_takes_the_verify_path():
@@ -327,10 +209,10 @@ def test_vllm_backend_takes_the_verify_path():
         if device == "meta":
             assert backend(*args, **call, out=torch.empty_like(kw["x"])) is None
             continue
-        # On CPU: no SR seed (torch.randint would make a CPU seed, refused before the path).
+        # On CPU: no SR seed (torch.randint would make a CPU seed, refused at the device check).
         plain = MambaSSUBackend(vllm_config(sr=False))
-        with pytest.raises(ValueError, match="state: expected a CUDA tensor"):
+        with pytest.raises(RuntimeError, match="state: expected a CUDA tensor"):
             plain(*args, **call)
         call["dst_state_batch_indices"] = kw["dst_state_batch_indices"][:, : T - 1]
-        with pytest.raises(ValueError, match="dst_state_batch_indices: expected at least 4 columns"):
+        with pytest.raises(RuntimeError, match="^dst_state_batch_indices: "):
             plain(*args, **call)

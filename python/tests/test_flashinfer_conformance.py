@@ -320,6 +320,23 @@ def test_build_call_reproduces_the_recorded_layouts(manifest):
                 assert kw[name].dtype == torch.int32 and kw[name].tolist() == c.input(name).values, label
 
 
+def test_every_recorded_call_passes_the_argument_checks(manifest):
+    """Every recorded run's arguments, built on the CPU, pass the C contract's check as a
+    single-token call and every check of the front door but the last, the device check: the
+    package accepts each layout FlashInfer was recorded with."""
+    import mamba_ssu
+    from calls import check, outcome
+
+    for c, r in manifest.runs():
+        p = fc.build_call(manifest, c, r, "cpu")
+        kw = dict(p.kwargs)
+        assert check(**kw)["form"] == "single", p.label
+        got = outcome(lambda: mamba_ssu.selective_state_update(**kw))
+        want = ((ValueError, "rand_seed: expected a CUDA tensor, got one on cpu") if "rand_seed" in kw
+                else (RuntimeError, "state: expected a CUDA tensor, got one on cpu"))
+        assert got == want, f"{p.label}: {got}"
+
+
 def test_comparison_counts_differences(manifest):
     """The output comparison the GPU test relies on: the recorded bytes compare equal; one
     changed element is counted once (with its ulp distance) and located; an element changed

@@ -130,19 +130,20 @@ def test_cases_and_runs(manifest):
     assert len(manifest.runs()) == 22
 
 
-def test_dispatch_rule_picks_the_recorded_path(manifest):
-    """FlashInfer's wrapper rule (``mamba_ssu.ssu_mode``) on each case's arguments gives the
-    recorded path: varlen for the cu_seqlens cases, fixed-length multi-token for the others —
-    never the single-token kernel."""
-    import mamba_ssu
+def test_the_contract_finds_the_recorded_path(manifest):
+    """The C contract's form rule (FlashInfer's wrapper rule, ``_C.check`` on each run's
+    arguments built on the CPU) gives the recorded path: varlen for the cu_seqlens cases,
+    fixed-length multi-token for the others — never the single-token kernel."""
+    from calls import check
 
-    for c in manifest.cases:
+    for c, r in manifest.runs():
         x = c.input("x")
         varlen = manifest.varlen(c)
         assert (c.input("cu_seqlens") is not None) == varlen, c.name
         assert len(x.shape) == (3 if varlen else 4), c.name
-        mode = mamba_ssu.ssu_mode(len(x.shape), c.input("cu_seqlens") is not None, manifest.cache_steps(c))
-        assert mode == ("varlen" if varlen else "multi"), c.name
+        p = mc.build_call(manifest, c, r, "cpu")
+        problem = check(**p.kwargs)
+        assert problem["form"] == "multi" and problem["varlen"] == varlen, p.label
 
 
 def test_recorded_write_patterns_follow_the_rules(manifest):
@@ -190,19 +191,20 @@ def test_build_call_reproduces_the_recorded_layouts(manifest):
 
 
 def test_every_recorded_call_passes_the_argument_checks(manifest):
-    """Every recorded run's arguments, built on the CPU, pass every check of the Python layer
-    and of the extension and stop only at the last one, the device check: the package accepts
-    each layout FlashInfer was recorded with (padded token strides, 2-D indices, the buffer)."""
+    """Every recorded run's arguments, built on the CPU, pass the C contract's check and every
+    check of the front door but the last, the device check: the package accepts each layout
+    FlashInfer was recorded with (padded token strides, 2-D indices, the buffer)."""
     import mamba_ssu
+    from calls import check, outcome
 
     for c, r in manifest.runs():
         p = mc.build_call(manifest, c, r, "cpu")
         kw = dict(p.kwargs)
-        if "rand_seed" in kw:  # a CPU seed is refused by the Python layer first
-            kw["rand_seed"] = kw["rand_seed"].to("meta")
-        with pytest.raises(ValueError) as info:
-            mamba_ssu.selective_state_update(**kw)
-        assert "state: expected a CUDA tensor" in str(info.value), f"{p.label}: {info.value}"
+        check(**kw)
+        got = outcome(lambda: mamba_ssu.selective_state_update(**kw))
+        want = ((ValueError, "rand_seed: expected a CUDA tensor, got one on cpu") if "rand_seed" in kw
+                else (RuntimeError, "state: expected a CUDA tensor, got one on cpu"))
+        assert got == want, f"{p.label}: {got}"
 
 
 # ---------------------------------------------------------------------------------------------

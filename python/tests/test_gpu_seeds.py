@@ -6,6 +6,7 @@ call, whose ``rand_seed`` is that tensor. Every comparison is of bytes (state an
 exact integer values; the generator's offset after each run is compared as well.
 """
 
+import contextlib
 import random
 
 import pytest
@@ -160,7 +161,6 @@ MODES = ["stock", "next_seed", "fused", "fused_chained"]
 
 
 def _forward(layers, mode, pf, rounds, ssu):
-    import contextlib
 
     ctx = pf.fused_forward() if mode == "fused_chained" else contextlib.nullcontext()
     with ctx:
@@ -260,8 +260,6 @@ def test_fused_chain_recovers_from_interleaved_rng(gpu):
         pf = mamba_ssu.SeedPrefetcher(8, gpu)
         layers = [b.clone() for b in base]
         _set_state(gpu, 3, 400)
-        import contextlib
-
         with pf.fused_forward() if mode == "chained" else contextlib.nullcontext():
             for i, l in enumerate(layers):
                 if i in (3, 6):
@@ -305,3 +303,105 @@ def test_vllm_backend_seed_modes_identical(gpu):
         assert got[2] == want[2]
         assert all(torch.equal(a, b) for a, b in zip(got[0], want[0])), mode
         assert all(torch.equal(a, b) for a, b in zip(got[1], want[1])), mode
+
+
+def _kwargs(layer, rand_seed, rounds):
+    return dict(state=layer.state, x=layer.x, dt=layer.dt, A=layer.A, B=layer.B, C=layer.C,
+                D=layer.D, dt_bias=layer.dt_bias, dt_softplus=True,
+                state_batch_indices=layer.indices, dst_state_batch_indices=layer.indices,
+                pad_slot_id=0, out=layer.out, rand_seed=rand_seed, philox_rounds=rounds)
+
+
+def test_fused_forward_stream_rule(gpu):
+    """Inside a fused forward every fused call runs on the stream the forward began on: one on
+    another stream raises RuntimeError (the C prefetcher's rule, naming the stream) after its
+    draw was taken, as a stock torch.randint before a refused SSU call would have; a call whose
+    arguments the contract rejects draws nothing; the forward goes on, and its values stay
+    stock's. Outside a forward a fused call takes any stream."""
+    import mamba_ssu
+
+    ssu = mamba_ssu.selective_state_update
+    g = torch.Generator(device=gpu)
+    g.manual_seed(8)
+    base = [VllmLayer(4, gpu, g) for _ in range(3)]
+    side = torch.cuda.Stream()
+
+    def run(fused):
+        layers = [b.clone() for b in base]
+        pf = mamba_ssu.SeedPrefetcher(4, gpu)
+        _set_state(gpu, 17, 40)
+        seed = (lambda: pf.fused) if fused else (lambda: _stock_seed(gpu))
+        with pf.fused_forward() if fused else contextlib.nullcontext():
+            layers[0].call(ssu, seed(), 10)
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                before = _gen(gpu).get_offset()
+                if fused:
+                    with pytest.raises(RuntimeError, match="^stream: "):
+                        layers[1].call(ssu, seed(), 10)
+                else:
+                    _stock_seed(gpu)  # stock: the draw, then the refused call
+                assert _gen(gpu).get_offset() == before + 4
+            torch.cuda.current_stream().wait_stream(side)
+            before = _gen(gpu).get_offset()
+            with pytest.raises(ValueError, match="^philox_rounds: "):
+                ssu(**_kwargs(layers[1], pf.fused, 0))
+            assert _gen(gpu).get_offset() == before  # a rejected fused call draws nothing
+            layers[1].call(ssu, seed(), 10)
+        with torch.cuda.stream(side):
+            layers[2].call(ssu, seed(), 10)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        return [l.state_bytes() for l in layers], _gen(gpu).get_offset()
+
+    want, got = run(False), run(True)
+    assert got[1] == want[1]
+    assert all(torch.equal(a, b) for a, b in zip(got[0], want[0]))
+
+
+def test_device_and_seed_errors(gpu):
+    """On the GPU: a tensor off the state's device is a RuntimeError naming it (FlashInfer's
+    C++ checks), a seed tensor off it a ValueError (its Python checks), a seed with a non-fp16
+    state NotImplementedError (the C contract), a FusedSeed of another device's prefetcher a
+    ValueError; nothing is launched and the generator does not move."""
+    import mamba_ssu
+
+    ssu = mamba_ssu.selective_state_update
+    g = torch.Generator(device=gpu)
+    g.manual_seed(3)
+    layer = VllmLayer(2, gpu, g)
+    seed = torch.zeros(1, dtype=torch.int64, device=gpu)
+    pf = mamba_ssu.SeedPrefetcher(4, gpu)
+    before = _gen(gpu).get_offset()
+    cases = [
+        (dict(x=layer.x.cpu()), RuntimeError, f"x: expected a tensor on {gpu} (the device of state), got one on cpu"),
+        (dict(state_batch_indices=layer.indices.cpu()), RuntimeError, "state_batch_indices: expected a tensor on"),
+        (dict(rand_seed=seed.cpu()), ValueError, "rand_seed: expected a CUDA tensor, got one on cpu"),
+        (dict(state=layer.state.float()), NotImplementedError, "philox_rounds: "),
+        (dict(state=layer.state.float(), rand_seed=pf.fused), NotImplementedError, "philox_rounds: "),
+        (dict(rand_seed=pf.fused, B=layer.B.half()), RuntimeError, "B: expected dtype BF16"),
+    ]
+    if torch.cuda.device_count() > 1:
+        other = torch.device("cuda", (gpu.index + 1) % torch.cuda.device_count())
+        cases.append((dict(rand_seed=mamba_ssu.SeedPrefetcher(4, other).fused), ValueError,
+                      f"rand_seed: the FusedSeed's prefetcher serves {other}"))
+    for changes, exc, fragment in cases:
+        kw = _kwargs(layer, seed, 10)
+        kw.update(changes)
+        with pytest.raises(exc) as info:
+            ssu(**kw)
+        assert str(info.value).startswith(fragment), str(info.value)
+    assert _gen(gpu).get_offset() == before
+
+
+def test_prefetcher_is_created_outside_capture(gpu):
+    """Creating a SeedPrefetcher allocates the C prefetcher's stream, events and buffers: under
+    CUDA-graph capture it is refused with a RuntimeError before any CUDA call could invalidate
+    the capture (which then ends normally)."""
+    import mamba_ssu
+
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="outside CUDA-graph capture"):
+        with torch.cuda.graph(graph):
+            mamba_ssu.SeedPrefetcher(4, gpu)
+    assert int(mamba_ssu.SeedPrefetcher(4, gpu).next_seed().numel()) == 1
