@@ -37,6 +37,7 @@ __all__ = [
     "FusedSeed",
     "draw_seeds",
     "counter_seeds",
+    "check_options",
     "MAX_SEEDS_PER_DRAW",
     "MTP_MAX_TOKENS",
 ]
@@ -92,9 +93,10 @@ class SeedPrefetcher:
 
     A CUDA graph captured with it stays safe to replay after the prefetcher is gone: the
     buffers captured kernels point into are allocated from the graph's memory pool or kept for
-    the rest of the process. Create it outside CUDA-graph capture: it creates the crate's C
-    prefetcher of the device (a stream, two events and a few device buffers), which a capture
-    does not allow (RuntimeError).
+    the rest of the process. The fused path's first use creates the crate's C prefetcher of the
+    device (a stream, two events and a few device buffers), which a CUDA-graph capture does not
+    allow: make that first use outside capture (an eager warm-up step; RuntimeError otherwise).
+    ``next_seed`` allocates nothing outside torch's allocator and works anywhere.
     """
 
     def __init__(self, num_layers: int, device=None):
@@ -165,6 +167,40 @@ def _traced(t) -> bool:
     graph-captured calls: no dispatcher on the hot path)."""
     meta = isinstance(t, torch.Tensor) and t.device.type == "meta"
     return torch.compiler.is_compiling() or meta
+
+
+def check_options(
+    *,
+    algorithm: str = "auto",
+    philox_rounds: Optional[int] = 10,
+    sr_rule: str = "0.7.2",
+    multi_token: bool = False,
+) -> None:
+    """Raises what :func:`selective_state_update` raises for these options whatever the shapes:
+    for engines that validate their configuration once, at start-up, instead of at the first
+    decode step. ``philox_rounds=None``: no stochastic rounding (no seed); ``multi_token``: the
+    multi-token (verify) form. It runs the crate's C check on a small call of meta tensors
+    (nothing is allocated on a device or launched), so its rules are the kernels' own: e.g.
+    ``NotImplementedError`` for ``algorithm="horizontal"``, ``ValueError`` for rounds outside
+    the served range or an unknown name."""
+    m = dict(device="meta")
+    batch, nheads, dim, dstate, T = 1, 1, 64, 128, 2
+    lead = (batch, T) if multi_token else (batch,)
+    x = torch.empty(*lead, nheads, dim, dtype=torch.bfloat16, **m)
+    dt = torch.empty(*lead, nheads, 1, dtype=torch.bfloat16, **m).expand(*lead, nheads, dim)
+    selective_state_update(
+        torch.empty(1, nheads, dim, dstate, dtype=torch.float16, **m),
+        x,
+        dt,
+        torch.empty(nheads, 1, 1, dtype=torch.float32, **m).expand(nheads, dim, dstate),
+        torch.empty(*lead, 1, dstate, dtype=torch.bfloat16, **m),
+        torch.empty(*lead, 1, dstate, dtype=torch.bfloat16, **m),
+        None,
+        rand_seed=None if philox_rounds is None else torch.empty(1, dtype=torch.int64, **m),
+        philox_rounds=10 if philox_rounds is None else philox_rounds,
+        algorithm=algorithm,
+        sr_rule=sr_rule,
+    )
 
 
 def draw_seeds(out: torch.Tensor) -> torch.Tensor:

@@ -75,8 +75,8 @@ class MambaSSUBackend(_SglangBackend):
         num_layers: N of the per-device prefetcher of "next_seed" (default 64).
 
     Raises:
-        ValueError: an unknown seed mode, or Philox rounds outside 1..=10 with stochastic
-            rounding.
+        ValueError: an unknown seed mode; and, by the crate's C check
+            (:func:`mamba_ssu.check_options`), Philox rounds the kernels do not take.
     """
 
     def __init__(
@@ -97,8 +97,9 @@ class MambaSSUBackend(_SglangBackend):
         self.num_layers = num_layers
         self.stochastic_rounding = bool(enable_stochastic_rounding)
         self.philox_rounds = cache_philox_rounds or 10
-        if self.stochastic_rounding and not 1 <= self.philox_rounds <= 10:
-            raise ValueError(f"cache_philox_rounds: mamba-ssu serves 1..=10 rounds, got {self.philox_rounds}")
+        # What the crate's kernels do not serve fails here, at start-up, by the kernels' own
+        # rules (the C check); sglang passes FlashInfer's default algorithm.
+        mamba_ssu.check_options(philox_rounds=self.philox_rounds if self.stochastic_rounding else None)
         #: The SSU this backend calls (FlashInfer's signature); tests may substitute it.
         self._kernel = mamba_ssu.selective_state_update
         self._prefetchers: dict = {}

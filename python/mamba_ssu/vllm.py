@@ -62,8 +62,6 @@ __all__ = ["MambaSSUBackend", "register", "SEED_MODES", "VLLM_IMPORTABLE", "NULL
 
 #: The seed modes (module docs).
 SEED_MODES = ("next_seed", "fused", "stock")
-#: FlashInfer's algorithm names the crate serves (vLLM also offers "horizontal").
-_ALGORITHMS = ("auto", "simple", "vertical")
 
 # A child of vLLM's logger namespace, so that vLLM's logging configuration shows it.
 logger = logging.getLogger("vllm.mamba_ssu")
@@ -89,9 +87,10 @@ class MambaSSUBackend(_VllmBackend):
             stock values, one smaller than the forward's SR layer count only draws more often).
 
     Raises:
-        ValueError: an unknown seed mode, Philox rounds outside 1..=10, an unknown algorithm.
-        NotImplementedError: ``ssu_algorithm="horizontal"`` (not implemented by the crate), at
-            construction rather than at the first decode step.
+        ValueError: an unknown seed mode; and, by the crate's C check (:func:`mamba_ssu.check_options`),
+            Philox rounds the kernels do not take or an unknown algorithm.
+        NotImplementedError: an algorithm the crate does not serve yet ("horizontal").
+        Both at construction rather than at the first decode step.
     """
 
     def __init__(self, mamba_config, *, seed_mode: Optional[str] = None, num_layers: int = 64):
@@ -108,17 +107,14 @@ class MambaSSUBackend(_VllmBackend):
         self.stochastic_rounding = bool(mamba_config.enable_stochastic_rounding)
         self.philox_rounds = mamba_config.stochastic_rounding_philox_rounds or 10
         self.algorithm = mamba_config.ssu_algorithm or "auto"
-        if self.algorithm == "horizontal":
-            raise NotImplementedError(
-                'ssu_algorithm: "horizontal" is not implemented by mamba-ssu (serve --mamba-ssu-algorithm '
-                "auto, simple or vertical, or leave MAMBA_SSU_VLLM unset)"
-            )
-        if self.algorithm not in _ALGORITHMS:
-            raise ValueError(f'ssu_algorithm: expected "auto", "simple" or "vertical", got {self.algorithm!r}')
-        if self.stochastic_rounding and not 1 <= self.philox_rounds <= 10:
-            raise ValueError(
-                f"stochastic_rounding_philox_rounds: mamba-ssu serves 1..=10 rounds, got {self.philox_rounds}"
-            )
+        # What the crate's kernels do not serve fails here, at start-up, by the kernels' own
+        # rules (the C check on the decode step's form), not at the first decode step. (The
+        # verify step's form takes fewer algorithms, as FlashInfer's: whether speculative
+        # decoding runs is not in mamba_config, so that one is checked at its call.)
+        mamba_ssu.check_options(
+            algorithm=self.algorithm,
+            philox_rounds=self.philox_rounds if self.stochastic_rounding else None,
+        )
         #: The SSU this backend calls (FlashInfer's signature); tests may substitute it.
         self._kernel = mamba_ssu.selective_state_update
         self._prefetchers: dict = {}

@@ -375,3 +375,19 @@ def test_counter_seeds_checks():
         with pytest.raises(exc) as info:
             mamba_ssu.counter_seeds(*args)
         assert fragment in str(info.value), (args, str(info.value))
+
+
+def test_check_options_runs_the_c_check_on_options_alone():
+    """check_options: the verdict of the C check for options whatever the shapes (meta tensors,
+    nothing launched), with the classes selective_state_update raises."""
+    mamba_ssu.check_options()
+    mamba_ssu.check_options(algorithm="vertical", philox_rounds=5, sr_rule="0.7.4")
+    mamba_ssu.check_options(philox_rounds=None, multi_token=True)
+    with pytest.raises(NotImplementedError, match="^algorithm: "):
+        mamba_ssu.check_options(algorithm="horizontal")
+    with pytest.raises(ValueError, match="^philox_rounds: "):
+        mamba_ssu.check_options(philox_rounds=0)
+    with pytest.raises(ValueError, match="^algorithm: "):
+        mamba_ssu.check_options(algorithm="vertical", multi_token=True)
+    with pytest.raises(ValueError, match="^sr_rule: "):
+        mamba_ssu.check_options(sr_rule="0.7.3")

@@ -394,14 +394,28 @@ def test_device_and_seed_errors(gpu):
     assert _gen(gpu).get_offset() == before
 
 
-def test_prefetcher_is_created_outside_capture(gpu):
-    """Creating a SeedPrefetcher allocates the C prefetcher's stream, events and buffers: under
-    CUDA-graph capture it is refused with a RuntimeError before any CUDA call could invalidate
-    the capture (which then ends normally)."""
+def test_fused_path_is_first_used_outside_capture(gpu):
+    """A SeedPrefetcher made under CUDA-graph capture serves next_seed there (it allocates
+    nothing outside torch's allocator); the fused path's first use creates the C prefetcher (a
+    stream, events, buffers): under capture that is refused with a RuntimeError before any CUDA
+    call could invalidate the capture (which then ends normally), and works after an eager use."""
     import mamba_ssu
 
     graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        p = mamba_ssu.SeedPrefetcher(4, gpu)
+        seed = p.next_seed()
+    graph.replay()
+    assert int(seed.numel()) == 1
+    graph = torch.cuda.CUDAGraph()
     with pytest.raises(RuntimeError, match="outside CUDA-graph capture"):
         with torch.cuda.graph(graph):
-            mamba_ssu.SeedPrefetcher(4, gpu)
-    assert int(mamba_ssu.SeedPrefetcher(4, gpu).next_seed().numel()) == 1
+            with p.fused_forward():
+                pass
+    with p.fused_forward():  # eager: creates it
+        pass
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        with p.fused_forward():
+            pass
+    graph.replay()

@@ -102,9 +102,11 @@ def test_configuration_errors_at_construction():
     """What the crate cannot serve fails when vLLM builds the backend, not at the first step."""
     from mamba_ssu.vllm import MambaSSUBackend
 
-    with pytest.raises(NotImplementedError, match="horizontal"):
+    with pytest.raises(NotImplementedError, match="^algorithm: HORIZONTAL"):
         MambaSSUBackend(vllm_config(sr=True, algorithm="horizontal"))
-    with pytest.raises(ValueError, match="1..=10"):
+    with pytest.raises(ValueError, match="^algorithm: expected"):
+        MambaSSUBackend(vllm_config(sr=True, algorithm="diagonal"))
+    with pytest.raises(ValueError, match="^philox_rounds: .*1..=10"):
         MambaSSUBackend(vllm_config(sr=True, rounds=12))
     MambaSSUBackend(vllm_config(sr=False, rounds=12))  # rounds unused without SR
     with pytest.raises(ValueError, match="seed_mode"):

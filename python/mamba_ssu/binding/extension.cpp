@@ -618,21 +618,14 @@ std::mutex retired_mutex;
 
 class SeedPrefetcher {
  public:
-  // One C prefetcher (mamba_ssu_prefetcher) of `device` for forwards of n stochastic-rounding
-  // layers, created here. Its creation allocates a stream, events and device buffers, which a
-  // CUDA-graph capture does not allow: it is refused while the device's current stream captures
-  // (before anything could invalidate the capture).
+  // The seeds of `device` for forwards of n stochastic-rounding layers. The fused path's C
+  // prefetcher (mamba_ssu_prefetcher) is created at its first use (c_prefetcher), so that
+  // next_seed alone allocates nothing outside torch's allocator.
   SeedPrefetcher(int64_t n, int64_t device)
       : n_(n), device_(static_cast<c10::DeviceIndex>(device)) {
     TORCH_CHECK_VALUE(device >= 0 && device < c10::cuda::device_count(),
                       "device: expected a CUDA device index below ", c10::cuda::device_count(),
                       ", got ", device);
-    const c10::cuda::CUDAGuard guard(device_);
-    TORCH_CHECK(capture_id(c10::cuda::getCurrentCUDAStream(device_)) == 0,
-                "SeedPrefetcher: create it outside CUDA-graph capture (it allocates a stream, "
-                "events and device buffers)");
-    check_status(mamba_ssu_prefetcher_create(&p_, sat_u32(n), MAMBA_SSU_PREFETCH_AT_BEGIN),
-                 "mamba_ssu.SeedPrefetcher");
   }
 
   SeedPrefetcher(const SeedPrefetcher &) = delete;
@@ -677,9 +670,10 @@ class SeedPrefetcher {
   void begin_fused_forward() {
     const c10::cuda::CUDAGuard guard(device_);
     const auto stream = c10::cuda::getCurrentCUDAStream(device_);
+    mamba_ssu_prefetcher *p = c_prefetcher(stream);
     Tensor links = at::empty({n_}, at::TensorOptions().dtype(at::kLong).device(at::kCUDA, device_));
     check_status(mamba_ssu_prefetcher_begin_fused_forward_links(
-                     p_, as_stream(stream), nullptr, static_cast<int64_t *>(links.data_ptr())),
+                     p, as_stream(stream), nullptr, static_cast<int64_t *>(links.data_ptr())),
                  "mamba_ssu.SeedPrefetcher.fused_forward");
     links_ = links;
     in_forward_ = true;
@@ -688,6 +682,7 @@ class SeedPrefetcher {
 
   // Closes the fused forward; returns the number of fused calls it served.
   int64_t end_fused_forward() {
+    TORCH_CHECK(p_ != nullptr, "mamba_ssu.SeedPrefetcher.fused_forward: no fused forward is open");
     const c10::cuda::CUDAGuard guard(device_);
     mamba_ssu_forward_summary summary{};
     const int s = mamba_ssu_prefetcher_end_forward(p_, &summary);
@@ -716,12 +711,13 @@ class SeedPrefetcher {
     check_status(mamba_ssu_check(&a, nullptr), kSsu);
     const c10::cuda::CUDAGuard guard(self.device_);
     const auto stream = c10::cuda::getCurrentCUDAStream(self.device_);
+    mamba_ssu_prefetcher *p = self.c_prefetcher(stream);
     const mamba_ssu_position pos = take_position(self.device_, stream, 1).c_position();
-    int s = mamba_ssu_prefetcher_derive_seed_at(self.p_, as_stream(stream), &pos, &a.seed);
+    int s = mamba_ssu_prefetcher_derive_seed_at(p, as_stream(stream), &pos, &a.seed);
     // A chain whose previous link was never confirmed (that call's launch failed, and raised)
     // is refused once and restarts: this request then derives its own seed.
     if (s == MAMBA_SSU_ERROR_SCOPE && self.in_forward_)
-      s = mamba_ssu_prefetcher_derive_seed_at(self.p_, as_stream(stream), &pos, &a.seed);
+      s = mamba_ssu_prefetcher_derive_seed_at(p, as_stream(stream), &pos, &a.seed);
     check_status(s, kSsu);
     ++self.stats_.requested;
     if (a.seed.mode == MAMBA_SSU_SEED_MODE_POINTER) ++self.stats_.served;
@@ -741,6 +737,22 @@ class SeedPrefetcher {
   }
 
  private:
+  // The C prefetcher, created at the fused path's first use. Its creation allocates a stream,
+  // events and device buffers, which a CUDA-graph capture does not allow: a first use while
+  // `stream` captures is refused before anything could invalidate the capture (engines run an
+  // eager warm-up step before they capture).
+  mamba_ssu_prefetcher *c_prefetcher(const c10::cuda::CUDAStream &stream) {
+    if (p_ != nullptr) return p_;
+    TORCH_CHECK(capture_id(stream) == 0,
+                "mamba_ssu.SeedPrefetcher: the fused path's first use on cuda:",
+                static_cast<int>(device_),
+                " must be outside CUDA-graph capture (it creates the C prefetcher: a stream, "
+                "events and device buffers); run one eager step first");
+    check_status(mamba_ssu_prefetcher_create(&p_, sat_u32(n_), MAMBA_SSU_PREFETCH_AT_BEGIN),
+                 "mamba_ssu.SeedPrefetcher");
+    return p_;
+  }
+
   int64_t n_;
   c10::DeviceIndex device_;
   mamba_ssu_prefetcher *p_ = nullptr;
