@@ -1726,6 +1726,7 @@ fn problems_are_valid(seed: u64, run_reference: bool) {
             cache_steps: p.cache_steps(),
             out: lay(c.input, p.out_layout(), p.out_elems()),
             philox_rounds: c.rounds,
+            sr_rule: mamba_ssu::ssu::SrRule::V072,
             seed: (c.rounds > 0).then(|| SeedSpec::Pointer(idx_lay_i64())),
         };
         let prob = validate_mtp(&spec).unwrap_or_else(|e| panic!("{c:?}: {e}"));

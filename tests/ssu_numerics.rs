@@ -72,7 +72,7 @@ struct Cfg {
     indices: bool,
     dst: bool,
     pad: bool,
-    update_state: bool,
+    disable_state_update: bool,
     softplus: bool,
     rounds: u32,
     padded_strides: bool,
@@ -96,7 +96,7 @@ impl Cfg {
             indices: true,
             dst: false,
             pad: false,
-            update_state: true,
+            disable_state_update: false,
             softplus: true,
             rounds: 0,
             padded_strides: false,
@@ -244,7 +244,7 @@ impl Problem {
 
     /// The written head blocks: `(storage element offset, length)`.
     fn written(&self) -> Vec<(usize, usize)> {
-        if !self.cfg.update_state {
+        if self.cfg.disable_state_update {
             return vec![];
         }
         let hb = self.cfg.nheads * self.cfg.dim * self.cfg.dstate;
@@ -312,7 +312,7 @@ fn reference(p: &Problem) -> (Vec<f64>, Vec<f64>) {
                     let bn = bm[b * p.bc_stride + g * c.dstate + n];
                     let sn = da * s + xv * bn * dtv;
                     y += cm[b * p.bc_stride + g * c.dstate + n] * sn;
-                    if c.update_state && !pad {
+                    if !c.disable_state_update && !pad {
                         new_state[ws as usize * p.state_stride + e] = sn;
                     }
                 }
@@ -406,7 +406,7 @@ fn call<'a>(p: &Problem, dev: &'a mut Dev, algorithm: &'static str) -> ssu_dev::
         flags: ssu_dev::Flags {
             pad_slot_id: p.pad_slot_id,
             dt_softplus: c.softplus,
-            update_state: c.update_state,
+            disable_state_update: c.disable_state_update,
             philox_rounds: c.rounds,
             algorithm,
         },
@@ -608,7 +608,7 @@ fn all_dtype_combinations_match_f64_reference() {
                             cfg.indices = k % 5 != 0;
                             cfg.dst = cfg.indices && k % 3 == 1;
                             cfg.pad = cfg.indices && k % 4 == 2;
-                            cfg.update_state = k % 7 != 3;
+                            cfg.disable_state_update = k % 7 == 3;
                             cfg.softplus = k % 6 != 5;
                             cfg.padded_strides = rng.coin();
                             cfg.batch = 1 + rng.below(5) as usize;
@@ -899,7 +899,7 @@ fn writes_stay_inside_the_written_slots() {
             cfg.state = state;
             cfg.dst = dst;
             cfg.pad = pad;
-            cfg.update_state = update;
+            cfg.disable_state_update = !update;
             cfg.padded_strides = true;
             cfg.batch = 4;
             cfg.rounds = if state == "float16" { 10 } else { 0 };
@@ -1127,7 +1127,7 @@ fn edge_problem(mut cfg: Cfg, rng: &mut Rng) -> Problem {
     cfg.softplus = false;
     cfg.dst = false;
     cfg.pad = false;
-    cfg.update_state = true;
+    cfg.disable_state_update = false;
     let mut p = Problem::new(cfg, rng);
     let c = p.cfg.clone();
     let n_state = p.state.len() / 2;

@@ -89,26 +89,39 @@
 //! ```
 
 // Files: `args.rs` holds the call's arguments and their host-side description (SsuArgs,
-// SeedSource, Algorithm, SsuSpec, SeedSpec, SsuProblem); `validation.rs` holds `validate` and
-// its helpers; `launch.rs` holds `selective_state_update` (device checks, pointers, the C ABI's
-// parameters, the launch); `fixtures.rs` holds the valid call the unit tests start from. Each
-// file carries the unit tests of its own code. `mtp/` is the multi-token form (its own args,
-// validation and launch, sharing the helpers and the seed types of these files).
+// Algorithm, SsuSpec, SsuProblem); `seed.rs` the seed (SeedSource, SeedSpec) and its one
+// conversion into the C ABI's `mamba_ssu_seed`; `contract.rs` the bridge of both forms to the C
+// contract (a call's tensors as `mamba_ssu_args`, the pure check and plan, the Rust-only buffer
+// rule, the launch over borrowed buffers); `validation.rs` holds `validate`; `launch.rs`
+// `selective_state_update`; `fixtures.rs` the valid call the unit tests start from. Each file
+// carries the unit tests of its own code. `mtp/` is the multi-token form (its own args,
+// validation and launch over the same bridge and seed).
 
 mod args;
+mod contract;
 #[cfg(test)]
 mod fixtures;
 mod launch;
 pub mod mtp;
+mod seed;
 mod validation;
 
-pub use args::{Algorithm, SeedSource, SeedSpec, SsuArgs, SsuProblem, SsuSpec};
+pub use args::{Algorithm, SsuArgs, SsuProblem, SsuSpec};
 pub use launch::selective_state_update;
 pub use mtp::{
     mtp_launch_plan, selective_state_update_mtp, validate_mtp, MtpArgs, MtpLaunchPlan, MtpProblem,
     MtpSpec,
 };
-pub use validation::{validate, MAX_PHILOX_ROUNDS, SUPPORTED_DSTATE};
+pub use seed::{SeedSource, SeedSpec};
+pub use validation::validate;
+
+/// Most Philox rounds of stochastic rounding the kernels take (the header's
+/// `MAMBA_SSU_MAX_PHILOX_ROUNDS`; the C check enforces it).
+pub const MAX_PHILOX_ROUNDS: u32 = crate::ffi::sys::MAMBA_SSU_MAX_PHILOX_ROUNDS;
+
+/// The `dstate` values the kernels serve (the C check enforces them: another value is
+/// [`Error::Unsupported`](crate::Error::Unsupported)); the CPU references take the same.
+pub const SUPPORTED_DSTATE: [usize; 3] = [64, 128, 256];
 
 /// The stochastic-rounding conversion of a call (FlashInfer 0.7.2's, the default, or 0.7.4's);
 /// the same type as the CPU reference's.

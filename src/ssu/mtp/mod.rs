@@ -109,13 +109,14 @@
 
 // Files: `args.rs` holds the call's arguments and their host-side description (MtpArgs,
 // MtpSpec, MtpProblem, MtpLaunchPlan); `validation.rs` holds `validate_mtp`; `launch.rs`
-// holds `selective_state_update_mtp`, `mtp_launch_plan` and the C parameter block. The unit
-// tests are in `tests.rs`.
+// `selective_state_update_mtp` and `mtp_launch_plan`, both over the bridge of `ssu/contract.rs`;
+// `fixtures.rs` the valid calls the unit tests start from. Each file carries the unit tests of
+// its own code.
 
 mod args;
-mod launch;
 #[cfg(test)]
-mod tests;
+mod fixtures;
+mod launch;
 mod validation;
 
 pub use args::{MtpArgs, MtpLaunchPlan, MtpProblem, MtpSpec};
