@@ -805,7 +805,6 @@ fn case_spec(case: &Case, out_desc: &common::TensorDesc) -> mamba_ssu::ssu::MtpS
         cache_steps: cache_steps(case),
         out: lay(out_desc),
         philox_rounds: case.philox_rounds,
-        sr_rule: mamba_ssu::ssu::SrRule::V072,
         seed: (case.philox_rounds > 0).then(|| SeedSpec::Pointer(need("rand_seed"))),
     }
 }

@@ -786,7 +786,6 @@ fn call<'a>(p: &'a Problem, dev: &'a mut Dev) -> mtp_dev::MtpCall<'a> {
         disable_state_update: c.disable_state_update,
         philox_rounds: c.rounds,
         seed: (c.rounds > 0).then(|| idx(&dev.seed, &[1])),
-        sr_rule: mamba_ssu::ssu::SrRule::V072,
     }
 }
 
@@ -1726,7 +1725,6 @@ fn problems_are_valid(seed: u64, run_reference: bool) {
             cache_steps: p.cache_steps(),
             out: lay(c.input, p.out_layout(), p.out_elems()),
             philox_rounds: c.rounds,
-            sr_rule: mamba_ssu::ssu::SrRule::V072,
             seed: (c.rounds > 0).then(|| SeedSpec::Pointer(idx_lay_i64())),
         };
         let prob = validate_mtp(&spec).unwrap_or_else(|e| panic!("{c:?}: {e}"));

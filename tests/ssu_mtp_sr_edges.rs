@@ -615,7 +615,6 @@ fn edge_inputs_cover_every_class_and_pass_validation() {
                 cache_steps: Some(T),
                 out: lay(DType::BF16, p.x_layout(), tok * DIM),
                 philox_rounds: 10,
-                sr_rule: mamba_ssu::ssu::SrRule::V072,
                 seed: Some(SeedSpec::Pointer(
                     TensorLayout::contiguous(DType::I64, &[1], 1).unwrap(),
                 )),

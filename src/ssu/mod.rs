@@ -103,6 +103,8 @@ mod contract;
 mod fixtures;
 mod launch;
 pub mod mtp;
+#[cfg(test)]
+mod props;
 mod seed;
 mod validation;
 

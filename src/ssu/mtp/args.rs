@@ -222,7 +222,6 @@ impl<'a> MtpArgs<'a> {
             cache_steps: self.cache_steps,
             out: *self.out.layout(),
             philox_rounds: self.philox_rounds,
-            sr_rule: self.sr_rule,
             seed: self.seed.as_ref().map(SeedSource::spec),
         }
     }
@@ -268,9 +267,6 @@ pub struct MtpSpec {
     pub out: TensorLayout,
     /// Philox rounds (0: round to nearest).
     pub philox_rounds: u32,
-    /// The stochastic-rounding conversion ([`MtpArgs::sr_rule`]; it picks the kernel the plan
-    /// reports).
-    pub sr_rule: SrRule,
     /// The seed, if any.
     pub seed: Option<SeedSpec>,
 }

@@ -1,7 +1,6 @@
 //! Test fixtures shared by the unit tests of the multi-token validation and launch: valid
 //! fixed-length and varlen calls' layouts, to which each test applies one change.
 
-use crate::reference::SrRule;
 use crate::ssu::SeedSpec;
 use crate::tensor::{DType, TensorLayout};
 
@@ -72,7 +71,6 @@ pub(super) fn base() -> MtpSpec {
         cache_steps: None,
         out: contiguous(DType::BF16, &[BATCH, T, NH, DIM]),
         philox_rounds: 10,
-        sr_rule: SrRule::V072,
         seed: Some(SeedSpec::Pointer(contiguous(DType::I64, &[1]))),
     }
 }

@@ -5,6 +5,7 @@
 use cudarc::driver::CudaStream;
 
 use crate::error::{Error, Result};
+use crate::reference::SrRule;
 use crate::ssu::contract::{self, Buffers};
 
 use super::args::{MtpArgs, MtpLaunchPlan, MtpSpec};
@@ -30,7 +31,7 @@ pub fn mtp_launch_plan(spec: &MtpSpec, num_sms: u32) -> Result<MtpLaunchPlan> {
             )
         })?;
     let (call, _) = checked(spec)?;
-    let plan = call.plan(spec.seed.as_ref(), spec.philox_rounds, spec.sr_rule, sms)?;
+    let plan = call.plan(spec.seed.as_ref(), spec.philox_rounds, SrRule::V072, sms)?;
     Ok(MtpLaunchPlan {
         grid_blocks: plan.grid_blocks.max(0) as u64,
         blocks_per_head: plan.blocks_per_head.max(0) as u64,
@@ -103,4 +104,39 @@ pub fn selective_state_update_mtp(stream: &CudaStream, args: &mut MtpArgs<'_>) -
         args.philox_rounds,
         args.sr_rule,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ssu::mtp::fixtures::*;
+    use crate::ssu::mtp::validate_mtp;
+
+    /// The plan comes from the C planner for a checked call: no device is queried (a count of
+    /// 0 is refused rather than passed on), and an invalid call fails as `validate_mtp` does.
+    #[test]
+    fn launch_plan_of_a_call() {
+        assert!(matches!(
+            mtp_launch_plan(&base(), 0),
+            Err(Error::InvalidArgument {
+                argument: "num_sms",
+                ..
+            })
+        ));
+        let bad = with(|s| s.philox_rounds = 11);
+        assert_eq!(
+            mtp_launch_plan(&bad, 132).unwrap_err().to_string(),
+            validate_mtp(&bad).unwrap_err().to_string()
+        );
+        for spec in [base(), base_varlen()] {
+            let plan = mtp_launch_plan(&spec, 132).unwrap();
+            assert!(plan.grid_blocks >= (BATCH * NH) as u64, "{plan:?}");
+            assert_eq!(
+                plan.threads_per_block,
+                32 * plan.warps_per_block,
+                "{plan:?}"
+            );
+            assert_eq!(plan.num_sms, 132);
+        }
+    }
 }
