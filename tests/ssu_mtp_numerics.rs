@@ -786,6 +786,7 @@ fn call<'a>(p: &'a Problem, dev: &'a mut Dev) -> mtp_dev::MtpCall<'a> {
         disable_state_update: c.disable_state_update,
         philox_rounds: c.rounds,
         seed: (c.rounds > 0).then(|| idx(&dev.seed, &[1])),
+        sr_rule: mamba_ssu::ssu::SrRule::V072,
     }
 }
 
