@@ -116,4 +116,67 @@ mod tests {
             assert!(message(other).contains("unknown"), "status {other}");
         }
     }
+
+    /// C statuses become the crate's errors, naming the argument C names, its detail (less the
+    /// name) as the message: INVALID_ARGUMENT and INVALID_VALUE an `InvalidArgument`,
+    /// UNSUPPORTED an `Unsupported`, SCOPE a `Scope`; a rejection naming no argument, and
+    /// anything else, a `Launcher` error with the status and the detail.
+    #[test]
+    fn c_statuses_become_typed_errors() {
+        // SAFETY: a NULL output is rejected before anything is launched.
+        let status = unsafe {
+            sys::mamba_ssu_draw_seeds(std::ptr::null_mut(), std::ptr::null_mut(), 1, 0, 0)
+        };
+        match check(status) {
+            Err(Error::InvalidArgument { argument, message }) => {
+                assert_eq!((argument, message.as_str()), ("out", "null pointer"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let args = sys::mamba_ssu_args {
+            reserved: 1,
+            ..Default::default()
+        };
+        // SAFETY: a valid (empty) call; the check reads it only.
+        let status = unsafe { sys::mamba_ssu_check(&args, std::ptr::null_mut()) };
+        assert_eq!(status, sys::MAMBA_SSU_ERROR_INVALID_VALUE as c_int);
+        match check(status) {
+            Err(Error::InvalidArgument { argument, message }) => {
+                assert_eq!(
+                    (argument, message.as_str()),
+                    ("reserved", "expected 0, got 1")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // SAFETY: a pure function of its arguments (num_sms > 0: no device query).
+        let r = unsafe {
+            sys::mamba_ssu_resolve_algorithm(sys::MAMBA_SSU_ALGO_HORIZONTAL as i32, 1, 1, 1)
+        };
+        match check(-r) {
+            Err(Error::Unsupported { argument, message }) => {
+                assert_eq!(argument, "algorithm");
+                assert!(message.contains("HORIZONTAL"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            check(sys::MAMBA_SSU_ERROR_SCOPE as c_int),
+            Err(Error::Scope(_))
+        ));
+        // SAFETY: NULL arguments are rejected; the detail names no argument of the list.
+        let status = unsafe {
+            sys::mamba_ssu_prefetcher_graph_increment(std::ptr::null(), std::ptr::null_mut())
+        };
+        match check(status) {
+            Err(Error::Launcher {
+                status: s, detail, ..
+            }) => {
+                assert_eq!(s, status);
+                assert!(detail.contains("null pointer"), "{detail}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(check(sys::MAMBA_SSU_SUCCESS as c_int).is_ok());
+    }
 }

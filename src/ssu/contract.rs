@@ -363,3 +363,143 @@ pub(super) fn launch(
     drop(guards);
     ffi::check(status)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ssu::fixtures::{base, lay};
+
+    fn call() -> Call {
+        super::super::validation::call_of(&base())
+    }
+
+    /// `mamba_ssu_args` carries each tensor as it is (address, dtype, rank, shape, strides;
+    /// absent ones rank 0) and every option and the seed as given.
+    #[test]
+    fn args_carry_the_call() {
+        let mut c = call();
+        c.pad_slot_id = 7;
+        c.dt_softplus = true;
+        c.disable_state_update = true;
+        c.algorithm = Algorithm::Vertical;
+        c.cache_steps = 3;
+        let data: [u64; TENSORS] = std::array::from_fn(|k| 0x100 * (k as u64 + 1));
+        let seed = sys::mamba_ssu_seed {
+            mode: sys::MAMBA_SSU_SEED_MODE_POINTER as i32,
+            rounds: 5,
+            pointer: 0x4000 as *const i64,
+            ..Default::default()
+        };
+        let a = c.args(&data, seed, 78).unwrap();
+        let spec = base();
+        let dt = a.dt;
+        assert_eq!(
+            (dt.data as u64, dt.dtype, dt.rank),
+            (data[DT], spec.dt.dtype().ffi(), 3)
+        );
+        assert_eq!(&dt.shape[..3], &[2, 4, 8]);
+        assert_eq!(&dt.strides[..3], &[4, 1, 0]);
+        assert_eq!(a.state.strides[0], spec.state.strides()[0] as i64);
+        assert_eq!(a.A.data as u64, data[A]);
+        assert_eq!(
+            a.dst_state_batch_indices.data as u64,
+            data[DST_STATE_BATCH_INDICES]
+        );
+        for absent in [
+            a.intermediate_states,
+            a.intermediate_state_indices,
+            a.cu_seqlens,
+            a.num_accepted_tokens,
+            a.state_scale,
+            a.intermediate_state_scales,
+        ] {
+            assert_eq!(absent.rank, 0);
+        }
+        assert_eq!(
+            (
+                a.pad_slot_id,
+                a.cache_steps,
+                a.dt_softplus,
+                a.disable_state_update
+            ),
+            (7, 3, 1, 1)
+        );
+        assert_eq!(
+            (a.algorithm, a.form, a.num_sms, a.reserved),
+            (
+                sys::MAMBA_SSU_ALGO_VERTICAL as i32,
+                sys::MAMBA_SSU_FORM_SINGLE as i32,
+                78,
+                0
+            )
+        );
+        assert_eq!(
+            (a.seed.mode, a.seed.rounds, a.seed.pointer as u64),
+            (1, 5, 0x4000)
+        );
+        assert!(c.has_indices() && a.state_batch_indices.rank == 1);
+
+        // A size or stride that does not fit int64 names its tensor.
+        let mut c = call();
+        c.tensors[Z] = Some(lay(DType::BF16, &[1, 4, 8], &[1 << 63, 8, 1]));
+        let e = c.args(&data, seed, 0).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidArgument { argument: "z", .. }),
+            "{e}"
+        );
+        c.cache_steps = usize::MAX;
+        let e = c.args(&data, seed, 0).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::InvalidArgument {
+                    argument: "cache_steps",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    /// The buffer rule: the largest element a tensor reaches is inside its buffer; a tensor with
+    /// no element reaches none; an extent past usize::MAX is reported as such.
+    #[test]
+    fn every_tensor_stays_inside_its_buffer() {
+        let mut c = call();
+        c.check_buffers().unwrap();
+        c.tensors[OUT] = Some(TensorLayout::new(DType::BF16, &[2, 0, 8], &[32, 8, 1], 0).unwrap());
+        c.check_buffers().unwrap();
+        c.tensors[D] = Some(TensorLayout::new(DType::BF16, &[4, 8], &[1, 0], 3).unwrap());
+        let e = c.check_buffers().unwrap_err().to_string();
+        assert!(
+            e.starts_with("`D`:") && e.contains("reaches element 3, but the buffer holds 3"),
+            "{e}"
+        );
+        c.tensors[D] = None;
+        c.tensors[NUM_ACCEPTED_TOKENS] =
+            Some(TensorLayout::new(DType::I32, &[3, 2], &[usize::MAX, 1], 8).unwrap());
+        let e = c.check_buffers().unwrap_err().to_string();
+        assert!(
+            e.starts_with("`num_accepted_tokens`:") && e.contains("past usize::MAX"),
+            "{e}"
+        );
+    }
+
+    /// The placeholders of the pure check and plan are 256-byte aligned and distinct, also from
+    /// the seed's and the generator state's (whose seed and offset words are 8-byte aligned).
+    #[test]
+    fn placeholders_are_aligned_and_distinct() {
+        let mut all: Vec<u64> = (0..TENSORS).map(placeholder).collect();
+        all.extend([
+            PLACEHOLDER_SEED,
+            PLACEHOLDER_GENERATOR,
+            PLACEHOLDER_GENERATOR + 8,
+        ]);
+        assert!(all.iter().all(|p| p % 8 == 0));
+        assert!(all[..TENSORS + 2].iter().all(|p| p % 256 == 0));
+        let n = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), n);
+    }
+}

@@ -162,7 +162,7 @@ pub(super) fn expected(
         }
     }
     if let (Some(SeedSpec::Pointer(l)), true) = (seed, rounds > 0) {
-        if l.dtype() != DType::I64 || l.shape().iter().product::<usize>() != 1 || l.len() == 0 {
+        if l.dtype() != DType::I64 || l.shape().iter().product::<usize>() != 1 || l.is_empty() {
             return (1, "rand_seed".to_string());
         }
     }
