@@ -1375,11 +1375,11 @@ fn invalid_arguments_are_rejected_by_name_and_launch_nothing() {
         ("rounds above 10", &["philox_rounds"], |c| {
             c.flags.philox_rounds = 11
         }),
-        ("SR without a seed", &["seed", "rand_seed"], |c| {
-            c.seed = None
-        }),
-        ("B with 3 groups for 8 heads", &["B", "ngroups"], |c| {
+        // FlashInfer's rand_seed = None: the C check names the seed's pointer.
+        ("SR without a seed", &["seed.pointer"], |c| c.seed = None),
+        ("B and C with 3 groups for 8 heads", &["B"], |c| {
             c.b.shape[1] = 3;
+            c.c.shape[1] = 3;
         }),
         ("x batch differs from out", &["x", "out"], |c| {
             c.x.shape[0] = 2
