@@ -118,17 +118,22 @@ fn single<'a>(i: &'a Inputs, o: &'a mut Outputs) -> SsuArgs<'a> {
     )
 }
 
-/// A valid fixed-length multi-token call (T tokens, the read slots written) over `i` and `o`.
-fn multi<'a>(i: &'a Inputs, o: &'a mut Outputs) -> MtpArgs<'a> {
+/// A valid fixed-length multi-token call (T tokens, the read slots written) over `i`, `state`
+/// and `out`.
+fn multi<'a>(
+    i: &'a Inputs,
+    state: &'a mut CudaSlice<f16>,
+    out: &'a mut CudaSlice<bf16>,
+) -> MtpArgs<'a> {
     let n = BATCH * T * ROW;
     MtpArgs::new(
-        TensorMut::contiguous(&mut o.state, &[SLOTS, NH, DIM, DS]).unwrap(),
+        TensorMut::contiguous(state, &[SLOTS, NH, DIM, DS]).unwrap(),
         Tensor::contiguous(i.x.slice(..n), &[BATCH, T, NH, DIM]).unwrap(),
         Tensor::new(&i.dt, &[BATCH, T, NH, DIM], &[T * NH, NH, 1, 0]).unwrap(),
         Tensor::new(&i.a, &[NH, DIM, DS], &[1, 0, 0]).unwrap(),
         Tensor::contiguous(i.bc.slice(..BATCH * T * DS), &[BATCH, T, 1, DS]).unwrap(),
         Tensor::contiguous(i.bc.slice(..BATCH * T * DS), &[BATCH, T, 1, DS]).unwrap(),
-        TensorMut::contiguous(&mut o.out, &[BATCH, T, NH, DIM]).unwrap(),
+        TensorMut::contiguous(out, &[BATCH, T, NH, DIM]).unwrap(),
     )
     .state_batch_indices(Tensor::contiguous(&i.slots, &[BATCH]).unwrap())
     .stochastic_rounding(
@@ -252,7 +257,7 @@ fn multi_token_rejections_are_typed_and_launch_nothing() {
     let n = BATCH * T * DS;
 
     // The C contract: a cu_seqlens with a 4-D x, a dst index narrower than T.
-    let mut a = multi(&i, &mut o);
+    let mut a = multi(&i, &mut o.state, &mut o.out);
     a.cu_seqlens = Some(Tensor::contiguous(i.slots.slice(..BATCH), &[BATCH]).unwrap());
     assert_rejected(
         selective_state_update_mtp(&stream, &mut a),
@@ -260,7 +265,7 @@ fn multi_token_rejections_are_typed_and_launch_nothing() {
         "cu_seqlens",
         "got a 4-D x",
     );
-    let mut a = multi(&i, &mut o);
+    let mut a = multi(&i, &mut o.state, &mut o.out);
     a.dst_state_batch_indices =
         Some(Tensor::contiguous(i.dst.slice(..BATCH), &[BATCH, 1]).unwrap());
     assert_rejected(
@@ -270,7 +275,7 @@ fn multi_token_rejections_are_typed_and_launch_nothing() {
         "narrower than the longest sequence",
     );
     // Rust-only: the dst index's buffer one element short.
-    let mut a = multi(&i, &mut o);
+    let mut a = multi(&i, &mut o.state, &mut o.out);
     a.dst_state_batch_indices = Some(
         Tensor::contiguous(i.dst.slice(..BATCH * T - 1), &[BATCH, T])
             .unwrap_or_else(|e| panic!("{e}")),
@@ -282,7 +287,7 @@ fn multi_token_rejections_are_typed_and_launch_nothing() {
         "but the buffer holds",
     );
     // The launch's check: B one bf16 in is off its 16-byte alignment.
-    let mut a = multi(&i, &mut o);
+    let mut a = multi(&i, &mut o.state, &mut o.out);
     a.b = Tensor::contiguous(i.bc.slice(1..n + 1), &[BATCH, T, 1, DS]).unwrap();
     assert_rejected(
         selective_state_update_mtp(&stream, &mut a),
@@ -291,7 +296,7 @@ fn multi_token_rejections_are_typed_and_launch_nothing() {
         "16-byte aligned",
     );
     assert!(snapshot(&stream, &o) == before, "a rejected call wrote");
-    selective_state_update_mtp(&stream, &mut multi(&i, &mut o)).unwrap();
+    selective_state_update_mtp(&stream, &mut multi(&i, &mut o.state, &mut o.out)).unwrap();
     assert!(snapshot(&stream, &o) != before);
 }
 
@@ -307,18 +312,9 @@ fn two_write_modes_are_an_invalid_argument() {
     let before = snapshot(&stream, &o);
     {
         let Outputs { state, out, inter } = &mut o;
-        let mut a = MtpArgs::new(
-            TensorMut::contiguous(state, &[SLOTS, NH, DIM, DS]).unwrap(),
-            Tensor::contiguous(i.x.slice(..BATCH * T * ROW), &[BATCH, T, NH, DIM]).unwrap(),
-            Tensor::new(&i.dt, &[BATCH, T, NH, DIM], &[T * NH, NH, 1, 0]).unwrap(),
-            Tensor::new(&i.a, &[NH, DIM, DS], &[1, 0, 0]).unwrap(),
-            Tensor::contiguous(i.bc.slice(..BATCH * T * DS), &[BATCH, T, 1, DS]).unwrap(),
-            Tensor::contiguous(i.bc.slice(..BATCH * T * DS), &[BATCH, T, 1, DS]).unwrap(),
-            TensorMut::contiguous(out, &[BATCH, T, NH, DIM]).unwrap(),
-        )
-        .state_batch_indices(Tensor::contiguous(&i.slots, &[BATCH]).unwrap())
-        .dst_state_batch_indices(Tensor::contiguous(&i.dst, &[BATCH, T]).unwrap())
-        .intermediate_states(TensorMut::contiguous(inter, &[BATCH, T, NH, DIM, DS]).unwrap());
+        let mut a = multi(&i, state, out)
+            .dst_state_batch_indices(Tensor::contiguous(&i.dst, &[BATCH, T]).unwrap())
+            .intermediate_states(TensorMut::contiguous(inter, &[BATCH, T, NH, DIM, DS]).unwrap());
         assert_rejected(
             selective_state_update_mtp(&stream, &mut a),
             false,

@@ -101,6 +101,34 @@ pub(super) fn dtype(v: i32) -> Result<DType> {
     })
 }
 
+/// A checked call's problem (`SsuProblem` or `MtpProblem`) from the C check's description `$p`
+/// of `$call`: the fields both forms have, then the form's own.
+macro_rules! problem {
+    ($ty:ident, $p:expr, $call:expr, { $($field:ident: $value:expr),* $(,)? }) => {{
+        use $crate::ssu::contract::{dtype, size};
+        let p: &$crate::ffi::sys::mamba_ssu_problem = &$p;
+        $ty {
+            batch: size(p.batch),
+            nheads: size(p.nheads),
+            dim: size(p.dim),
+            dstate: size(p.dstate),
+            ngroups: size(p.ngroups),
+            cache_slots: size(p.state_cache_size),
+            state_dtype: dtype(p.state_dtype)?,
+            input_dtype: dtype(p.input_dtype)?,
+            weight_dtype: dtype(p.weight_dtype)?,
+            index_dtype: if $call.has_indices() {
+                Some(dtype(p.index_dtype)?)
+            } else {
+                None
+            },
+            stochastic_rounding: p.stochastic_rounding != 0,
+            $($field: $value,)*
+        }
+    }};
+}
+pub(super) use problem;
+
 /// The descriptor of tensor `name` with layout `l` at device address `data`.
 fn descriptor(name: &'static str, l: &TensorLayout, data: u64) -> Result<sys::mamba_ssu_tensor> {
     let mut t = sys::mamba_ssu_tensor {
@@ -297,6 +325,49 @@ impl<'t, 'a> Buffers<'t, 'a> {
         }
     }
 }
+
+/// Enqueues `$call` (checked already: [`Call::check`]) for `$args` (an `SsuArgs` or
+/// `MtpArgs`) on `$stream` through [`launch`]: the options and seed of `$args`, the buffers of
+/// the tensors both forms have (under the field names they share), then the form's own
+/// `inputs` and `outputs` (each `(position in NAMES, Option<&tensor>)`).
+macro_rules! launch_args {
+    ($stream:expr, $call:expr, $args:expr, [$($input:expr),* $(,)?], [$($output:expr),* $(,)?]) => {{
+        use $crate::ssu::contract as c;
+        let mut call: c::Call = $call;
+        call.pad_slot_id = $args.pad_slot_id;
+        call.dt_softplus = $args.dt_softplus;
+        call.disable_state_update = $args.disable_state_update;
+        let buffers = c::Buffers::new(
+            [
+                (c::X, Some(&$args.x)),
+                (c::DT, Some(&$args.dt)),
+                (c::A, Some(&$args.a)),
+                (c::B, Some(&$args.b)),
+                (c::C, Some(&$args.c)),
+                (c::D, $args.d.as_ref()),
+                (c::Z, $args.z.as_ref()),
+                (c::DT_BIAS, $args.dt_bias.as_ref()),
+                (c::STATE_BATCH_INDICES, $args.state_batch_indices.as_ref()),
+                (c::DST_STATE_BATCH_INDICES, $args.dst_state_batch_indices.as_ref()),
+                $($input,)*
+            ],
+            [
+                (c::STATE, Some(&mut $args.state)),
+                (c::OUT, Some(&mut $args.out)),
+                $($output,)*
+            ],
+        );
+        c::launch(
+            $stream,
+            &call,
+            buffers,
+            $args.seed.as_ref(),
+            $args.philox_rounds,
+            $args.sr_rule,
+        )
+    }};
+}
+pub(super) use launch_args;
 
 /// Enqueues `call` (checked already: [`Call::check`]) on `stream` over `buffers` and `seed`
 /// with `rounds` and `rule`: checks that every buffer lives on the stream's device, takes the

@@ -7,7 +7,7 @@ use cudarc::driver::CudaStream;
 use crate::error::Result;
 
 use super::args::SsuArgs;
-use super::contract::{self, Buffers};
+use super::contract;
 use super::validation::checked;
 
 /// Enqueues one selective-state-update on `stream`.
@@ -27,40 +27,6 @@ use super::validation::checked;
 pub fn selective_state_update(stream: &CudaStream, args: &mut SsuArgs<'_>) -> Result<()> {
     let spec = args.spec();
     let (mut call, _) = checked(&spec)?;
-    call.pad_slot_id = args.pad_slot_id;
-    call.dt_softplus = args.dt_softplus;
-    call.disable_state_update = args.disable_state_update;
     call.algorithm = args.algorithm;
-    let buffers = Buffers::new(
-        [
-            (contract::X, Some(&args.x)),
-            (contract::DT, Some(&args.dt)),
-            (contract::A, Some(&args.a)),
-            (contract::B, Some(&args.b)),
-            (contract::C, Some(&args.c)),
-            (contract::D, args.d.as_ref()),
-            (contract::Z, args.z.as_ref()),
-            (contract::DT_BIAS, args.dt_bias.as_ref()),
-            (
-                contract::STATE_BATCH_INDICES,
-                args.state_batch_indices.as_ref(),
-            ),
-            (
-                contract::DST_STATE_BATCH_INDICES,
-                args.dst_state_batch_indices.as_ref(),
-            ),
-        ],
-        [
-            (contract::STATE, Some(&mut args.state)),
-            (contract::OUT, Some(&mut args.out)),
-        ],
-    );
-    contract::launch(
-        stream,
-        &call,
-        buffers,
-        args.seed.as_ref(),
-        args.philox_rounds,
-        args.sr_rule,
-    )
+    contract::launch_args!(stream, call, args, [], [])
 }

@@ -169,6 +169,25 @@ pub(super) fn expected(
     (0, String::new())
 }
 
+/// One random call's verdicts: the Rust front door's `rust`, and the one it must give
+/// ([`expected`] of the raw C check of the `mamba_ssu_args` a C caller fills for `named`, `form`,
+/// `cache_steps` and the seed), with `what` describing the call.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn verdicts<T>(
+    rust: &Result<T>,
+    named: &[(&'static str, Option<TensorLayout>); 16],
+    form: u32,
+    cache_steps: usize,
+    seed: Option<SeedSpec>,
+    rounds: u32,
+    rule: SrRule,
+    what: String,
+) -> Option<(Verdict, Verdict, String)> {
+    let raw = raw_args(named, form, cache_steps, raw_seed(seed, rounds, rule));
+    let want = expected(c_verdict(&raw), named, seed, rounds);
+    Some((rust_verdict(rust), want, what))
+}
+
 /// Runs `cases` random calls (`next` yields the Rust verdict and the expected one, or None for
 /// a draw it cannot build) and asserts that they agree, and that acceptances and both kinds of
 /// rejection are all covered; returns how many calls each argument's rejection covered.
@@ -206,4 +225,281 @@ pub(super) fn agree(
         "coverage: {kinds:?}"
     );
     named
+}
+
+/// One element short of `l`'s buffer (its largest reachable element then lies outside it).
+pub(super) fn shorten(l: &mut TensorLayout) {
+    let len = l.max_offset().unwrap_or(l.len());
+    *l = TensorLayout::new(l.dtype(), l.shape(), l.strides(), len).expect("a valid layout");
+}
+
+/// [`shorten`] of one of `layouts`, picked at random (the mutation of a Rust-only rule).
+pub(super) fn shorten_one<const N: usize>(rng: &mut Rng, layouts: [&mut TensorLayout; N]) {
+    let k = (rng.next() % N as u64) as usize;
+    if let Some(l) = layouts.into_iter().nth(k) {
+        shorten(l);
+    }
+}
+
+/// What the random calls of both forms share: the sizes, dtypes and SR settings, and which of
+/// the optional per-head and gate tensors are given; drawn valid, then at most one of them
+/// mutated to a limit, an overflowing value or a wrong dtype.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Common {
+    pub(super) batch: usize,
+    pub(super) nheads: usize,
+    pub(super) dim: usize,
+    pub(super) dstate: usize,
+    pub(super) ngroups: usize,
+    pub(super) slots: usize,
+    pub(super) rounds: u32,
+    pub(super) sr_rule: SrRule,
+    pub(super) state: DType,
+    pub(super) input: DType,
+    pub(super) weight: DType,
+    pub(super) index: DType,
+    pub(super) seed: Option<SeedSpec>,
+    pub(super) with_d: bool,
+    pub(super) with_z: bool,
+    pub(super) with_bias: bool,
+}
+
+impl Common {
+    /// A valid draw, then mutation `m` when it is one of these (0..13; a form numbers its own
+    /// mutations from 13 on).
+    pub(super) fn draw(rng: &mut Rng, m: u64) -> Option<Self> {
+        let f = [DType::F16, DType::BF16, DType::F32];
+        let nheads = rng.pick(&[1usize, 2, 4, 6, 64, 8192]);
+        let ngroups = rng.pick(&[1usize, 2]).min(nheads);
+        let rounds = rng.pick(&[0u32, 5, 10]);
+        let batch = rng.pick(&[1usize, 2, 3, 5, 64, 512]);
+        let mut c = Common {
+            batch,
+            nheads,
+            dim: rng.pick(&[1usize, 2, 7, 8, 64, 100]),
+            dstate: rng.pick(&[64usize, 128, 256]),
+            ngroups: if nheads % ngroups == 0 { ngroups } else { 1 },
+            slots: batch + rng.pick(&[0usize, 1, 7]),
+            rounds,
+            sr_rule: rng.pick(&[SrRule::V072, SrRule::V074]),
+            state: if rounds > 0 { DType::F16 } else { rng.pick(&f) },
+            input: rng.pick(&f),
+            weight: rng.pick(&f),
+            index: rng.pick(&[DType::I32, DType::I64]),
+            seed: match rng.next() % 3 {
+                0 => Some(SeedSpec::FromGenerator {
+                    offset: 4 * (rng.next() % 1000),
+                }),
+                1 => Some(SeedSpec::FromValues {
+                    seed: rng.next(),
+                    offset: 8,
+                }),
+                _ => Some(SeedSpec::Pointer(try_lay(DType::I64, &[1], &[1])?)),
+            },
+            with_d: rng.chance(70),
+            with_z: rng.chance(50),
+            with_bias: rng.chance(70),
+        };
+        match m {
+            0 => c.batch = rng.pick(&[0, 1 << 20, (1 << 29) - 1, 1 << 29, 1 << 31, 1 << 40]),
+            1 => c.nheads = rng.pick(&[0, 1 << 20, 1 << 29, 1 << 31, 3 << 30]),
+            2 => c.dim = rng.pick(&[1 << 20, 1 << 30, (1 << 30) + 1, 1 << 40]),
+            3 => c.dstate = rng.pick(&[0, 16, 32, 96, 512]),
+            4 => c.ngroups = rng.pick(&[3, c.nheads + 1, 0]),
+            5 => c.slots = rng.pick(&[c.batch.saturating_sub(1), 0, 1 << 40]),
+            6 => c.state = rng.pick(&[DType::I32, DType::I64, DType::BF16, DType::F32]),
+            7 => c.input = rng.pick(&[DType::I32, DType::I64]),
+            8 => c.weight = rng.pick(&[DType::I32, DType::I64]),
+            9 => c.index = rng.pick(&[DType::F32, DType::F16]),
+            10 => c.rounds = rng.pick(&[1, 2, 9, 11, 64]),
+            11 => {
+                c.seed = rng.pick(&[
+                    None,
+                    Some(SeedSpec::FromGenerator { offset: 6 }),
+                    Some(SeedSpec::FromValues { seed: 1, offset: 2 }),
+                    Some(SeedSpec::Pointer(try_lay(DType::I32, &[1], &[1])?)),
+                    Some(SeedSpec::Pointer(try_lay(DType::I64, &[2], &[1])?)),
+                ])
+            }
+            12 => {
+                (c.with_d, c.with_z, c.with_bias) = (rng.chance(50), rng.chance(50), rng.chance(50))
+            }
+            _ => {}
+        }
+        Some(c)
+    }
+
+    /// `n` rounded up to a 16-byte multiple of `dtype` elements.
+    pub(super) fn aligned(n: usize, dtype: DType) -> Option<usize> {
+        let a = 16 / dtype.size_bytes();
+        n.div_ceil(a).checked_mul(a)
+    }
+
+    /// The state (slots, nheads, dim, dstate) with slot stride `slot_stride`.
+    pub(super) fn state(&self, slot_stride: usize) -> Option<TensorLayout> {
+        let head = self.dim.checked_mul(self.dstate)?;
+        try_lay(
+            self.state,
+            &[self.slots, self.nheads, self.dim, self.dstate],
+            &[slot_stride, head, self.dstate, 1],
+        )
+    }
+
+    /// The smallest aligned slot stride.
+    pub(super) fn slot_stride(&self) -> Option<usize> {
+        let slot = self
+            .nheads
+            .checked_mul(self.dim)?
+            .checked_mul(self.dstate)?;
+        Self::aligned(slot, self.state)
+    }
+
+    /// `A` (nheads, dim, dstate), strides (1, 0, 0).
+    pub(super) fn a(&self) -> Option<TensorLayout> {
+        try_lay(
+            DType::F32,
+            &[self.nheads, self.dim, self.dstate],
+            &[1, 0, 0],
+        )
+    }
+
+    /// A per-head weight (`D`, `dt_bias`) when `on`: `Some(None)` when off, `None` when the
+    /// layout overflows.
+    pub(super) fn per_head(&self, on: bool) -> Option<Option<TensorLayout>> {
+        given(on, try_lay(self.weight, &[self.nheads, self.dim], &[1, 0]))
+    }
+}
+
+/// An optional tensor: `Some(None)` when not given, `Some(layout)` when given and built, `None`
+/// when given but its layout overflows.
+pub(super) fn given(on: bool, l: Option<TensorLayout>) -> Option<Option<TensorLayout>> {
+    if on {
+        l.map(Some)
+    } else {
+        Some(None)
+    }
+}
+
+/// The tensor arguments of `mamba_ssu_args` under FlashInfer's names, in its order, none given
+/// (what a call's tensors are listed in, for [`raw_args`] and [`expected`]).
+pub(super) const NAMED_NONE: [(&str, Option<TensorLayout>); 16] = [
+    ("state", None),
+    ("x", None),
+    ("dt", None),
+    ("A", None),
+    ("B", None),
+    ("C", None),
+    ("D", None),
+    ("z", None),
+    ("dt_bias", None),
+    ("out", None),
+    ("state_batch_indices", None),
+    ("dst_state_batch_indices", None),
+    ("intermediate_states_buffer", None),
+    ("intermediate_state_indices", None),
+    ("cu_seqlens", None),
+    ("num_accepted_tokens", None),
+];
+
+/// `tensors` (the first of [`NAMED_NONE`]'s, in its order) under their names, the rest absent.
+pub(super) fn named_of<const N: usize>(
+    tensors: [Option<TensorLayout>; N],
+) -> [(&'static str, Option<TensorLayout>); 16] {
+    let mut n = NAMED_NONE;
+    for (k, l) in tensors.into_iter().enumerate() {
+        n[k].1 = l;
+    }
+    n
+}
+
+/// The tensors of a spec (an `SsuSpec` or `MtpSpec`: the fields both have, then `extra`, the
+/// multi-token ones) under their C names ([`named_of`]).
+macro_rules! named {
+    ($spec:expr $(, $extra:expr)* $(,)?) => {
+        $crate::ssu::props::named_of([
+            Some($spec.state),
+            Some($spec.x),
+            Some($spec.dt),
+            Some($spec.a),
+            Some($spec.b),
+            Some($spec.c),
+            $spec.d,
+            $spec.z,
+            $spec.dt_bias,
+            Some($spec.out),
+            $spec.state_batch_indices,
+            $spec.dst_state_batch_indices,
+            $($extra,)*
+        ])
+    };
+}
+pub(super) use named;
+
+/// The `mamba_ssu_args` a C caller fills for the tensors of `named` (FlashInfer's names in
+/// `mamba_ssu_args` order), the form asked for, `cache_steps` and the seed.
+pub(super) fn raw_args(
+    named: &[(&'static str, Option<TensorLayout>); 16],
+    form: u32,
+    cache_steps: usize,
+    seed: sys::mamba_ssu_seed,
+) -> sys::mamba_ssu_args {
+    let t = |k: usize| raw_tensor(named[k].1, k + 1);
+    sys::mamba_ssu_args {
+        state: t(0),
+        x: t(1),
+        dt: t(2),
+        A: t(3),
+        B: t(4),
+        C: t(5),
+        D: t(6),
+        z: t(7),
+        dt_bias: t(8),
+        out: t(9),
+        state_batch_indices: t(10),
+        dst_state_batch_indices: t(11),
+        intermediate_states: t(12),
+        intermediate_state_indices: t(13),
+        cu_seqlens: t(14),
+        num_accepted_tokens: t(15),
+        pad_slot_id: -1,
+        cache_steps: cache_steps as i64,
+        form: form as i32,
+        seed,
+        ..Default::default()
+    }
+}
+
+/// A rejection case of a front door: a change to a valid call, whether the error is
+/// `Unsupported` (else `InvalidArgument`), the argument it must name and a piece of its message.
+pub(super) type Case<S> = (fn(&mut S), bool, &'static str, &'static str);
+
+/// Applies each case to `base()` and checks `validate`'s rejection (the argument is not
+/// repeated at the start of the message).
+pub(super) fn check_cases<S, P: std::fmt::Debug>(
+    base: fn() -> S,
+    validate: fn(&S) -> Result<P>,
+    cases: &[Case<S>],
+) {
+    for (i, (change, unsupported, argument, needle)) in cases.iter().enumerate() {
+        let mut spec = base();
+        change(&mut spec);
+        let (got_unsupported, got, message) = match validate(&spec) {
+            Err(Error::InvalidArgument { argument, message }) => (false, argument, message),
+            Err(Error::Unsupported { argument, message }) => (true, argument, message),
+            other => panic!("case {i} ({argument}): expected an error, got {other:?}"),
+        };
+        assert_eq!(
+            (got_unsupported, got),
+            (*unsupported, *argument),
+            "case {i}: {message}"
+        );
+        assert!(
+            message.contains(needle),
+            "case {i}: {message:?} lacks {needle:?}"
+        );
+        assert!(
+            !message.starts_with(&format!("{argument}:")),
+            "case {i}: the argument is repeated in {message:?}"
+        );
+    }
 }

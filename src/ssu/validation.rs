@@ -31,24 +31,7 @@ pub(super) fn call_of(spec: &SsuSpec) -> Call {
 pub(super) fn checked(spec: &SsuSpec) -> Result<(Call, SsuProblem)> {
     let call = call_of(spec);
     let p = call.check(spec.seed.as_ref(), spec.philox_rounds, spec.sr_rule)?;
-    let problem = SsuProblem {
-        batch: contract::size(p.batch),
-        nheads: contract::size(p.nheads),
-        dim: contract::size(p.dim),
-        dstate: contract::size(p.dstate),
-        ngroups: contract::size(p.ngroups),
-        cache_slots: contract::size(p.state_cache_size),
-        state_dtype: contract::dtype(p.state_dtype)?,
-        input_dtype: contract::dtype(p.input_dtype)?,
-        weight_dtype: contract::dtype(p.weight_dtype)?,
-        index_dtype: if call.has_indices() {
-            Some(contract::dtype(p.index_dtype)?)
-        } else {
-            None
-        },
-        stochastic_rounding: p.stochastic_rounding != 0,
-        sr_rule: spec.sr_rule,
-    };
+    let problem = contract::problem!(SsuProblem, p, call, { sr_rule: spec.sr_rule });
     Ok((call, problem))
 }
 
@@ -79,7 +62,7 @@ mod tests {
     use crate::error::Error;
     use crate::reference::SrRule;
     use crate::ssu::fixtures::*;
-    use crate::ssu::props::{self, Rng};
+    use crate::ssu::props::{self, check_cases, given, shorten, Common, Rng};
     use crate::ssu::SeedSpec;
     use crate::tensor::{DType, TensorLayout};
 
@@ -135,33 +118,6 @@ mod tests {
         assert!(!p.stochastic_rounding);
     }
 
-    /// A case: a change to the valid baseline, whether the error is `Unsupported`, the argument
-    /// it must name and a piece of its message.
-    type Case = (fn(&mut SsuSpec), bool, &'static str, &'static str);
-
-    fn check_cases(cases: &[Case]) {
-        for (i, (change, unsupported, argument, needle)) in cases.iter().enumerate() {
-            let (got_unsupported, got, message) = match validate(&with(change)) {
-                Err(Error::InvalidArgument { argument, message }) => (false, argument, message),
-                Err(Error::Unsupported { argument, message }) => (true, argument, message),
-                other => panic!("case {i} ({argument}): expected an error, got {other:?}"),
-            };
-            assert_eq!(
-                (got_unsupported, got),
-                (*unsupported, *argument),
-                "case {i}: {message}"
-            );
-            assert!(
-                message.contains(needle),
-                "case {i}: {message:?} lacks {needle:?}"
-            );
-            assert!(
-                !message.starts_with(&format!("{argument}:")),
-                "case {i}: the argument is not repeated in {message:?}"
-            );
-        }
-    }
-
     /// The C check's rejections surface through `validate` as the C check words them: each
     /// status (INVALID_ARGUMENT, a rule of the parameter block reached through the lowering,
     /// INVALID_VALUE, UNSUPPORTED) as its `Error` variant, naming the argument. The rules
@@ -169,7 +125,7 @@ mod tests {
     #[rustfmt::skip]
     #[test]
     fn c_rejections_name_their_argument() {
-        check_cases(&[
+        check_cases(base, validate, &[
             (|s| s.x.strides[2] = 2, false, "x", "expected stride(2) == 1 (1), got 2"),
             (|s| s.b.strides[0] = NG * DS + 4, false, "B",
                 "B_stride_batch: expected a multiple of 8"),
@@ -192,24 +148,20 @@ mod tests {
     #[rustfmt::skip]
     #[test]
     fn rust_only_rules() {
-        fn short(l: &mut TensorLayout) {
-            *l = TensorLayout::new(l.dtype(), l.shape(), l.strides(), l.max_offset().unwrap())
-                .unwrap();
-        }
-        check_cases(&[
-            (|s| short(&mut s.state), false, "state", "reaches element"),
-            (|s| short(&mut s.x), false, "x", "but the buffer holds"),
-            (|s| short(&mut s.dt), false, "dt", "but the buffer holds"),
-            (|s| short(&mut s.a), false, "A", "but the buffer holds"),
-            (|s| short(&mut s.b), false, "B", "but the buffer holds"),
-            (|s| short(&mut s.c), false, "C", "but the buffer holds"),
-            (|s| short(s.d.as_mut().unwrap()), false, "D", "but the buffer holds"),
-            (|s| short(s.z.as_mut().unwrap()), false, "z", "but the buffer holds"),
-            (|s| short(s.dt_bias.as_mut().unwrap()), false, "dt_bias", "but the buffer holds"),
-            (|s| short(&mut s.out), false, "out", "but the buffer holds"),
-            (|s| short(s.state_batch_indices.as_mut().unwrap()), false, "state_batch_indices",
+        check_cases(base, validate, &[
+            (|s| shorten(&mut s.state), false, "state", "reaches element"),
+            (|s| shorten(&mut s.x), false, "x", "but the buffer holds"),
+            (|s| shorten(&mut s.dt), false, "dt", "but the buffer holds"),
+            (|s| shorten(&mut s.a), false, "A", "but the buffer holds"),
+            (|s| shorten(&mut s.b), false, "B", "but the buffer holds"),
+            (|s| shorten(&mut s.c), false, "C", "but the buffer holds"),
+            (|s| shorten(s.d.as_mut().unwrap()), false, "D", "but the buffer holds"),
+            (|s| shorten(s.z.as_mut().unwrap()), false, "z", "but the buffer holds"),
+            (|s| shorten(s.dt_bias.as_mut().unwrap()), false, "dt_bias", "but the buffer holds"),
+            (|s| shorten(&mut s.out), false, "out", "but the buffer holds"),
+            (|s| shorten(s.state_batch_indices.as_mut().unwrap()), false, "state_batch_indices",
                 "but the buffer holds"),
-            (|s| short(s.dst_state_batch_indices.as_mut().unwrap()), false,
+            (|s| shorten(s.dst_state_batch_indices.as_mut().unwrap()), false,
                 "dst_state_batch_indices", "but the buffer holds"),
             // A broadcast stride the C check allows, past the buffer.
             (|s| s.x.strides[0] = 0x10_0000, false, "x", "reaches element"),
@@ -221,7 +173,7 @@ mod tests {
         ]);
         // A C rejection comes first: a short buffer with a broken stride names the C rule.
         let e = validate(&with(|s| {
-            short(&mut s.out);
+            shorten(&mut s.out);
             s.x.strides[2] = 2;
         }))
         .unwrap_err();
@@ -245,7 +197,7 @@ mod tests {
         }))
         .unwrap();
         assert!(!p.stochastic_rounding);
-        // A broadcast x, a one-entry out with any batch stride, (batch, T) int64 indices.
+        // A broadcast x, (batch, T) int64 indices.
         validate(&with(|s| s.x.strides[0] = 0)).unwrap();
         let p = validate(&with(|s| {
             s.state_batch_indices = Some(lay(DType::I64, &[BATCH, 4], &[4, 1]));
@@ -255,94 +207,36 @@ mod tests {
         assert_eq!(p.index_dtype, Some(DType::I64));
     }
 
-    /// A random call of the single-token form (every tensor's shape from common sizes, inner
-    /// strides canonical), then at most one mutation: a size to a limit or an overflowing value,
-    /// a batch stride, a dtype, an optional tensor, an index, the rounds, the seed, or a buffer
-    /// one element short.
+    /// A random single-token call ([`Common`] sizes, every tensor's shape from them, inner
+    /// strides canonical), then at most one mutation: a common field, a batch stride, an index
+    /// tensor's dtype or width, or a buffer one element short.
     fn random_spec(rng: &mut Rng) -> Option<SsuSpec> {
-        let try_lay = props::try_lay;
-        let f = [DType::F16, DType::BF16, DType::F32];
-        let mut batch = rng.pick(&[1usize, 2, 3, 5, 64, 512]);
-        let mut nheads = rng.pick(&[1usize, 2, 4, 6, 64, 8192]);
-        let mut dim = rng.pick(&[1usize, 2, 7, 8, 64, 100]);
-        let mut dstate = rng.pick(&[64usize, 128, 256]);
-        let mut ngroups = rng.pick(&[1usize, 2]).min(nheads);
-        if nheads % ngroups != 0 {
-            ngroups = 1;
-        }
-        let mut rounds = rng.pick(&[0u32, 5, 10]);
-        let sr_rule = rng.pick(&[SrRule::V072, SrRule::V074]);
-        let mut state_dtype = if rounds > 0 { DType::F16 } else { rng.pick(&f) };
-        let mut input = rng.pick(&f);
-        let mut weight = rng.pick(&f);
-        let mut idx_dtype = rng.pick(&[DType::I32, DType::I64]);
-        let mut dst_dtype = idx_dtype;
+        let m = rng.next() % 24;
+        let c = Common::draw(rng, m)?;
+        let (batch, nheads, dim, dstate) = (c.batch, c.nheads, c.dim, c.dstate);
+        let mut dst_dtype = c.index;
         let mut width = rng.pick(&[1usize, 4]);
         let (mut with_sbi, mut with_dsbi) = (rng.chance(70), rng.chance(50));
-        let mut slots = batch + rng.pick(&[0usize, 1, 7]);
-        let mut seed = match rng.next() % 3 {
-            0 => Some(SeedSpec::FromGenerator {
-                offset: 4 * (rng.next() % 1000),
-            }),
-            1 => Some(SeedSpec::FromValues {
-                seed: rng.next(),
-                offset: 8,
-            }),
-            _ => Some(SeedSpec::Pointer(try_lay(DType::I64, &[1], &[1])?)),
-        };
-        let (mut with_d, mut with_z, mut with_bias) =
-            (rng.chance(70), rng.chance(50), rng.chance(70));
-        let mutation = rng.next() % 26;
-        match mutation {
-            0 => batch = rng.pick(&[0, 1 << 20, (1 << 31) - 1, 1 << 31, 1 << 40]),
-            1 => nheads = rng.pick(&[0, 1 << 20, 1 << 31, 3 << 30]),
-            2 => dim = rng.pick(&[1 << 20, 1 << 30, (1 << 30) + 1, 1 << 40]),
-            3 => dstate = rng.pick(&[0, 16, 32, 96, 512]),
-            4 => ngroups = rng.pick(&[3, nheads + 1, 0]),
-            5 => slots = rng.pick(&[batch.saturating_sub(1), 0, 1 << 40]),
-            6 => state_dtype = rng.pick(&[DType::I32, DType::I64, DType::BF16, DType::F32]),
-            7 => input = rng.pick(&[DType::I32, DType::I64]),
-            8 => weight = rng.pick(&[DType::I32, DType::I64]),
-            9 => idx_dtype = rng.pick(&[DType::F32, DType::F16, DType::I64]),
-            10 => dst_dtype = rng.pick(&[DType::F32, DType::I32, DType::I64]),
-            11 => rounds = rng.pick(&[1, 2, 9, 11, 64]),
-            12 => {
-                seed = rng.pick(&[
-                    None,
-                    Some(SeedSpec::FromGenerator { offset: 6 }),
-                    Some(SeedSpec::FromValues { seed: 1, offset: 2 }),
-                    Some(SeedSpec::Pointer(try_lay(DType::I32, &[1], &[1])?)),
-                    Some(SeedSpec::Pointer(try_lay(DType::I64, &[2], &[1])?)),
-                ])
-            }
-            13 => {
+        let mut slots = c.slots;
+        match m {
+            13 => dst_dtype = rng.pick(&[DType::F32, DType::I32, DType::I64]),
+            14 => {
                 (with_sbi, with_dsbi, slots) =
                     (false, rng.chance(50), batch.saturating_sub(1).max(1))
             }
-            14 => width = rng.pick(&[0, 2, 16]),
-            15 => (with_d, with_z, with_bias) = (rng.chance(50), rng.chance(50), rng.chance(50)),
+            15 => width = rng.pick(&[0, 2, 16]),
             _ => {}
         }
-        let bytes = |d: DType| d.size_bytes();
-        let align = |d: DType| 16 / bytes(d);
-        let up = |v: usize, a: usize| v.div_ceil(a).checked_mul(a);
-        let head = dim.checked_mul(dstate)?;
-        let slot = up(nheads.checked_mul(head)?, align(state_dtype))?;
         let row = nheads.checked_mul(dim)?;
-        let xrow = up(row, align(input))?;
-        let bcrow = up(ngroups.checked_mul(dstate)?, align(input))?;
-        let (mut xs, mut os, mut zs, mut bs, mut cs, mut dts, mut ss) = (
-            xrow,
-            xrow,
-            xrow,
-            bcrow,
-            bcrow,
-            nheads,
-            slot + 64 * rng.pick(&[0usize, 1]),
-        );
-        match mutation {
+        let xrow = Common::aligned(row, c.input)?;
+        let bcrow = Common::aligned(c.ngroups.checked_mul(dstate)?, c.input)?;
+        let slot = c.slot_stride()?;
+        let (mut xs, mut os, mut zs, mut bs, mut cs, mut dts) =
+            (xrow, xrow, xrow, bcrow, bcrow, nheads);
+        let mut ss = slot + 64 * rng.pick(&[0usize, 1]);
+        match m {
             16 => xs = rng.pick(&[0, xrow + 1, 1 << 62]),
-            17 => os = rng.pick(&[0, xrow.saturating_sub(align(input)), xrow + 1]),
+            17 => os = rng.pick(&[0, xrow.saturating_sub(16 / c.input.size_bytes()), xrow + 1]),
             18 => zs = rng.pick(&[0, xrow + 1]),
             19 => bs = rng.pick(&[0, bcrow + 1, 1 << 62]),
             20 => cs = rng.pick(&[0, bcrow + 1]),
@@ -352,105 +246,65 @@ mod tests {
         }
         let index = |d: DType| -> Option<TensorLayout> {
             if width == 1 {
-                try_lay(d, &[batch], &[1])
+                props::try_lay(d, &[batch], &[1])
             } else {
-                try_lay(d, &[batch, width], &[width, 1])
+                props::try_lay(d, &[batch, width], &[width, 1])
             }
         };
-        let opt = |on: bool, l: Option<TensorLayout>| if on { l.map(Some) } else { Some(None) };
-        let mut spec = SsuSpec {
-            state: try_lay(
-                state_dtype,
-                &[slots, nheads, dim, dstate],
-                &[ss, head, dstate, 1],
-            )?,
-            x: try_lay(input, &[batch, nheads, dim], &[xs, dim, 1])?,
-            dt: try_lay(weight, &[batch, nheads, dim], &[dts, 1, 0])?,
-            a: try_lay(DType::F32, &[nheads, dim, dstate], &[1, 0, 0])?,
-            b: try_lay(input, &[batch, ngroups, dstate], &[bs, dstate, 1])?,
-            c: try_lay(input, &[batch, ngroups, dstate], &[cs, dstate, 1])?,
-            d: opt(with_d, try_lay(weight, &[nheads, dim], &[1, 0]))?,
-            z: opt(with_z, try_lay(input, &[batch, nheads, dim], &[zs, dim, 1]))?,
-            dt_bias: opt(with_bias, try_lay(weight, &[nheads, dim], &[1, 0]))?,
-            state_batch_indices: opt(with_sbi, index(idx_dtype))?,
-            dst_state_batch_indices: opt(with_dsbi, index(dst_dtype))?,
-            out: try_lay(input, &[batch, nheads, dim], &[os, dim, 1])?,
-            philox_rounds: rounds,
-            sr_rule,
-            seed,
+        let token = |d: DType, s: usize, inner: [usize; 2], inner_s: [usize; 2]| {
+            props::try_lay(
+                d,
+                &[batch, inner[0], inner[1]],
+                &[s, inner_s[0], inner_s[1]],
+            )
         };
-        if mutation >= 23 {
+        let mut spec = SsuSpec {
+            state: Common { slots, ..c }.state(ss)?,
+            x: token(c.input, xs, [nheads, dim], [dim, 1])?,
+            dt: token(c.weight, dts, [nheads, dim], [1, 0])?,
+            a: c.a()?,
+            b: token(c.input, bs, [c.ngroups, dstate], [dstate, 1])?,
+            c: token(c.input, cs, [c.ngroups, dstate], [dstate, 1])?,
+            d: c.per_head(c.with_d)?,
+            z: given(c.with_z, token(c.input, zs, [nheads, dim], [dim, 1]))?,
+            dt_bias: c.per_head(c.with_bias)?,
+            state_batch_indices: given(with_sbi, index(c.index))?,
+            dst_state_batch_indices: given(with_dsbi, index(dst_dtype))?,
+            out: token(c.input, os, [nheads, dim], [dim, 1])?,
+            philox_rounds: c.rounds,
+            sr_rule: c.sr_rule,
+            seed: c.seed,
+        };
+        if m == 23 {
             // One buffer one element short (a Rust-only rule when C accepts the call).
-            let l = match rng.next() % 4 {
-                0 => &mut spec.state,
-                1 => &mut spec.x,
-                2 => &mut spec.out,
-                _ => &mut spec.b,
-            };
-            *l = TensorLayout::new(l.dtype(), l.shape(), l.strides(), l.len().saturating_sub(1))
-                .ok()?;
+            props::shorten_one(
+                rng,
+                [&mut spec.state, &mut spec.x, &mut spec.out, &mut spec.b],
+            );
         }
         Some(spec)
     }
 
-    /// The tensors of `spec` under their C names, in `mamba_ssu_args` order.
-    fn named(spec: &SsuSpec) -> [(&'static str, Option<TensorLayout>); 12] {
-        [
-            ("state", Some(spec.state)),
-            ("x", Some(spec.x)),
-            ("dt", Some(spec.dt)),
-            ("A", Some(spec.a)),
-            ("B", Some(spec.b)),
-            ("C", Some(spec.c)),
-            ("D", spec.d),
-            ("z", spec.z),
-            ("dt_bias", spec.dt_bias),
-            ("out", Some(spec.out)),
-            ("state_batch_indices", spec.state_batch_indices),
-            ("dst_state_batch_indices", spec.dst_state_batch_indices),
-        ]
-    }
-
-    /// The `mamba_ssu_args` a C caller fills for the same tensors and options.
-    fn raw_args(spec: &SsuSpec) -> sys::mamba_ssu_args {
-        let t = props::raw_tensor;
-        sys::mamba_ssu_args {
-            state: t(Some(spec.state), 1),
-            x: t(Some(spec.x), 2),
-            dt: t(Some(spec.dt), 3),
-            A: t(Some(spec.a), 4),
-            B: t(Some(spec.b), 5),
-            C: t(Some(spec.c), 6),
-            D: t(spec.d, 7),
-            z: t(spec.z, 8),
-            dt_bias: t(spec.dt_bias, 9),
-            out: t(Some(spec.out), 10),
-            state_batch_indices: t(spec.state_batch_indices, 11),
-            dst_state_batch_indices: t(spec.dst_state_batch_indices, 12),
-            pad_slot_id: -1,
-            form: sys::MAMBA_SSU_FORM_SINGLE as i32,
-            seed: props::raw_seed(spec.seed, spec.philox_rounds, spec.sr_rule),
-            ..Default::default()
-        }
-    }
-
     /// One contract behind both front doors: for random calls — valid ones and ones mutated
     /// in every kind of field, with sizes near the limits and overflowing products — `validate`
-    /// gives the raw C check's verdict (kind and argument), except on calls C accepts where a
-    /// buffer is too short or the seed tensor is not one int64 (the Rust-only rules, predicted
-    /// here on their own).
+    /// gives the verdict (kind and argument) of the raw C check of a `mamba_ssu_args` a C caller
+    /// fills for the same tensors, except on calls C accepts where a buffer is too short or the
+    /// seed tensor is not one int64 (the Rust-only rules, predicted here on their own).
     #[test]
     fn validate_agrees_with_the_raw_c_check() {
         let mut rng = Rng(0x00C0_47AC_7000);
         let named_args = props::agree(20_000, || {
             let spec = random_spec(&mut rng)?;
-            let c = props::c_verdict(&raw_args(&spec));
-            let want = props::expected(c, &named(&spec), spec.seed, spec.philox_rounds);
-            Some((
-                props::rust_verdict(&validate(&spec)),
-                want,
+            props::verdicts(
+                &validate(&spec),
+                &props::named!(spec),
+                sys::MAMBA_SSU_FORM_SINGLE,
+                0,
+                spec.seed,
+                spec.philox_rounds,
+                spec.sr_rule,
                 format!("{spec:?}"),
-            ))
+            )
         });
         for a in [
             "state",

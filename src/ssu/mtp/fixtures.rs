@@ -25,19 +25,7 @@ pub(super) const ENTRIES: usize = 3;
 /// A layout over a buffer exactly long enough for its largest reachable element (an empty
 /// buffer for a tensor with no element).
 pub(super) fn lay(dtype: DType, shape: &[usize], strides: &[usize]) -> TensorLayout {
-    try_lay(dtype, shape, strides).unwrap()
-}
-
-/// [`lay`], or None where the extent overflows usize.
-pub(super) fn try_lay(dtype: DType, shape: &[usize], strides: &[usize]) -> Option<TensorLayout> {
-    if shape.contains(&0) {
-        return TensorLayout::new(dtype, shape, strides, 0).ok();
-    }
-    let mut max = 0usize;
-    for (n, s) in shape.iter().zip(strides) {
-        max = max.checked_add((n - 1).checked_mul(*s)?)?;
-    }
-    TensorLayout::new(dtype, shape, strides, max.checked_add(1)?).ok()
+    crate::ssu::props::try_lay(dtype, shape, strides).unwrap()
 }
 
 /// A row-major layout over an exactly long buffer.

@@ -6,7 +6,7 @@ use cudarc::driver::CudaStream;
 
 use crate::error::{Error, Result};
 use crate::reference::SrRule;
-use crate::ssu::contract::{self, Buffers};
+use crate::ssu::contract;
 
 use super::args::{MtpArgs, MtpLaunchPlan, MtpSpec};
 use super::validation::checked;
@@ -55,54 +55,26 @@ pub fn mtp_launch_plan(spec: &MtpSpec, num_sms: u32) -> Result<MtpLaunchPlan> {
 /// returned; a CUDA failure of the launch is [`Error::Launcher`] with the launcher's detail.
 pub fn selective_state_update_mtp(stream: &CudaStream, args: &mut MtpArgs<'_>) -> Result<()> {
     let spec = args.spec();
-    let (mut call, _) = checked(&spec)?;
-    call.pad_slot_id = args.pad_slot_id;
-    call.dt_softplus = args.dt_softplus;
-    call.disable_state_update = args.disable_state_update;
-    let buffers = Buffers::new(
+    let (call, _) = checked(&spec)?;
+    contract::launch_args!(
+        stream,
+        call,
+        args,
         [
-            (contract::X, Some(&args.x)),
-            (contract::DT, Some(&args.dt)),
-            (contract::A, Some(&args.a)),
-            (contract::B, Some(&args.b)),
-            (contract::C, Some(&args.c)),
-            (contract::D, args.d.as_ref()),
-            (contract::Z, args.z.as_ref()),
-            (contract::DT_BIAS, args.dt_bias.as_ref()),
-            (
-                contract::STATE_BATCH_INDICES,
-                args.state_batch_indices.as_ref(),
-            ),
-            (
-                contract::DST_STATE_BATCH_INDICES,
-                args.dst_state_batch_indices.as_ref(),
-            ),
             (
                 contract::NUM_ACCEPTED_TOKENS,
-                args.num_accepted_tokens.as_ref(),
+                args.num_accepted_tokens.as_ref()
             ),
             (contract::CU_SEQLENS, args.cu_seqlens.as_ref()),
             (
                 contract::INTERMEDIATE_STATE_INDICES,
-                args.intermediate_state_indices.as_ref(),
+                args.intermediate_state_indices.as_ref()
             ),
         ],
-        [
-            (contract::STATE, Some(&mut args.state)),
-            (contract::OUT, Some(&mut args.out)),
-            (
-                contract::INTERMEDIATE_STATES,
-                args.intermediate_states_buffer.as_mut(),
-            ),
-        ],
-    );
-    contract::launch(
-        stream,
-        &call,
-        buffers,
-        args.seed.as_ref(),
-        args.philox_rounds,
-        args.sr_rule,
+        [(
+            contract::INTERMEDIATE_STATES,
+            args.intermediate_states_buffer.as_mut()
+        )]
     )
 }
 

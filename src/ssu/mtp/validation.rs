@@ -48,31 +48,16 @@ pub(super) fn checked(spec: &MtpSpec) -> Result<(Call, MtpProblem)> {
     // The SR rule is the call's (`MtpArgs::sr_rule`): every value of it is valid, and the
     // multi-token plan does not depend on it, so the spec does not carry it.
     let p = call.check(spec.seed.as_ref(), spec.philox_rounds, SrRule::V072)?;
-    let problem = MtpProblem {
-        batch: contract::size(p.batch),
+    let problem = contract::problem!(MtpProblem, p, call, {
         ntokens: contract::size(p.ntokens),
         total_tokens: (p.varlen != 0).then(|| contract::size(p.total_tokens)),
-        nheads: contract::size(p.nheads),
-        dim: contract::size(p.dim),
-        dstate: contract::size(p.dstate),
-        ngroups: contract::size(p.ngroups),
-        cache_slots: contract::size(p.state_cache_size),
         intermediate: spec.intermediate_states_buffer.map(|_| {
             (
                 contract::size(p.intermediate_cache_size),
                 contract::size(p.cache_steps),
             )
         }),
-        state_dtype: contract::dtype(p.state_dtype)?,
-        input_dtype: contract::dtype(p.input_dtype)?,
-        weight_dtype: contract::dtype(p.weight_dtype)?,
-        index_dtype: if call.has_indices() {
-            Some(contract::dtype(p.index_dtype)?)
-        } else {
-            None
-        },
-        stochastic_rounding: p.stochastic_rounding != 0,
-    };
+    });
     Ok((call, problem))
 }
 
@@ -90,9 +75,8 @@ pub fn validate_mtp(spec: &MtpSpec) -> Result<MtpProblem> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Error;
     use crate::ssu::mtp::fixtures::*;
-    use crate::ssu::props::{self, Rng};
+    use crate::ssu::props::{self, check_cases, given, shorten, Common, Rng};
     use crate::ssu::SeedSpec;
     use crate::tensor::{DType, TensorLayout};
 
@@ -160,37 +144,12 @@ mod tests {
         assert_eq!((p.index_dtype, p.stochastic_rounding), (None, false));
     }
 
-    /// A case: a change to a baseline, whether the error is `Unsupported`, the argument it
-    /// must name and a piece of its message.
-    type Case = (fn(&mut MtpSpec), bool, &'static str, &'static str);
-
-    fn check_cases(base: fn() -> MtpSpec, cases: &[Case]) {
-        for (i, (change, unsupported, argument, needle)) in cases.iter().enumerate() {
-            let mut spec = base();
-            change(&mut spec);
-            let (got_unsupported, got, message) = match validate_mtp(&spec) {
-                Err(Error::InvalidArgument { argument, message }) => (false, argument, message),
-                Err(Error::Unsupported { argument, message }) => (true, argument, message),
-                other => panic!("case {i} ({argument}): expected an error, got {other:?}"),
-            };
-            assert_eq!(
-                (got_unsupported, got),
-                (*unsupported, *argument),
-                "case {i}: {message}"
-            );
-            assert!(
-                message.contains(needle),
-                "case {i}: {message:?} lacks {needle:?}"
-            );
-        }
-    }
-
     /// The C check's rejections surface through `validate_mtp` as its `Error` variants, naming
     /// the argument as C does (the rules are tested once at the C level: `contract_tests`).
     #[rustfmt::skip]
     #[test]
     fn c_rejections_name_their_argument() {
-        check_cases(base, &[
+        check_cases(base, validate_mtp, &[
             (|s| s.x.strides[3] = 2, false, "x", "expected stride(3) == 1 (1), got 2"),
             (|s| s.out.strides[1] = ROW - 8, false, "out",
                 "out_stride_token: expected >= nheads * dim (32)"),
@@ -204,7 +163,7 @@ mod tests {
             (|s| s.dst_state_batch_indices = Some(contiguous(DType::I32, &[BATCH, T - 1])),
                 false, "dst_state_batch_indices", "narrower than the longest sequence"),
         ]);
-        check_cases(base_varlen, &[
+        check_cases(base_varlen, validate_mtp, &[
             (|s| s.dst_state_batch_indices = Some(contiguous(DType::I32, &[BATCH, T])), false,
                 "dst_state_batch_indices", "two write modes at once"),
             (|s| { s.cache_steps = None; s.intermediate_states_buffer = None;
@@ -219,156 +178,84 @@ mod tests {
     }
 
     /// What only the Rust layer sees, after the C check accepts: each tensor's reach inside its
-    /// buffer (every tensor of the form named), the seed tensor's memory.
+    /// buffer (the tensors both forms have are named one by one in the single-token tests, the
+    /// same code; here the multi-token ones), sizes that fit int64, the seed tensor's memory.
     #[rustfmt::skip]
     #[test]
     fn rust_only_rules() {
-        fn short(l: &mut TensorLayout) {
-            *l = TensorLayout::new(l.dtype(), l.shape(), l.strides(), l.max_offset().unwrap())
-                .unwrap();
-        }
-        check_cases(base, &[
-            (|s| short(&mut s.state), false, "state", "but the buffer holds"),
-            (|s| short(&mut s.x), false, "x", "but the buffer holds"),
-            (|s| short(&mut s.dt), false, "dt", "but the buffer holds"),
-            (|s| short(&mut s.a), false, "A", "but the buffer holds"),
-            (|s| short(&mut s.b), false, "B", "but the buffer holds"),
-            (|s| short(&mut s.c), false, "C", "but the buffer holds"),
-            (|s| short(s.d.as_mut().unwrap()), false, "D", "but the buffer holds"),
-            (|s| short(s.z.as_mut().unwrap()), false, "z", "but the buffer holds"),
-            (|s| short(s.dt_bias.as_mut().unwrap()), false, "dt_bias", "but the buffer holds"),
-            (|s| short(&mut s.out), false, "out", "but the buffer holds"),
-            (|s| short(s.state_batch_indices.as_mut().unwrap()), false, "state_batch_indices",
-                "but the buffer holds"),
-            (|s| short(s.dst_state_batch_indices.as_mut().unwrap()), false,
-                "dst_state_batch_indices", "but the buffer holds"),
+        check_cases(base, validate_mtp, &[
+            (|s| shorten(&mut s.state), false, "state", "but the buffer holds"),
             (|s| s.seed = Some(SeedSpec::Pointer(contiguous(DType::I32, &[1]))), false,
                 "rand_seed", "one I64 element"),
         ]);
-        check_cases(base_varlen, &[
-            (|s| short(s.intermediate_states_buffer.as_mut().unwrap()), false,
+        check_cases(base_varlen, validate_mtp, &[
+            (|s| shorten(s.intermediate_states_buffer.as_mut().unwrap()), false,
                 "intermediate_states_buffer", "but the buffer holds"),
-            (|s| short(s.intermediate_state_indices.as_mut().unwrap()), false,
+            (|s| shorten(s.intermediate_state_indices.as_mut().unwrap()), false,
                 "intermediate_state_indices", "but the buffer holds"),
-            (|s| short(s.cu_seqlens.as_mut().unwrap()), false, "cu_seqlens",
+            (|s| shorten(s.cu_seqlens.as_mut().unwrap()), false, "cu_seqlens",
                 "but the buffer holds"),
-            (|s| short(s.num_accepted_tokens.as_mut().unwrap()), false, "num_accepted_tokens",
+            (|s| shorten(s.num_accepted_tokens.as_mut().unwrap()), false, "num_accepted_tokens",
                 "but the buffer holds"),
             (|s| s.cache_steps = Some(usize::MAX), false, "cache_steps",
                 "does not fit in the C ABI's int64"),
         ]);
     }
 
-    /// A random multi-token call (fixed length or varlen; every tensor's shape from common
-    /// sizes, inner strides canonical), then at most one mutation: a size to a limit or an
-    /// overflowing value, a stride near its bound, a dtype, an optional tensor, an index width,
-    /// a write mode, the rounds, the seed, or a buffer one element short.
+    /// A random multi-token call ([`Common`] sizes, fixed length or varlen, every tensor's shape
+    /// from them, inner strides canonical), then at most one mutation: a common field, the
+    /// tokens, a write mode, an index width or dtype, cache_steps, a stride near its bound, or a
+    /// buffer one element short.
     fn random_spec(rng: &mut Rng) -> Option<MtpSpec> {
-        let try_lay = props::try_lay;
-        let f = [DType::F16, DType::BF16, DType::F32];
+        let m = rng.next() % 37;
+        let c = Common::draw(rng, m)?;
+        let (batch, nheads, dim, dstate) = (c.batch, c.nheads, c.dim, c.dstate);
         let varlen = rng.chance(40);
-        let mut batch = rng.pick(&[1usize, 2, 3, 5, 64, 512]);
         let mut t = rng.pick(&[1usize, 2, 4, 7, 16]);
         let mut total = rng.pick(&[0usize, 1, 2, 9, 100]);
-        let mut nheads = rng.pick(&[1usize, 2, 4, 6, 64, 8192]);
-        let mut dim = rng.pick(&[1usize, 2, 7, 8, 64, 100]);
-        let mut dstate = rng.pick(&[64usize, 128, 256]);
-        let mut ngroups = rng.pick(&[1usize, 2]).min(nheads);
-        if nheads % ngroups != 0 {
-            ngroups = 1;
-        }
-        let mut rounds = rng.pick(&[0u32, 5, 10]);
-        let mut state_dtype = if rounds > 0 { DType::F16 } else { rng.pick(&f) };
-        let mut input = rng.pick(&f);
-        let mut weight = rng.pick(&f);
-        let mut idx_dtype = rng.pick(&[DType::I32, DType::I64]);
-        let mut cu_dtype = idx_dtype;
+        let mut cu_dtype = c.index;
         let mut sbi_width = rng.pick(&[0usize, 1, 4]);
         let mut with_sbi = rng.chance(70);
         let mut with_nat = rng.chance(30);
         let mut mode = rng.next() % 3; // 0 the read slot, 1 dst, 2 buffer
         let mut with_isi = mode == 2 && rng.chance(50);
-        let mut slots = batch + rng.pick(&[0usize, 1, 7]);
+        let mut slots = c.slots;
         let mut entries = rng.pick(&[1usize, 3]);
         let mut extra_steps = rng.pick(&[0usize, 0, 3]);
         let mut dst_width = t + rng.pick(&[0usize, 0, 2]);
         let mut cache_steps: Option<Option<usize>> = None; // None: as the form needs
-        let mut seed = match rng.next() % 3 {
-            0 => Some(SeedSpec::FromGenerator {
-                offset: 4 * (rng.next() % 1000),
-            }),
-            1 => Some(SeedSpec::FromValues {
-                seed: rng.next(),
-                offset: 8,
-            }),
-            _ => Some(SeedSpec::Pointer(try_lay(DType::I64, &[1], &[1])?)),
-        };
-        let (mut with_d, mut with_z, mut with_bias) =
-            (rng.chance(70), rng.chance(50), rng.chance(70));
-        let mutation = rng.next() % 40;
-        match mutation {
-            0 => batch = rng.pick(&[0, 1 << 20, (1 << 29) - 1, 1 << 29, 1 << 40]),
-            1 => nheads = rng.pick(&[1 << 20, 1 << 29, 3 << 30]),
-            2 => dim = rng.pick(&[1 << 20, 1 << 30, (1 << 30) + 1, 1 << 40]),
-            3 => dstate = rng.pick(&[16, 32, 96, 512]),
-            4 => ngroups = rng.pick(&[3, nheads + 1, 0]),
-            5 => slots = rng.pick(&[batch.saturating_sub(1), 0, 1 << 40]),
-            6 => state_dtype = rng.pick(&[DType::I32, DType::I64, DType::BF16, DType::F32]),
-            7 => input = rng.pick(&[DType::I32, DType::I64]),
-            8 => weight = rng.pick(&[DType::I32, DType::I64]),
-            9 => idx_dtype = rng.pick(&[DType::F32, DType::F16]),
-            10 => rounds = rng.pick(&[1, 2, 9, 11, 64]),
-            11 => {
-                seed = rng.pick(&[
-                    None,
-                    Some(SeedSpec::FromGenerator { offset: 6 }),
-                    Some(SeedSpec::FromValues { seed: 1, offset: 2 }),
-                    Some(SeedSpec::Pointer(try_lay(DType::I32, &[1], &[1])?)),
-                ])
-            }
-            12 => (with_sbi, slots) = (false, batch.saturating_sub(1).max(1)),
-            13 => t = rng.pick(&[0, 15, 16, 17, 64]),
-            14 => dst_width = rng.pick(&[0, t.saturating_sub(1), t + 9]),
-            15 => (mode, with_isi) = (rng.pick(&[0, 1]), true),
-            16 => mode = 3,                 // buffer and dst at once
-            17 => extra_steps = usize::MAX, // a buffer one step short
-            18 => entries = rng.pick(&[1 << 40, 1 << 50]),
-            19 => total = rng.pick(&[0, 1, 1 << 40]),
-            20 => sbi_width = rng.pick(&[2, 16]),
-            21 => {
-                (with_d, with_z, with_bias, with_nat) = (
-                    rng.chance(50),
-                    rng.chance(50),
-                    rng.chance(50),
-                    rng.chance(50),
-                )
-            }
-            22 => cu_dtype = rng.pick(&[DType::I32, DType::I64]),
-            23 => cache_steps = Some(rng.pick(&[None, Some(0), Some(1), Some(t + 1)])),
+        match m {
+            13 => (with_sbi, slots) = (false, batch.saturating_sub(1).max(1)),
+            14 => t = rng.pick(&[0, 15, 16, 17, 64]),
+            15 => dst_width = rng.pick(&[0, t.saturating_sub(1), t + 9]),
+            16 => (mode, with_isi) = (rng.pick(&[0, 1]), true),
+            17 => mode = 3,                 // buffer and dst at once
+            18 => extra_steps = usize::MAX, // a buffer one step short
+            19 => entries = rng.pick(&[1 << 40, 1 << 50]),
+            20 => total = rng.pick(&[0, 1, 1 << 40]),
+            21 => sbi_width = rng.pick(&[2, 16]),
+            22 => with_nat = !with_nat,
+            23 => cu_dtype = rng.pick(&[DType::I32, DType::I64]),
+            24 => cache_steps = Some(rng.pick(&[None, Some(0), Some(1), Some(t + 1)])),
             _ => {}
         }
-        let align = |d: DType| 16 / d.size_bytes();
-        let up = |v: usize, a: usize| v.div_ceil(a).checked_mul(a);
-        let head = dim.checked_mul(dstate)?;
-        let slot = up(nheads.checked_mul(head)?, align(state_dtype))?;
         let row = nheads.checked_mul(dim)?;
-        let bcrow = up(ngroups.checked_mul(dstate)?, align(input))?;
+        let bcrow = Common::aligned(c.ngroups.checked_mul(dstate)?, c.input)?;
+        let slot = c.slot_stride()?;
         // Token strides (elements): x, out, z rows; B rows; dt rows.
         let (mut xs, mut os, mut zs, mut bs, mut dts) = (row, row, row, bcrow, nheads);
-        let (mut xb, mut ob, mut bb, mut ss) = (0usize, 0usize, 0usize, slot);
-        if rng.chance(20) {
-            ss = slot + 64;
-        }
-        match mutation {
-            24 => xs = rng.pick(&[0, row + 1, 1 << 62]),
-            25 => os = rng.pick(&[0, row.saturating_sub(1), row + 1, 1 << 40]),
-            26 => zs = rng.pick(&[0, row + 3]),
-            27 => bs = rng.pick(&[0, bcrow + 1, bcrow + align(input), 1 << 62]),
-            28 => dts = rng.pick(&[0, 1 << 62]),
-            29 => ss = rng.pick(&[slot.saturating_sub(1), slot + 1, 1 << 62]),
-            30 => ob = rng.pick(&[1, 2]), // the batch stride of out below a whole sequence
-            31 => xb = 1 << 61,
-            32 => bb = rng.pick(&[1, 1 << 62]),
+        let (mut xb, mut ob, mut bb) = (0usize, 0usize, 0usize);
+        let mut ss = if rng.chance(20) { slot + 64 } else { slot };
+        match m {
+            25 => xs = rng.pick(&[0, row + 1, 1 << 62]),
+            26 => os = rng.pick(&[0, row.saturating_sub(1), row + 1, 1 << 40]),
+            27 => zs = rng.pick(&[0, row + 3]),
+            28 => bs = rng.pick(&[0, bcrow + 1, bcrow + 16 / c.input.size_bytes(), 1 << 62]),
+            29 => dts = rng.pick(&[0, 1 << 62]),
+            30 => ss = rng.pick(&[slot.saturating_sub(1), slot + 1, 1 << 62]),
+            31 => ob = rng.pick(&[1, 2]), // the batch stride of out below a whole sequence
+            32 => xb = 1 << 61,
+            33 => bb = rng.pick(&[1, 1 << 62]),
             _ => {}
         }
         if varlen && extra_steps != usize::MAX {
@@ -397,7 +284,7 @@ mod tests {
                 };
                 shape.extend_from_slice(&inner);
                 strides.extend_from_slice(&inner_s);
-                try_lay(dtype, &shape, &strides)
+                props::try_lay(dtype, &shape, &strides)
             };
         let index = |dtype: DType, shape: &[usize]| -> Option<TensorLayout> {
             let strides = if shape.len() == 2 {
@@ -405,15 +292,14 @@ mod tests {
             } else {
                 vec![1]
             };
-            try_lay(dtype, shape, &strides)
+            props::try_lay(dtype, shape, &strides)
         };
-        let opt = |on: bool, l: Option<TensorLayout>| if on { l.map(Some) } else { Some(None) };
         let with_buffer = mode >= 2;
         let with_dst = mode == 1 || mode == 3;
         let buffer = || {
             let shape = [entries, steps, nheads, dim, dstate];
             let n = shape.iter().try_fold(1usize, |a, &v| a.checked_mul(v))?;
-            TensorLayout::contiguous(state_dtype, &shape, n).ok()
+            TensorLayout::contiguous(c.state, &shape, n).ok()
         };
         let sbi_shape = if sbi_width == 0 {
             vec![batch]
@@ -421,124 +307,69 @@ mod tests {
             vec![batch, sbi_width]
         };
         let mut spec = MtpSpec {
-            state: try_lay(
-                state_dtype,
-                &[slots, nheads, dim, dstate],
-                &[ss, head, dstate, 1],
-            )?,
-            x: token(input, xs, xb, [nheads, dim], [dim, 1])?,
-            dt: token(weight, dts, 0, [nheads, dim], [1, 0])?,
-            a: try_lay(DType::F32, &[nheads, dim, dstate], &[1, 0, 0])?,
-            b: token(input, bs, bb, [ngroups, dstate], [dstate, 1])?,
-            c: token(input, bcrow, 0, [ngroups, dstate], [dstate, 1])?,
-            d: opt(with_d, try_lay(weight, &[nheads, dim], &[1, 0]))?,
-            z: opt(with_z, token(input, zs, 0, [nheads, dim], [dim, 1]))?,
-            dt_bias: opt(with_bias, try_lay(weight, &[nheads, dim], &[1, 0]))?,
-            state_batch_indices: opt(with_sbi, index(idx_dtype, &sbi_shape))?,
-            dst_state_batch_indices: opt(with_dst, index(idx_dtype, &[batch, dst_width]))?,
-            num_accepted_tokens: opt(with_nat, index(idx_dtype, &[batch]))?,
-            cu_seqlens: opt(varlen, index(cu_dtype, &[batch + 1]))?,
-            intermediate_states_buffer: opt(with_buffer, buffer())?,
-            intermediate_state_indices: opt(with_isi, index(idx_dtype, &[batch]))?,
+            state: Common { slots, ..c }.state(ss)?,
+            x: token(c.input, xs, xb, [nheads, dim], [dim, 1])?,
+            dt: token(c.weight, dts, 0, [nheads, dim], [1, 0])?,
+            a: c.a()?,
+            b: token(c.input, bs, bb, [c.ngroups, dstate], [dstate, 1])?,
+            c: token(c.input, bcrow, 0, [c.ngroups, dstate], [dstate, 1])?,
+            d: c.per_head(c.with_d)?,
+            z: given(c.with_z, token(c.input, zs, 0, [nheads, dim], [dim, 1]))?,
+            dt_bias: c.per_head(c.with_bias)?,
+            state_batch_indices: given(with_sbi, index(c.index, &sbi_shape))?,
+            dst_state_batch_indices: given(with_dst, index(c.index, &[batch, dst_width]))?,
+            num_accepted_tokens: given(with_nat, index(c.index, &[batch]))?,
+            cu_seqlens: given(varlen, index(cu_dtype, &[batch + 1]))?,
+            intermediate_states_buffer: given(with_buffer, buffer())?,
+            intermediate_state_indices: given(with_isi, index(c.index, &[batch]))?,
             cache_steps: cache_steps.unwrap_or(if varlen {
                 Some(if with_buffer { steps } else { t })
             } else {
                 None
             }),
-            out: token(input, os, ob, [nheads, dim], [dim, 1])?,
-            philox_rounds: rounds,
-            seed,
+            out: token(c.input, os, ob, [nheads, dim], [dim, 1])?,
+            philox_rounds: c.rounds,
+            seed: c.seed,
         };
-        if mutation >= 36 {
+        if m >= 34 {
             // One buffer one element short (a Rust-only rule when C accepts the call).
-            let l = match rng.next() % 4 {
-                0 => &mut spec.state,
-                1 => &mut spec.x,
-                2 => &mut spec.c,
-                _ => &mut spec.a,
-            };
-            *l = TensorLayout::new(l.dtype(), l.shape(), l.strides(), l.len().saturating_sub(1))
-                .ok()?;
+            props::shorten_one(
+                rng,
+                [&mut spec.state, &mut spec.x, &mut spec.c, &mut spec.a],
+            );
         }
         Some(spec)
     }
 
-    /// The tensors of `spec` under their C names, in `mamba_ssu_args` order.
-    fn named(spec: &MtpSpec) -> [(&'static str, Option<TensorLayout>); 16] {
-        [
-            ("state", Some(spec.state)),
-            ("x", Some(spec.x)),
-            ("dt", Some(spec.dt)),
-            ("A", Some(spec.a)),
-            ("B", Some(spec.b)),
-            ("C", Some(spec.c)),
-            ("D", spec.d),
-            ("z", spec.z),
-            ("dt_bias", spec.dt_bias),
-            ("out", Some(spec.out)),
-            ("state_batch_indices", spec.state_batch_indices),
-            ("dst_state_batch_indices", spec.dst_state_batch_indices),
-            (
-                "intermediate_states_buffer",
-                spec.intermediate_states_buffer,
-            ),
-            (
-                "intermediate_state_indices",
-                spec.intermediate_state_indices,
-            ),
-            ("cu_seqlens", spec.cu_seqlens),
-            ("num_accepted_tokens", spec.num_accepted_tokens),
-        ]
-    }
-
-    /// The `mamba_ssu_args` a C caller fills for the same tensors and options (cache_steps:
-    /// the given one, else the buffer's size(1), else 0).
-    fn raw_args(spec: &MtpSpec) -> sys::mamba_ssu_args {
-        let t = props::raw_tensor;
-        let steps = spec
-            .cache_steps
-            .or(spec.intermediate_states_buffer.map(|b| b.shape()[1]))
-            .unwrap_or(0);
-        sys::mamba_ssu_args {
-            state: t(Some(spec.state), 1),
-            x: t(Some(spec.x), 2),
-            dt: t(Some(spec.dt), 3),
-            A: t(Some(spec.a), 4),
-            B: t(Some(spec.b), 5),
-            C: t(Some(spec.c), 6),
-            D: t(spec.d, 7),
-            z: t(spec.z, 8),
-            dt_bias: t(spec.dt_bias, 9),
-            out: t(Some(spec.out), 10),
-            state_batch_indices: t(spec.state_batch_indices, 11),
-            dst_state_batch_indices: t(spec.dst_state_batch_indices, 12),
-            intermediate_states: t(spec.intermediate_states_buffer, 13),
-            intermediate_state_indices: t(spec.intermediate_state_indices, 14),
-            cu_seqlens: t(spec.cu_seqlens, 15),
-            num_accepted_tokens: t(spec.num_accepted_tokens, 16),
-            pad_slot_id: -1,
-            cache_steps: steps as i64,
-            form: sys::MAMBA_SSU_FORM_MULTI as i32,
-            seed: props::raw_seed(spec.seed, spec.philox_rounds, SrRule::V072),
-            ..Default::default()
-        }
-    }
-
     /// One contract behind both front doors, multi-token: for random calls, `validate_mtp`
-    /// gives the raw C check's verdict (kind and argument), except on calls C accepts where a
-    /// Rust-only rule fires (predicted here on its own).
+    /// gives the verdict (kind and argument) of the raw C check of a `mamba_ssu_args` a C caller
+    /// fills for the same tensors (cache_steps: the given one, else the buffer's size(1), else
+    /// 0), except on calls C accepts where a Rust-only rule fires (predicted here on its own).
     #[test]
     fn validate_mtp_agrees_with_the_raw_c_check() {
         let mut rng = Rng(0x4D54_5000_C0DE);
         let named_args = props::agree(20_000, || {
             let spec = random_spec(&mut rng)?;
-            let c = props::c_verdict(&raw_args(&spec));
-            let want = props::expected(c, &named(&spec), spec.seed, spec.philox_rounds);
-            Some((
-                props::rust_verdict(&validate_mtp(&spec)),
-                want,
+            let steps = spec
+                .cache_steps
+                .or(spec.intermediate_states_buffer.map(|b| b.shape()[1]))
+                .unwrap_or(0);
+            props::verdicts(
+                &validate_mtp(&spec),
+                &props::named!(
+                    spec,
+                    spec.intermediate_states_buffer,
+                    spec.intermediate_state_indices,
+                    spec.cu_seqlens,
+                    spec.num_accepted_tokens,
+                ),
+                sys::MAMBA_SSU_FORM_MULTI,
+                steps,
+                spec.seed,
+                spec.philox_rounds,
+                SrRule::V072,
                 format!("{spec:?}"),
-            ))
+            )
         });
         for a in [
             "state",
