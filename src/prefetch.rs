@@ -209,7 +209,9 @@ unsafe impl Send for Prefetcher {}
 
 impl Prefetcher {
     /// A prefetcher on `ctx`'s device for forwards of `seeds_per_forward` stochastic-rounding
-    /// layers (N >= 1), drawing at the start of each forward.
+    /// layers (N in `1..=`[`MAX_SEEDS_PER_DRAW`](crate::seeds::MAX_SEEDS_PER_DRAW), else an
+    /// [`Error::InvalidArgument`] naming `seeds_per_forward`), drawing at the start of each
+    /// forward.
     pub fn new(ctx: &Arc<CudaContext>, seeds_per_forward: usize) -> Result<Self> {
         Self::with_point(ctx, seeds_per_forward, PrefetchPoint::AtBegin)
     }
@@ -220,18 +222,16 @@ impl Prefetcher {
         seeds_per_forward: usize,
         point: PrefetchPoint,
     ) -> Result<Self> {
-        let n = u32::try_from(seeds_per_forward)
-            .ok()
-            .filter(|&n| n >= 1 && n as usize <= crate::seeds::MAX_SEEDS_PER_DRAW)
-            .ok_or_else(|| {
-                Error::invalid(
-                    "seeds_per_forward",
-                    format!(
-                        "expected 1..={}, got {seeds_per_forward}",
-                        crate::seeds::MAX_SEEDS_PER_DRAW
-                    ),
-                )
-            })?;
+        // The range (1..=MAMBA_SSU_MAX_SEEDS_PER_DRAW) is the C constructor's rule.
+        let n = u32::try_from(seeds_per_forward).map_err(|_| {
+            Error::invalid(
+                "seeds_per_forward",
+                format!(
+                    "{seeds_per_forward} does not fit the C ABI's uint32 (at most {})",
+                    crate::seeds::MAX_SEEDS_PER_DRAW
+                ),
+            )
+        })?;
         ctx.bind_to_thread()?;
         let mut raw = std::ptr::null_mut();
         let point = match point {
