@@ -61,13 +61,11 @@ pub(super) fn checked(spec: &MtpSpec) -> Result<(Call, MtpProblem)> {
     Ok((call, problem))
 }
 
-/// Checks a multi-token call's layouts and flags against the contract (the [module
-/// docs](super)); a pure function of `spec`, no device involved. Returns the call's sizes and
-/// dtypes as the C check describes them.
-///
-/// As [`validate`](crate::ssu::validate): the C check (`mamba_ssu_check`, asked for the
-/// multi-token form) decides every rule of the contract and names the argument; then the rules
-/// only this layer sees (buffers, sizes above `i64::MAX`, the seed tensor's memory).
+/// The multi-token [`validate`](crate::ssu::validate): `spec` judged by the C check
+/// (`mamba_ssu_check` asked for the multi-token form, placeholder pointers, no device touched),
+/// which decides every rule of the contract ([module docs](super)) and names the argument it
+/// rejects, then by the rules only this layer sees (buffers, sizes above `i64::MAX`, the seed
+/// tensor's memory). Returns the sizes and dtypes the C check describes.
 pub fn validate_mtp(spec: &MtpSpec) -> Result<MtpProblem> {
     checked(spec).map(|(_, problem)| problem)
 }
