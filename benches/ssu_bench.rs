@@ -210,7 +210,7 @@ fn enqueue(
         dst_state_batch_indices: None,
         pad_slot_id: -1,
         dt_softplus: true,
-        update_state: true,
+        disable_state_update: false,
         philox_rounds: rounds,
         algorithm: alg,
         seed: if rounds > 0 {

@@ -3,10 +3,17 @@
 //! `num_sms > 0`, so no device is touched. Every rule of the contract is tested once — the
 //! status, the argument `mamba_ssu_last_error_argument` names (the detail begins with it) and a
 //! piece of the detail — and the valid calls of every form, write mode and seed are accepted.
+//! This is where the rules are tested: the Rust front doors (`ssu::validate`, `validate_mtp`)
+//! test only that a rejection surfaces through them and the rules only Rust sees. `plans`: the
+//! single-token launch plan over a dense grid of checked calls; `blocks`: the deprecated
+//! multi-token parameter block's check, field by field.
 
 use std::ffi::{c_void, CStr};
 
 use crate::ffi::sys;
+
+mod blocks;
+mod plans;
 
 const OK: i32 = sys::MAMBA_SSU_SUCCESS as i32;
 const INV: i32 = sys::MAMBA_SSU_ERROR_INVALID_ARGUMENT as i32;
@@ -334,6 +341,19 @@ fn lowered_rules_name_the_tensor() {
             "state_cache_size: without state_batch_indices"),
         (single, |a| a.x.data = (ph(2) as usize + 2) as *mut c_void, INV, "x",
             "x: expected a 16-byte aligned pointer"),
+        (single, |a| a.state.strides[0] = NH * DIM * DS - 8, INV, "state",
+            "state_stride_batch: expected >= 2048, got 2040"),
+        (single, |a| a.state.strides[0] = NH * DIM * DS + 4, INV, "state",
+            "state_stride_batch: expected a multiple of 8"),
+        (single, |a| a.state.shape[0] = 0, INV, "state", "state_cache_size: expected >= 1"),
+        (single, |a| a.x.strides[0] = NH * DIM + 4, INV, "x",
+            "x_stride_batch: expected a multiple of 8"),
+        (single, |a| a.out.strides[0] = NH * DIM + 4, INV, "out",
+            "out_stride_batch: expected a multiple of 8"),
+        (single, |a| { for t in [&mut a.x, &mut a.z, &mut a.out, &mut a.dt, &mut a.B, &mut a.C,
+                                 &mut a.state_batch_indices, &mut a.dst_state_batch_indices] {
+                           t.shape[0] = 0;
+                       } }, INV, "x", "batch: expected >= 1, got 0"),
         (single, |a| a.B.strides[0] = NG * DS + 4, INV, "B",
             "B_stride_batch: expected a multiple of 8 (16-byte alignment)"),
         (single, |a| a.out.strides[0] = 0, INV, "out", "out_stride_batch: expected >= 32"),

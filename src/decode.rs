@@ -26,7 +26,7 @@ use half::{bf16, f16};
 use crate::error::{Error, Result};
 use crate::filler::filler;
 use crate::generator::Generator;
-use crate::prefetch::Prefetcher;
+use crate::prefetch::{ForwardSummary, Prefetcher};
 use crate::seeds::counter_seeds;
 use crate::ssu::{
     selective_state_update, selective_state_update_mtp, Algorithm, MtpArgs, SeedSource, SsuArgs,
@@ -40,8 +40,8 @@ pub enum SeedMode {
     Stock,
     /// The prefetcher: one batched draw per step on a side stream, events only.
     Prefetch,
-    /// Fused inside a fused forward ([`Prefetcher::fused_forward`]): no seed kernel at all;
-    /// every SSU derives its own seed (the Rust API's fused seeds are not chained).
+    /// Fused, chained ([`Prefetcher::fused_forward`]): no seed kernel at all; layer 0's SSU
+    /// derives its seed and every SSU also stores the next layer's.
     Fused,
     /// Fused, per call ([`Prefetcher::fused_seed`] outside a forward): every SSU derives its
     /// own seed (10 Philox rounds on each layer's critical path).
@@ -319,13 +319,15 @@ impl DecodeStep {
 
     /// Enqueues one decode step on the stream with seeds from `mode`. `gen` advances by 4 per
     /// layer (eagerly) for the generator modes, exactly like stock; the counter modes advance
-    /// the device counter by one per layer instead, and [`SeedMode::Fixed`] neither.
+    /// the device counter by one per layer instead, and [`SeedMode::Fixed`] neither. Returns
+    /// the summary of the prefetcher's forward for [`SeedMode::Prefetch`] and
+    /// [`SeedMode::Fused`] (for the latter `prefetched` counts the chained layers).
     pub fn run(
         &mut self,
         mode: SeedMode,
         prefetcher: &mut Prefetcher,
         gen: &mut Generator,
-    ) -> Result<()> {
+    ) -> Result<Option<ForwardSummary>> {
         let DecodeShape {
             batch,
             nheads,
@@ -338,7 +340,7 @@ impl DecodeStep {
         } = self.shape;
         let stream = self.stream.clone();
         nvtx::range_push!("decode step: {} b{}", mode.name(), batch);
-        let result = (|| -> Result<()> {
+        let result = (|| -> Result<Option<ForwardSummary>> {
             match mode {
                 SeedMode::Prefetch => prefetcher.begin_forward(&stream, gen)?,
                 SeedMode::Fused => prefetcher.begin_fused_forward(&stream, gen)?,
@@ -438,9 +440,9 @@ impl DecodeStep {
                 r?;
             }
             if matches!(mode, SeedMode::Prefetch | SeedMode::Fused) {
-                prefetcher.end_forward()?;
+                return Ok(Some(prefetcher.end_forward()?));
             }
-            Ok(())
+            Ok(None)
         })();
         nvtx::range_pop!();
         result

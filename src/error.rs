@@ -19,18 +19,23 @@ pub enum Error {
     },
     /// A CUDA driver call made through cudarc failed.
     Driver(DriverError),
-    /// An argument violates the kernel's contract; nothing was launched.
+    /// An argument violates the kernel's contract; nothing was launched. The C ABI's
+    /// `MAMBA_SSU_ERROR_INVALID_ARGUMENT` (a shape, dtype, stride or size outside the contract)
+    /// and `MAMBA_SSU_ERROR_INVALID_VALUE` (an option outside its set, or two options that
+    /// conflict), and the rules only the Rust layer can check (a tensor reaching past its
+    /// buffer, a size that does not fit the C types).
     InvalidArgument {
-        /// The argument, as named in the API (e.g. `B`, `offset`).
+        /// The argument, as the C check names it (e.g. `B`, `philox_rounds`, `seed.position`)
+        /// or as named in the Rust API (e.g. `offset`).
         argument: &'static str,
-        /// What was expected and what was given.
+        /// What was expected and what was given (the C check's detail).
         message: String,
     },
     /// A valid combination the kernels do not serve (e.g. a `dstate` other than 64, 128 or 256,
     /// stochastic rounding of a non-fp16 state, a grid or extent past the kernel's limits);
     /// nothing was launched. The C ABI's `MAMBA_SSU_ERROR_UNSUPPORTED`.
     Unsupported {
-        /// The argument, as named in the API.
+        /// The argument, as the C check names it.
         argument: &'static str,
         /// What is served and what was given.
         message: String,
@@ -65,14 +70,6 @@ impl Error {
     /// Shorthand for [`Error::InvalidArgument`].
     pub(crate) fn invalid(argument: &'static str, message: impl Into<String>) -> Self {
         Error::InvalidArgument {
-            argument,
-            message: message.into(),
-        }
-    }
-
-    /// Shorthand for [`Error::Unsupported`].
-    pub(crate) fn unsupported(argument: &'static str, message: impl Into<String>) -> Self {
-        Error::Unsupported {
             argument,
             message: message.into(),
         }

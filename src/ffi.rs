@@ -24,15 +24,21 @@ pub(crate) fn stream_handle(stream: &CudaStream) -> sys::mamba_ssu_stream_t {
     stream.cu_stream() as sys::mamba_ssu_stream_t
 }
 
-/// Maps a launcher's status code to `Ok(())` or [`Error::Launcher`] with its message and the
-/// launcher's per-thread detail.
+/// Maps a C status to `Ok(())` or this crate's [`Error`]: `MAMBA_SSU_ERROR_INVALID_ARGUMENT` and
+/// `MAMBA_SSU_ERROR_INVALID_VALUE` to [`Error::InvalidArgument`], `MAMBA_SSU_ERROR_UNSUPPORTED`
+/// to [`Error::Unsupported`] — both naming the argument `mamba_ssu_last_error_argument()` names,
+/// with the C detail (less its leading `argument: `) as the message —, `MAMBA_SSU_ERROR_SCOPE`
+/// to [`Error::Scope`], anything else (a CUDA failure, or a rejection that names no argument)
+/// to [`Error::Launcher`] with the status message and the detail.
 pub(crate) fn check(status: c_int) -> Result<()> {
     if status == sys::MAMBA_SSU_SUCCESS as c_int {
         return Ok(());
     }
-    // SAFETY: both functions return pointers to NUL-terminated strings that stay valid until
-    // the next launcher call on this thread; they are copied out at once.
-    let (message, detail) = unsafe {
+    // SAFETY: the status string is static and the detail valid until the next C call on this
+    // thread (both NUL-terminated; copied out at once). The argument is a string with static
+    // storage duration, valid for the life of the process (`mamba_ssu.h`: the C library hands
+    // out only its own string literals there), so borrowing it for 'static is sound.
+    let (message, detail, argument): (String, String, &'static str) = unsafe {
         (
             CStr::from_ptr(sys::mamba_ssu_status_string(status))
                 .to_string_lossy()
@@ -40,16 +46,35 @@ pub(crate) fn check(status: c_int) -> Result<()> {
             CStr::from_ptr(sys::mamba_ssu_last_error_detail())
                 .to_string_lossy()
                 .into_owned(),
+            CStr::from_ptr(sys::mamba_ssu_last_error_argument())
+                .to_str()
+                .unwrap_or(""),
         )
     };
-    if status == sys::MAMBA_SSU_ERROR_SCOPE as c_int {
-        return Err(Error::Scope(detail));
+    let named = |detail: String| match detail.strip_prefix(argument) {
+        Some(rest) if rest.starts_with(": ") => rest[2..].to_string(),
+        _ => detail,
+    };
+    const INVALID: [u32; 2] = [
+        sys::MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+        sys::MAMBA_SSU_ERROR_INVALID_VALUE,
+    ];
+    match u32::try_from(status) {
+        Ok(sys::MAMBA_SSU_ERROR_SCOPE) => Err(Error::Scope(detail)),
+        Ok(s) if INVALID.contains(&s) && !argument.is_empty() => Err(Error::InvalidArgument {
+            argument,
+            message: named(detail),
+        }),
+        Ok(sys::MAMBA_SSU_ERROR_UNSUPPORTED) if !argument.is_empty() => Err(Error::Unsupported {
+            argument,
+            message: named(detail),
+        }),
+        _ => Err(Error::Launcher {
+            status,
+            message,
+            detail,
+        }),
     }
-    Err(Error::Launcher {
-        status,
-        message,
-        detail,
-    })
 }
 
 #[cfg(test)]
@@ -90,5 +115,68 @@ mod tests {
         for other in [-1, 6, 99] {
             assert!(message(other).contains("unknown"), "status {other}");
         }
+    }
+
+    /// C statuses become the crate's errors, naming the argument C names, its detail (less the
+    /// name) as the message: INVALID_ARGUMENT and INVALID_VALUE an `InvalidArgument`,
+    /// UNSUPPORTED an `Unsupported`, SCOPE a `Scope`; a rejection naming no argument, and
+    /// anything else, a `Launcher` error with the status and the detail.
+    #[test]
+    fn c_statuses_become_typed_errors() {
+        // SAFETY: a NULL output is rejected before anything is launched.
+        let status = unsafe {
+            sys::mamba_ssu_draw_seeds(std::ptr::null_mut(), std::ptr::null_mut(), 1, 0, 0)
+        };
+        match check(status) {
+            Err(Error::InvalidArgument { argument, message }) => {
+                assert_eq!((argument, message.as_str()), ("out", "null pointer"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let args = sys::mamba_ssu_args {
+            reserved: 1,
+            ..Default::default()
+        };
+        // SAFETY: a valid (empty) call; the check reads it only.
+        let status = unsafe { sys::mamba_ssu_check(&args, std::ptr::null_mut()) };
+        assert_eq!(status, sys::MAMBA_SSU_ERROR_INVALID_VALUE as c_int);
+        match check(status) {
+            Err(Error::InvalidArgument { argument, message }) => {
+                assert_eq!(
+                    (argument, message.as_str()),
+                    ("reserved", "expected 0, got 1")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // SAFETY: a pure function of its arguments (num_sms > 0: no device query).
+        let r = unsafe {
+            sys::mamba_ssu_resolve_algorithm(sys::MAMBA_SSU_ALGO_HORIZONTAL as i32, 1, 1, 1)
+        };
+        match check(-r) {
+            Err(Error::Unsupported { argument, message }) => {
+                assert_eq!(argument, "algorithm");
+                assert!(message.contains("HORIZONTAL"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            check(sys::MAMBA_SSU_ERROR_SCOPE as c_int),
+            Err(Error::Scope(_))
+        ));
+        // SAFETY: NULL arguments are rejected; the detail names no argument of the list.
+        let status = unsafe {
+            sys::mamba_ssu_prefetcher_graph_increment(std::ptr::null(), std::ptr::null_mut())
+        };
+        match check(status) {
+            Err(Error::Launcher {
+                status: s, detail, ..
+            }) => {
+                assert_eq!(s, status);
+                assert!(detail.contains("null pointer"), "{detail}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(check(sys::MAMBA_SSU_SUCCESS as c_int).is_ok());
     }
 }

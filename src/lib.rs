@@ -70,7 +70,8 @@
 //! }
 //! fwd.end()?;
 //!
-//! // Fused: no seed kernel at all; each SSU derives its stock seed itself.
+//! // Fused: no seed kernel at all; layer 0's SSU derives its stock seed, each SSU also stores
+//! // the next layer's (one chain per forward).
 //! let mut fwd = prefetcher.fused_forward(&main, &mut gen)?;
 //! for _ in 0..layers {
 //!     let seed = fwd.seed()?;
@@ -114,7 +115,7 @@
 //! - [`seeds`]: batched and graph-safe seed draws on the GPU;
 //! - [`prefetch`]: the seed prefetcher (side stream, events, forward scopes, stock fallback,
 //!   fused seeds);
-//! - [`ssu`]: the FlashInfer-compatible selective-state-update kernel with validation;
+//! - [`ssu`]: the FlashInfer-compatible selective-state-update, single and multi token;
 //! - [`tensor`]: the type-erased device tensor views and layouts the kernels take;
 //! - [`reference`](mod@reference): CPU references the GPU tests hold the kernels to (SSU in
 //!   f64, stochastic rounding, FlashInfer's random mapping);
@@ -128,8 +129,13 @@
 //! guarantee, they may change or go in any release, and a library user should not enable the
 //! feature.
 //!
-//! Every GPU function is asynchronous on the stream it is given and validates its arguments
+//! Every GPU function is asynchronous on the stream it is given and checks its arguments
 //! before launching anything: invalid input is an [`Error`], never a panic or a bad launch.
+//! The SSU's contract (shapes, dtypes, strides, sizes, options, the seed) is written once, in
+//! the C ABI's check (`mamba_ssu_check`), which this crate, the torch extension and C callers
+//! share: both SSU forms hand it one `mamba_ssu_args` built from their tensor views, and its
+//! rejection is an [`Error::InvalidArgument`] or [`Error::Unsupported`] naming the argument.
+//! The Rust layer adds what C cannot see — buffer lengths, devices, lifetimes — see [`ssu`].
 
 #![warn(missing_docs)]
 

@@ -14,10 +14,11 @@
 //! - prefetch: [`Prefetcher::forward`] then [`Forward::seed`] per layer — pointers into the
 //!   batched draw (layers beyond N, or a generator moved by someone else, fall back to stock);
 //! - fused: [`Prefetcher::fused_seed`] — the SSU kernel derives the seed itself, so no seed
-//!   kernel runs at all (the 10-round derivation is on each layer's critical path). The C ABI
-//!   also chains a fused forward (layer 0 derives its seed, each kernel stores the next
-//!   layer's) for seeds from `mamba_ssu_prefetcher_derive_seed` consumed by `mamba_ssu_launch`;
-//!   the fused seeds of this API are not chained (each call derives its own: the same values).
+//!   kernel runs at all; inside a [`Prefetcher::fused_forward`] the layers' kernels are
+//!   chained (layer 0 derives its seed, each kernel also stores the next layer's), so the
+//!   10-round derivation is on the critical path once per forward. The seed is the C ABI's
+//!   `mamba_ssu_seed` from `mamba_ssu_prefetcher_derive_seed`, and the SSU launches through
+//!   `mamba_ssu_launch`, which tells the prefetcher that the next link was enqueued.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), mamba_ssu::Error> {
@@ -96,62 +97,78 @@ impl SeedPtr<'_> {
     }
 }
 
-/// The seed fields of an SSU call on the fused path (see [`Prefetcher::fused_seed`]); pass it
-/// as [`crate::ssu::SeedSource::Fused`]. Borrowed from the prefetcher, whose device generator
-/// state a captured call reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The seed of an SSU call on the fused path (see [`Prefetcher::fused_seed`]); pass it as
+/// [`crate::ssu::SeedSource::Fused`]. It holds the C ABI's `mamba_ssu_seed` that
+/// `mamba_ssu_prefetcher_derive_seed` produced (the call adds its rounds and SR rule). Borrowed
+/// from the prefetcher, whose device generator state a captured call reads, whose chain links
+/// a chained call reads and writes, and which the launch tells that the link was enqueued.
+#[derive(Clone, Copy, Debug)]
 pub struct FusedSeed<'p> {
-    generator_state: u64,
-    generator_seed: u64,
-    seed_offset: u64,
-    /// In a fused forward: the link the previous call stores (this call's seed), or 0.
-    linked_seed: u64,
-    /// In a fused forward: where this call stores the next call's seed, or 0.
-    seed_next: u64,
+    seed: sys::mamba_ssu_seed,
     ordinal: usize,
     _prefetcher: PhantomData<&'p Prefetcher>,
 }
 
+impl PartialEq for FusedSeed<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        let (a, b) = (&self.seed, &other.seed);
+        let (p, q) = (&a.position, &b.position);
+        (
+            a.mode,
+            a.rounds,
+            a.rule,
+            a.pointer,
+            a.next,
+            a.chain,
+            self.ordinal,
+        ) == (
+            b.mode,
+            b.rounds,
+            b.rule,
+            b.pointer,
+            b.next,
+            b.chain,
+            other.ordinal,
+        ) && (p.seed_ptr, p.offset_ptr, p.seed, p.offset)
+            == (q.seed_ptr, q.offset_ptr, q.seed, q.offset)
+    }
+}
+
+impl Eq for FusedSeed<'_> {}
+
 impl FusedSeed<'_> {
     /// The stock value this call's seed equals, when it is known on the host (eager calls):
-    /// `Some(torch_seed(seed, offset))`; `None` under capture (decided at replay).
+    /// `Some(torch_seed(seed, offset))` of its draw position; `None` under capture (the
+    /// position is the device generator state, decided at replay).
     pub fn eager_value(&self) -> Option<u64> {
-        (self.generator_state == 0)
-            .then(|| crate::philox::torch_seed(self.generator_seed, self.seed_offset))
-    }
-
-    /// The device generator state a captured call reads (`None` eagerly).
-    pub(crate) fn generator_state(&self) -> Option<u64> {
-        (self.generator_state != 0).then_some(self.generator_state)
-    }
-
-    /// Eagerly the generator seed; unused under capture.
-    pub(crate) fn generator_seed(&self) -> u64 {
-        self.generator_seed
-    }
-
-    /// Eagerly the draw's offset; under capture the intragraph offset.
-    pub(crate) fn seed_offset(&self) -> u64 {
-        self.seed_offset
-    }
-
-    /// The device of the generator state.
-    pub(crate) fn ordinal(&self) -> usize {
-        self.ordinal
+        let p = &self.seed.position;
+        p.seed_ptr
+            .is_null()
+            .then(|| crate::philox::torch_seed(p.seed, p.offset))
     }
 
     /// In a chained fused forward, the device pointer to this call's seed as stored by the
-    /// previous call (`None`: the kernel derives the seed itself, as for every fused seed of
-    /// this API, which are not chained).
+    /// previous call (`None`: the kernel derives the seed itself).
     pub fn linked_seed(&self) -> Option<u64> {
-        (self.linked_seed != 0).then_some(self.linked_seed)
+        (self.seed.mode == sys::MAMBA_SSU_SEED_MODE_POINTER as i32)
+            .then_some(self.seed.pointer as u64)
     }
 
     /// In a chained fused forward, the device pointer where this call's kernel stores the next
-    /// call's seed (`None` for the last link, outside a fused forward, and for every fused seed
-    /// of this API, which are not chained).
+    /// call's seed (`None` for the last link of the forward, or outside a fused forward).
     pub fn seed_next(&self) -> Option<u64> {
-        (self.seed_next != 0).then_some(self.seed_next)
+        (!self.seed.next.is_null()).then_some(self.seed.next as u64)
+    }
+
+    /// The C seed `mamba_ssu_prefetcher_derive_seed` produced (mode, pointer, position, next
+    /// link, chain; rounds and rule unset).
+    pub(crate) fn ffi(&self) -> sys::mamba_ssu_seed {
+        self.seed
+    }
+
+    /// The device of the prefetcher's memory the seed uses.
+    pub(crate) fn ordinal(&self) -> usize {
+        self.ordinal
     }
 }
 
@@ -192,7 +209,9 @@ unsafe impl Send for Prefetcher {}
 
 impl Prefetcher {
     /// A prefetcher on `ctx`'s device for forwards of `seeds_per_forward` stochastic-rounding
-    /// layers (N >= 1), drawing at the start of each forward.
+    /// layers (N in `1..=`[`MAX_SEEDS_PER_DRAW`](crate::seeds::MAX_SEEDS_PER_DRAW), else an
+    /// [`Error::InvalidArgument`] naming `seeds_per_forward`), drawing at the start of each
+    /// forward.
     pub fn new(ctx: &Arc<CudaContext>, seeds_per_forward: usize) -> Result<Self> {
         Self::with_point(ctx, seeds_per_forward, PrefetchPoint::AtBegin)
     }
@@ -203,18 +222,16 @@ impl Prefetcher {
         seeds_per_forward: usize,
         point: PrefetchPoint,
     ) -> Result<Self> {
-        let n = u32::try_from(seeds_per_forward)
-            .ok()
-            .filter(|&n| n >= 1 && n as usize <= crate::seeds::MAX_SEEDS_PER_DRAW)
-            .ok_or_else(|| {
-                Error::invalid(
-                    "seeds_per_forward",
-                    format!(
-                        "expected 1..={}, got {seeds_per_forward}",
-                        crate::seeds::MAX_SEEDS_PER_DRAW
-                    ),
-                )
-            })?;
+        // The range (1..=MAMBA_SSU_MAX_SEEDS_PER_DRAW) is the C constructor's rule.
+        let n = u32::try_from(seeds_per_forward).map_err(|_| {
+            Error::invalid(
+                "seeds_per_forward",
+                format!(
+                    "{seeds_per_forward} does not fit the C ABI's uint32 (at most {})",
+                    crate::seeds::MAX_SEEDS_PER_DRAW
+                ),
+            )
+        })?;
         ctx.bind_to_thread()?;
         let mut raw = std::ptr::null_mut();
         let point = match point {
@@ -237,8 +254,8 @@ impl Prefetcher {
         })
     }
 
-    /// Chooses how captured forwards place their batched draw. Returns
-    /// [`Error::Launcher`] with status `MAMBA_SSU_ERROR_SCOPE` while a forward is open.
+    /// Chooses how captured forwards place their batched draw. Returns [`Error::Scope`] while
+    /// a forward is open.
     pub fn set_capture_layout(&mut self, layout: CaptureLayout) -> Result<()> {
         let layout = match layout {
             CaptureLayout::Branch => sys::MAMBA_SSU_CAPTURE_BRANCH,
@@ -315,11 +332,20 @@ impl Prefetcher {
         })
     }
 
-    /// The fused path: the seed fields that make the SSU kernel derive this call's stock seed
-    /// itself (pass them as [`crate::ssu::SeedSource::Fused`]); `gen` advances like one stock
-    /// draw (eagerly). Every call derives its own seed, also inside a fused forward
-    /// ([`Prefetcher::begin_fused_forward`]), where it counts as `fallback`; inside a
-    /// prefetching forward it is a scope error.
+    /// The fused path: the seed of one SSU call whose kernel derives this call's stock seed
+    /// itself (pass it as [`crate::ssu::SeedSource::Fused`]); `gen` advances like one stock
+    /// draw (eagerly; under capture the device generator state is read, see
+    /// [`Prefetcher::prepare_replay`]). Inside a fused forward ([`Prefetcher::begin_fused_forward`])
+    /// the first N requests are chained: request 0 derives its seed, each request's kernel also
+    /// stores the next request's seed, which that request reads. Through
+    /// `mamba_ssu_prefetcher_derive_seed`; inside a prefetching forward it is a scope error.
+    ///
+    /// The chain's contract: every fused seed of a fused forward is consumed by exactly one
+    /// successful SSU launch on the forward's main stream before the next one is requested
+    /// (that launch writes the next link). A request whose predecessor was not launched
+    /// (dropped, or rejected before the C launch, e.g. [`Error::WrongDevice`]) is an
+    /// [`Error::Scope`] that draws nothing; requesting again derives the seed and the chain
+    /// resumes.
     pub fn fused_seed(
         &mut self,
         stream: &CudaStream,
@@ -328,37 +354,35 @@ impl Prefetcher {
         self.check_stream("stream", stream)?;
         self.ctx.bind_to_thread()?;
         let mut g = gen.to_raw();
-        let mut params = sys::mamba_ssu_params::default();
-        // SAFETY: live prefetcher, valid generator and params pointers.
+        let mut seed = sys::mamba_ssu_seed::default();
+        // SAFETY: live prefetcher, valid generator and seed pointers, a stream of the same
+        // device; the call fills `seed`, whose pointers (the prefetcher's links and device state,
+        // the prefetcher itself as `chain`) stay valid while the returned borrow of `self` lives.
         ffi::check(unsafe {
-            sys::mamba_ssu_prefetcher_fused_seed(
+            sys::mamba_ssu_prefetcher_derive_seed(
                 self.raw.as_ptr(),
                 ffi::stream_handle(stream),
                 &mut g,
-                &mut params,
+                &mut seed,
             )
         })?;
         gen.set_from_raw(&g);
         Ok(FusedSeed {
-            generator_state: params.generator_state as u64,
-            generator_seed: params.generator_seed,
-            seed_offset: params.seed_offset,
-            linked_seed: if params.seed_source == sys::MAMBA_SSU_SEED_POINTER as i32 {
-                params.rand_seed as u64
-            } else {
-                0
-            },
-            seed_next: params.seed_next as u64,
+            seed,
             ordinal: self.ctx.ordinal(),
             _prefetcher: PhantomData,
         })
     }
 
     /// Opens a FUSED forward on `main` (explicit form of [`Prefetcher::fused_forward`]): no
-    /// batched draw; the forward's [`Prefetcher::fused_seed`] calls are requested on `main`
-    /// and counted in its summary. Values are the stock sequence. (The C ABI chains the
-    /// requests of such a forward that come from `mamba_ssu_prefetcher_derive_seed` and are
-    /// consumed by `mamba_ssu_launch`; this API's fused seeds each derive their own.)
+    /// batched draw; the first N [`Prefetcher::fused_seed`] requests of the forward are
+    /// chained — request 0 derives its seed in the kernel, and each request's kernel also
+    /// stores the next request's seed from one extra thread block, which the next request
+    /// reads — so the 10-round seed derivation runs once per forward on the critical path
+    /// instead of once per layer. Requests beyond N, or after someone else moved the generator,
+    /// derive their own seed. Values are the stock sequence. Every fused seed of the forward
+    /// must be consumed by one SSU launch on `main` before the next is requested (see
+    /// [`Prefetcher::fused_seed`]).
     pub fn begin_fused_forward(&mut self, main: &CudaStream, gen: &Generator) -> Result<()> {
         self.check_stream("main", main)?;
         self.ctx.bind_to_thread()?;
@@ -378,8 +402,8 @@ impl Prefetcher {
 
     /// Ends the open forward: joins the side stream into the main stream and returns what the
     /// forward did. Under capture, a forward that drew N seeds but consumed fewer returns
-    /// [`Error::Launcher`] with status `MAMBA_SSU_ERROR_SCOPE` (the streams are joined, the
-    /// capture can be ended normally); eagerly that case is allowed.
+    /// [`Error::Scope`] (the streams are joined, the capture can be ended normally); eagerly
+    /// that case is allowed.
     pub fn end_forward(&mut self) -> Result<ForwardSummary> {
         self.ctx.bind_to_thread()?;
         let mut s = sys::mamba_ssu_forward_summary::default();
@@ -513,7 +537,7 @@ impl Drop for Forward<'_> {
     }
 }
 
-/// A fused forward scope: hands out fused seeds in order (see
+/// A fused forward scope: hands out chained fused seeds in order (see
 /// [`Prefetcher::begin_fused_forward`]); ends the forward on drop (errors are then ignored —
 /// call [`FusedForward::end`] to see them).
 pub struct FusedForward<'a> {
@@ -535,7 +559,7 @@ impl FusedForward<'_> {
     }
 
     /// Ends the forward (see [`Prefetcher::end_forward`]): `prefetched` counts the chained
-    /// calls (none through this API), `fallback` those that derived their own seed.
+    /// requests, `fallback` those that derived their own seed.
     pub fn end(mut self) -> Result<ForwardSummary> {
         self.ended = true;
         self.prefetcher.end_forward()

@@ -2,8 +2,9 @@
 //!
 //! One launch writes `n` int64 seeds; seed `k` equals the `k`-th of `n` consecutive stock
 //! `torch.randint(0, 2**32, (1,), device='cuda')` draws (see [`crate::philox::torch_seed`]).
-//! Every function here is asynchronous on the stream it is given and validates its arguments
-//! before launching anything.
+//! Every function here is asynchronous on the stream it is given, checks what only Rust sees
+//! (buffer lengths, devices), and leaves the rest to the C launchers, which check before they
+//! launch; a rejection names its argument.
 
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceSlice};
 
@@ -15,27 +16,29 @@ use crate::generator::{Generator, GraphSeedState};
 /// Most seeds one launch draws (2^24).
 pub const MAX_SEEDS_PER_DRAW: usize = ffi::sys::MAMBA_SSU_MAX_SEEDS_PER_DRAW as usize;
 
-fn check_count<D: DeviceSlice<i64>>(out: &D, n: usize) -> Result<u32> {
-    if n == 0 || n > MAX_SEEDS_PER_DRAW {
-        return Err(Error::invalid(
-            "n",
-            format!("expected 1..={MAX_SEEDS_PER_DRAW}, got {n}"),
-        ));
-    }
+/// What only the Rust layer sees of an output of `n` seeds: `out` holds them, and `n` fits the
+/// C ABI's `uint32_t` (the C launchers check its range, `1..=`[`MAX_SEEDS_PER_DRAW`]).
+fn check_out<D: DeviceSlice<i64>>(out: &D, n: usize) -> Result<u32> {
     if out.len() < n {
         return Err(Error::invalid(
             "out",
             format!("buffer holds {} int64, {n} needed", out.len()),
         ));
     }
-    Ok(n as u32)
+    u32::try_from(n).map_err(|_| {
+        Error::invalid(
+            "n",
+            format!("{n} does not fit the C ABI's uint32 (at most {MAX_SEEDS_PER_DRAW})"),
+        )
+    })
 }
 
 /// Draws `n` seeds from generator state `(seed, offset)` into `out[..n]`:
 /// `out[k] = torch_seed(seed, offset + 4k)`, as int64 in `[0, 2^32)`. One kernel on `stream`.
 ///
-/// Errors (nothing launched): `n` is 0 or above [`MAX_SEEDS_PER_DRAW`]; `out` is shorter than
-/// `n`; `offset` is not a multiple of 4; `out` lives on another device than `stream`.
+/// Errors (nothing launched): `out` is shorter than `n` or lives on another device than
+/// `stream`; and what the C launcher `mamba_ssu_draw_seeds` rejects, naming the argument: `n`
+/// outside `1..=`[`MAX_SEEDS_PER_DRAW`], an `offset` that is not a multiple of 4.
 pub fn draw_seeds<D>(
     stream: &CudaStream,
     out: &mut D,
@@ -46,20 +49,14 @@ pub fn draw_seeds<D>(
 where
     D: DevicePtrMut<i64>,
 {
-    let n32 = check_count(out, n)?;
-    if offset % 4 != 0 {
-        return Err(Error::invalid(
-            "offset",
-            format!("expected a multiple of 4, got {offset}"),
-        ));
-    }
+    let n32 = check_out(out, n)?;
     check_same_device("out", stream, out.stream())?;
     // The launcher uses the thread's current context: make it the buffers' (== the stream's).
     stream.context().bind_to_thread()?;
     let (ptr, _guard) = out.device_ptr_mut(stream);
     // SAFETY: `ptr` addresses at least `n` int64 on the stream's device (checked above) and
     // stays allocated while `_guard` lives, i.e. until the kernel is enqueued; the launcher
-    // only writes out[0..n].
+    // checks its arguments before it launches and only writes out[0..n].
     let status = unsafe {
         ffi::sys::mamba_ssu_draw_seeds(
             ffi::stream_handle(stream),
@@ -90,7 +87,8 @@ where
 /// graph, each replay draws from whatever state the host wrote before it
 /// ([`GraphSeedState::prepare_replay`]), exactly like torch's RNG kernels under capture.
 ///
-/// Errors (nothing launched): as [`draw_seeds`], with `intragraph_offset` a multiple of 4.
+/// Errors (nothing launched): as [`draw_seeds`] (`state` on the stream's device too), with
+/// `intragraph_offset` a multiple of 4 (the C launcher's rule).
 pub fn draw_seeds_graphsafe<D>(
     stream: &CudaStream,
     out: &mut D,
@@ -101,13 +99,7 @@ pub fn draw_seeds_graphsafe<D>(
 where
     D: DevicePtrMut<i64>,
 {
-    let n32 = check_count(out, n)?;
-    if intragraph_offset % 4 != 0 {
-        return Err(Error::invalid(
-            "intragraph_offset",
-            format!("expected a multiple of 4, got {intragraph_offset}"),
-        ));
-    }
+    let n32 = check_out(out, n)?;
     check_same_device("out", stream, out.stream())?;
     check_same_device("state", stream, state.device_state().stream())?;
     state.note_use(stream)?;
@@ -141,7 +133,7 @@ where
 ///
 /// Errors (nothing launched): `counter` is empty or `out` holds fewer than `n` values; a buffer
 /// lives on another device than `stream`; and what the C launcher `mamba_ssu_counter_seeds`
-/// rejects (`n` outside `1..=`[`MAX_SEEDS_PER_DRAW`]).
+/// rejects, naming the argument (`n` outside `1..=`[`MAX_SEEDS_PER_DRAW`]).
 pub fn counter_seeds<C, D>(
     stream: &CudaStream,
     counter: &mut C,
@@ -158,14 +150,7 @@ where
             "expected one int64, got an empty buffer",
         ));
     }
-    if out.len() < n {
-        return Err(Error::invalid(
-            "out",
-            format!("buffer holds {} int64, {n} needed", out.len()),
-        ));
-    }
-    let n32 = u32::try_from(n)
-        .map_err(|_| Error::invalid("n", format!("expected 1..={MAX_SEEDS_PER_DRAW}, got {n}")))?;
+    let n32 = check_out(out, n)?;
     check_same_device("counter", stream, counter.stream())?;
     check_same_device("out", stream, out.stream())?;
     // The launcher uses the thread's current context: make it the buffers' (== the stream's).

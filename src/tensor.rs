@@ -81,6 +81,14 @@ impl DType {
             DType::I64 => sys::MAMBA_SSU_I64,
         }) as i32
     }
+
+    /// The dtype of a C ABI `mamba_ssu_dtype` value (`None` for one this type has no variant
+    /// for).
+    pub(crate) fn from_ffi(v: i32) -> Option<DType> {
+        [DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64]
+            .into_iter()
+            .find(|d| d.ffi() == v)
+    }
 }
 
 impl fmt::Display for DType {
@@ -621,5 +629,10 @@ mod tests {
         }
         assert_eq!(DType::F16.ffi(), sys::MAMBA_SSU_F16 as i32);
         assert_eq!(DType::I64.ffi(), 4);
+        for t in [DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64] {
+            assert_eq!(DType::from_ffi(t.ffi()), Some(t));
+        }
+        assert_eq!(DType::from_ffi(sys::MAMBA_SSU_I16 as i32), None);
+        assert_eq!(DType::from_ffi(sys::MAMBA_SSU_DTYPE_OTHER), None);
     }
 }

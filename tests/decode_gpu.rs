@@ -1,5 +1,6 @@
 //! GPU tests of the three seed paths through the SSU: after a 40-layer decode step the states
-//! and outputs are bit-identical across stock, prefetch and fused, eagerly and in CUDA-graph
+//! and outputs are bit-identical across stock, prefetch and fused (chained: the forward's
+//! summary counts 39 chained layers), eagerly and in CUDA-graph
 //! replays (each replay equal to an eager stock step at that replay's generator offset), with
 //! both capture layouts of the prefetcher — for the decode step (single-token SSU) and for the
 //! verify step of speculative decoding (8 tokens per sequence, the multi-token SSU in vLLM's
@@ -9,10 +10,23 @@ mod common;
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use mamba_ssu::decode::{DecodeShape, DecodeStep, SeedMode, StepSnapshot};
-use mamba_ssu::prefetch::{CaptureLayout, Prefetcher};
+use mamba_ssu::prefetch::{CaptureLayout, ForwardSummary, Prefetcher};
 use mamba_ssu::Generator;
 
 type Snapshot = StepSnapshot;
+
+/// The prefetcher's summary of a 40-layer step: every seed of a prefetching forward comes from
+/// the batched draw; a fused forward chains its layers (layer 0 derives its seed, layers 1..39
+/// read the link their predecessor stored).
+fn check_summary(mode: SeedMode, summary: Option<ForwardSummary>, captured: bool) {
+    let counts = summary.map(|s| (s.requested, s.prefetched, s.fallback, s.captured));
+    let want = match mode {
+        SeedMode::Prefetch => Some((40, 40, 0, captured)),
+        SeedMode::Fused => Some((40, 39, 1, captured)),
+        _ => None,
+    };
+    assert_eq!(counts, want, "{mode:?}");
+}
 
 #[test]
 #[ignore = "requires a CUDA GPU"]
@@ -38,8 +52,10 @@ fn stock_prefetch_and_fused_are_bit_identical_eagerly() {
             step.reset_states().unwrap();
             let mut gen = Generator::new(0xDEAD_BEEF_CAFE, 1 << 34).unwrap();
             // Two steps back to back: the second forward's seeds continue the sequence.
-            step.run(mode, &mut p, &mut gen).unwrap();
-            step.run(mode, &mut p, &mut gen).unwrap();
+            for _ in 0..2 {
+                let summary = step.run(mode, &mut p, &mut gen).unwrap();
+                check_summary(mode, summary, false);
+            }
             assert_eq!(gen.offset(), (1 << 34) + 2 * 160, "{mode:?}");
             snaps.push(step.download().unwrap());
         }
@@ -92,7 +108,7 @@ fn captured_steps_replay_like_eager_stock_at_each_offset() {
                 .end_capture(CUgraphInstantiate_flags(0))
                 .unwrap()
                 .expect("a graph");
-            r.unwrap();
+            check_summary(mode, r.unwrap(), true);
             assert_eq!(gen.offset(), 12, "capture leaves the host generator");
             let inc = p.graph_increment();
             assert_eq!(inc, 160, "{mode:?}");

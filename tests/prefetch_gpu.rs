@@ -16,7 +16,7 @@ use mamba_ssu::{filler::filler, Error, Generator};
 const N: usize = 40;
 
 /// A small SSU problem (fp16 state, bf16 inputs, 4 heads of dim 64, dstate 128) that consumes
-/// one fused seed with a real launch.
+/// one fused seed with a real launch, as the fused chain's contract requires.
 struct SsuRig {
     state: CudaSlice<half::f16>,
     x: CudaSlice<half::bf16>,
@@ -40,19 +40,29 @@ impl SsuRig {
     }
 
     fn consume(&mut self, stream: &CudaStream, seed: mamba_ssu::prefetch::FusedSeed<'_>) {
+        self.launch(stream, seed, 10).unwrap();
+    }
+
+    /// One SSU launch with `seed` and `rounds` (an error for rounds the C check rejects).
+    fn launch(
+        &mut self,
+        stream: &CudaStream,
+        seed: mamba_ssu::prefetch::FusedSeed<'_>,
+        rounds: u32,
+    ) -> mamba_ssu::Result<()> {
         use mamba_ssu::ssu::{selective_state_update, SeedSource, SsuArgs, Tensor, TensorMut};
         let h = Self::H;
         let mut args = SsuArgs::new(
-            TensorMut::contiguous(&mut self.state, &[1, h, 64, 128]).unwrap(),
-            Tensor::contiguous(&self.x, &[1, h, 64]).unwrap(),
-            Tensor::new(&self.dt, &[1, h, 64], &[h, 1, 0]).unwrap(),
-            Tensor::new(&self.a, &[h, 64, 128], &[1, 0, 0]).unwrap(),
-            Tensor::contiguous(&self.bc, &[1, 1, 128]).unwrap(),
-            Tensor::contiguous(&self.bc, &[1, 1, 128]).unwrap(),
-            TensorMut::contiguous(&mut self.out, &[1, h, 64]).unwrap(),
+            TensorMut::contiguous(&mut self.state, &[1, h, 64, 128])?,
+            Tensor::contiguous(&self.x, &[1, h, 64])?,
+            Tensor::new(&self.dt, &[1, h, 64], &[h, 1, 0])?,
+            Tensor::new(&self.a, &[h, 64, 128], &[1, 0, 0])?,
+            Tensor::contiguous(&self.bc, &[1, 1, 128])?,
+            Tensor::contiguous(&self.bc, &[1, 1, 128])?,
+            TensorMut::contiguous(&mut self.out, &[1, h, 64])?,
         )
-        .stochastic_rounding(SeedSource::Fused(seed), 10);
-        selective_state_update(stream, &mut args).unwrap();
+        .stochastic_rounding(SeedSource::Fused(seed), rounds);
+        selective_state_update(stream, &mut args)
     }
 }
 
@@ -347,14 +357,14 @@ fn captured_forward_consuming_fewer_than_n_is_a_typed_error_with(layout: Capture
     p.end_forward().unwrap();
 }
 
-/// The fused path's bookkeeping (values through the SSU are checked in decode_gpu; the C ABI's
-/// chain of a fused forward, through mamba_ssu_prefetcher_derive_seed and mamba_ssu_launch, in
-/// c_api): every fused seed of this API derives its own seed at the stock position — inside a
-/// fused forward too, where each call counts as `fallback` — also after someone else moved the
-/// generator and after a seed that was never consumed; scope misuse is typed.
+/// The fused chain's bookkeeping (values through the SSU are checked in decode_gpu): call 0
+/// derives its seed, calls 1..N-1 read the link their predecessor's SSU stored (through
+/// `mamba_ssu_launch`, which confirms each link), calls beyond N and a call after someone else
+/// moved the generator derive their own; every call's position is the stock one; the summary
+/// counts the chained calls as `prefetched`; scope misuse is typed.
 #[test]
 #[ignore = "requires a CUDA GPU"]
-fn fused_seeds_derive_at_the_stock_position() {
+fn fused_forward_chains_links_and_falls_back() {
     let Some(s) = setup() else { return };
     let mut p = Prefetcher::new(&s.ctx, N).unwrap();
     let stream = s.stream.clone();
@@ -363,6 +373,7 @@ fn fused_seeds_derive_at_the_stock_position() {
     p.begin_fused_forward(&stream, &gen).unwrap();
     // A prefetching request inside a fused forward is a scope error.
     assert!(matches!(p.seed(&stream, &mut gen, 0), Err(Error::Scope(_))));
+    let mut linked = Vec::new();
     let mut rig = SsuRig::new(&stream);
     for k in 0..N + 2 {
         if k == 11 {
@@ -375,17 +386,15 @@ fn fused_seeds_derive_at_the_stock_position() {
             Some(torch_seed(99, expected_offset)),
             "call {k}: the stock draw at its position"
         );
-        assert!(
-            f.linked_seed().is_none() && f.seed_next().is_none(),
-            "call {k}"
-        );
-        if k != 5 {
-            rig.consume(&stream, f); // call 5's seed is never consumed: nothing depends on it
-        }
+        linked.push(f.linked_seed().is_some());
+        assert_eq!(f.seed_next().is_some(), k + 1 < N, "call {k}");
+        rig.consume(&stream, f); // the chain's contract: one SSU launch per fused seed
         expected_offset += 4;
     }
     assert_eq!(gen.offset(), expected_offset);
     let summary = p.end_forward().unwrap();
+    let want: Vec<bool> = (0..N + 2).map(|k| k > 0 && k < N && k != 11).collect();
+    assert_eq!(linked, want);
     assert_eq!(
         (
             summary.requested,
@@ -393,7 +402,7 @@ fn fused_seeds_derive_at_the_stock_position() {
             summary.fallback,
             summary.drawn
         ),
-        (N as u32 + 2, 0, N as u32 + 2, 0)
+        (N as u32 + 2, N as u32 - 2, 4, 0)
     );
     // A fused request inside a prefetching forward is a scope error; outside any forward each
     // call derives its own seed.
@@ -409,6 +418,62 @@ fn fused_seeds_derive_at_the_stock_position() {
     p.end_forward().unwrap();
     let f = p.fused_seed(&stream, &mut gen).unwrap();
     assert!(f.linked_seed().is_none() && f.seed_next().is_none());
+    stream.synchronize().unwrap();
+}
+
+/// A fused seed whose SSU was never launched — dropped, or rejected by the check before the
+/// launch — leaves the next chain link unwritten: the next request is a scope error (not a
+/// stale seed) that draws nothing, and the one after it derives its own seed; the chain then
+/// resumes.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn fused_chain_detects_a_skipped_consumer() {
+    let Some(s) = setup() else { return };
+    let mut p = Prefetcher::new(&s.ctx, N).unwrap();
+    let stream = s.stream.clone();
+    let mut gen = Generator::new(7, 40).unwrap();
+    let mut rig = SsuRig::new(&stream);
+    p.begin_fused_forward(&stream, &gen).unwrap();
+    let f0 = p.fused_seed(&stream, &mut gen).unwrap();
+    rig.consume(&stream, f0);
+    for skip in ["dropped", "rejected"] {
+        let f1 = p.fused_seed(&stream, &mut gen).unwrap();
+        assert!(
+            f1.linked_seed().is_some(),
+            "{skip}: the call reads the link its predecessor stored"
+        );
+        if skip == "rejected" {
+            // 11 rounds: the check rejects the call before anything is launched.
+            assert!(matches!(
+                rig.launch(&stream, f1, 11),
+                Err(Error::InvalidArgument {
+                    argument: "philox_rounds",
+                    ..
+                })
+            ));
+        }
+        let offset = gen.offset();
+        assert!(
+            matches!(p.fused_seed(&stream, &mut gen), Err(Error::Scope(_))),
+            "{skip}"
+        );
+        assert_eq!(
+            gen.offset(),
+            offset,
+            "{skip}: a refused request draws nothing"
+        );
+        let f2 = p.fused_seed(&stream, &mut gen).unwrap();
+        assert!(
+            f2.linked_seed().is_none(),
+            "{skip}: after the error the call derives its own seed"
+        );
+        assert_eq!(f2.eager_value(), Some(torch_seed(7, offset)));
+        rig.consume(&stream, f2);
+    }
+    let f3 = p.fused_seed(&stream, &mut gen).unwrap();
+    assert!(f3.linked_seed().is_some(), "the chain resumes");
+    rig.consume(&stream, f3);
+    p.end_forward().unwrap();
     stream.synchronize().unwrap();
 }
 

@@ -233,10 +233,15 @@ fn invalid_arguments_are_typed_errors_and_launch_nothing() {
         other => panic!("expected InvalidArgument, got {other:?}"),
     };
     assert_eq!(arg(seeds::draw_seeds(&stream, &mut out, 0, 1, 0)), "n");
+    // Above the launcher's maximum, over a buffer long enough (the buffer is Rust's rule, the
+    // range the launcher's).
+    let mut big = stream
+        .alloc_zeros::<i64>(seeds::MAX_SEEDS_PER_DRAW + 1)
+        .unwrap();
     assert_eq!(
         arg(seeds::draw_seeds(
             &stream,
-            &mut out,
+            &mut big,
             seeds::MAX_SEEDS_PER_DRAW + 1,
             1,
             0

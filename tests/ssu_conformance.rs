@@ -203,7 +203,7 @@ fn run_one(
         flags: ssu_dev::Flags {
             pad_slot_id: case.pad_slot_id,
             dt_softplus: case.dt_softplus,
-            update_state: case.update_state,
+            disable_state_update: case.disable_state_update,
             philox_rounds: case.philox_rounds,
             algorithm: match alg {
                 "simple" => "simple",
@@ -420,7 +420,7 @@ fn sparse_stride_case(stride: u64) {
         dst_state_batch_indices: None,
         pad_slot_id: -1,
         dt_softplus: true,
-        update_state: true,
+        disable_state_update: false,
     })
     .unwrap();
 
@@ -510,7 +510,7 @@ fn sparse_stride_case(stride: u64) {
             flags: ssu_dev::Flags {
                 pad_slot_id: -1,
                 dt_softplus: true,
-                update_state: true,
+                disable_state_update: false,
                 philox_rounds: rounds,
                 algorithm: alg,
             },
@@ -743,7 +743,7 @@ fn replicated_call(
         flags: ssu_dev::Flags {
             pad_slot_id: -1,
             dt_softplus: true,
-            update_state: true,
+            disable_state_update: false,
             philox_rounds: rounds,
             algorithm: alg,
         },
@@ -988,7 +988,7 @@ fn sr_special_values_match_the_software_conversion() {
                 flags: ssu_dev::Flags {
                     pad_slot_id: -1,
                     dt_softplus: false,
-                    update_state: true,
+                    disable_state_update: false,
                     philox_rounds: rounds,
                     algorithm: alg,
                 },

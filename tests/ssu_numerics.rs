@@ -72,7 +72,7 @@ struct Cfg {
     indices: bool,
     dst: bool,
     pad: bool,
-    update_state: bool,
+    disable_state_update: bool,
     softplus: bool,
     rounds: u32,
     padded_strides: bool,
@@ -96,7 +96,7 @@ impl Cfg {
             indices: true,
             dst: false,
             pad: false,
-            update_state: true,
+            disable_state_update: false,
             softplus: true,
             rounds: 0,
             padded_strides: false,
@@ -244,7 +244,7 @@ impl Problem {
 
     /// The written head blocks: `(storage element offset, length)`.
     fn written(&self) -> Vec<(usize, usize)> {
-        if !self.cfg.update_state {
+        if self.cfg.disable_state_update {
             return vec![];
         }
         let hb = self.cfg.nheads * self.cfg.dim * self.cfg.dstate;
@@ -319,7 +319,7 @@ fn reference(p: &Problem) -> Reference {
                     let sn = da * s + xv * bn * dtv;
                     y += cm[b * p.bc_stride + g * c.dstate + n] * sn;
                     mag += (cm[b * p.bc_stride + g * c.dstate + n] * sn).abs();
-                    if c.update_state && !pad {
+                    if !c.disable_state_update && !pad {
                         new_state[ws as usize * p.state_stride + e] = sn;
                     }
                 }
@@ -423,7 +423,7 @@ fn call<'a>(p: &Problem, dev: &'a mut Dev, algorithm: &'static str) -> ssu_dev::
         flags: ssu_dev::Flags {
             pad_slot_id: p.pad_slot_id,
             dt_softplus: c.softplus,
-            update_state: c.update_state,
+            disable_state_update: c.disable_state_update,
             philox_rounds: c.rounds,
             algorithm,
         },
@@ -631,7 +631,7 @@ fn all_dtype_combinations_match_f64_reference() {
                             cfg.indices = k % 5 != 0;
                             cfg.dst = cfg.indices && k % 3 == 1;
                             cfg.pad = cfg.indices && k % 4 == 2;
-                            cfg.update_state = k % 7 != 3;
+                            cfg.disable_state_update = k % 7 == 3;
                             cfg.softplus = k % 6 != 5;
                             cfg.padded_strides = rng.coin();
                             cfg.batch = 1 + rng.below(5) as usize;
@@ -922,7 +922,7 @@ fn writes_stay_inside_the_written_slots() {
             cfg.state = state;
             cfg.dst = dst;
             cfg.pad = pad;
-            cfg.update_state = update;
+            cfg.disable_state_update = !update;
             cfg.padded_strides = true;
             cfg.batch = 4;
             cfg.rounds = if state == "float16" { 10 } else { 0 };
@@ -1150,7 +1150,7 @@ fn edge_problem(mut cfg: Cfg, rng: &mut Rng) -> Problem {
     cfg.softplus = false;
     cfg.dst = false;
     cfg.pad = false;
-    cfg.update_state = true;
+    cfg.disable_state_update = false;
     let mut p = Problem::new(cfg, rng);
     let c = p.cfg.clone();
     let n_state = p.state.len() / 2;
@@ -1398,11 +1398,11 @@ fn invalid_arguments_are_rejected_by_name_and_launch_nothing() {
         ("rounds above 10", &["philox_rounds"], |c| {
             c.flags.philox_rounds = 11
         }),
-        ("SR without a seed", &["seed", "rand_seed"], |c| {
-            c.seed = None
-        }),
-        ("B with 3 groups for 8 heads", &["B", "ngroups"], |c| {
+        // FlashInfer's rand_seed = None: the C check names the seed's pointer.
+        ("SR without a seed", &["seed.pointer"], |c| c.seed = None),
+        ("B and C with 3 groups for 8 heads", &["B"], |c| {
             c.b.shape[1] = 3;
+            c.c.shape[1] = 3;
         }),
         ("x batch differs from out", &["x", "out"], |c| {
             c.x.shape[0] = 2

@@ -4,8 +4,9 @@
 //! Slot rules are the kernel's: batch entry `b` reads slot `state_batch_indices[b, 0]` (or `b`
 //! without indices); a read slot equal to `pad_slot_id` or outside `0..slots` is a pad (state
 //! read as zeros, `out` still written, no state written); the write slot is
-//! `dst_state_batch_indices[b, 0]` (or the read slot) and is written only when `update_state`
-//! is on, the entry is not a pad and the write slot is neither `pad_slot_id` nor out of range.
+//! `dst_state_batch_indices[b, 0]` (or the read slot) and is written only when
+//! `disable_state_update` is off, the entry is not a pad and the write slot is neither
+//! `pad_slot_id` nor out of range.
 //! Reads come from the state as given (a write slot of one entry that is the read slot of
 //! another is a caller error on the GPU).
 
@@ -127,8 +128,8 @@ pub struct SsuHostArgs<'a> {
     pub pad_slot_id: i64,
     /// Softplus on `dt + dt_bias` (when it is <= 20).
     pub dt_softplus: bool,
-    /// Write the new state.
-    pub update_state: bool,
+    /// FlashInfer's `disable_state_update`: leave the state untouched (only `out` is written).
+    pub disable_state_update: bool,
 }
 
 /// One state write of the reference: batch entry `batch` read `read_slot` and wrote every
@@ -304,8 +305,10 @@ pub fn selective_state_update_f64(args: &SsuHostArgs<'_>) -> Result<SsuReference
             .dst_state_batch_indices
             .as_ref()
             .map_or(read_slot, |t| index_at(t, b));
-        let write =
-            args.update_state && !pad && write_slot != args.pad_slot_id && in_range(write_slot);
+        let write = !args.disable_state_update
+            && !pad
+            && write_slot != args.pad_slot_id
+            && in_range(write_slot);
         if write {
             writes.push(StateWrite {
                 batch: b,
@@ -489,7 +492,7 @@ mod tests {
                 dst_state_batch_indices: None,
                 pad_slot_id: -1,
                 dt_softplus: false,
-                update_state: true,
+                disable_state_update: false,
             }
         }
     }
@@ -555,7 +558,7 @@ mod tests {
             dst_state_batch_indices: None,
             pad_slot_id: -1,
             dt_softplus: softplus_on,
-            update_state: false,
+            disable_state_update: true,
         };
         selective_state_update_f64(&args).unwrap().out[0]
     }
@@ -609,7 +612,7 @@ mod tests {
                 dst_state_batch_indices: dst.map(|s| HostTensor::contiguous(s, &[2])),
                 pad_slot_id: 0,
                 dt_softplus: true,
-                update_state: true,
+                disable_state_update: false,
             }
         }
     }
@@ -694,11 +697,11 @@ mod tests {
     }
 
     #[test]
-    fn update_state_off_writes_nothing_but_out() {
+    fn disable_state_update_writes_nothing_but_out() {
         let t = Slots::new();
         let on = selective_state_update_f64(&t.args(Some(&[1, 2]), None)).unwrap();
         let mut args = t.args(Some(&[1, 2]), None);
-        args.update_state = false;
+        args.disable_state_update = true;
         let off = selective_state_update_f64(&args).unwrap();
         assert!(off.writes.is_empty());
         assert_eq!(off.state, t.state);
@@ -742,7 +745,7 @@ mod tests {
             dst_state_batch_indices: None,
             pad_slot_id: -1,
             dt_softplus: false,
-            update_state: true,
+            disable_state_update: false,
         };
         let r = selective_state_update_f64(&args).unwrap();
         // y = sum_n C * x * B * dt = 64 * x for group 1, 0 for group 0.

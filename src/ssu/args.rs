@@ -1,18 +1,16 @@
 //! The arguments of one selective-state-update call: the borrowed tensors and flags
-//! ([`SsuArgs`], [`SeedSource`], [`Algorithm`]), and their host-side description that
-//! validation checks ([`SsuSpec`], [`SeedSpec`]) and the sizes it returns ([`SsuProblem`]).
-
-use std::fmt;
+//! ([`SsuArgs`], [`Algorithm`]; the seed in `seed.rs`), their host-side description that
+//! validation checks ([`SsuSpec`]) and the sizes the C check returns ([`SsuProblem`]).
 
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::CudaContext;
 
 use crate::error::Result;
 use crate::ffi::sys;
-use crate::generator::GraphSeedState;
-use crate::prefetch::{FusedSeed, SeedPtr};
 use crate::reference::SrRule;
 use crate::tensor::{DType, Tensor, TensorLayout, TensorMut};
+
+use super::seed::{SeedSource, SeedSpec};
 
 /// Which of FlashInfer's two kernels the results must match: it fixes the per-element random
 /// bits of stochastic rounding and the summation order of `out`.
@@ -64,82 +62,6 @@ pub(super) fn num_sms(ctx: &CudaContext) -> Result<u32> {
     Ok(n.max(1) as u32)
 }
 
-/// Where the stochastic-rounding seed comes from.
-pub enum SeedSource<'a> {
-    /// One int64 in device memory, read by the kernel (FlashInfer's `rand_seed`).
-    Pointer(Tensor<'a>),
-    /// Fused: the kernel computes the seed itself as the stock torch draw at generator offset
-    /// `state.offset + offset` (read from `state`'s device memory when the kernel runs), i.e.
-    /// [`crate::philox::torch_seed`]`(seed, offset_now + offset)`. `offset` is a multiple of 4.
-    FromGenerator {
-        /// The device-resident generator state.
-        state: &'a GraphSeedState,
-        /// Offset added to the device state's offset (intragraph offset; a multiple of 4).
-        offset: u64,
-    },
-    /// Fused, eager: the kernel computes the seed as the stock torch draw from generator state
-    /// `(seed, offset)` given here, i.e. [`crate::philox::torch_seed`]`(seed, offset)`; no
-    /// device memory is read. `offset` is a multiple of 4.
-    FromValues {
-        /// The generator's seed.
-        seed: u64,
-        /// The draw's generator offset (a multiple of 4).
-        offset: u64,
-    },
-    /// A seed handed out by the [`crate::prefetch::Prefetcher`] (prefetched from its batched
-    /// draw, or drawn inline by the stock path): one int64 in the prefetcher's device memory.
-    Prefetched(SeedPtr<'a>),
-    /// The fused path from [`crate::prefetch::Prefetcher::fused_seed`]: the kernel derives the
-    /// stock seed itself (from values eagerly, from the prefetcher's device generator state
-    /// under capture).
-    Fused(FusedSeed<'a>),
-}
-
-impl fmt::Debug for SeedSource<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SeedSource::Pointer(t) => f.debug_tuple("Pointer").field(t).finish(),
-            SeedSource::FromGenerator { offset, .. } => f
-                .debug_struct("FromGenerator")
-                .field("offset", offset)
-                .finish_non_exhaustive(),
-            SeedSource::FromValues { seed, offset } => f
-                .debug_struct("FromValues")
-                .field("seed", seed)
-                .field("offset", offset)
-                .finish(),
-            SeedSource::Prefetched(p) => f.debug_tuple("Prefetched").field(p).finish(),
-            SeedSource::Fused(p) => f.debug_tuple("Fused").field(p).finish(),
-        }
-    }
-}
-
-impl SeedSource<'_> {
-    /// The seed as validation sees it.
-    pub(super) fn spec(&self) -> SeedSpec {
-        match self {
-            SeedSource::Pointer(t) => SeedSpec::Pointer(*t.layout()),
-            SeedSource::FromGenerator { offset, .. } => SeedSpec::FromGenerator { offset: *offset },
-            SeedSource::FromValues { seed, offset } => SeedSpec::FromValues {
-                seed: *seed,
-                offset: *offset,
-            },
-            SeedSource::Prefetched(_) => SeedSpec::Pointer(PREFETCHED_SEED_LAYOUT),
-            SeedSource::Fused(f) => match (f.linked_seed(), f.generator_state()) {
-                // A chained call reads the seed its predecessor stored.
-                (Some(_), _) => SeedSpec::Pointer(PREFETCHED_SEED_LAYOUT),
-                (None, Some(_)) => SeedSpec::FromGenerator {
-                    offset: f.seed_offset(),
-                },
-                (None, None) => SeedSpec::FromValues {
-                    seed: f.generator_seed(),
-                    offset: f.seed_offset(),
-                },
-            },
-        }
-    }
-}
-
 /// The arguments of one [`selective_state_update`](super::selective_state_update) call
 /// (FlashInfer's names; see the [module doc](super) for the contract). [`SsuArgs::new`] fills
 /// the defaults; the builder methods set the rest.
@@ -173,10 +95,11 @@ pub struct SsuArgs<'a> {
     pub pad_slot_id: i64,
     /// Apply softplus to `dt + dt_bias` (default false).
     pub dt_softplus: bool,
-    /// Write the updated state (default true).
-    pub update_state: bool,
-    /// 0 (default): round the state to nearest; 1..=10: stochastic rounding of an F16 state
-    /// with that many Philox rounds (needs `seed`).
+    /// FlashInfer's `disable_state_update` (default false): leave the state untouched instead
+    /// of writing the updated state.
+    pub disable_state_update: bool,
+    /// 0 (default): round the state to nearest; 1..=[`MAX_PHILOX_ROUNDS`](super::MAX_PHILOX_ROUNDS):
+    /// stochastic rounding of an F16 state with that many Philox rounds (needs `seed`).
     pub philox_rounds: u32,
     /// Which FlashInfer kernel to match (default [`Algorithm::Auto`]).
     pub algorithm: Algorithm,
@@ -190,7 +113,8 @@ pub struct SsuArgs<'a> {
 
 impl<'a> SsuArgs<'a> {
     /// The required tensors, with defaults: no `D`, `z`, `dt_bias` or indices,
-    /// `pad_slot_id = -1`, no softplus, state updated, round to nearest, [`Algorithm::Auto`],
+    /// `pad_slot_id = -1`, no softplus, state written (`disable_state_update` false), round to
+    /// nearest, [`Algorithm::Auto`],
     /// [`SrRule::V072`].
     pub fn new(
         state: TensorMut<'a>,
@@ -216,7 +140,7 @@ impl<'a> SsuArgs<'a> {
             out,
             pad_slot_id: -1,
             dt_softplus: false,
-            update_state: true,
+            disable_state_update: false,
             philox_rounds: 0,
             algorithm: Algorithm::Auto,
             seed: None,
@@ -266,9 +190,9 @@ impl<'a> SsuArgs<'a> {
         self
     }
 
-    /// Sets `update_state` (false: FlashInfer's `disable_state_update`).
-    pub fn update_state(mut self, on: bool) -> Self {
-        self.update_state = on;
+    /// Sets FlashInfer's `disable_state_update` (true: the state is not written).
+    pub fn disable_state_update(mut self, on: bool) -> Self {
+        self.disable_state_update = on;
         self
     }
 
@@ -317,25 +241,6 @@ impl<'a> SsuArgs<'a> {
             seed: self.seed.as_ref().map(SeedSource::spec),
         }
     }
-}
-
-/// The seed as [`validate`](super::validate) sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SeedSpec {
-    /// [`SeedSource::Pointer`]: the layout of the seed tensor.
-    Pointer(TensorLayout),
-    /// [`SeedSource::FromGenerator`] with this offset.
-    FromGenerator {
-        /// The offset added to the device generator state's offset.
-        offset: u64,
-    },
-    /// [`SeedSource::FromValues`].
-    FromValues {
-        /// The generator's seed.
-        seed: u64,
-        /// The draw's generator offset.
-        offset: u64,
-    },
 }
 
 /// Everything [`validate`](super::validate) checks: the layouts of every tensor and the flags
@@ -403,17 +308,6 @@ pub struct SsuProblem {
     /// `stochastic_rounding`).
     pub sr_rule: SrRule,
 }
-
-/// The C ABI's `mamba_ssu_sr_rule` value of a rule.
-pub(super) fn sr_rule_ffi(rule: SrRule) -> i32 {
-    (match rule {
-        SrRule::V072 => sys::MAMBA_SSU_SR_V072,
-        SrRule::V074 => sys::MAMBA_SSU_SR_V074,
-    }) as i32
-}
-
-/// The layout of a prefetched seed: one int64.
-const PREFETCHED_SEED_LAYOUT: TensorLayout = TensorLayout::one_i64();
 
 #[cfg(test)]
 mod tests {

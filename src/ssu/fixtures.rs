@@ -4,7 +4,8 @@
 use crate::reference::SrRule;
 use crate::tensor::{DType, TensorLayout};
 
-use super::args::{SeedSpec, SsuSpec};
+use super::args::SsuSpec;
+use super::seed::SeedSpec;
 
 // A valid baseline: slots 3 (padded slot stride), batch 2, nheads 4, dim 8, dstate 64,
 // ngroups 2; fp16 state, bf16 inputs and weights, int32 indices, SR with a seed pointer.

@@ -1,49 +1,77 @@
-//! Selective state update (single token): the safe layer over the C launcher
-//! `mamba_ssu_selective_state_update` (`csrc/ssu.cu`), FlashInfer 0.7.2 compatible.
+//! Selective state update, FlashInfer 0.7.2 compatible: the single-token decode step here, the
+//! multi-token (speculative-decoding verify) step in [`mtp`]. The safe layer over the C ABI's
+//! one contract, `mamba_ssu_check` / `mamba_ssu_launch` / `mamba_ssu_plan` of `mamba_ssu.h`.
 //!
 //! Layer: safe API. Tensors are type-erased views of borrowed cudarc buffers ([`Tensor`],
 //! [`TensorMut`], defined in [`crate::tensor`] and re-exported here) with a dtype, a shape and
 //! strides in elements, like torch tensors whose storage offset is the start of the buffer:
 //! element `[i0, i1, ..]` lives at `Σ i_k · stride_k` (a stride may be 0 for a broadcast
-//! dimension). [`validate`] checks the whole contract as a pure function of the layouts;
-//! [`selective_state_update`] validates, checks devices, fills `mamba_ssu_params` and enqueues
-//! one kernel. The call is **asynchronous on the stream it is given**: it returns once the
-//! kernel is enqueued, and cudarc's event tracking orders it after earlier writes of the
-//! buffers.
+//! dimension). [`validate`] checks a call as a pure function of its layouts;
+//! [`selective_state_update`] checks it, then enqueues it. The call is **asynchronous on the
+//! stream it is given**: it returns once the kernel is enqueued, and cudarc's event tracking
+//! orders it after earlier writes of the buffers.
 //!
-//! # Shape and stride contract (FlashInfer's)
+//! # One contract, enforced by the C check
+//! Both forms fill one `mamba_ssu_args` from the call's views — each tensor's device pointer,
+//! dtype, shape and strides under its FlashInfer name (an absent tensor rank 0), the options,
+//! the seed as one `mamba_ssu_seed`, and the form asked for: single token here, multi token in
+//! [`mtp`] — and the C check decides. It is the one place where the contract's rules are
+//! written, for this crate, its torch extension and C callers alike (the rule list: the header's
+//! section "The SSU call"). A rejection is an [`Error::InvalidArgument`] (C's
+//! `MAMBA_SSU_ERROR_INVALID_ARGUMENT`: a shape, dtype, stride or size outside the contract;
+//! `MAMBA_SSU_ERROR_INVALID_VALUE`: an option outside its set, or two that conflict) or an
+//! [`Error::Unsupported`] (a valid combination no kernel serves), naming the argument as the C
+//! check does (`x`, `B`, `philox_rounds`, `seed.position`, ...), with its detail as the message.
+//!
+//! The Rust layer adds only what C cannot see: every tensor's largest reachable element
+//! `Σ (shape_k − 1) · stride_k` lies inside its buffer; sizes and strides fit `int64_t`; every
+//! buffer lives on the stream's device ([`Error::WrongDevice`]); a [`SeedSource::Pointer`]
+//! tensor is one I64 element; and the borrows keep every buffer alive until the launch is
+//! enqueued. The pure check runs first, before any device work, with placeholder pointers; the
+//! launch checks again with the buffers' pointers (their alignment is the C check's too).
+//!
+//! # Shapes (FlashInfer's), single token
 //! | argument | shape | dtype | strides (elements) |
 //! |---|---|---|---|
-//! | `state` | (slots, nheads, dim, dstate) | F16, BF16, F32 | (s0, dim·dstate, dstate, 1), s0 ≥ nheads·dim·dstate, s0 · elem a multiple of 16 bytes |
-//! | `x`, `out`, `z` | (batch, nheads, dim) | input dtype: F16, BF16, F32 | (sb, dim, 1), sb · elem a multiple of 16 bytes; `out` rows may not overlap |
+//! | `state` | (slots, nheads, dim, dstate) | F16, BF16, F32 | (s0, dim·dstate, dstate, 1) |
+//! | `x`, `out`, `z` | (batch, nheads, dim) | input dtype: F16, BF16, F32 | (sb, dim, 1) |
 //! | `dt` | (batch, nheads, dim) | weight dtype: F16, BF16, F32 | (any, 1, 0) |
 //! | `A` | (nheads, dim, dstate) | F32 | (1, 0, 0) |
 //! | `D`, `dt_bias` | (nheads, dim) | weight dtype | (1, 0) |
-//! | `B`, `C` | (batch, ngroups, dstate) | input dtype | (sb, dstate, 1), sb · elem a multiple of 16 bytes |
-//! | `state_batch_indices`, `dst_state_batch_indices` | (batch,) or (batch, T) | I32 or I64 (both the same) | any; column 0 is read |
+//! | `B`, `C` | (batch, ngroups, dstate) | input dtype | (sb, dstate, 1) |
+//! | `state_batch_indices`, `dst_state_batch_indices` | (batch,) or (batch, T) | I32 or I64 (one dtype) | any; column 0 is read |
 //! | `rand_seed` ([`SeedSource::Pointer`]) | one element | I64 | — |
 //!
-//! dstate ∈ {64, 128, 256}; ngroups divides nheads; batch ≥ 1; every dimension ≥ 1; every
-//! tensor's largest reachable element lies inside its buffer. `x`, `z`, `B`, `C`, `out` and
-//! `state` must start 16-byte aligned (checked at launch; whole cudarc allocations are).
-//! `philox_rounds` ∈ 0..=10; rounds > 0 (stochastic rounding) need an F16 state and a seed. A
-//! seed given with `philox_rounds == 0` is ignored, unchecked and not passed (the state is
-//! rounded to nearest). The seed is one int64 in device memory ([`SeedSource::Pointer`],
-//! FlashInfer's `rand_seed`), or the kernel derives the stock torch draw itself, from a
-//! device-resident generator state ([`SeedSource::FromGenerator`], CUDA-graph safe) or from
-//! host values ([`SeedSource::FromValues`]); the fused offsets are multiples of 4.
+//! FlashInfer's one-head ranks are taken too (a 3-D `state`, a 2-D `A`, 1-D `D` and `dt_bias`,
+//! 2-D token tensors). Besides the shapes, the C check's limits: dstate in
+//! [`SUPPORTED_DSTATE`]; ngroups divides nheads; batch ≥ 1, slots ≥ batch without read
+//! indices; the slot stride at least a slot; the batch strides of `state`, `x`, `z`, `out`,
+//! `B`, `C` and those six pointers 16-byte multiples (whole cudarc allocations are aligned);
+//! `out` rows that do not overlap; extents and the grid within the kernels' bounds. The seed:
+//! `philox_rounds` in 0..=[`MAX_PHILOX_ROUNDS`]; rounds > 0 (stochastic rounding) need an F16
+//! state and a seed: one int64 in device memory ([`SeedSource::Pointer`], FlashInfer's
+//! `rand_seed`), or the kernel derives the stock torch draw itself, from a device-resident
+//! generator state ([`SeedSource::FromGenerator`], CUDA-graph safe) or from host values
+//! ([`SeedSource::FromValues`]), at an offset that is a multiple of 4. With 0 rounds the state is
+//! rounded to nearest and a given seed is not read (a fused seed still passes its chain's link
+//! on).
 //!
 //! Slots: batch entry `b` reads slot `state_batch_indices[b, 0]` (or `b` without indices) and
-//! writes `dst_state_batch_indices[b, 0]` (or the read slot). A read slot equal to
-//! `pad_slot_id` (or outside `0..slots`) is a pad: the state is read as zeros, `out` is still
-//! written, no state is written; a write slot equal to `pad_slot_id` (or out of range) is not
-//! written either. Index values live in device memory and are not checked on the host.
+//! writes `dst_state_batch_indices[b, 0]` (or the read slot) unless
+//! [`SsuArgs::disable_state_update`]. A read slot equal to `pad_slot_id` (or outside `0..slots`)
+//! is a pad: the state is read as zeros, `out` is still written, no state is written; a write
+//! slot equal to `pad_slot_id` (or out of range) is not written either. Index values live in
+//! device memory and are not checked on the host.
 //!
 //! Speed: the shapes engines run hot (F16 state, BF16 inputs and weights, F32 `A`, dim 64,
 //! dstate 128, 0, 5 or 10 rounds) run compiled-in kernels, each built with and without `z`:
 //! leaving `z` as `None` (gating done later, as in engines' Mamba-2 mixers) runs a loop with
 //! no `z` work at all. Every other combination runs a kernel that takes sizes, dtypes and rounds
 //! at run time (same results, slower). Figures: `BENCHMARKS.md`.
+//!
+//! [`Error::InvalidArgument`]: crate::Error::InvalidArgument
+//! [`Error::Unsupported`]: crate::Error::Unsupported
+//! [`Error::WrongDevice`]: crate::Error::WrongDevice
 //!
 //! # The SR conversion: FlashInfer 0.7.2's or 0.7.4's
 //! [`SsuArgs::sr_rule`] picks the fp32 → fp16 conversion of stochastic rounding per call:
@@ -89,26 +117,41 @@
 //! ```
 
 // Files: `args.rs` holds the call's arguments and their host-side description (SsuArgs,
-// SeedSource, Algorithm, SsuSpec, SeedSpec, SsuProblem); `validation.rs` holds `validate` and
-// its helpers; `launch.rs` holds `selective_state_update` (device checks, pointers, the C ABI's
-// parameters, the launch); `fixtures.rs` holds the valid call the unit tests start from. Each
-// file carries the unit tests of its own code. `mtp/` is the multi-token form (its own args,
-// validation and launch, sharing the helpers and the seed types of these files).
+// Algorithm, SsuSpec, SsuProblem); `seed.rs` the seed (SeedSource, SeedSpec) and its one
+// conversion into the C ABI's `mamba_ssu_seed`; `contract.rs` the bridge of both forms to the C
+// contract (a call's tensors as `mamba_ssu_args`, the pure check and plan, the Rust-only buffer
+// rule, the launch over borrowed buffers); `validation.rs` holds `validate`; `launch.rs`
+// `selective_state_update`; `fixtures.rs` the valid call the unit tests start from. Each file
+// carries the unit tests of its own code. `mtp/` is the multi-token form (its own args,
+// validation and launch over the same bridge and seed).
 
 mod args;
+mod contract;
 #[cfg(test)]
 mod fixtures;
 mod launch;
 pub mod mtp;
+#[cfg(test)]
+mod props;
+mod seed;
 mod validation;
 
-pub use args::{Algorithm, SeedSource, SeedSpec, SsuArgs, SsuProblem, SsuSpec};
+pub use args::{Algorithm, SsuArgs, SsuProblem, SsuSpec};
 pub use launch::selective_state_update;
 pub use mtp::{
     mtp_launch_plan, selective_state_update_mtp, validate_mtp, MtpArgs, MtpLaunchPlan, MtpProblem,
     MtpSpec,
 };
-pub use validation::{validate, MAX_PHILOX_ROUNDS, SUPPORTED_DSTATE};
+pub use seed::{SeedSource, SeedSpec};
+pub use validation::validate;
+
+/// Most Philox rounds of stochastic rounding the kernels take (the header's
+/// `MAMBA_SSU_MAX_PHILOX_ROUNDS`; the C check enforces it).
+pub const MAX_PHILOX_ROUNDS: u32 = crate::ffi::sys::MAMBA_SSU_MAX_PHILOX_ROUNDS;
+
+/// The `dstate` values the kernels serve (the C check enforces them: another value is
+/// [`Error::Unsupported`](crate::Error::Unsupported)); the CPU references take the same.
+pub const SUPPORTED_DSTATE: [usize; 3] = [64, 128, 256];
 
 /// The stochastic-rounding conversion of a call (FlashInfer 0.7.2's, the default, or 0.7.4's);
 /// the same type as the CPU reference's.

@@ -38,8 +38,8 @@ pub struct Flags {
     pub pad_slot_id: i64,
     /// Softplus on dt.
     pub dt_softplus: bool,
-    /// Whether the state is written.
-    pub update_state: bool,
+    /// FlashInfer's `disable_state_update`: the state is not written.
+    pub disable_state_update: bool,
     /// 0 = round to nearest.
     pub philox_rounds: u32,
     /// `auto`, `simple`, `vertical`.
@@ -128,7 +128,7 @@ pub fn launch_with_rule(
         dst_state_batch_indices: opt(&call.dst_state_batch_indices)?,
         pad_slot_id: call.flags.pad_slot_id,
         dt_softplus: call.flags.dt_softplus,
-        update_state: call.flags.update_state,
+        disable_state_update: call.flags.disable_state_update,
         philox_rounds: call.flags.philox_rounds,
         algorithm: algorithm(call.flags.algorithm),
         seed,

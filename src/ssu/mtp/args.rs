@@ -1,5 +1,5 @@
 //! The arguments of one multi-token call: the borrowed tensors and flags ([`MtpArgs`]), their
-//! host-side description that validation checks ([`MtpSpec`]), the sizes it returns
+//! host-side description that validation checks ([`MtpSpec`]), the sizes the C check returns
 //! ([`MtpProblem`]) and the launch configuration ([`MtpLaunchPlan`]).
 
 use crate::reference::SrRule;
@@ -46,7 +46,8 @@ pub struct MtpArgs<'a> {
     /// Optional buffer entry per sequence (batch,); needs the buffer.
     pub intermediate_state_indices: Option<Tensor<'a>>,
     /// FlashInfer's `cache_steps`: with a buffer, its size(1); varlen: the most tokens a
-    /// sequence may have (T of the call). `None`: the buffer's size(1) where there is one.
+    /// sequence may have (T of the call). `None`: the buffer's size(1) where there is one,
+    /// else not given (FlashInfer's 0).
     pub cache_steps: Option<usize>,
     /// Output, shaped like `x`, written.
     pub out: TensorMut<'a>,
@@ -275,7 +276,8 @@ pub struct MtpSpec {
 pub struct MtpProblem {
     /// Sequences (`x.size(0)`, or `cu_seqlens.size(0) - 1`).
     pub batch: usize,
-    /// Most tokens per sequence: T (`x.size(1)`) or, varlen, `cache_steps`.
+    /// Most tokens per sequence: T (`x.size(1)`, 1 for a 3-D `x` with `cache_steps`) or,
+    /// varlen, `cache_steps`.
     pub ntokens: usize,
     /// Varlen: token rows of `x` (`x.size(0)`); `None` for fixed length.
     pub total_tokens: Option<usize>,

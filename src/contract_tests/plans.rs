@@ -1,0 +1,189 @@
+//! The single-token launch plan (`mamba_ssu_plan`) at the C level, over a dense grid of checked
+//! calls: every call the check accepts gets a valid grid, and FlashInfer 0.7.4's SR conversion
+//! runs (and is planned on) the generic kernel.
+
+use super::*;
+
+/// A single-token call of these sizes that the check accepts whenever its sizes and dtypes do:
+/// contiguous tensors (rows rounded up to 16 bytes), ngroups 1, placeholder pointers, an
+/// optional z and read index, a seed pointer with `rounds`, a fused chain's next link.
+#[allow(clippy::too_many_arguments)]
+fn call(
+    batch: usize,
+    nheads: usize,
+    dim: usize,
+    dstate: usize,
+    dtypes: [i32; 3],
+    rounds: i32,
+    algorithm: i32,
+    z: bool,
+    index: Option<i32>,
+    next: bool,
+) -> sys::mamba_ssu_args {
+    let [b, h, d, n] = [batch, nheads, dim, dstate].map(|v| v as i64);
+    let [state, input, weight] = dtypes;
+    let row = (h * d + 7) / 8 * 8;
+    let bsd = [b, h, d];
+    sys::mamba_ssu_args {
+        state: dense(1, state, &[b + 1, h, d, n]),
+        x: tensor(2, input, &bsd, &[row, d, 1]),
+        dt: tensor(3, weight, &bsd, &[h, 1, 0]),
+        A: tensor(4, F32, &[h, d, n], &[1, 0, 0]),
+        B: dense(5, input, &[b, 1, n]),
+        C: dense(6, input, &[b, 1, n]),
+        D: tensor(7, weight, &[h, d], &[1, 0]),
+        z: if z {
+            tensor(8, input, &bsd, &[row, d, 1])
+        } else {
+            absent()
+        },
+        dt_bias: tensor(9, weight, &[h, d], &[1, 0]),
+        out: tensor(10, input, &bsd, &[row, d, 1]),
+        state_batch_indices: index.map_or_else(absent, |t| dense(11, t, &[b])),
+        pad_slot_id: -1,
+        algorithm,
+        seed: sys::mamba_ssu_seed {
+            mode: if rounds > 0 {
+                sys::MAMBA_SSU_SEED_MODE_POINTER as i32
+            } else {
+                sys::MAMBA_SSU_SEED_MODE_NONE as i32
+            },
+            rounds,
+            pointer: ph(40) as *const i64,
+            next: if next {
+                ph(41) as *mut i64
+            } else {
+                std::ptr::null_mut()
+            },
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+fn plan_of(a: &sys::mamba_ssu_args, sms: i32) -> (i32, sys::mamba_ssu_launch_plan) {
+    let mut plan = sys::mamba_ssu_launch_plan::default();
+    // SAFETY: valid pointers; with sms > 0 the plan touches no device.
+    let status = unsafe { sys::mamba_ssu_plan(a, sms, &mut plan) };
+    (status, plan)
+}
+
+/// Every call the check accepts gets a valid launch configuration (no division by zero, no
+/// empty or oversized grid, every row of a head covered), over a dense grid of shapes — dim
+/// 1..=256, nheads up to 8192, batch up to 512 — with every dtype, dstate, round count,
+/// algorithm, z, index and fused-chain combination, on three SM counts. Among them the shapes
+/// that once crashed the host (dim 8 × 1024 heads × batch 4, dim 4 × 512 × 64, dim 1 × batch
+/// 2): the grid rule divided by zero there.
+#[test]
+fn every_accepted_call_has_a_valid_launch_plan() {
+    let f = [F32, F16, BF16];
+    let hot = [F16, BF16, BF16];
+    let algos = [0, 1, 2];
+    let heads = [1usize, 2, 3, 8, 32, 128, 512, 1024, 8192];
+    let batches = [1usize, 2, 4, 7, 64, 256, 512];
+    let (mut accepted, mut k) = (0usize, 0usize);
+    for dim in 1..=256usize {
+        for &nheads in &heads {
+            for &batch in &batches {
+                let mut cases = Vec::new();
+                for rounds in [0, 5, 10] {
+                    for algo in algos {
+                        cases.push((128, hot, rounds, algo, k % 2 == 0, None, k % 5 == 0));
+                    }
+                }
+                // One generic combination per shape, cycling through all of them.
+                let dtypes = [f[k % 3], f[(k / 3) % 3], f[(k / 9) % 3]];
+                let dstate = [64, 128, 256][(k / 27) % 3];
+                let rounds = if dtypes[0] == F16 {
+                    [0, 1, 5, 10][(k / 81) % 4]
+                } else {
+                    0
+                };
+                let index = [None, Some(I32), Some(I64)][(k / 7) % 3];
+                let generic = (
+                    dstate,
+                    dtypes,
+                    rounds,
+                    algos[k % 3],
+                    k % 2 == 1,
+                    index,
+                    k % 3 == 0,
+                );
+                cases.push(generic);
+                let sms = [132, 1, 78][k % 3];
+                k += 1;
+                for (dstate, dtypes, rounds, algo, z, index, next) in cases {
+                    let a = call(
+                        batch, nheads, dim, dstate, dtypes, rounds, algo, z, index, next,
+                    );
+                    if check(&a).is_err() {
+                        continue;
+                    }
+                    accepted += 1;
+                    let (st, plan) = plan_of(&a, sms);
+                    let what = format!("b={batch} h={nheads} dim={dim} dstate={dstate} {dtypes:?} R={rounds} alg={algo} z={z} next={next} sms={sms}");
+                    assert_eq!(st, OK, "{what}");
+                    assert!(
+                        (1..=i64::from(i32::MAX)).contains(&plan.grid_blocks),
+                        "{what}: {plan:?}"
+                    );
+                    assert!(
+                        plan.threads_per_block >= 32 && plan.threads_per_block <= 1024,
+                        "{what}: {plan:?}"
+                    );
+                    assert_eq!(plan.threads_per_block, 32 * plan.warps_per_block, "{what}");
+                    assert!(
+                        plan.rows_per_warp >= 1 && plan.blocks_per_head >= 1,
+                        "{what}: {plan:?}"
+                    );
+                    let covered = i64::from(plan.warps_per_block)
+                        * i64::from(plan.rows_per_warp)
+                        * plan.blocks_per_head;
+                    assert!(
+                        covered >= dim as i64,
+                        "{what}: {plan:?} covers {covered} rows"
+                    );
+                    assert!(
+                        plan.grid_blocks >= (batch * nheads) as i64,
+                        "{what}: {plan:?}"
+                    );
+                    assert_eq!(plan.num_sms, sms, "{what}");
+                }
+            }
+        }
+    }
+    assert!(
+        accepted > 100_000,
+        "only {accepted} accepted calls: the grid lost its coverage"
+    );
+}
+
+/// FlashInfer 0.7.4's SR conversion runs the generic kernel (the hot kernels implement
+/// 0.7.2's) and the plan reports it; without SR the rule changes nothing; the layout is
+/// resolved the same way for both rules.
+#[test]
+fn the_v074_rule_runs_the_generic_kernel_and_the_plan_says_so() {
+    let hot = [F16, BF16, BF16];
+    let (v072, v074) = (sys::MAMBA_SSU_SR_V072 as i32, sys::MAMBA_SSU_SR_V074 as i32);
+    for rounds in [0, 5, 10] {
+        for algo in [0, 1, 2] {
+            for (batch, nheads, z) in [(1, 32, false), (4, 32, true), (256, 128, false)] {
+                let mut plans = Vec::new();
+                for rule in [v072, v074] {
+                    let mut a = call(batch, nheads, 64, 128, hot, rounds, algo, z, None, false);
+                    a.seed.rule = rule;
+                    let (st, plan) = plan_of(&a, 132);
+                    assert_eq!(st, OK);
+                    let generic = rounds > 0 && rule == v074;
+                    assert_eq!(
+                        plan.compiled_kernel,
+                        i32::from(!generic),
+                        "R={rounds} alg={algo} b={batch} h={nheads} rule={rule}"
+                    );
+                    plans.push(plan.algorithm);
+                }
+                assert_eq!(plans[0], plans[1]);
+            }
+        }
+    }
+}
