@@ -93,10 +93,11 @@ class SeedPrefetcher:
 
     A CUDA graph captured with it stays safe to replay after the prefetcher is gone: the
     buffers captured kernels point into are allocated from the graph's memory pool or kept for
-    the rest of the process. The fused path's first use creates the crate's C prefetcher of the
-    device (a stream, two events and a few device buffers), which a CUDA-graph capture does not
-    allow: make that first use outside capture (an eager warm-up step; RuntimeError otherwise).
-    ``next_seed`` allocates nothing outside torch's allocator and works anywhere.
+    the rest of the process. The fused path needs the crate's C prefetcher of the device (a
+    stream, two events and a few device buffers), created with the SeedPrefetcher; a capture does
+    not allow that, so a SeedPrefetcher made under CUDA-graph capture creates it at the fused
+    path's first use, which must then be outside capture (RuntimeError otherwise).
+    ``next_seed`` never needs it and works anywhere.
     """
 
     def __init__(self, num_layers: int, device=None):

@@ -396,9 +396,11 @@ def test_device_and_seed_errors(gpu):
 
 def test_fused_path_is_first_used_outside_capture(gpu):
     """A SeedPrefetcher made under CUDA-graph capture serves next_seed there (it allocates
-    nothing outside torch's allocator); the fused path's first use creates the C prefetcher (a
-    stream, events, buffers): under capture that is refused with a RuntimeError before any CUDA
-    call could invalidate the capture (which then ends normally), and works after an eager use."""
+    nothing outside torch's allocator) and defers its C prefetcher (a stream, events, buffers) to
+    the fused path's first use: under capture that is refused with a RuntimeError before any CUDA
+    call could invalidate the capture (which then ends normally), and works after an eager use.
+    (A SeedPrefetcher made outside capture has it from the start: test_vllm_loop_modes_identical
+    captures its first fused forward.)"""
     import mamba_ssu
 
     graph = torch.cuda.CUDAGraph()

@@ -619,13 +619,18 @@ std::mutex retired_mutex;
 class SeedPrefetcher {
  public:
   // The seeds of `device` for forwards of n stochastic-rounding layers. The fused path's C
-  // prefetcher (mamba_ssu_prefetcher) is created at its first use (c_prefetcher), so that
-  // next_seed alone allocates nothing outside torch's allocator.
+  // prefetcher (mamba_ssu_prefetcher) is created here, unless the device's current stream is
+  // capturing a CUDA graph (its creation allocates a stream, events and device buffers, which a
+  // capture does not allow): then at the fused path's first use (c_prefetcher). next_seed
+  // never needs it.
   SeedPrefetcher(int64_t n, int64_t device)
       : n_(n), device_(static_cast<c10::DeviceIndex>(device)) {
     TORCH_CHECK_VALUE(device >= 0 && device < c10::cuda::device_count(),
                       "device: expected a CUDA device index below ", c10::cuda::device_count(),
                       ", got ", device);
+    const c10::cuda::CUDAGuard guard(device_);
+    const auto stream = c10::cuda::getCurrentCUDAStream(device_);
+    if (capture_id(stream) == 0) c_prefetcher(stream);
   }
 
   SeedPrefetcher(const SeedPrefetcher &) = delete;
@@ -737,17 +742,18 @@ class SeedPrefetcher {
   }
 
  private:
-  // The C prefetcher, created at the fused path's first use. Its creation allocates a stream,
-  // events and device buffers, which a CUDA-graph capture does not allow: a first use while
-  // `stream` captures is refused before anything could invalidate the capture (engines run an
-  // eager warm-up step before they capture).
+  // The C prefetcher, created by the constructor or (for a prefetcher made under CUDA-graph
+  // capture) at the fused path's first use. Its creation allocates a stream, events and device
+  // buffers, which a capture does not allow: a creation while `stream` captures is refused
+  // before anything could invalidate the capture.
   mamba_ssu_prefetcher *c_prefetcher(const c10::cuda::CUDAStream &stream) {
     if (p_ != nullptr) return p_;
     TORCH_CHECK(capture_id(stream) == 0,
                 "mamba_ssu.SeedPrefetcher: the fused path's first use on cuda:",
                 static_cast<int>(device_),
-                " must be outside CUDA-graph capture (it creates the C prefetcher: a stream, "
-                "events and device buffers); run one eager step first");
+                " must be outside CUDA-graph capture when the prefetcher was made under capture "
+                "(it creates the C prefetcher: a stream, events and device buffers); make the "
+                "prefetcher outside capture, or run one eager fused step first");
     check_status(mamba_ssu_prefetcher_create(&p_, sat_u32(n_), MAMBA_SSU_PREFETCH_AT_BEGIN),
                  "mamba_ssu.SeedPrefetcher");
     return p_;
