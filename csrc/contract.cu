@@ -495,6 +495,34 @@ int check_call(const mamba_ssu_args &a, Call *c) {
   return check_intermediate(*c, a.cache_steps);
 }
 
+// What the single- and multi-token parameter blocks (P: mamba_ssu_params or
+// mamba_ssu_mtp_params, whose fields of the same name mean the same) take alike from a checked
+// call: the tensors both forms have, the dtypes, the flags and the seed's planning fields.
+template <class P>
+void fill_common(const mamba_ssu_args &a, const Call &c, P *p) {
+  p->pad_slot_id = a.pad_slot_id;
+  p->state = const_cast<void *>(c.state.data);
+  p->x = c.x.data;
+  p->dt = c.dt.data;
+  p->dt_bias = c.dt_bias.data;
+  p->A = static_cast<const float *>(c.A.data);
+  p->B = c.B.data;
+  p->C = c.C.data;
+  p->D = c.D.data;
+  p->z = c.z.data;
+  p->out = const_cast<void *>(c.out.data);
+  p->state_batch_indices = c.sbi.data;
+  p->dst_state_batch_indices = c.dsbi.data;
+  p->state_dtype = c.state.dtype;
+  p->input_dtype = c.x.dtype;
+  p->weight_dtype = c.dt.dtype;
+  p->index_dtype = c.index_dtype;
+  p->dt_softplus = a.dt_softplus != 0 ? 1 : 0;
+  p->update_state = a.disable_state_update != 0 ? 0 : 1;
+  p->num_sms = a.num_sms;
+  plan_seed_fields(a.seed, p);
+}
+
 mamba_ssu_params lower_single(const mamba_ssu_args &a, const Call &c) {
   mamba_ssu_params p{};
   const int64_t row = mul_sat(c.nheads, c.dim), bc_row = mul_sat(c.ngroups, c.dstate);
@@ -515,28 +543,8 @@ mamba_ssu_params lower_single(const mamba_ssu_args &a, const Call &c) {
     p.state_batch_indices_stride = outer(c.sbi, 0, c.sbi.rank == 2 ? c.sbi.shape[1] : 1);
   if (c.dsbi.present())
     p.dst_state_batch_indices_stride = outer(c.dsbi, 0, c.dsbi.rank == 2 ? c.dsbi.shape[1] : 1);
-  p.pad_slot_id = a.pad_slot_id;
-  p.state = const_cast<void *>(c.state.data);
-  p.x = c.x.data;
-  p.dt = c.dt.data;
-  p.dt_bias = c.dt_bias.data;
-  p.A = static_cast<const float *>(c.A.data);
-  p.B = c.B.data;
-  p.C = c.C.data;
-  p.D = c.D.data;
-  p.z = c.z.data;
-  p.out = const_cast<void *>(c.out.data);
-  p.state_batch_indices = c.sbi.data;
-  p.dst_state_batch_indices = c.dsbi.data;
-  p.state_dtype = c.state.dtype;
-  p.input_dtype = c.x.dtype;
-  p.weight_dtype = c.dt.dtype;
-  p.index_dtype = c.index_dtype;
-  p.dt_softplus = a.dt_softplus != 0 ? 1 : 0;
-  p.update_state = a.disable_state_update != 0 ? 0 : 1;
+  fill_common(a, c, &p);
   p.algorithm = a.algorithm;
-  p.num_sms = a.num_sms;
-  plan_seed_fields(a.seed, &p);
   return p;
 }
 
@@ -585,31 +593,11 @@ mamba_ssu_mtp_params lower_multi(const mamba_ssu_args &a, const Call &c) {
   if (c.nat.present()) p.num_accepted_tokens_stride = outer(c.nat, 0, 1);
   if (c.cu.present()) p.cu_seqlens_stride = outer(c.cu, 0, 1);
   if (c.inter_idx.present()) p.intermediate_state_indices_stride = outer(c.inter_idx, 0, 1);
-  p.pad_slot_id = a.pad_slot_id;
-  p.state = const_cast<void *>(c.state.data);
-  p.x = c.x.data;
-  p.dt = c.dt.data;
-  p.dt_bias = c.dt_bias.data;
-  p.A = static_cast<const float *>(c.A.data);
-  p.B = c.B.data;
-  p.C = c.C.data;
-  p.D = c.D.data;
-  p.z = c.z.data;
-  p.out = const_cast<void *>(c.out.data);
-  p.state_batch_indices = c.sbi.data;
-  p.dst_state_batch_indices = c.dsbi.data;
+  fill_common(a, c, &p);
   p.num_accepted_tokens = c.nat.data;
   p.cu_seqlens = c.cu.data;
   p.intermediate_states = const_cast<void *>(c.inter.data);
   p.intermediate_state_indices = c.inter_idx.data;
-  p.state_dtype = c.state.dtype;
-  p.input_dtype = c.x.dtype;
-  p.weight_dtype = c.dt.dtype;
-  p.index_dtype = c.index_dtype;
-  p.dt_softplus = a.dt_softplus != 0 ? 1 : 0;
-  p.update_state = a.disable_state_update != 0 ? 0 : 1;
-  p.num_sms = a.num_sms;
-  plan_seed_fields(a.seed, &p);
   return p;
 }
 

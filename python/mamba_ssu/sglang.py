@@ -33,6 +33,7 @@ import os
 import torch
 
 import mamba_ssu
+from mamba_ssu._seeds import SEED_MODES, EngineSeeds
 
 try:  # sglang's base class, where sglang is installed.
     from sglang.kernels.ops.mamba.triton_ops.ssu_dispatch import (
@@ -49,8 +50,6 @@ except ImportError:
 
 __all__ = ["MambaSSUBackend", "register", "SEED_MODES", "SGLANG_IMPORTABLE"]
 
-#: The seed modes (see :mod:`mamba_ssu.vllm`).
-SEED_MODES = ("next_seed", "fused", "stock")
 
 # sglang configures the root logger; a name under its namespace for filtering.
 logger = logging.getLogger("sglang.mamba_ssu")
@@ -89,10 +88,7 @@ class MambaSSUBackend(_SglangBackend):
     ) -> None:
         if seed_mode is None:
             seed_mode = _default_seed_mode()
-        if seed_mode not in SEED_MODES:
-            raise ValueError(f'seed_mode: expected "next_seed", "fused" or "stock", got {seed_mode!r}')
-        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
-            raise ValueError(f"num_layers: expected a positive int, got {num_layers!r}")
+        self._seed = EngineSeeds(seed_mode, num_layers)
         self.seed_mode = seed_mode
         self.num_layers = num_layers
         self.stochastic_rounding = bool(enable_stochastic_rounding)
@@ -102,25 +98,11 @@ class MambaSSUBackend(_SglangBackend):
         mamba_ssu.check_options(philox_rounds=self.philox_rounds if self.stochastic_rounding else None)
         #: The SSU this backend calls (FlashInfer's signature); tests may substitute it.
         self._kernel = mamba_ssu.selective_state_update
-        self._prefetchers: dict = {}
 
     @property
     def name(self) -> str:
         """What sglang logs when it builds the backend."""
         return "mamba-ssu"
-
-    def _prefetcher(self, device: torch.device) -> mamba_ssu.SeedPrefetcher:
-        p = self._prefetchers.get(device.index)
-        if p is None:
-            p = self._prefetchers[device.index] = mamba_ssu.SeedPrefetcher(self.num_layers, device)
-        return p
-
-    def _seed(self, device: torch.device):
-        if self.seed_mode == "next_seed":
-            return self._prefetcher(device).next_seed()
-        if self.seed_mode == "fused":
-            return self._prefetcher(device).fused
-        return torch.randint(0, 2**32, (1,), device=device)
 
     def __call__(
         self,

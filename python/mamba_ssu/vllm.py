@@ -37,6 +37,7 @@ from typing import Optional
 import torch
 
 import mamba_ssu
+from mamba_ssu._seeds import SEED_MODES, EngineSeeds
 
 try:  # vLLM's base class and null block id, where vLLM is installed.
     from vllm.model_executor.layers.mamba.ops.ssu_dispatch import (
@@ -60,8 +61,6 @@ except ImportError:
 
 __all__ = ["MambaSSUBackend", "register", "SEED_MODES", "VLLM_IMPORTABLE", "NULL_BLOCK_ID"]
 
-#: The seed modes (module docs).
-SEED_MODES = ("next_seed", "fused", "stock")
 
 # A child of vLLM's logger namespace, so that vLLM's logging configuration shows it.
 logger = logging.getLogger("vllm.mamba_ssu")
@@ -97,10 +96,7 @@ class MambaSSUBackend(_VllmBackend):
         super().__init__(mamba_config)
         if seed_mode is None:
             seed_mode = _default_seed_mode()
-        if seed_mode not in SEED_MODES:
-            raise ValueError(f'seed_mode: expected "next_seed", "fused" or "stock", got {seed_mode!r}')
-        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
-            raise ValueError(f"num_layers: expected a positive int, got {num_layers!r}")
+        self._seed = EngineSeeds(seed_mode, num_layers)
         self.seed_mode = seed_mode
         self.num_layers = num_layers
         # vLLM's FlashInfer backend's reading of the configuration.
@@ -117,25 +113,11 @@ class MambaSSUBackend(_VllmBackend):
         )
         #: The SSU this backend calls (FlashInfer's signature); tests may substitute it.
         self._kernel = mamba_ssu.selective_state_update
-        self._prefetchers: dict = {}
 
     @property
     def name(self) -> str:
         """What vLLM logs when it builds the backend ("Using mamba-ssu Mamba SSU backend.")."""
         return "mamba-ssu"
-
-    def _prefetcher(self, device: torch.device) -> "mamba_ssu.SeedPrefetcher":
-        p = self._prefetchers.get(device.index)
-        if p is None:
-            p = self._prefetchers[device.index] = mamba_ssu.SeedPrefetcher(self.num_layers, device)
-        return p
-
-    def _seed(self, device: torch.device):
-        if self.seed_mode == "next_seed":
-            return self._prefetcher(device).next_seed()
-        if self.seed_mode == "fused":
-            return self._prefetcher(device).fused
-        return torch.randint(0, 2**32, (1,), device=device)
 
     def __call__(
         self,
