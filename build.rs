@@ -6,8 +6,11 @@
 //! - `MAMBA_SSU_CUDA_ROOT`: the CUDA toolkit root (with `bin/nvcc`); checked first.
 //! - `CUDA_PATH`, `CUDA_HOME`: the usual toolkit roots; then `nvcc` on `PATH`, `/usr/local/cuda`,
 //!   and last the project's own cached install (`scripts/setup.sh`).
-//! - `MAMBA_SSU_CUDA_ARCHS`: compute capabilities to build for, `;` or `,` separated
-//!   (default `90`; e.g. `90;100`). Machine code for each, plus PTX of the newest.
+//! - `MAMBA_SSU_CUDA_ARCHS`: the GPU targets to build machine code (SASS) for, `;`, `,` or space
+//!   separated (default [`DEFAULT_ARCHS`]: `80;86;89;90;100a;103a;120`). A narrower list builds
+//!   faster (tests on one GPU: `90`); the published library is built with the default.
+//! - `MAMBA_SSU_CUDA_PTX`: the target of the PTX embedded for forward compatibility (default
+//!   [`DEFAULT_PTX`]: `90`), or `none`.
 //! - `MAMBA_SSU_CUDA_CACHE`: where `scripts/setup.sh` installed the toolkit.
 //! - `MAMBA_SSU_NVCC_FLAGS`: extra nvcc flags, space separated (tuning experiments, e.g.
 //!   `-DMAMBA_SSU_RPW_WARPS_PER_SM=64`).
@@ -15,6 +18,25 @@
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// The architecture axis: the GPU targets the static library carries machine code (SASS) for.
+/// One entry per family engines serve Mamba-2 models on; a cubin also runs on later minor
+/// versions of its major (sm_86 on sm_87, sm_120 on sm_121), an `a` cubin only on its own.
+/// - `80`: A100, A30 (no `max.NaN.xorsign.abs.f16x2`, no bulk L2 prefetch: `csrc/arch.h`).
+/// - `86`, `89`: A10, A40, RTX 30 (sm_86), L4, L40S, RTX 40 (sm_89).
+/// - `90`: H100, H200, GH200: the tuned target (`csrc/tuning.h`).
+/// - `100a`, `103a`: B200, GB200 (sm_100) and B300, GB300 (sm_103), architecture-specific so
+///   that stochastic rounding takes the hardware `cvt.rs` conversion, as FlashInfer does there.
+/// - `120`: RTX PRO 6000 Blackwell, RTX 50 (sm_120), DGX Spark (sm_121).
+///
+/// Overridden by `MAMBA_SSU_CUDA_ARCHS`.
+const DEFAULT_ARCHS: &str = "80;86;89;90;100a;103a;120";
+
+/// The PTX target embedded beside the machine code: `compute_90`, which every family from sm_90
+/// on can JIT-compile (Jetson Thor's sm_110, and families newer than the list), and which the
+/// H200 runs when `CUDA_FORCE_PTX_JIT=1` (the test of that path). The families below sm_90 all
+/// have machine code. Overridden by `MAMBA_SSU_CUDA_PTX` (`none`: no PTX).
+const DEFAULT_PTX: &str = "90";
 
 const SETUP_HINT: &str = "run `bash scripts/setup.sh` (installs the pinned CUDA 13.0 compiler \
 wheels into ~/.cache/mamba-ssu), or set MAMBA_SSU_CUDA_ROOT to a CUDA toolkit root";
@@ -25,6 +47,7 @@ fn main() {
         "CUDA_PATH",
         "CUDA_HOME",
         "MAMBA_SSU_CUDA_ARCHS",
+        "MAMBA_SSU_CUDA_PTX",
         "MAMBA_SSU_CUDA_CACHE",
         "MAMBA_SSU_NVCC_FLAGS",
         "PATH",
@@ -54,7 +77,11 @@ fn main() {
         });
 
     let sources = cuda_sources(Path::new("csrc"));
-    let archs = cuda_archs();
+    let archs = cuda_targets("MAMBA_SSU_CUDA_ARCHS", DEFAULT_ARCHS);
+    let ptx = match env::var("MAMBA_SSU_CUDA_PTX").as_deref() {
+        Ok("none") => Vec::new(),
+        _ => cuda_targets("MAMBA_SSU_CUDA_PTX", DEFAULT_PTX),
+    };
 
     // cc finds nvcc through NVCC (setting it as the compiler would make cc treat it as gcc).
     env::set_var("NVCC", &nvcc);
@@ -71,15 +98,18 @@ fn main() {
         .flag("-ftz=true")
         .flag("-fmad=false")
         .flag("-Xcompiler=-fPIC")
+        // The targets' device compilations in parallel threads; every image in the fat binaries
+        // (the objects' and the device link's) compressed.
+        .flag("-t0")
+        .flag("-Xfatbin=-compress-all")
         .warnings(false)
         .opt_level_str("3")
         .debug(false);
-    for (i, arch) in archs.iter().enumerate() {
+    for arch in &archs {
         build.flag(format!("-gencode=arch=compute_{arch},code=sm_{arch}"));
-        if i + 1 == archs.len() {
-            // PTX of the newest architecture, for forward compatibility.
-            build.flag(format!("-gencode=arch=compute_{arch},code=compute_{arch}"));
-        }
+    }
+    for arch in &ptx {
+        build.flag(format!("-gencode=arch=compute_{arch},code=compute_{arch}"));
     }
     if let Ok(extra) = env::var("MAMBA_SSU_NVCC_FLAGS") {
         for flag in extra.split_whitespace() {
@@ -182,21 +212,28 @@ fn cuda_sources(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Architectures from `MAMBA_SSU_CUDA_ARCHS` (default `90`), validated as numbers.
-fn cuda_archs() -> Vec<String> {
-    let spec = env::var("MAMBA_SSU_CUDA_ARCHS").unwrap_or_else(|_| "90".to_string());
+/// The targets in environment variable `var` (default `default`): compute capabilities such as
+/// `90` or `100a` (an optional `sm_` / `compute_` prefix is dropped), validated.
+fn cuda_targets(var: &str, default: &str) -> Vec<String> {
+    let spec = env::var(var).unwrap_or_else(|_| default.to_string());
     let archs: Vec<String> = spec
         .split([';', ',', ' '])
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| s.trim_start_matches("sm_").to_string())
+        .map(|s| {
+            s.trim_start_matches("sm_")
+                .trim_start_matches("compute_")
+                .to_string()
+        })
         .collect();
-    if archs.is_empty()
-        || archs
-            .iter()
-            .any(|a| !a.chars().all(|c| c.is_ascii_alphanumeric()))
-    {
-        eprintln!("error: MAMBA_SSU_CUDA_ARCHS={spec:?}: expected e.g. `90` or `90;100`");
+    let valid = |a: &String| {
+        let digits = a.trim_end_matches(['a', 'f']);
+        digits.len() >= 2
+            && digits.len() + 1 >= a.len()
+            && digits.chars().all(|c| c.is_ascii_digit())
+    };
+    if archs.is_empty() || !archs.iter().all(valid) {
+        eprintln!("error: {var}={spec:?}: expected targets such as `90` or `80;90;100a`");
         std::process::exit(1);
     }
     archs

@@ -11,6 +11,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "arch.h"
 #include "include/mamba_ssu.h"
 
 namespace mamba_ssu {
@@ -104,9 +105,15 @@ __device__ __forceinline__ uint2 load_no_allocate_u32x2(const void *p) {
 }
 
 // One bulk prefetch of `bytes` bytes at p (16-byte aligned, a multiple of 16 bytes) into L2
-// (cp.async.bulk.prefetch.L2: one instruction for a whole range, by one lane).
+// (cp.async.bulk.prefetch.L2: one instruction for a whole range, by one lane). A hint: below
+// sm_90, which has no bulk copy unit, and under MAMBA_SSU_SM80_PATHS (arch.h) it is a no-op.
 __device__ __forceinline__ void prefetch_l2_bulk(const void *p, uint32_t bytes) {
+#if MAMBA_SSU_HAS_BULK_PREFETCH
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+  (void)p;
+  (void)bytes;
+#endif
 }
 
 // A volatile load of the shared-memory word at p (a generic pointer into shared memory): opaque

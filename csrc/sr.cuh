@@ -4,6 +4,11 @@
 // (sr_pair_fast: the generic and one-row kernels) or that fix the low side in place
 // (sr_pair_fast_low: the hot kernels' chunks), and the checks that send a row or a chunk to the
 // exact path. The 13 random bits per element come from philox_words.cuh.
+// On sm_100a and sm_103a (arch.h: MAMBA_SSU_HAS_CVT_RS) every conversion here is the hardware
+// cvt.rs.f16x2.f32 with the same 13 random bits per element, as FlashInfer's kernels convert
+// there (both releases): nothing is flagged for the exact path, which, when a kernel takes it
+// for its own reasons (a chunk's Philox counter crossing 2^32, a NaN probe), converts the same
+// way.
 // Included by ssu.cuh (the single-token body); a second SSU kernel includes it for the same
 // conversion.
 #pragma once
@@ -11,6 +16,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "arch.h"
 #include "include/mamba_ssu.h"
 
 namespace mamba_ssu {
@@ -38,6 +44,32 @@ __device__ __forceinline__ uint32_t sr_fp16_magnitude(float v, uint32_t r13) {
   h = a2 < (113u << 24) ? 0 : h;
   h = a2 > 0xff000000u ? 0x7e00 : h;
   return static_cast<uint32_t>(h);
+}
+
+#if MAMBA_SSU_HAS_CVT_RS
+// The hardware conversion of v0 (low half) and v1 (high half) with 13 random bits each (r0, r1:
+// their low 13 bits). cvt.rs.f16x2.f32 d, a, b, rbits puts a's result in d's upper half with
+// the 13 low bits of rbits' upper half, and b's in the lower half with those of its lower half.
+// The semantics as PTX documents them are modelled on the CPU by
+// reference::sr::cvt_rs_f16 (src/reference/sr.rs).
+__device__ __forceinline__ uint32_t sr_pair_hw(float v0, float v1, uint32_t r0, uint32_t r1) {
+  uint32_t d;
+  asm("cvt.rs.f16x2.f32 %0, %1, %2, %3;"
+      : "=r"(d)
+      : "f"(v1), "f"(v0), "r"(((r1 & 0x1fffu) << 16) | (r0 & 0x1fffu)));
+  return d;
+}
+#endif
+
+// The running maximum of the magnitudes of two fp16 values h (a word) in hmax, NaN-propagating:
+// one max.NaN.xorsign.abs.f16x2 (sm_86+; hmax's halves then carry xorsign signs), or on sm_80 the
+// sign bits cleared and max.NaN.f16x2 (the same magnitudes). Readers mask the sign bits.
+__device__ __forceinline__ void sr_hmax_abs(uint32_t &hmax, uint32_t h) {
+#if MAMBA_SSU_HAS_F16X2_XORSIGN_ABS
+  asm("max.NaN.xorsign.abs.f16x2 %0, %0, %1;" : "+r"(hmax) : "r"(h));
+#else
+  asm("max.NaN.f16x2 %0, %0, %1;" : "+r"(hmax) : "r"(h & 0x7fff7fffu));
+#endif
 }
 
 // Two stochastically rounded fp16 values (magnitudes h0, h1 of v0, v1) as
@@ -86,6 +118,10 @@ __device__ __forceinline__ uint32_t sr_pack(uint32_t h0, uint32_t h1, float v0, 
 // agree with the truncation, signs included (sr_pack puts back v's sign, equal to the half's).
 __device__ __forceinline__ uint32_t sr_pair_fast(float v0, float v1, uint32_t r0, uint32_t r1,
                                                  uint32_t &flags) {
+#if MAMBA_SSU_HAS_CVT_RS
+  (void)flags;
+  return sr_pair_hw(v0, v1, r0, r1);
+#else
   const float a0 = __uint_as_float(__float_as_uint(v0) + r0);
   const float a1 = __uint_as_float(__float_as_uint(v1) + r1);
   uint32_t h;
@@ -93,11 +129,16 @@ __device__ __forceinline__ uint32_t sr_pair_fast(float v0, float v1, uint32_t r0
   const uint32_t m = h & 0x7fff7fffu;
   flags |= (m + 0x04010401u) | ~(m + 0x7c007c00u);
   return h;
+#endif
 }
 
 // The exact conversion of the pair (the 0.7.2 reference formula), for rows whose flags are set.
 __device__ __forceinline__ uint32_t sr_pair_exact(float v0, float v1, uint32_t r0, uint32_t r1) {
+#if MAMBA_SSU_HAS_CVT_RS
+  return sr_pair_hw(v0, v1, r0, r1);
+#else
   return sr_pack(sr_fp16_magnitude(v0, r0), sr_fp16_magnitude(v1, r1), v0, v1);
+#endif
 }
 
 // FlashInfer 0.7.4's conversion (MAMBA_SSU_SR_V074), for v with 13 random bits r: with
@@ -121,7 +162,11 @@ __device__ __forceinline__ uint32_t sr_fp16_magnitude_v074(float v, uint32_t r13
 // The exact 0.7.4 conversion of a pair (v0 in the low half), signs of v0 and v1.
 __device__ __forceinline__ uint32_t sr_pair_exact_v074(float v0, float v1, uint32_t r0,
                                                        uint32_t r1) {
+#if MAMBA_SSU_HAS_CVT_RS
+  return sr_pair_hw(v0, v1, r0, r1);
+#else
   return sr_pack(sr_fp16_magnitude_v074(v0, r0), sr_fp16_magnitude_v074(v1, r1), v0, v1);
+#endif
 }
 
 // The exact conversion of a pair under a rule chosen at run time (mamba_ssu_sr_rule).
@@ -176,6 +221,10 @@ __device__ __forceinline__ uint32_t sr_add13(uint32_t bits, uint32_t w) {
 template <bool kFtz, bool kMadHi, bool kHalfAcc>
 __device__ __forceinline__ uint32_t sr_pair_fast_low(float v0, float v1, uint32_t w0, uint32_t w1,
                                                      uint32_t &hmax) {
+#if MAMBA_SSU_HAS_CVT_RS
+  (void)hmax;
+  return sr_pair_hw(v0, v1, w0, w1);
+#else
   const float a0 = __uint_as_float(sr_add13<kMadHi>(__float_as_uint(v0), w0));
   const float a1 = __uint_as_float(sr_add13<kMadHi>(__float_as_uint(v1), w1));
   uint32_t h;
@@ -183,7 +232,7 @@ __device__ __forceinline__ uint32_t sr_pair_fast_low(float v0, float v1, uint32_
   if constexpr (kHalfAcc) {
     asm("fma.rn.f16x2 %0, %1, %2, %0;" : "+r"(hmax) : "r"(h), "r"(0x40014001u));
   } else {
-    asm("max.NaN.xorsign.abs.f16x2 %0, %0, %1;" : "+r"(hmax) : "r"(h));
+    sr_hmax_abs(hmax, h);
   }
   if constexpr (kFtz) {
     uint32_t f;
@@ -195,6 +244,7 @@ __device__ __forceinline__ uint32_t sr_pair_fast_low(float v0, float v1, uint32_
         __hge2_mask(mag, __half2(__ushort_as_half(0x0400), __ushort_as_half(0x0400)));
     return h & (normal | 0x80008000u);
   }
+#endif
 }
 
 // sr_pair_fast_low<true, false, false> for random numbers r0, r1 that are already 13 bits (a
@@ -203,14 +253,19 @@ __device__ __forceinline__ uint32_t sr_pair_fast_low(float v0, float v1, uint32_
 // 2^-14 by a half-precision multiply with flush-to-zero; the same bits for the same inputs.
 __device__ __forceinline__ uint32_t sr_pair_trunc_ftz(float v0, float v1, uint32_t r0,
                                                       uint32_t r1, uint32_t &hmax) {
+#if MAMBA_SSU_HAS_CVT_RS
+  (void)hmax;
+  return sr_pair_hw(v0, v1, r0, r1);
+#else
   const float a0 = __uint_as_float(__float_as_uint(v0) + r0);
   const float a1 = __uint_as_float(__float_as_uint(v1) + r1);
   uint32_t h;
   asm("cvt.rz.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(a1), "f"(a0));  // a1 -> upper half
-  asm("max.NaN.xorsign.abs.f16x2 %0, %0, %1;" : "+r"(hmax) : "r"(h));
+  sr_hmax_abs(hmax, h);
   uint32_t f;
   asm("mul.ftz.f16x2 %0, %1, %2;" : "=r"(f) : "r"(h), "r"(0x3c003c00u));
   return f;
+#endif
 }
 
 // Starting value of the running maximum: 0; 0x7C00 in both halves forces the exact path.

@@ -13,6 +13,7 @@ use std::ffi::{c_void, CStr};
 use crate::ffi::sys;
 
 mod blocks;
+mod golden;
 mod plans;
 
 const OK: i32 = sys::MAMBA_SSU_SUCCESS as i32;

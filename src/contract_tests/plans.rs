@@ -8,7 +8,7 @@ use super::*;
 /// contiguous tensors (rows rounded up to 16 bytes), ngroups 1, placeholder pointers, an
 /// optional z and read index, a seed pointer with `rounds`, a fused chain's next link.
 #[allow(clippy::too_many_arguments)]
-fn call(
+pub(super) fn call(
     batch: usize,
     nheads: usize,
     dim: usize,

@@ -15,6 +15,7 @@
 //!
 //! The seed draws' reference is [`crate::philox`].
 
+pub mod cvt_rs;
 pub mod mtp;
 pub mod sr;
 pub mod ssu;
