@@ -241,7 +241,21 @@ void plan_seed_fields(const mamba_ssu_seed &s, P *p) {
   p->seed_next = s.next;
 }
 
-// `given` when positive, else the current device's SM count.
-int device_num_sms(int32_t given, int *out);
+// The GPU a launch is planned for (device.cu): its properties and what planning derives from
+// them.
+// planning_props: `given` > 0: the sm_90 family's limits with `given` SMs (no device touched);
+// else the current device's (queried once per device, cached).
+int planning_props(int32_t given, mamba_ssu_device_props *out);
+// launch_props: the current device's, with num_sms replaced by `given` when positive.
+int launch_props(int32_t given, mamba_ssu_device_props *out);
+// Every count >= 1 and reserved 0 (MAMBA_SSU_ERROR_INVALID_ARGUMENT, naming "props").
+int check_props(const mamba_ssu_device_props *d);
+// Blocks of `threads` threads using `smem` bytes of shared memory that stay resident on one SM
+// of d: a kernel's register floor `floor` (its __launch_bounds__ minimum, which holds on a
+// 65536-register SM) bounded by d's blocks, threads, registers and shared memory per SM; >= 1.
+int resident_blocks(const mamba_ssu_device_props &d, int floor, int threads, int64_t smem);
+// A warps-per-SM threshold of tuning.h (measured on the H200's 64 warp slots per SM) for d's
+// warp slots per SM: the same fraction of them.
+int64_t scaled_warps(const mamba_ssu_device_props &d, int64_t warps);
 
 }  // namespace mamba_ssu

@@ -9,7 +9,8 @@
 // alignment, 16-byte stride multiples, extents, grid bounds, output rows that must not overlap,
 // write modes) and of the seed (checks.h: check_seed) are checked once, by ssu_check /
 // mtp_check, after the lowering; their errors are renamed to the tensor they concern.
-// A pure host function up to the launch: no device is touched with num_sms > 0.
+// A pure host function up to the launch: no device is touched with num_sms > 0 or with the
+// device properties given (mamba_ssu_plan_for_device).
 #include <cstring>
 #include <limits>
 
@@ -709,22 +710,48 @@ extern "C" int mamba_ssu_check(const mamba_ssu_args *args, mamba_ssu_problem *pr
   } else if (args->algorithm != MAMBA_SSU_ALGO_AUTO || args->num_sms <= 0) {
     p.algorithm = args->algorithm;
   } else {
-    p.algorithm = auto_algorithm(c.batch, c.nheads, args->num_sms);
+    mamba_ssu_device_props d;
+    if (int s = planning_props(args->num_sms, &d)) return s;
+    p.algorithm = auto_algorithm(c.batch, c.nheads, d);
   }
   *problem = p;
   return MAMBA_SSU_SUCCESS;
 }
 
-extern "C" int mamba_ssu_plan(const mamba_ssu_args *args, int32_t num_sms,
-                              mamba_ssu_launch_plan *out) {
-  clear_error();
+namespace {
+// The plan of a checked call on device *d, or (d null) on planning_props(num_sms)'s device,
+// queried after the call passed the check.
+int plan_on(const mamba_ssu_args *args, const mamba_ssu_device_props *d, int32_t num_sms,
+            mamba_ssu_launch_plan *out) {
   if (out == nullptr) return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "out", "null pointer");
+  if (d != nullptr) {
+    if (int s = check_props(d)) return s;
+  }
   Call c;
   mamba_ssu_params single;
   mamba_ssu_mtp_params multi;
   if (int s = check_lowered(args, &c, &single, &multi)) return s;
-  return renamed(c.multi ? mtp_plan(multi, num_sms, out) : ssu_plan(single, num_sms, out),
-                 c.varlen);
+  mamba_ssu_device_props queried;
+  if (d == nullptr) {
+    if (int s = planning_props(num_sms, &queried)) return s;
+    d = &queried;
+  }
+  return renamed(c.multi ? mtp_plan(multi, *d, out) : ssu_plan(single, *d, out), c.varlen);
+}
+}  // namespace
+
+extern "C" int mamba_ssu_plan(const mamba_ssu_args *args, int32_t num_sms,
+                              mamba_ssu_launch_plan *out) {
+  clear_error();
+  return plan_on(args, nullptr, num_sms, out);
+}
+
+extern "C" int mamba_ssu_plan_for_device(const mamba_ssu_args *args,
+                                         const mamba_ssu_device_props *props,
+                                         mamba_ssu_launch_plan *out) {
+  clear_error();
+  if (props == nullptr) return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "props", "null pointer");
+  return plan_on(args, props, 0, out);
 }
 
 extern "C" int mamba_ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_args *args) {

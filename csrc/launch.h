@@ -15,16 +15,21 @@ namespace mamba_ssu {
 // block and seed that passed it.
 int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedNames &names);
 int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba_ssu_seed &seed);
-int ssu_plan(const mamba_ssu_params &p, int32_t num_sms, mamba_ssu_launch_plan *out);
-// ALGO_AUTO's layout for batch x nheads on num_sms (> 0) multiprocessors (FlashInfer's rule):
-// MAMBA_SSU_ALGO_SIMPLE or MAMBA_SSU_ALGO_VERTICAL.
-int32_t auto_algorithm(int64_t batch, int64_t nheads, int32_t num_sms);
+// Planning is a pure function of the checked block and a device's properties (device.cu:
+// planning_props, launch_props).
+int ssu_plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d,
+             mamba_ssu_launch_plan *out);
+// ALGO_AUTO's layout for batch x nheads on device d (FlashInfer's rule: below sm_90 SIMPLE;
+// else SIMPLE below 2 (batch, head) pairs per SM, VERTICAL from there on): MAMBA_SSU_ALGO_SIMPLE
+// or MAMBA_SSU_ALGO_VERTICAL.
+int32_t auto_algorithm(int64_t batch, int64_t nheads, const mamba_ssu_device_props &d);
 
 // Multi token (ssu_mtp_check.cu, ssu_mtp.cu), likewise.
 int mtp_check(const mamba_ssu_mtp_params *p, const mamba_ssu_seed &seed, const SeedNames &names);
 int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
                const mamba_ssu_seed &seed);
-int mtp_plan(const mamba_ssu_mtp_params &p, int32_t num_sms, mamba_ssu_launch_plan *out);
+int mtp_plan(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d,
+             mamba_ssu_launch_plan *out);
 
 // The prefetcher (prefetch.cu) whose fused chain handed out `next` learns that the kernel
 // writing that link was enqueued (called by mamba_ssu_launch after a successful launch whose

@@ -29,6 +29,10 @@ using ssu::DynConfig;
 using ssu::HotConfig;
 using tuning::Tuning;
 
+// Static shared memory of a single-token block, an upper bound (the Philox key schedule of 4
+// warps and the fused seed; ssu.cuh): what residency on a device counts per block.
+constexpr int64_t kStaticSmemBytes = 512;
+
 // Fewest rows a block can hold (generic kernel, 4 warps x 2 rows): bounds the
 // grid size in the checks, whatever rows per warp the launcher picks.
 constexpr int64_t kMinRowsPerBlock = ssu::kWarpsPerBlock * DynConfig::kRowsPerChunk;
@@ -171,13 +175,16 @@ bool below_switch(int64_t batch, int64_t nheads, int num_sms) {
 // Rows per warp: grow from one chunk while at least warps_per_sm warps per SM (after doubling)
 // remain, up to Tuning::kMaxRowsPerWarp, and above it (max_rpw: the SR kernels' longer warps)
 // while Tuning::kWideRpwWarpsPerSm remain (tuning.h).
-int pick_rows_per_warp(int64_t rows, int num_sms, int rows_per_chunk, int max_rpw,
-                       int64_t warps_per_sm) {
+// Thresholds in warps per SM are tuning.h's for the H200, scaled to d's warp slots
+// (scaled_warps).
+int pick_rows_per_warp(int64_t rows, const mamba_ssu_device_props &d, int rows_per_chunk,
+                       int max_rpw, int64_t warps_per_sm) {
   int rpw = rows_per_chunk;
   while (rpw < max_rpw &&
-         rows / (2 * rpw) >= (rpw < Tuning::kMaxRowsPerWarp
-                                  ? warps_per_sm
-                                  : int64_t{Tuning::kWideRpwWarpsPerSm}) * num_sms)
+         rows / (2 * rpw) >= scaled_warps(d, rpw < Tuning::kMaxRowsPerWarp
+                                                 ? warps_per_sm
+                                                 : int64_t{Tuning::kWideRpwWarpsPerSm}) *
+                                 d.num_sms)
     rpw *= 2;
   return rpw;
 }
@@ -269,8 +276,8 @@ int launch_small2(const Args &a, unsigned blocks, int warps_per_block, cudaStrea
 // row each. Without SR the 2-row kernels take blocks of Tuning::kSmallNoSrBlockWarps warps
 // (HotConfig::kBlockWarps). Returns the rows per chunk (and per warp) of the small-grid kernels,
 // or 0: not a small grid.
-int small_grid_rows(int64_t rows, int num_sms, int rounds, bool simple) {
-  const int64_t warps = int64_t{Tuning::kRpwWarpsPerSm} * num_sms;
+int small_grid_rows(int64_t rows, const mamba_ssu_device_props &d, int rounds, bool simple) {
+  const int64_t warps = scaled_warps(d, Tuning::kRpwWarpsPerSm) * d.num_sms;
   if (rows < Tuning::kSmall1Factor * warps) return rounds == 0 ? 2 : 1;
   if (rows < Tuning::kSmall2Factor * warps && rounds > 0 && (simple || rounds == 5)) return 2;
   if (rows < Tuning::kSmall2R10SimpleFactor * warps && rounds == 10 && simple) return 2;
@@ -287,8 +294,8 @@ bool is_hot(const mamba_ssu_params *p) {
          !(p->philox_rounds > 0 && p->sr_rule == MAMBA_SSU_SR_V074);
 }
 
-// The launch configuration of a checked problem: a pure function of the parameters and the SM
-// count (no device needed), shared by the launcher and mamba_ssu_selective_state_update_plan.
+// The launch configuration of a checked problem: a pure function of the parameters and the
+// device's properties (no device touched), shared by the launcher and the plan functions.
 struct Plan {
   bool below, simple, f1, hot;
   int64_t rows;
@@ -298,18 +305,20 @@ struct Plan {
   unsigned nblocks;
 };
 
-int plan_launch(const mamba_ssu_params &p, int num_sms, Plan *out) {
-  if (num_sms < 1) return invalid("num_sms: expected >= 1, got %lld", ll(num_sms));
+int plan_launch(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) {
+  if (int s = check_props(&d)) return s;
+  const int num_sms = d.num_sms;
   const bool below = below_switch(p.batch, p.nheads, num_sms);
   const bool simple = p.algorithm == MAMBA_SSU_ALGO_SIMPLE ||
-                      (p.algorithm == MAMBA_SSU_ALGO_AUTO && below);
+                      (p.algorithm == MAMBA_SSU_ALGO_AUTO &&
+                       auto_algorithm(p.batch, p.nheads, d) == MAMBA_SSU_ALGO_SIMPLE);
   // First accumulate form of FlashInfer's build: with SR simple F0, vertical
   // F1; without SR the tiled simple kernel (below the switch) F1, else F0.
   const bool f1 = p.philox_rounds > 0 ? !simple : (simple && below);
 
   const bool hot = is_hot(&p);
   const int64_t rows = p.batch * p.nheads * p.dim;
-  const int small_rows = hot ? small_grid_rows(rows, num_sms, p.philox_rounds, simple) : 0;
+  const int small_rows = hot ? small_grid_rows(rows, d, p.philox_rounds, simple) : 0;
   const bool small = small_rows > 0;
   const int rows_per_chunk = !hot ? DynConfig::kRowsPerChunk
                              : small ? small_rows
@@ -325,17 +334,20 @@ int plan_launch(const mamba_ssu_params &p, int num_sms, Plan *out) {
   const int64_t rpw_warps = hot && !simple && p.philox_rounds == 10
                                 ? int64_t{Tuning::kR10VerticalRpwWarpsPerSm}
                                 : int64_t{Tuning::kRpwWarpsPerSm};
-  int rpw = small ? small_rows : pick_rows_per_warp(rows, num_sms, rows_per_chunk, max_rpw, rpw_warps);
+  int rpw = small ? small_rows : pick_rows_per_warp(rows, d, rows_per_chunk, max_rpw, rpw_warps);
   // 64 rows per warp (a whole head, one-warp blocks) for the 10-round SR kernels on grids of
   // at least Tuning::kR10WholeHeadWarpsPerSm warps per SM at 64 rows.
   if (hot && !small && p.philox_rounds == 10 && rpw == 32 && p.dim % 64 == 0 &&
-      rows / 64 >= int64_t{Tuning::kR10WholeHeadWarpsPerSm} * num_sms)
+      rows / 64 >= scaled_warps(d, Tuning::kR10WholeHeadWarpsPerSm) * num_sms)
     rpw = 64;
   // Wave quantisation (hot kernels without SR): a grid just over one wave of resident blocks (at
-  // most Tuning::kWaveSplitPct % of a wave, with the occupancy the kernel is compiled for) runs a
-  // second, partly empty wave of full-length blocks; halving the rows per warp spreads that tail.
+  // most Tuning::kWaveSplitPct % of a wave of the blocks resident on d) runs a second, partly
+  // empty wave of full-length blocks; halving the rows per warp spreads that tail.
   if (hot && !small && p.philox_rounds == 0) {
-    const int64_t wave = int64_t{HotConfig<true, 0>::kMinBlocksPerSM} * num_sms;
+    const int64_t wave =
+        int64_t{resident_blocks(d, HotConfig<true, 0>::kMinBlocksPerSM, ssu::kThreadsPerBlock,
+                                kStaticSmemBytes)} *
+        num_sms;
     const int64_t heads = p.batch * p.nheads;
     auto grid = [&](int r) { return heads * ((p.dim + 4 * r - 1) / (4 * r)); };
     while (rpw > rows_per_chunk && grid(rpw) > wave &&
@@ -368,7 +380,9 @@ int plan_launch(const mamba_ssu_params &p, int num_sms, Plan *out) {
       (rpw >> Tuning::kTaperShift) >= rows_per_chunk) {
     const int64_t heads = p.batch * p.nheads;
     const int64_t parts = int64_t{1} << Tuning::kTaperShift;
-    const int64_t resident = int64_t{HotConfig<true, 10, 4, false, 1>::kMinBlocksPerSM};
+    const int64_t resident =
+        resident_blocks(d, HotConfig<true, 10, 4, false, 1>::kMinBlocksPerSM,
+                        ssu::kThreadsPerBlock, kStaticSmemBytes);
     const int64_t wave = resident * ssu::kWarpsPerBlock / warps_per_block * num_sms;
     const int64_t tail = std::min(heads / 2, int64_t{Tuning::kTaperPct} * wave / 100 / parts);
     if (tail > 0 && heads - tail + tail * parts < int64_t{INT32_MAX}) {
@@ -399,15 +413,18 @@ int plan_launch(const mamba_ssu_params &p, int num_sms, Plan *out) {
 
 }  // namespace
 
-int32_t auto_algorithm(int64_t batch, int64_t nheads, int32_t num_sms) {
-  return below_switch(batch, nheads, num_sms) ? MAMBA_SSU_ALGO_SIMPLE : MAMBA_SSU_ALGO_VERTICAL;
+int32_t auto_algorithm(int64_t batch, int64_t nheads, const mamba_ssu_device_props &d) {
+  // FlashInfer's kernels for GPUs below sm_90 have the simple layout only.
+  if (d.cc_major < 9) return MAMBA_SSU_ALGO_SIMPLE;
+  return below_switch(batch, nheads, d.num_sms) ? MAMBA_SSU_ALGO_SIMPLE
+                                                : MAMBA_SSU_ALGO_VERTICAL;
 }
 
-int ssu_plan(const mamba_ssu_params &p, int32_t num_sms, mamba_ssu_launch_plan *out) {
-  int sms = 0;
-  if (int s = device_num_sms(num_sms, &sms)) return s;
+int ssu_plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d,
+             mamba_ssu_launch_plan *out) {
+  const int sms = d.num_sms;
   Plan plan;
-  if (int s = plan_launch(p, sms, &plan)) return s;
+  if (int s = plan_launch(p, d, &plan)) return s;
   out->grid_blocks = plan.nblocks;
   out->threads_per_block = 32 * plan.warps_per_block;
   out->rows_per_warp = plan.rpw;
@@ -420,10 +437,10 @@ int ssu_plan(const mamba_ssu_params &p, int32_t num_sms, mamba_ssu_launch_plan *
 }
 
 int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba_ssu_seed &seed) {
-  int num_sms = 0;
-  if (int s = device_num_sms(p.num_sms, &num_sms)) return s;
+  mamba_ssu_device_props d;
+  if (int s = launch_props(p.num_sms, &d)) return s;
   Plan plan;
-  if (int s = plan_launch(p, num_sms, &plan)) return s;
+  if (int s = plan_launch(p, d, &plan)) return s;
   const bool below = plan.below, simple = plan.simple, f1 = plan.f1, hot = plan.hot;
   const int64_t rows = plan.rows;
   const int small_rows = plan.small_rows, rpw = plan.rpw, warps_per_block = plan.warps_per_block;
@@ -513,9 +530,9 @@ extern "C" int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch, int
   if (algorithm != MAMBA_SSU_ALGO_AUTO)
     return -fail(MAMBA_SSU_ERROR_INVALID_VALUE,
                  "algorithm: expected AUTO (0), SIMPLE (1) or VERTICAL (2), got %d", algorithm);
-  int sms = 0;
-  if (int s = device_num_sms(num_sms, &sms)) return -s;
-  return auto_algorithm(batch, nheads, sms);
+  mamba_ssu_device_props d;
+  if (int s = planning_props(num_sms, &d)) return -s;
+  return auto_algorithm(batch, nheads, d);
 }
 
 extern "C" int mamba_ssu_selective_state_update_plan(const mamba_ssu_params *params,
@@ -528,7 +545,9 @@ extern "C" int mamba_ssu_selective_state_update_plan(const mamba_ssu_params *par
   SeedNames names;
   if (int s = legacy_seed(*params, &seed, &names)) return s;
   if (int s = ssu_check(params, seed, names)) return s;
-  return ssu_plan(*params, num_sms, out);
+  mamba_ssu_device_props d;
+  if (int s = planning_props(num_sms, &d)) return s;
+  return ssu_plan(*params, d, out);
 }
 
 extern "C" int mamba_ssu_selective_state_update(mamba_ssu_stream_t stream,

@@ -23,6 +23,11 @@ namespace {
 
 using tuning::Tuning;
 
+// Static shared memory of a block (ssu_mtp.cuh: the tokens' targets, output rows, dt' and dA,
+// and the fused seed): what residency on a device counts per block beside the dynamic part.
+constexpr int64_t kStaticSmemBytes =
+    2 * mtp::kMaxTokens * sizeof(char *) + 2 * mtp::kMaxTokens * sizeof(float) + sizeof(uint64_t);
+
 bool is_hot(const mamba_ssu_mtp_params &p) {
   return p.state_dtype == MAMBA_SSU_F16 && p.input_dtype == MAMBA_SSU_BF16 &&
          p.weight_dtype == MAMBA_SSU_BF16 && p.dstate == 128 &&
@@ -49,7 +54,8 @@ struct Plan {
 };
 
 // The grid of the hot kernels with r rows per group (or of the run-time kernels), unchecked.
-void grid_for(const mamba_ssu_mtp_params &p, int num_sms, bool hot, int r, Plan *g) {
+void grid_for(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d, bool hot, int r,
+              Plan *g) {
   const int64_t heads = p.batch * p.nheads;  // < 2^31 (checked)
   const int min_blocks =
       !hot     ? 4
@@ -58,11 +64,20 @@ void grid_for(const mamba_ssu_mtp_params &p, int num_sms, bool hot, int r, Plan 
                                        : mtp::mtp_min_blocks<true, 10, 2>())
                : (p.philox_rounds == 0 ? mtp::mtp_min_blocks<true, 0, 1>()
                                        : mtp::mtp_min_blocks<true, 10, 1>());
-  const int64_t wave = int64_t{min_blocks} * num_sms;
   int64_t bph = (p.dim + mtp::kMaxRowsPerBlock - 1) / mtp::kMaxRowsPerBlock;
   // At most 4 (or the 64-row minimum), which bounds the grid in the check.
   const int64_t pass = int64_t{mtp::kGroups} * r;
   const int64_t max_bph = std::max<int64_t>(bph, std::min<int64_t>(4, (p.dim + pass - 1) / pass));
+  // One wave of the blocks resident on d, with the shared memory of the first grid tried.
+  auto smem_of = [&](int64_t b) {
+    return mtp::mtp_smem_bytes(static_cast<int>(p.ntokens), static_cast<int>(p.dstate),
+                               static_cast<int>((p.dim + b - 1) / b), p.z != nullptr,
+                               mtp::mtp_bf16_stage(hot, r), hot ? r : 0);
+  };
+  const int64_t wave =
+      int64_t{resident_blocks(d, min_blocks, mtp::kThreads,
+                              static_cast<int64_t>(smem_of(bph)) + kStaticSmemBytes)} *
+      d.num_sms;
   while (2 * bph <= max_bph && heads * 2 * bph <= wave) bph *= 2;
   const int64_t rpb = (p.dim + bph - 1) / bph;
   g->blocks_per_head = bph;
@@ -71,17 +86,15 @@ void grid_for(const mamba_ssu_mtp_params &p, int num_sms, bool hot, int r, Plan 
   // INT32_MAX already; plan_launch checks again).
   g->blocks = heads * bph + (p.seed_next != nullptr ? 1 : 0);
   g->nblocks = 0;
-  g->smem = mtp::mtp_smem_bytes(static_cast<int>(p.ntokens), static_cast<int>(p.dstate),
-                                static_cast<int>(rpb), p.z != nullptr, mtp::mtp_bf16_stage(hot, r),
-                                hot ? r : 0);
+  g->smem = smem_of(bph);
   g->hot = hot;
   g->rows_per_group = r;
   g->small = false;
 }
 
-int plan_launch(const mamba_ssu_mtp_params &p, int num_sms, Plan *out) {
-  if (num_sms < 1)
-    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "num_sms: expected >= 1, got %d", num_sms);
+int plan_launch(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d, Plan *out) {
+  if (int s = check_props(&d)) return s;
+  const int64_t smem_limit = d.smem_per_block;
   const bool hot = is_hot(p);
   const int64_t heads = p.batch * p.nheads;  // < 2^31 (checked)
   const int r = !hot                                  ? 1
@@ -89,10 +102,10 @@ int plan_launch(const mamba_ssu_mtp_params &p, int num_sms, Plan *out) {
                 : heads >= Tuning::kMtpTwoRowPairs                         ? 2
                                                                            : 1;
   Plan g;
-  grid_for(p, num_sms, hot, r, &g);
+  grid_for(p, d, hot, r, &g);
   // The four-row kernels' lane partials (4 x 8 floats per token and group) pass 48 KiB of
   // shared memory at long token counts: two rows there.
-  if (r == 4 && g.smem > 48 * 1024) grid_for(p, num_sms, hot, 2, &g);
+  if (r == 4 && static_cast<int64_t>(g.smem) > smem_limit) grid_for(p, d, hot, 2, &g);
   if (g.blocks > std::numeric_limits<int32_t>::max())
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "batch * nheads * ceil(dim / 64): expected a grid of <= %d blocks, got %lld x "
@@ -100,7 +113,8 @@ int plan_launch(const mamba_ssu_mtp_params &p, int num_sms, Plan *out) {
                 std::numeric_limits<int32_t>::max(), ll(p.batch), ll(p.nheads),
                 ll(g.blocks_per_head));
   const int64_t rpb = g.rows_per_block, bph = g.blocks_per_head;
-  if (rpb < 1 || rpb > mtp::kMaxRowsPerBlock || bph * rpb < p.dim || g.smem > 48 * 1024)
+  if (rpb < 1 || rpb > mtp::kMaxRowsPerBlock || bph * rpb < p.dim ||
+      static_cast<int64_t>(g.smem) > smem_limit)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "launch plan: no valid grid (rows per block %lld, blocks per head %lld, shared "
                 "memory %zu bytes)",
@@ -108,7 +122,10 @@ int plan_launch(const mamba_ssu_mtp_params &p, int num_sms, Plan *out) {
   g.nblocks = static_cast<unsigned>(g.blocks);
   // The small-grid kernels (one row per group) where the grid fits their occupancy floor.
   g.small = hot && g.rows_per_group == 1 &&
-            g.blocks <= int64_t{mtp::mtp_min_blocks<true, 0, 1, true>()} * num_sms;
+            g.blocks <= int64_t{resident_blocks(d, mtp::mtp_min_blocks<true, 0, 1, true>(),
+                                                mtp::kThreads,
+                                                static_cast<int64_t>(g.smem) + kStaticSmemBytes)} *
+                            d.num_sms;
   *out = g;
   return MAMBA_SSU_SUCCESS;
 }
@@ -122,11 +139,11 @@ int launch(const mtp::Args &a, const Plan &plan, cudaStream_t st) {
 
 }  // namespace
 
-int mtp_plan(const mamba_ssu_mtp_params &p, int32_t num_sms, mamba_ssu_launch_plan *out) {
-  int sms = 0;
-  if (int s = device_num_sms(num_sms, &sms)) return s;
+int mtp_plan(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d,
+             mamba_ssu_launch_plan *out) {
+  const int sms = d.num_sms;
   Plan plan;
-  if (int s = plan_launch(p, sms, &plan)) return s;
+  if (int s = plan_launch(p, d, &plan)) return s;
   out->grid_blocks = plan.blocks;
   out->blocks_per_head = plan.blocks_per_head;
   out->threads_per_block = mtp::kThreads;
@@ -143,10 +160,10 @@ int mtp_plan(const mamba_ssu_mtp_params &p, int32_t num_sms, mamba_ssu_launch_pl
 
 int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
                const mamba_ssu_seed &seed) {
-  int sms = 0;
-  if (int s = device_num_sms(p.num_sms, &sms)) return s;
+  mamba_ssu_device_props d;
+  if (int s = launch_props(p.num_sms, &d)) return s;
   Plan plan;
-  if (int s = plan_launch(p, sms, &plan)) return s;
+  if (int s = plan_launch(p, d, &plan)) return s;
 
   mtp::Args a{};
   a.x = p.x;
@@ -252,7 +269,9 @@ extern "C" int mamba_ssu_selective_state_update_mtp_plan(const mamba_ssu_mtp_par
   SeedNames names;
   if (int s = legacy_seed(*params, &seed, &names)) return s;
   if (int s = mtp_check(params, seed, names)) return s;
-  return mtp_plan(*params, num_sms, out);
+  mamba_ssu_device_props d;
+  if (int s = planning_props(num_sms, &d)) return s;
+  return mtp_plan(*params, d, out);
 }
 
 extern "C" int mamba_ssu_selective_state_update_mtp(mamba_ssu_stream_t stream,

@@ -19,7 +19,7 @@ constexpr const char *kArgumentNames[] = {
     "params", "batch", "ntokens", "total_tokens", "nheads", "dim", "dstate", "ngroups",
     "state_cache_size", "cache_steps", "intermediate_cache_size", "state_dtype", "input_dtype",
     "weight_dtype", "index_dtype", "algorithm", "seed_source", "philox_rounds", "sr_rule",
-    "num_sms", "state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias", "out",
+    "num_sms", "props", "state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias", "out",
     "intermediate_states", "state_batch_indices", "dst_state_batch_indices",
     "num_accepted_tokens", "cu_seqlens", "intermediate_state_indices", "state_stride_batch",
     "x_stride_batch", "x_stride_token", "dt_stride_batch", "dt_stride_token", "B_stride_batch",
@@ -102,16 +102,6 @@ int check_cuda(cudaError_t err, const char *what) {
 
 int check_launch(const char *what) { return check_cuda(cudaGetLastError(), what); }
 
-int device_num_sms(int32_t given, int *out) {
-  if (given > 0) {
-    *out = given;
-    return MAMBA_SSU_SUCCESS;
-  }
-  int dev = 0;
-  if (int s = check_cuda(cudaGetDevice(&dev), "cudaGetDevice")) return s;
-  return check_cuda(cudaDeviceGetAttribute(out, cudaDevAttrMultiProcessorCount, dev),
-                    "cudaDeviceGetAttribute(MultiProcessorCount)");
-}
 
 }  // namespace mamba_ssu
 

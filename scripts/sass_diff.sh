@@ -36,13 +36,13 @@
 #                         script leaves alone are compared as they are; a rename onto a name
 #                         that already exists is an error (exit 2). The summary says how many
 #                         base names it changed.
+#   SASS_DIFF_ARCH        the GPU target whose machine code is compared (default sm_90, the tuned
+#                         one; the library carries several: build.rs, DEFAULT_ARCHS)
 #   CUOBJDUMP             the cuobjdump binary (default: on PATH, else the cache below)
 #   MAMBA_SSU_CUDA_ROOT   as for any build (default: what scripts/setup.sh prints)
 #
-# cuobjdump (and the nvdisasm it calls) come from PyPI into a cache outside the repository,
-# installed on first use: ~/.cache/mamba-ssu/cuobjdump-13.2 (nvidia-cuda-cuobjdump and
-# nvidia-cuda-nvdisasm 13.2.86; PyPI has no 13.0 series of these, and any 13.x reads sm_90
-# cubins). Needs python3, git, cargo and the CUDA compiler of scripts/setup.sh.
+# cuobjdump (and the nvdisasm it calls): scripts/cuobjdump.sh (PyPI, cached outside the
+# repository). Needs python3, git, cargo and the CUDA compiler of scripts/setup.sh.
 set -euo pipefail
 
 usage() { sed -n '2,19p' "$0" >&2; exit 2; }
@@ -57,26 +57,13 @@ BASE_SHA=$(git rev-parse --verify --quiet "$BASE_REV^{commit}") || {
 }
 
 log() { echo "sass_diff: $*" >&2; }
+SASS_DIFF_ARCH=${SASS_DIFF_ARCH:-sm_90}
 
 # --- tools -------------------------------------------------------------------------------
 if [ -z "${MAMBA_SSU_CUDA_ROOT:-}" ]; then
   eval "$(bash "$REPO/scripts/setup.sh")"
 fi
-CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/mamba-ssu/cuobjdump-13.2
-if [ -z "${CUOBJDUMP:-}" ]; then
-  if command -v cuobjdump >/dev/null 2>&1 && command -v nvdisasm >/dev/null 2>&1; then
-    CUOBJDUMP=$(command -v cuobjdump)
-  else
-    if [ ! -x "$CACHE/nvidia/cu13/bin/cuobjdump" ] || [ ! -x "$CACHE/nvidia/cu13/bin/nvdisasm" ]; then
-      log "installing cuobjdump and nvdisasm 13.2.86 into $CACHE"
-      rm -rf "$CACHE"
-      python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
-        --no-deps --target "$CACHE" nvidia-cuda-cuobjdump==13.2.86 nvidia-cuda-nvdisasm==13.2.86 >&2
-      chmod +x "$CACHE"/nvidia/cu13/bin/*
-    fi
-    CUOBJDUMP=$CACHE/nvidia/cu13/bin/cuobjdump
-  fi
-fi
+CUOBJDUMP=$(bash "$REPO/scripts/cuobjdump.sh")
 # cuobjdump -sass runs nvdisasm from PATH.
 export PATH="$(dirname "$CUOBJDUMP"):$PATH"
 
@@ -132,8 +119,8 @@ dump_all() {
   mkdir -p "$dest"
   for o in "$out"/*.o; do
     name=$(basename "$o" | sed -E 's/^[0-9a-f]{16}-//')
-    "$CUOBJDUMP" -sass "$o" >"$dest/$name.sass"
-    "$CUOBJDUMP" -res-usage "$o" >"$dest/$name.res"
+    "$CUOBJDUMP" -arch "$SASS_DIFF_ARCH" -sass "$o" >"$dest/$name.sass"
+    "$CUOBJDUMP" -arch "$SASS_DIFF_ARCH" -res-usage "$o" >"$dest/$name.res"
   done
 }
 dump_all "$BASE_OUT" "$WORK/sass/base"

@@ -794,9 +794,45 @@ int mamba_ssu_check(const mamba_ssu_args *args, mamba_ssu_problem *problem);
 /* Checks *args like mamba_ssu_check and enqueues the call on stream. */
 int mamba_ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_args *args);
 
-/* Checks *args and fills *out with the launch configuration mamba_ssu_launch would use on a
- * device of num_sms multiprocessors (<= 0: the current device's). Nothing is launched. */
+/* Checks *args and fills *out with the launch configuration mamba_ssu_launch would use on the
+ * current device (num_sms <= 0; its properties are queried once and cached), or, with
+ * num_sms > 0, on a device of the sm_90 family (H100, H200: MAMBA_SSU_DEVICE_PROPS_SM90's
+ * per-SM limits) with num_sms multiprocessors, touching no device. Nothing is launched.
+ * mamba_ssu_plan_for_device plans for any other GPU. */
 int mamba_ssu_plan(const mamba_ssu_args *args, int32_t num_sms, mamba_ssu_launch_plan *out);
+
+/* What launch planning reads of a GPU. mamba_ssu_launch plans with the current device's,
+ * queried once per device (mamba_ssu_device_props_query) and then cached, with num_sms replaced
+ * by mamba_ssu_args.num_sms when that is > 0. A planner for another GPU (or a test) fills one
+ * from NVIDIA's tables for its compute capability. */
+typedef struct mamba_ssu_device_props {
+  int32_t cc_major, cc_minor;      /* compute capability: e.g. 9, 0 (H200); 8, 0 (A100) */
+  int32_t num_sms;                 /* multiprocessors */
+  int32_t max_threads_per_sm;      /* resident threads per SM: 2048 (sm_80, 90, 100), 1536
+                                      (sm_86, 89, 120) */
+  int32_t max_blocks_per_sm;       /* resident blocks per SM: 32, or 16 (sm_86), 24 (sm_89) */
+  int32_t regs_per_sm;             /* 32-bit registers per SM: 65536 */
+  int32_t smem_per_sm;             /* shared memory per SM, bytes (228 KiB on sm_90) */
+  int32_t smem_per_block;          /* a block's shared memory without opt-in, bytes (48 KiB) */
+  int32_t reserved_smem_per_block; /* shared memory the system reserves per block, bytes */
+  int32_t reserved;                /* 0 */
+} mamba_ssu_device_props;
+
+/* The sm_90 family's per-SM limits (H100, H200), with num_sms multiprocessors: what
+ * mamba_ssu_plan and mamba_ssu_check assume when given only an SM count. */
+#define MAMBA_SSU_DEVICE_PROPS_SM90(num_sms) \
+  { 9, 0, (num_sms), 2048, 32, 65536, 233472, 49152, 1024, 0 }
+
+/* Fills *out with the properties of CUDA device `device` (< 0: the current device), queried on
+ * the first call for that device and cached (later calls touch no device). */
+int mamba_ssu_device_props_query(int32_t device, mamba_ssu_device_props *out);
+
+/* Checks *args and fills *out with the launch configuration for a GPU with the properties
+ * *props (checked: every count >= 1, reserved 0). A pure function: no device is touched. Where
+ * FlashInfer's ALGO_AUTO depends on the GPU, so does this plan's algorithm (compute capability
+ * below 9: SIMPLE, as FlashInfer's kernels built for those GPUs). */
+int mamba_ssu_plan_for_device(const mamba_ssu_args *args, const mamba_ssu_device_props *props,
+                              mamba_ssu_launch_plan *out);
 
 /* The fused path of the prefetcher, producing a mamba_ssu_seed:
  *

@@ -10,7 +10,7 @@ use super::*;
 
 /// A multi-token call: `t` tokens per sequence (fixed length), `nheads` heads of `dim` rows,
 /// dstate `dstate`, fp16 (hot) or fp32 state, SR with `rounds` (0: off), z or not.
-fn multi(
+pub(super) fn multi(
     batch: i64,
     t: i64,
     nheads: i64,

@@ -187,3 +187,232 @@ fn the_v074_rule_runs_the_generic_kernel_and_the_plan_says_so() {
         }
     }
 }
+
+/// The per-SM limits of the GPU families the library ships machine code for (compute
+/// capabilities 8.0, 8.6, 8.9, 9.0, 10.0 and 12.0, from the CUDA C++ Programming Guide's table
+/// of technical specifications per compute capability), each with the SM count of one part
+/// (A100, A10, L40S, H200, B200, RTX PRO 6000 Blackwell), and a one-SM device.
+pub(super) fn families() -> Vec<(&'static str, sys::mamba_ssu_device_props)> {
+    let props = |cc: (i32, i32), sms, threads, blocks, smem_sm| sys::mamba_ssu_device_props {
+        cc_major: cc.0,
+        cc_minor: cc.1,
+        num_sms: sms,
+        max_threads_per_sm: threads,
+        max_blocks_per_sm: blocks,
+        regs_per_sm: 65536,
+        smem_per_sm: smem_sm,
+        smem_per_block: 49152,
+        reserved_smem_per_block: 1024,
+        reserved: 0,
+    };
+    vec![
+        ("sm_80 A100", props((8, 0), 108, 2048, 32, 167_936)),
+        ("sm_86 A10", props((8, 6), 72, 1536, 16, 102_400)),
+        ("sm_89 L40S", props((8, 9), 142, 1536, 24, 102_400)),
+        ("sm_90 H200", props((9, 0), 132, 2048, 32, 233_472)),
+        ("sm_100 B200", props((10, 0), 148, 2048, 32, 233_472)),
+        (
+            "sm_120 RTX PRO 6000",
+            props((12, 0), 188, 1536, 32, 102_400),
+        ),
+        ("one SM", props((8, 6), 1, 1536, 16, 102_400)),
+    ]
+}
+
+fn plan_for(
+    a: &sys::mamba_ssu_args,
+    d: &sys::mamba_ssu_device_props,
+) -> (i32, sys::mamba_ssu_launch_plan) {
+    let mut plan = sys::mamba_ssu_launch_plan::default();
+    // SAFETY: valid pointers; planning for given properties touches no device.
+    let status = unsafe { sys::mamba_ssu_plan_for_device(a, d, &mut plan) };
+    (status, plan)
+}
+
+/// A valid covering grid: blocks for every (batch, head), every row of a head served.
+fn assert_covering(what: &str, plan: &sys::mamba_ssu_launch_plan, heads: i64, dim: i64) {
+    assert!(
+        (heads..=i64::from(i32::MAX)).contains(&plan.grid_blocks),
+        "{what}: {plan:?}"
+    );
+    assert!(
+        (32..=1024).contains(&plan.threads_per_block)
+            && plan.threads_per_block == 32 * plan.warps_per_block,
+        "{what}: {plan:?}"
+    );
+    assert!(
+        plan.rows_per_warp >= 1 && plan.blocks_per_head >= 1,
+        "{what}: {plan:?}"
+    );
+    let covered =
+        i64::from(plan.warps_per_block) * i64::from(plan.rows_per_warp) * plan.blocks_per_head;
+    assert!(
+        covered >= dim,
+        "{what}: {plan:?} covers {covered} of {dim} rows"
+    );
+}
+
+/// On every GPU family's properties, every accepted single- and multi-token call gets a valid
+/// covering grid; ALGO_AUTO resolves to SIMPLE below sm_90 (FlashInfer's kernels for those GPUs
+/// have that layout only) and by the SM-count rule from sm_90 on; the plan is for the given SM
+/// count.
+#[test]
+fn every_gpu_family_gets_a_valid_covering_grid() {
+    let f = [F32, F16, BF16];
+    let hot = [F16, BF16, BF16];
+    let dims = [
+        1usize, 2, 3, 7, 8, 16, 31, 48, 63, 64, 65, 80, 96, 127, 128, 129, 192, 256,
+    ];
+    let heads = [1usize, 3, 8, 32, 128, 1024];
+    let batches = [1usize, 2, 7, 64, 512];
+    let mut accepted = 0usize;
+    for (name, d) in families() {
+        let mut k = 0usize;
+        for &dim in &dims {
+            for &nheads in &heads {
+                for &batch in &batches {
+                    let mut cases = Vec::new();
+                    for rounds in [0, 5, 10] {
+                        for algo in [0, 1, 2] {
+                            cases.push((128, hot, rounds, algo, k % 2 == 0, k % 5 == 0));
+                        }
+                    }
+                    let dtypes = [f[k % 3], f[(k / 3) % 3], f[(k / 9) % 3]];
+                    let rounds = if dtypes[0] == F16 {
+                        [0, 1, 5, 10][(k / 27) % 4]
+                    } else {
+                        0
+                    };
+                    cases.push((
+                        [64, 128, 256][k % 3],
+                        dtypes,
+                        rounds,
+                        k % 3,
+                        k % 2 == 1,
+                        false,
+                    ));
+                    k += 1;
+                    for (dstate, dtypes, rounds, algo, z, next) in cases {
+                        let a = call(
+                            batch,
+                            nheads,
+                            dim,
+                            dstate,
+                            dtypes,
+                            rounds,
+                            algo as i32,
+                            z,
+                            None,
+                            next,
+                        );
+                        if check(&a).is_err() {
+                            continue;
+                        }
+                        accepted += 1;
+                        let what = format!("{name}: b={batch} h={nheads} dim={dim} dstate={dstate} {dtypes:?} R={rounds} alg={algo}");
+                        let (st, plan) = plan_for(&a, &d);
+                        assert_eq!(st, OK, "{what}");
+                        assert_covering(&what, &plan, (batch * nheads) as i64, dim as i64);
+                        assert_eq!(plan.num_sms, d.num_sms, "{what}");
+                        if algo == 0 {
+                            let below = ((batch * nheads) as i64) < 2 * i64::from(d.num_sms);
+                            let expect = if d.cc_major < 9 || below { 1 } else { 2 };
+                            assert_eq!(plan.algorithm, expect, "{what}");
+                        }
+                    }
+                }
+            }
+        }
+        for batch in [1i64, 3, 64, 512] {
+            for t in [1i64, 2, 5, 8, 16] {
+                for nheads in [1i64, 8, 128] {
+                    for dim in [16i64, 48, 64, 80, 128, 256] {
+                        for dstate in [64i64, 128, 256] {
+                            for (f32_state, rounds) in [(false, 0), (false, 10), (true, 0)] {
+                                let a = super::golden::multi(
+                                    batch,
+                                    t,
+                                    nheads,
+                                    dim,
+                                    dstate,
+                                    f32_state,
+                                    rounds,
+                                    t % 2 == 0,
+                                );
+                                if check(&a).is_err() {
+                                    continue;
+                                }
+                                accepted += 1;
+                                let what = format!("{name}: multi b={batch} T={t} h={nheads} dim={dim} dstate={dstate} f32={f32_state} R={rounds}");
+                                let (st, plan) = plan_for(&a, &d);
+                                assert_eq!(st, OK, "{what}");
+                                assert_covering(&what, &plan, batch * nheads, dim);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(accepted > 50_000, "only {accepted} accepted calls");
+}
+
+/// The properties a planner gives are checked: a zero count or a reserved field is refused with
+/// the argument named; the SM90 template is what mamba_ssu_plan plans for with an SM count.
+#[test]
+fn device_properties_are_checked_and_the_sm90_template_is_mamba_ssu_plans() {
+    let a = call(
+        64,
+        128,
+        64,
+        128,
+        [F16, BF16, BF16],
+        10,
+        0,
+        false,
+        None,
+        false,
+    );
+    let h200 = families()[3].1;
+    for bad in [
+        sys::mamba_ssu_device_props { num_sms: 0, ..h200 },
+        sys::mamba_ssu_device_props {
+            max_threads_per_sm: 0,
+            ..h200
+        },
+        sys::mamba_ssu_device_props {
+            smem_per_block: -1,
+            ..h200
+        },
+        sys::mamba_ssu_device_props {
+            reserved: 1,
+            ..h200
+        },
+    ] {
+        let (st, _) = plan_for(&a, &bad);
+        assert_eq!(st, sys::MAMBA_SSU_ERROR_INVALID_ARGUMENT as i32, "{bad:?}");
+        // SAFETY: a NUL-terminated string valid until the next call on this thread.
+        let arg = unsafe { std::ffi::CStr::from_ptr(sys::mamba_ssu_last_error_argument()) };
+        assert_eq!(arg.to_string_lossy(), "props");
+    }
+    // SAFETY: a null props pointer is rejected, never read.
+    let st =
+        unsafe { sys::mamba_ssu_plan_for_device(&a, std::ptr::null(), &mut Default::default()) };
+    assert_eq!(st, sys::MAMBA_SSU_ERROR_INVALID_ARGUMENT as i32);
+    for sms in [1, 78, 132] {
+        let (_, by_count) = plan_of(&a, sms);
+        let (st, by_props) = plan_for(
+            &a,
+            &sys::mamba_ssu_device_props {
+                num_sms: sms,
+                ..h200
+            },
+        );
+        assert_eq!(st, OK);
+        assert_eq!(
+            format!("{by_count:?}"),
+            format!("{by_props:?}"),
+            "{sms} SMs"
+        );
+    }
+}

@@ -27,8 +27,9 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
-    /// The kernel this choice runs for `batch * nheads` on a device with `num_sms`
-    /// multiprocessors: `Simple` or `Vertical`, never `Auto` (FlashInfer's rule for `Auto`).
+    /// The kernel this choice runs for `batch * nheads` on a device of the sm_90 family or newer
+    /// with `num_sms` multiprocessors: `Simple` or `Vertical`, never `Auto` (FlashInfer's rule for
+    /// `Auto`). Below sm_90 `Auto` is `Simple` ([`Algorithm::resolve_on`] reads the device).
     pub fn resolve(self, batch: usize, nheads: usize, num_sms: u32) -> Algorithm {
         match self {
             Algorithm::Auto => {
@@ -42,8 +43,15 @@ impl Algorithm {
         }
     }
 
-    /// [`Algorithm::resolve`] on the device of `ctx` (reads its multiprocessor count).
+    /// The kernel this choice runs on the device of `ctx` (reads its compute capability and
+    /// multiprocessor count): below sm_90 `Auto` is `Simple`, as FlashInfer's kernels for those
+    /// GPUs have that layout only; else [`Algorithm::resolve`].
     pub fn resolve_on(self, ctx: &CudaContext, batch: usize, nheads: usize) -> Result<Algorithm> {
+        let major =
+            ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        if self == Algorithm::Auto && major < 9 {
+            return Ok(Algorithm::Simple);
+        }
         Ok(self.resolve(batch, nheads, num_sms(ctx)?))
     }
 
