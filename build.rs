@@ -212,10 +212,13 @@ fn cuda_sources(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The targets in environment variable `var` (default `default`): compute capabilities such as
+/// The targets in environment variable `var` (unset or empty: `default`): compute capabilities such as
 /// `90` or `100a` (an optional `sm_` / `compute_` prefix is dropped), validated.
 fn cuda_targets(var: &str, default: &str) -> Vec<String> {
-    let spec = env::var(var).unwrap_or_else(|_| default.to_string());
+    let spec = env::var(var)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| default.to_string());
     let archs: Vec<String> = spec
         .split([';', ',', ' '])
         .map(str::trim)

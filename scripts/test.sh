@@ -15,6 +15,12 @@ cd "$(dirname "$0")/.."
 
 eval "$(bash scripts/setup.sh)"
 
+# GPU targets: the test builds narrow them to sm_90 (the H200's; build.rs's MAMBA_SSU_CUDA_ARCHS),
+# the library the wheel and the C package carry has the full list of build.rs: it is built once
+# below (python/build.sh) and checked with scripts/check_fatbin.sh.
+full_archs=${MAMBA_SSU_CUDA_ARCHS-}
+export MAMBA_SSU_CUDA_ARCHS=${MAMBA_SSU_TEST_ARCHS:-90}
+
 cargo fmt --check
 cargo clippy --all-targets --locked -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked
@@ -24,14 +30,15 @@ bash scripts/readme_commands.sh
 
 # The torch extension (python/): build it (torch 2.11.0 in ~/.cache/mamba-ssu) and run the
 # package's tests; its GPU tests skip without a GPU (and fail under MAMBA_SSU_REQUIRE_GPU=1).
-py=$(bash python/build.sh | tail -n 1)
+py=$(MAMBA_SSU_CUDA_ARCHS=$full_archs bash python/build.sh | tail -n 1)
 (cd python/tests && "$py" -m pytest -q -p no:cacheprovider)
+MAMBA_SSU_CUDA_ARCHS=$full_archs bash scripts/check_fatbin.sh target/c-package/lib/libmamba_ssu.a
 
 # The wheel (README "Use it from Python"): built against that torch, installed with pip into a
 # fresh environment (with the same torch release; pip checks the wheel's torch requirement),
 # imported from there, and the package's CPU tests run on it (the installed plugin entry points
 # included: MAMBA_SSU_EXPECT_WHEEL=1 makes that test fail rather than skip).
-whl=$(bash python/wheel.sh "$py" | tail -n 1)
+whl=$(MAMBA_SSU_CUDA_ARCHS=$full_archs bash python/wheel.sh "$py" | tail -n 1)
 torch_release=$("$py" -c 'import torch; print(torch.__version__.split("+")[0])')
 clean="${MAMBA_SSU_PY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mamba-ssu}/wheel-check-torch-$torch_release"
 rm -rf "$clean"

@@ -57,3 +57,71 @@ pub(crate) fn check_ordinal(argument: &'static str, stream: &CudaStream, got: us
     }
     Ok(())
 }
+
+/// What the library's launch planning reads of a GPU (`mamba_ssu_device_props` of the C
+/// header): the compute capability, the SM count and the per-SM limits. The launches read the
+/// current device's, queried once per device and cached by the library.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceProps {
+    /// Compute capability (major, minor): (9, 0) on an H200, (8, 0) on an A100.
+    pub compute_capability: (i32, i32),
+    /// Multiprocessors.
+    pub num_sms: i32,
+    /// Resident threads per SM (2048 on sm_80, sm_90, sm_100; 1536 on sm_86, sm_89, sm_120).
+    pub max_threads_per_sm: i32,
+    /// Resident blocks per SM.
+    pub max_blocks_per_sm: i32,
+    /// 32-bit registers per SM.
+    pub regs_per_sm: i32,
+    /// Shared memory per SM, bytes.
+    pub smem_per_sm: i32,
+    /// A block's shared memory without opt-in, bytes.
+    pub smem_per_block: i32,
+    /// Shared memory the system reserves per block, bytes.
+    pub reserved_smem_per_block: i32,
+}
+
+impl DeviceProps {
+    /// The properties of device `ordinal` as the library's planner reads them
+    /// (`mamba_ssu_device_props_query`: the CUDA runtime's attributes, queried on the first
+    /// call for a device and cached).
+    ///
+    /// Errors: [`Error::NoDriver`] / [`Error::NoDevice`] as [`open`]; a failed query as the
+    /// library's CUDA error.
+    pub fn of(ordinal: usize) -> Result<DeviceProps> {
+        let count = device_count()?;
+        if ordinal >= count {
+            return Err(Error::NoDevice { ordinal, count });
+        }
+        let mut p = crate::ffi::sys::mamba_ssu_device_props::default();
+        // SAFETY: `p` is a valid output; the call reads device attributes only.
+        crate::ffi::check(unsafe {
+            crate::ffi::sys::mamba_ssu_device_props_query(ordinal as i32, &mut p)
+        })?;
+        Ok(DeviceProps {
+            compute_capability: (p.cc_major, p.cc_minor),
+            num_sms: p.num_sms,
+            max_threads_per_sm: p.max_threads_per_sm,
+            max_blocks_per_sm: p.max_blocks_per_sm,
+            regs_per_sm: p.regs_per_sm,
+            smem_per_sm: p.smem_per_sm,
+            smem_per_block: p.smem_per_block,
+            reserved_smem_per_block: p.reserved_smem_per_block,
+        })
+    }
+
+    /// The sm_90 family's limits (H100, H200) with `num_sms` multiprocessors: what the planner
+    /// assumes when it is given only an SM count (`MAMBA_SSU_DEVICE_PROPS_SM90`).
+    pub fn sm90(num_sms: i32) -> DeviceProps {
+        DeviceProps {
+            compute_capability: (9, 0),
+            num_sms,
+            max_threads_per_sm: 2048,
+            max_blocks_per_sm: 32,
+            regs_per_sm: 65536,
+            smem_per_sm: 233_472,
+            smem_per_block: 49_152,
+            reserved_smem_per_block: 1024,
+        }
+    }
+}
