@@ -178,15 +178,20 @@ def main():
     ap.add_argument("--out", help="build directory (default target/flashinfer-recorder/<release>)")
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--groups-only", action="store_true", help="list the instantiation groups and stop")
+    ap.add_argument("--verify-only", action="store_true",
+                    help="build only the groups the reference manifests need (for `run.sh verify`)")
+    ap.add_argument("--group", action="append", help="build only groups whose id contains this (repeatable)")
     args = ap.parse_args()
 
-    specs = args.spec or DEFAULT_SPECS
+    specs = [] if args.verify_only else (args.spec or DEFAULT_SPECS)
     refs = args.reference if args.reference is not None else DEFAULT_REFERENCES
     cases = collect_cases(specs, refs)
     groups = {}
     for origin, src, c in cases:
         gid, key = specmod.group_key(c)
         groups.setdefault(gid, {"key": key, "cases": []})["cases"].append(f"{src}:{c['name']}")
+    if args.group:
+        groups = {k: v for k, v in groups.items() if any(g in k for g in args.group)}
     log(f"{len(cases)} cases need {len(groups)} instantiation groups")
     if args.groups_only:
         for gid, g in sorted(groups.items()):
@@ -247,15 +252,29 @@ def main():
         t0 = time.time()
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
-            raise RuntimeError(f"nvcc failed for {gid}:\n{' '.join(cmd)}\n{r.stderr[-6000:]}")
+            with open(obj + ".log", "w") as f:
+                f.write(" ".join(cmd) + "\n" + r.stderr)
+            errors = [ln.strip() for ln in r.stderr.splitlines() if "error" in ln]
+            return gid, time.time() - t0, "FAILED: " + (errors[0] if errors else r.stderr.strip()[-300:])
         with open(stamp_file, "w") as f:
             f.write(stamp)
         return gid, time.time() - t0, False
 
     log(f"compiling {len(jobs)} translation units with {args.jobs} jobs ({nvcc})")
+    failed = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
         for gid, secs, cached in ex.map(compile_one, jobs):
-            log(f"  {gid}: {'up to date' if cached else f'{secs:.0f} s'}")
+            if isinstance(cached, str):
+                failed[gid] = cached
+                log(f"  {gid}: {cached} (log: obj/{gid}.o.log)")
+            else:
+                log(f"  {gid}: {'up to date' if cached else f'{secs:.0f} s'}")
+    if "common" in failed:
+        raise SystemExit("build: driver/common.cu failed to compile")
+    ref_needed = {specmod.group_key(c)[0] for origin, _, c in cases if origin == "reference"}
+    if ref_needed & set(failed):
+        raise SystemExit(f"build: groups of the reference cases failed: {sorted(ref_needed & set(failed))}")
+    jobs = [j for j in jobs if j[0] not in failed]
 
     os.makedirs(os.path.join(dist, "lib"), exist_ok=True)
     lib = os.path.join(dist, "lib", "libfirec.so")
@@ -292,7 +311,8 @@ def main():
         "nvcc_flags": flags,
         "nvcc_flags_from": provenance,
         "features": features,
-        "groups": {gid: {"symbol": f"firec_{gid}", **g["key"]} for gid, g in sorted(groups.items())},
+        "groups": {gid: {"symbol": f"firec_{gid}", **g["key"]} for gid, g in sorted(groups.items()) if gid not in failed},
+        "failed_groups": {gid: {"error": failed[gid], "cases": groups[gid]["cases"], **groups[gid]["key"]} for gid in sorted(failed)},
         "specs": [os.path.basename(p) for p in specs],
         "references": ref_names,
     }
