@@ -102,7 +102,10 @@ class Driver:
     def call(self, entry, args):
         """Runs one call; returns (status, message): 0 ok, 1 rejected by FlashInfer, 2 CUDA error."""
         st = entry(ctypes.byref(args), self._err, 4096)
-        return st, self._err.value.decode(errors="replace") if st else ""
+        msg = self._err.value.decode(errors="replace") if st else ""
+        if st == 1 and "CUDA Error" in msg:
+            st = 2  # FlashInfer's launcher raised on a CUDA call, not on an argument check
+        return st, msg
 
     def time(self, entry, args, warmup=3, iters=20):
         us = ctypes.c_double()

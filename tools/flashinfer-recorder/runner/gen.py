@@ -158,7 +158,10 @@ def values_bytes(values, dtype, start=0, n=None):
     """Inline integer values (index tensors, seeds) as little-endian bytes."""
     vals = values[start : len(values) if n is None else start + n]
     fmt = {"int32": "<i", "int64": "<q"}[dtype]
-    return b"".join(struct.pack(fmt, int(v)) for v in vals)
+    bits = 32 if dtype == "int32" else 64
+    # Values may be written unsigned (a seed above 2^63): keep the low bits, as a cast does.
+    wrap = [((int(v) + (1 << (bits - 1))) % (1 << bits)) - (1 << (bits - 1)) for v in vals]
+    return b"".join(struct.pack(fmt, v) for v in wrap)
 
 
 def have_numpy():

@@ -97,11 +97,16 @@ def compare(rec, ref):
 
 
 def groups_for(cases, build):
+    """The entry symbol of each case's group; None for a group that did not compile."""
     out = []
     for c in cases:
         gid, _ = specmod.group_key(c)
+        if gid in build.get("failed_groups", {}):
+            out.append(None)
+            continue
         if gid not in build["groups"]:
-            raise SystemExit(f"run: case {c['name']} needs group {gid}, which this build lacks; add its spec to build.py")
+            raise SystemExit(f"run: case {c['name']} needs group {gid}, which this build lacks; "
+                             "rebuild with its spec (build.py --spec)")
         out.append(build["groups"][gid]["symbol"])
     return out
 
@@ -136,49 +141,69 @@ def main():
         print(json.dumps(record.primitive_checks(drv), indent=1))
         return 0
 
-    t0 = time.time()
     if a.mode == "record":
-        syms = groups_for(cases, build)
-        rows = []
-        for c, sym in zip(cases, syms):
-            rec, data, store = record.run_case(drv, c, sym, info["sms"])
-            h = header(build, info, c.get("path", "stp"))
-            if c.get("path", "stp") == "stp":
-                h["primitive_checks"] = record.primitive_checks(drv)
-            record.write_manifest(os.path.join(a.out, c["name"]), h, [rec], data, [store], a.cap)
-            ok = all(r["run_to_run_identical"] for r in rec["results"])
-            rows.append((c["name"], len(rec["results"]), len(rec["rejected_algorithms"]), ok))
-            print(f"  {c['name']:<48} results {len(rec['results'])}  rejected {len(rec['rejected_algorithms'])}  "
-                  f"run-to-run {'identical' if ok else 'DIFFERENT'}", flush=True)
-        print(f"run: recorded {len(rows)} cases into {a.out} in {time.time() - t0:.0f} s")
-        return 0 if all(r[3] for r in rows) else 1
+        rows = record_cases(drv, info, build, cases, a.out, a.cap)
+        return 0 if rows and all(r[3] for r in rows) else 1
+    ncases, _, failures = verify(drv, info, build, a.dist, a.out, a.only)
+    return 1 if failures or ncases == 0 else 0
 
-    # verify
+
+def _log(*args):
+    print(*args, flush=True)
+
+
+def record_cases(drv, info, build, cases, out, cap, log=_log):
+    """Records each case into out/<case>/; returns (name, results, rejected, identical) rows."""
+    t0 = time.time()
+    syms = groups_for(cases, build)
+    rows = []
+    for c, sym in zip(cases, syms):
+        if sym is None:
+            log(f"  {c['name']:<48} skipped: its group did not compile ({build['failed_groups'][specmod.group_key(c)[0]]['error'][:120]})")
+            continue
+        rec, data, store = record.run_case(drv, c, sym, info["sms"])
+        h = header(build, info, c.get("path", "stp"))
+        if c.get("path", "stp") == "stp":
+            h["primitive_checks"] = record.primitive_checks(drv)
+        record.write_manifest(os.path.join(out, c["name"]), h, [rec], data, [store], cap)
+        ok = all(r["run_to_run_identical"] for r in rec["results"])
+        rows.append((c["name"], len(rec["results"]), len(rec["rejected_algorithms"]), ok))
+        log(f"  {c['name']:<48} results {len(rec['results'])}  rejected {len(rec['rejected_algorithms'])}  "
+            f"run-to-run {'identical' if ok else 'DIFFERENT'}")
+    log(f"run: recorded {len(rows)} of {len(cases)} cases into {out} in {time.time() - t0:.0f} s")
+    return rows
+
+
+def verify(drv, info, build, dist, out, only=None, log=_log):
+    """Re-records every case of the reference manifests and compares each block's SHA-256.
+    Returns (cases, blocks compared, mismatches)."""
+    t0 = time.time()
     total_blocks, failures, ncases = 0, 0, 0
     for name in build["references"]:
-        path = os.path.join(a.dist, "reference", name + ".json")
+        path = os.path.join(dist, "reference", name + ".json")
         ref_m, cases = specmod.load_reference(path)
-        if a.only:
-            cases = [c for c in cases if any(o in c["name"] for o in a.only)]
+        if only:
+            cases = [c for c in cases if any(o in c["name"] for o in only)]
         syms = groups_for(cases, build)
-        print(f"\n{name}: {len(cases)} cases")
-        print(f"  {'case':<40} {'blocks':>6} {'mismatch':>8}  status")
+        log(f"\n{name}: {len(cases)} cases")
+        log(f"  {'case':<40} {'blocks':>6} {'mismatch':>8}  status")
         for c, sym in zip(cases, syms):
             ref_case = next(x for x in ref_m["cases"] if x["name"] == c["name"])
-            rec, data, store = record.run_case(drv, c, sym, info["sms"], ref_case=ref_case)
+            if sym is None:
+                raise SystemExit(f"run: the group of reference case {c['name']} is not built")
+            rec, data, _ = record.run_case(drv, c, sym, info["sms"], ref_case=ref_case)
             h = header(build, info, c.get("path", "stp"))
-            record.write_manifest(os.path.join(a.out, "verify", name, c["name"]), h, [rec], data, [True], 1 << 62)
+            record.write_manifest(os.path.join(out, "verify", name, c["name"]), h, [rec], data, [True], 1 << 62)
             n, bad = compare(rec, ref_case)
             total_blocks += n
             ncases += 1
             failures += len(bad)
-            print(f"  {c['name']:<40} {n:>6} {len(bad):>8}  {'ok' if not bad else 'MISMATCH'}", flush=True)
+            log(f"  {c['name']:<40} {n:>6} {len(bad):>8}  {'ok' if not bad else 'MISMATCH'}")
             for b in bad:
-                print(f"      {b}")
-    print(f"\nverify: {ncases} cases, {total_blocks} blocks compared, {failures} mismatches "
-          f"({time.time() - t0:.0f} s); re-recorded data in {os.path.join(a.out, 'verify')}")
-    return 1 if failures or ncases == 0 else 0
-
+                log(f"      {b}")
+    log(f"\nverify: {ncases} cases, {total_blocks} blocks compared, {failures} mismatches "
+        f"({time.time() - t0:.0f} s); re-recorded data in {os.path.join(out, 'verify')}")
+    return ncases, total_blocks, failures
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -182,7 +182,67 @@ class WritePattern(unittest.TestCase):
         self.assertTrue(record.unchanged_outside(before, bytes(after), [(32, 48)]))
 
 
+def fake_build(cases, failed=()):
+    groups, failed_groups = {}, {}
+    for c in cases:
+        gid, key = specmod.group_key(c)
+        if gid in failed:
+            failed_groups[gid] = {"error": "static assertion failed", "cases": [c["name"]], **key}
+        else:
+            groups[gid] = {"symbol": "firec_" + gid, **key}
+    return {"flashinfer": "0.0.0", "wheel": "fake.whl", "nvcc": "fake", "host_cxx": "fake", "nvcc_flags": [],
+            "groups": groups, "failed_groups": failed_groups, "references": []}
+
+
 class FakeRuns(unittest.TestCase):
+    def test_verify_mode_end_to_end(self):
+        """main.verify over the real reference manifests with the host-memory driver: every
+        case is re-recorded and compared; the inputs all match, the fake outputs do not, and
+        the mismatches are counted (a real run exits non-zero on them)."""
+        import shutil
+
+        from main import verify
+
+        if PY_LIMIT:
+            self.skipTest("numpy not installed (the reference's largest inputs take minutes in pure Python)")
+        with tempfile.TemporaryDirectory() as tmp:
+            os.makedirs(os.path.join(tmp, "reference"))
+            refs, cases = [], []
+            for d in (STP, MTP):
+                name = os.path.basename(d)
+                shutil.copyfile(os.path.join(d, "manifest.json"), os.path.join(tmp, "reference", name + ".json"))
+                refs.append(name)
+                cases += specmod.load_reference(os.path.join(d, "manifest.json"))[1]
+            build = fake_build(cases)
+            build["references"] = refs
+            lines = []
+            ncases, nblocks, failures = verify(FakeDriver(), FakeDriver().info(), build, tmp, os.path.join(tmp, "out"),
+                                               log=lines.append)
+            self.assertEqual(ncases, 22)
+            want = sum(len(t["blocks"]) for c in cases for t in c["inputs"])
+            want += sum(len(t["blocks"]) for c in cases for r in c["results"] for t in r["outputs"])
+            self.assertEqual(nblocks, want)
+            self.assertGreater(failures, 0)
+            text = "\n".join(lines)
+            self.assertNotIn("input", text)  # every input block reproduced
+            self.assertIn("MISMATCH", text)
+            self.assertTrue(os.path.exists(os.path.join(tmp, "out", "verify", "flashinfer_ssu_mtp",
+                                                        "pr10_h8_b2_dst2d", "manifest.json")))
+
+    def test_record_mode_skips_groups_that_did_not_compile(self):
+        from main import record_cases
+
+        cases = [c for c in specmod.load_spec(os.path.join(TOOL, "cases", "new_cases.json"))
+                 if c["name"] in ("mtp_d80_ds64_f16_pr10_inter", "mtp_d128_ds64_f16_pr10_inter")]
+        bad = specmod.group_key(cases[0])[0]
+        build = fake_build(cases, failed={bad})
+        lines = []
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = record_cases(FakeDriver(), FakeDriver().info(), build, cases, tmp, 1 << 20, log=lines.append)
+            self.assertEqual([r[0] for r in rows], ["mtp_d128_ds64_f16_pr10_inter"])
+            self.assertTrue(any("skipped" in ln for ln in lines))
+            self.assertTrue(os.path.exists(os.path.join(tmp, "mtp_d128_ds64_f16_pr10_inter", "fixtures.bin")))
+
     def test_verify_reproduces_every_input_block(self):
         """Re-recording the reference cases rebuilds every input block (same SHA-256): the
         runner uploads exactly the recorded inputs; only the fake kernel's outputs differ."""
@@ -278,6 +338,70 @@ class FakeRuns(unittest.TestCase):
                         m.expected_blocks(t)
                 if mtp:
                     self.assertEqual(m.cache_steps(c), m.case_json[c.name]["cache_steps"])
+
+
+CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+                     "mamba-ssu", "flashinfer", "0.7.2.post1", "extract", "flashinfer")
+
+
+class Build(unittest.TestCase):
+    @unittest.skipUnless(os.path.isdir(CACHE), "the 0.7.2.post1 wheel is not extracted (build.py does it)")
+    def test_flags_read_from_the_wheel_are_those_of_the_recorded_data(self):
+        import extract_flags
+
+        flags, prov = extract_flags.extract(CACHE)
+        m, _ = load(STP)
+        recorded = [f for f in m["environment"]["nvcc_flags"] if not f.startswith("--threads")]
+        self.assertEqual(sorted(flags), sorted(recorded))
+        self.assertIn("-gencode=arch=compute_90a,code=sm_90a", flags)
+
+    def test_group_source_defines_the_constants_before_the_header(self):
+        import build as buildmod
+
+        c = specmod.load_spec(os.path.join(TOOL, "cases", "new_cases.json"))[0]
+        gid, key = specmod.group_key(c)
+        src = buildmod.group_source(gid, key, {"FIREC_HAS_STATE_SCALE": 1})
+        head = src.index("#include <flashinfer/mamba/selective_state_update.cuh>")
+        for want in ("constexpr int DIM = 80;", "constexpr int DSTATE = 64;", "using state_t = half;",
+                     "constexpr int PHILOX_ROUNDS = 0;", "using numAcceptedIndex_t = int32_t;"):
+            self.assertLess(src.index(want), head, want)
+        self.assertIn(f"#define FIREC_ENTRY firec_{gid}", src)
+
+    def test_built_library_abi(self):
+        """The built libfirec.so (when build.py has run): its argument block has the runner's
+        layout, and a call without a GPU comes back as a CUDA error, not a crash."""
+        import glob
+        import shutil
+        import subprocess
+
+        libs = glob.glob(os.path.join(REPO, "target", "flashinfer-recorder", "*", "dist", "lib", "libfirec.so"))
+        if not libs or not shutil.which("cc"):
+            self.skipTest("libfirec.so not built (build.py) or no C compiler for the libcuda stand-in")
+        dist = os.path.dirname(os.path.dirname(libs[0]))
+        with tempfile.TemporaryDirectory() as tmp:
+            # A stand-in for the driver library: resolves the driver-API symbols FlashInfer's
+            # headers use, and has no device.
+            with open(os.path.join(tmp, "stub.c"), "w") as f:
+                f.write("int cuTensorMapEncodeTiled(void) { return 999; }\n"
+                        "int cuGetErrorString(int e, const char** s) { *s = \"stub\"; return 0; }\n")
+            subprocess.run(["cc", "-shared", "-fPIC", "-o", os.path.join(tmp, "libcuda.so.1"),
+                            os.path.join(tmp, "stub.c")], check=True)
+            code = f"""
+import ctypes, json, sys
+ctypes.CDLL({os.path.join(tmp, "libcuda.so.1")!r}, mode=ctypes.RTLD_GLOBAL)
+sys.path.insert(0, {os.path.join(TOOL, "runner")!r})
+import device
+d = device.Driver({libs[0]!r})
+b = json.load(open({os.path.join(dist, "build.json")!r}))
+g = next(iter(b["groups"].values()))
+a = device.FirecArgs(batch=1, nheads=8, ngroups=2, dim=g["dim"], dstate=g["dstate"], state_cache_size=1,
+                     ntokens_mtp=g["ntokens_mtp"], algorithm=1)
+st, msg = d.call(d.entry(g["symbol"]), a)
+print(st, msg)
+"""
+            r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertTrue(r.stdout.startswith("2 "), r.stdout)
 
 
 if __name__ == "__main__":
