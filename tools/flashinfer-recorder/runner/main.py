@@ -161,11 +161,17 @@ def record_cases(drv, info, build, cases, out, cap, log=_log):
         if sym is None:
             log(f"  {c['name']:<48} skipped: its group did not compile ({build['failed_groups'][specmod.group_key(c)[0]]['error'][:120]})")
             continue
-        rec, data, store = record.run_case(drv, c, sym, info["sms"])
+        times = {}
+        rec, data, store = record.run_case(drv, c, sym, info["sms"], timings=times)
         h = header(build, info, c.get("path", "stp"))
         if c.get("path", "stp") == "stp":
             h["primitive_checks"] = record.primitive_checks(drv)
-        record.write_manifest(os.path.join(out, c["name"]), h, [rec], data, [store], cap)
+        d = os.path.join(out, c["name"])
+        record.write_manifest(d, h, [rec], data, [store], cap)
+        with open(os.path.join(d, "timings.json"), "w") as f:
+            json.dump({"method": "CUDA events around 20 back-to-back calls on the same buffers after 3 warm-up "
+                                 "calls (warm L2; not the cold-cache method of tests/data/flashinfer_ssu/timings.json)",
+                       "environment": h["environment"], "us_per_call": times}, f, indent=1)
         ok = all(r["run_to_run_identical"] for r in rec["results"])
         rows.append((c["name"], len(rec["results"]), len(rec["rejected_algorithms"]), ok))
         log(f"  {c['name']:<48} results {len(rec['results'])}  rejected {len(rec['rejected_algorithms'])}  "

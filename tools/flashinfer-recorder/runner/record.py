@@ -121,8 +121,12 @@ def make_args(Args, case, ins, out_desc, ptrs, algorithm):
     field = {
         "intermediate_states_buffer": "intermediate_states",
     }
+    known = {f[0] for f in Args._fields_}
     for name, p in ptrs.items():
-        setattr(a, field.get(name, name), p)
+        attr = field.get(name, name)
+        if attr not in known:  # a ctypes Structure would accept any attribute silently
+            raise ValueError(f"input tensor {name} has no place in the driver's argument block")
+        setattr(a, attr, p)
     return a
 
 
@@ -262,9 +266,12 @@ def _variant(alg, bh, sms, dim):
     return ""
 
 
-def run_case(drv, case, entry_symbol, sms, ref_case=None, progress=None):
-    """Records one manifest-form case. Returns (case dict with results, {sha: bytes}, storable
-    sha set). When ref_case is given its block ranges and output descriptors are reused."""
+def run_case(drv, case, entry_symbol, sms, ref_case=None, progress=None, timings=None):
+    """Records one manifest-form case. Returns (case dict with results, {sha: bytes}, whether
+    the case's blocks are stored). When ref_case is given its block ranges and output
+    descriptors are reused. When `timings` is a dict, each algorithm's mean time per call (CUDA
+    events around 20 back-to-back calls on the same buffers, after 3 warm-up calls) is put in
+    it."""
     mtp = case.get("path") == "mtp"
     ins = {t["name"]: t for t in case["inputs"]}
     ref_ins = {t["name"]: t for t in ref_case["inputs"]} if ref_case else {}
@@ -304,7 +311,7 @@ def run_case(drv, case, entry_symbol, sms, ref_case=None, progress=None):
             d["values"] = d.pop("values")
         in_descs.append(d)
 
-    def one_run(alg):
+    def one_run(alg, time_it=False):
         ptrs, owned = {}, []
         try:
             for name, t in ins.items():
@@ -320,6 +327,8 @@ def run_case(drv, case, entry_symbol, sms, ref_case=None, progress=None):
             status, msg = drv.call(entry, args)
             if status != 0:
                 return status, msg, None
+            if time_it:
+                return 0, "", drv.time(entry, args, 3, 20)
             res = {"state": drv.download(ptrs["state"], len(storage["state"])), "out": drv.download(po, out_bytes)}
             if "intermediate_states_buffer" in ins:
                 res["intermediate_states_buffer"] = drv.download(
@@ -353,6 +362,8 @@ def run_case(drv, case, entry_symbol, sms, ref_case=None, progress=None):
         s2, msg2, r2 = one_run(alg)
         if s2 != 0:
             raise RuntimeError(f"{case['name']} {alg}: second run failed: {msg2}")
+        if timings is not None:
+            timings[alg] = round(one_run(alg, time_it=True)[2], 3)
         outs_by_alg[alg] = r1
         ranges = slot_ranges(written, sstride, head, ses)
         outside_ok = unchanged_outside(storage["state"], r1["state"], ranges)
