@@ -191,6 +191,15 @@ def verify(drv, info, build, dist, out, only=None, log=_log):
         if only:
             cases = [c for c in cases if any(o in c["name"] for o in only)]
         syms = groups_for(cases, build)
+        if "primitive_checks" in ref_m:
+            got = record.primitive_checks(drv)
+            same = got == ref_m["primitive_checks"]
+            n_prim = len(got["philox_randint4x"]) + len(got["cvt_rs_f16_f32_sw"])
+            log(f"\n{name}: primitive_checks (FlashInfer's Philox and SR conversion): {n_prim} values, "
+                f"{'identical' if same else 'MISMATCH'}")
+            if not same:
+                failures += 1
+                log(f"      got {json.dumps(got)}")
         log(f"\n{name}: {len(cases)} cases")
         log(f"  {'case':<40} {'blocks':>6} {'mismatch':>8}  status")
         for c, sym in zip(cases, syms):

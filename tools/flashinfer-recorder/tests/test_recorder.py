@@ -225,6 +225,7 @@ class FakeRuns(unittest.TestCase):
             self.assertGreater(failures, 0)
             text = "\n".join(lines)
             self.assertNotIn("input", text)  # every input block reproduced
+            self.assertIn("primitive_checks (FlashInfer's Philox and SR conversion): 19 values, MISMATCH", text)
             self.assertIn("MISMATCH", text)
             self.assertTrue(os.path.exists(os.path.join(tmp, "out", "verify", "flashinfer_ssu_mtp",
                                                         "pr10_h8_b2_dst2d", "manifest.json")))
