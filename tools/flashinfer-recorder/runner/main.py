@@ -23,7 +23,10 @@ REFERENCE_TEXT = {
 def load_driver(dist):
     # FlashInfer's TMA descriptors call the driver API (cuTensorMapEncodeTiled); libfirec.so
     # resolves it from the driver library loaded here first.
-    ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
+    try:
+        ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
+    except OSError as e:
+        raise SystemExit(f"run: no NVIDIA driver library on this host ({e}); run.sh needs a GPU host") from None
     import device
 
     return device.Driver(os.path.join(dist, "lib", "libfirec.so"))
