@@ -8,7 +8,6 @@ against the rules the data documents (which slots each call may write).
 """
 
 import hashlib
-import struct
 
 import gen
 
@@ -493,7 +492,3 @@ def primitive_checks(drv):
                     (0x38800000, 0), (0x477FE000, 8191)]:
         cv.append({"x_bits": f"{xb:08x}", "rand13": rnd, "f16_bits": drv.cvt_rs_f16(xb, rnd)})
     return {"philox_randint4x": ph, "cvt_rs_f16_f32_sw": cv}
-
-
-def f32_bits(v):
-    return struct.unpack("<I", struct.pack("<f", v))[0]

@@ -8,7 +8,6 @@ through a host-memory driver (fake_device.py), whose output the project's Python
 (python/tests/flashinfer_cases.py, when torch is installed) must load.
 """
 
-import copy
 import hashlib
 import json
 import os
