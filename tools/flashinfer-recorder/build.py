@@ -28,6 +28,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -246,18 +247,27 @@ def main():
         stamp_file = obj + ".stamp"
         if os.path.exists(obj) and os.path.exists(stamp_file) and open(stamp_file).read() == stamp:
             return gid, 0.0, True
+        failed_file = obj + ".failed"
+        if os.path.exists(failed_file):  # the same source and flags failed before: don't retry
+            with open(failed_file) as f:
+                prev_stamp, _, prev_msg = f.read().partition("\n")
+            if prev_stamp == stamp:
+                return gid, 0.0, prev_msg
         cmd = [nvcc, "-c", src, "-o", obj] + fl
-        import time
-
         t0 = time.time()
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             with open(obj + ".log", "w") as f:
                 f.write(" ".join(cmd) + "\n" + r.stderr)
             errors = [ln.strip() for ln in r.stderr.splitlines() if "error" in ln]
-            return gid, time.time() - t0, "FAILED: " + (errors[0] if errors else r.stderr.strip()[-300:])
+            msg = "FAILED: " + (errors[0] if errors else r.stderr.strip()[-300:]).replace("\n", " ")
+            with open(failed_file, "w") as f:
+                f.write(stamp + "\n" + msg)
+            return gid, time.time() - t0, msg
         with open(stamp_file, "w") as f:
             f.write(stamp)
+        if os.path.exists(failed_file):
+            os.remove(failed_file)
         return gid, time.time() - t0, False
 
     log(f"compiling {len(jobs)} translation units with {args.jobs} jobs ({nvcc})")
