@@ -165,7 +165,18 @@ def record_cases(drv, info, build, cases, out, cap, log=_log):
             log(f"  {c['name']:<48} skipped: its group did not compile ({build['failed_groups'][specmod.group_key(c)[0]]['error'][:120]})")
             continue
         times = {}
-        rec, data, store = record.run_case(drv, c, sym, info["sms"], timings=times)
+        try:
+            rec, data, store = record.run_case(drv, c, sym, info["sms"], timings=times)
+        except Exception as e:  # a CUDA error that broke the context, or a failed second run
+            log(f"  {c['name']:<48} ERROR: {e}")
+            rows.append((c["name"], 0, 0, False))
+            try:
+                drv.free(drv.alloc(16))
+            except Exception:
+                log(f"run: the CUDA context is unusable after {c['name']}; record the remaining cases "
+                    "in a new process (--only)")
+                break
+            continue
         h = header(build, info, c.get("path", "stp"))
         if c.get("path", "stp") == "stp":
             h["primitive_checks"] = record.primitive_checks(drv)
@@ -175,7 +186,10 @@ def record_cases(drv, info, build, cases, out, cap, log=_log):
             json.dump({"method": "CUDA events around 20 back-to-back calls on the same buffers after 3 warm-up "
                                  "calls (warm L2; not the cold-cache method of tests/data/flashinfer_ssu/timings.json)",
                        "environment": h["environment"], "us_per_call": times}, f, indent=1)
-        ok = all(r["run_to_run_identical"] for r in rec["results"])
+        errs = [r for r in rec["rejected_algorithms"] if r["status"] == "cuda_error"]
+        ok = all(r["run_to_run_identical"] for r in rec["results"]) and not errs
+        for r in errs:
+            log(f"  {c['name']:<48} CUDA error with {r['algorithm']}: {r['message'][:200]}")
         rows.append((c["name"], len(rec["results"]), len(rec["rejected_algorithms"]), ok))
         log(f"  {c['name']:<48} results {len(rec['results'])}  rejected {len(rec['rejected_algorithms'])}  "
             f"run-to-run {'identical' if ok else 'DIFFERENT'}")

@@ -7,10 +7,11 @@ import hashlib
 
 
 class FakeDriver:
-    def __init__(self, reject=()):
+    def __init__(self, reject=(), cuda_error=()):
         self.mem = {}
         self.next = 1
         self.reject = set(reject)
+        self.cuda_error = set(cuda_error)
         self.calls = []
 
     def info(self):
@@ -54,6 +55,8 @@ class FakeDriver:
         self.calls.append((entry, args.algorithm))
         if args.algorithm in self.reject:
             return 1, "fake launcher: algorithm not supported"
+        if args.algorithm in self.cuda_error:
+            return 2, "fake launcher: an illegal memory access was encountered"
         out = self.mem[args.out]
         seed = hashlib.sha256(bytes(self.mem[args.x][:64]) + bytes([args.algorithm])).digest()
         pat = bytes(b & 0x7F for b in seed)  # never an all-ones element

@@ -270,6 +270,20 @@ class FakeRuns(unittest.TestCase):
                                      [t["name"] for t in ref["results"][0]["outputs"]])
                 self.assertEqual(drv.mem, {}, "device buffers freed")
 
+    def test_record_mode_reports_a_cuda_error(self):
+        from main import record_cases
+
+        cases = [c for c in specmod.load_spec(os.path.join(TOOL, "cases", "new_cases.json"))
+                 if c["name"] == "stp_d64_ds128_pr3"]
+        lines = []
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = record_cases(FakeDriver(cuda_error={3}), FakeDriver().info(), fake_build(cases), cases, tmp,
+                                1 << 20, log=lines.append)
+            self.assertEqual(rows, [("stp_d64_ds128_pr3", 3, 1, False)])
+            self.assertTrue(any("CUDA error with horizontal" in ln for ln in lines))
+            m, _ = load(os.path.join(tmp, "stp_d64_ds128_pr3"))
+            self.assertEqual(m["cases"][0]["rejected_algorithms"][0]["status"], "cuda_error")
+
     def _sample(self, tmp, names, reject=()):
         by_name = {c["name"]: c for c in specmod.load_spec(os.path.join(TOOL, "cases", "new_cases.json"))}
         cases = [by_name[n] for n in names]
@@ -307,6 +321,7 @@ class FakeRuns(unittest.TestCase):
             c = m["cases"][0]
             self.assertEqual([r["algorithm_requested"] for r in c["results"]], ["simple", "vertical", "auto"])
             self.assertEqual(c["rejected_algorithms"][0]["algorithm"], "horizontal")
+            self.assertEqual(c["rejected_algorithms"][0]["status"], "rejected")
             self.assertEqual(c["results"][0]["algorithm_used_by_rule"], "simple")
             m, _ = load(dirs[2])
             c = m["cases"][0]
