@@ -302,6 +302,7 @@ def main():
         shutil.rmtree(dst, ignore_errors=True)
         shutil.copytree(os.path.join(HERE, sub), dst, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copyfile(os.path.join(HERE, "run.sh"), os.path.join(dist, "run.sh"))
+    shutil.copyfile(os.path.join(HERE, "README.md"), os.path.join(dist, "README.md"))
     os.chmod(os.path.join(dist, "run.sh"), 0o755)
     os.makedirs(os.path.join(dist, "specs"), exist_ok=True)
     for p in specs:
