@@ -34,6 +34,10 @@ py=$(MAMBA_SSU_CUDA_ARCHS=$full_archs bash python/build.sh | tail -n 1)
 (cd python/tests && "$py" -m pytest -q -p no:cacheprovider)
 MAMBA_SSU_CUDA_ARCHS=$full_archs bash scripts/check_fatbin.sh target/c-package/lib/libmamba_ssu.a
 
+# The FlashInfer reference recorder's CPU tests (tools/flashinfer-recorder: no wheel download,
+# no nvcc; its build and GPU runs are separate steps, see its README).
+"$py" -m unittest discover -s tools/flashinfer-recorder/tests
+
 # The wheel (README "Use it from Python"): built against that torch, installed with pip into a
 # fresh environment (with the same torch release; pip checks the wheel's torch requirement),
 # imported from there, and the package's CPU tests run on it (the installed plugin entry points
