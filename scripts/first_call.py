@@ -32,7 +32,8 @@ def inputs(batch, heads, dim, dstate, state_dtype, tokens=None):
     state = (torch.randn(batch, heads, dim, dstate, generator=g) * 0.1).to(dev, state_dtype)
     x = torch.randn(shape, generator=g).to(dev, torch.bfloat16)
     dt = torch.randn(shape[:-1], generator=g).to(dev, torch.bfloat16)[..., None].expand(shape)
-    A = -torch.rand(heads, generator=g).to(dev, torch.float32)[:, None, None].expand(heads, dim, dstate)
+    A = (-torch.rand(heads, generator=g)).to(dev, torch.float32)[:, None, None].expand(
+        heads, dim, dstate)
     B = torch.randn(bc, generator=g).to(dev, torch.bfloat16)
     C = torch.randn(bc, generator=g).to(dev, torch.bfloat16)
     D = torch.randn(heads, generator=g).to(dev, torch.bfloat16)[:, None].expand(heads, dim)
