@@ -10,6 +10,7 @@ use super::*;
 
 /// A multi-token call: `t` tokens per sequence (fixed length), `nheads` heads of `dim` rows,
 /// dstate `dstate`, fp16 (hot) or fp32 state, SR with `rounds` (0: off), z or not.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn multi(
     batch: i64,
     t: i64,
