@@ -332,8 +332,9 @@ MAMBA_SSU_DEPRECATED("use mamba_ssu_plan")
 int mamba_ssu_selective_state_update_plan(const struct mamba_ssu_params *params, int32_t num_sms,
                                           mamba_ssu_launch_plan *out);
 
-/* The algorithm ALGO_AUTO resolves to for batch*nheads on a device with
- * num_sms multiprocessors (SIMPLE or VERTICAL; SIMPLE and VERTICAL resolve to themselves).
+/* The algorithm ALGO_AUTO resolves to for batch*nheads on an sm_90-family device with num_sms
+ * multiprocessors, or (num_sms <= 0) on the current device, whose compute capability counts
+ * too (below 9: SIMPLE) (SIMPLE or VERTICAL; SIMPLE and VERTICAL resolve to themselves).
  * Failure: minus the status (ALGO_HORIZONTAL: MAMBA_SSU_ERROR_UNSUPPORTED; a value outside the
  * enumeration: MAMBA_SSU_ERROR_INVALID_VALUE; a failed device query: MAMBA_SSU_ERROR_CUDA). */
 int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch,
@@ -782,8 +783,10 @@ typedef struct mamba_ssu_problem {
   int32_t state_dtype, input_dtype, weight_dtype;
   int32_t index_dtype;             /* the index tensors' (I32 when none is given) */
   int32_t stochastic_rounding;     /* bool: a seed with rounds > 0 */
-  int32_t algorithm;               /* single token: SIMPLE or VERTICAL as resolved for num_sms
-                                      (num_sms <= 0 and ALGO_AUTO: AUTO, unresolved) */
+  int32_t algorithm;               /* single token: SIMPLE or VERTICAL as resolved for an
+                                      sm_90-family device of num_sms SMs (num_sms <= 0 and
+                                      ALGO_AUTO: AUTO, unresolved; the launch resolves it on
+                                      its device, see mamba_ssu_plan_for_device) */
 } mamba_ssu_problem;
 
 /* Checks *args against the whole contract (no device is touched: pointers are checked, never
