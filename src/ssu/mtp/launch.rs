@@ -4,6 +4,8 @@
 
 use cudarc::driver::CudaStream;
 
+#[cfg(doc)]
+use crate::device::DeviceProps;
 use crate::error::{Error, Result};
 use crate::reference::SrRule;
 use crate::ssu::contract;
@@ -12,7 +14,9 @@ use super::args::{MtpArgs, MtpLaunchPlan, MtpSpec};
 use super::validation::checked;
 
 /// The launch configuration [`selective_state_update_mtp`] would use for a call of these
-/// layouts on a device of `num_sms` multiprocessors (`1..=i32::MAX`): validates `spec`
+/// layouts on a device of the sm_90 family (H100, H200: [`DeviceProps::sm90`]'s per-SM limits)
+/// with `num_sms` multiprocessors (`1..=i32::MAX`); on other GPUs the launch plans with their
+/// own limits ([`DeviceProps::of`]). Validates `spec`
 /// ([`validate_mtp`](super::validate_mtp)) and asks the C planner (`mamba_ssu_plan`). A pure
 /// function: no device is touched. The plan of a call with a fused seed chain (a next link)
 /// may hold one block more.
