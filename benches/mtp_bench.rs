@@ -4,7 +4,11 @@
 //!
 //! Shapes (Nemotron-H verify with 7 draft tokens): T = 8, fp16 state, bf16 x/B/C/dt/D/dt_bias,
 //! fp32 A, dim 64, dstate 128, ngroups 8, no z, softplus, int32 indices; nheads 32 and 128;
-//! batch 1..64; SR off, 5 and 10 Philox rounds. Two forms:
+//! batch 1..64; SR off, 5 and 10 Philox rounds. `--dim` and `--dstate` measure other head
+//! dimensions and state sizes (Nemotron Nano 2 and Nemotron 3 Nano 4B: dim 80), one table per
+//! (dim, dstate). FlashInfer's timings were recorded at dim 64 and dstate 128 only: at any
+//! other shape its columns show "—" (none recorded), never the figure of another shape, and
+//! the table's heading says so. Two forms:
 //! - `dense`: FlashInfer's recorded form (sglang, TensorRT-LLM): x (batch, 8, nheads, 64), the
 //!   intermediate buffer (entries, 8, nheads, 64, 128) with `intermediate_state_indices`,
 //!   `cache_steps` 8 (every token's state to the buffer, the state itself not written);
@@ -16,14 +20,17 @@
 //! copies (and buffer entries) that >= 192 MiB of other traffic passes between two uses of a
 //! copy (state read from HBM, writes to cold lines); 2 warm-up replays, then the median of 15
 //! replays timed with CUDA events, divided by K. Bytes = state read once + 8 state writes + x,
-//! out, B, C, dt, A, D, dt_bias, indices. Bandwidth as % of a 1 GiB memset (write only) timed in
+//! out, B, C, dt, A, D, dt_bias, indices, at the measured dim and dstate (`mtp_bench/rig.rs`).
+//! Bandwidth as % of a 1 GiB memset (write only) timed in
 //! the same run: `%mset` = all those bytes per second over the memset's (the definition of
 //! FlashInfer's recorded `pct_of_memset_bw`), `%wr` = the 8 state writes alone.
 //!
 //! Usage: `cargo bench --bench mtp_bench -- [--quick] [--nheads 32,128] [--batch 1,8,64]
-//! [--rounds 0,5,10] [--forms dense,varlen] [--calls K] [--json PATH]`, or the binary that
-//! `cargo bench --no-run --bench mtp_bench` builds, run by hand. Without a GPU it prints one
-//! line and exits 0; bad arguments: clap's message and exit code 2; a failure: one line and 1.
+//! [--dim 64,80] [--dstate 128] [--rounds 0,5,10] [--forms dense,varlen] [--calls K]
+//! [--json PATH]`, or the binary that `cargo bench --no-run --bench mtp_bench` builds, run by
+//! hand. Without a GPU it prints one line and exits 0; bad arguments: clap's message and exit
+//! code 2; a failure: one line and 1. The argument parsing, the byte counts and the FlashInfer
+//! lookup are tested in `tests/bench_programs.rs`.
 
 use std::error::Error;
 use std::sync::Arc;
@@ -36,21 +43,13 @@ use serde_json::{json, Value};
 
 #[path = "mtp_bench/args.rs"]
 mod args;
+#[path = "mtp_bench/rig.rs"]
+mod rig;
 
 use args::{Cli, Form};
+use rig::{Sizes, NGROUPS, REPLAYS, T, TIMINGS, WARMUPS};
 
 type Res<T> = Result<T, Box<dyn Error>>;
-
-const T: usize = 8;
-const DIM: usize = 64;
-const DSTATE: usize = 128;
-const NGROUPS: usize = 8;
-const WARMUPS: usize = 2;
-const REPLAYS: usize = 15;
-/// Other traffic between two uses of a state copy.
-const ROTATION_BYTES: usize = 192 << 20;
-
-const TIMINGS: &str = include_str!("../tests/data/flashinfer_ssu_mtp/timings.json");
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -86,8 +85,7 @@ fn memset_bandwidth(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Res<f64
 
 struct Setup {
     form: Form,
-    nheads: usize,
-    batch: usize,
+    sz: Sizes,
     copies: usize,
     calls: usize,
     state: CudaSlice<f16>,
@@ -108,25 +106,6 @@ struct Setup {
     num_accepted: CudaSlice<i32>,
 }
 
-impl Setup {
-    fn head_block(&self) -> usize {
-        self.nheads * DIM * DSTATE
-    }
-    /// State bytes of one call: read once + T writes.
-    fn state_bytes(&self) -> usize {
-        (1 + T) * self.batch * self.head_block() * 2
-    }
-    fn small_bytes(&self) -> usize {
-        let (b, h) = (self.batch, self.nheads);
-        2 * (b * T * h * DIM * 2) // x, out
-            + 2 * (b * T * NGROUPS * DSTATE * 2) // B, C
-            + b * T * h * 2 // dt
-            + h * 4 // A
-            + 2 * (h * 2) // D, dt_bias
-            + b * T * 4 // indices
-    }
-}
-
 fn wave(i: usize) -> f32 {
     ((i * 40_503) % 1001) as f32 / 1000.0 - 0.5
 }
@@ -135,19 +114,16 @@ fn fill_bf16(n: usize, f: impl Fn(usize) -> f32) -> Vec<bf16> {
     (0..n).map(|i| bf16::from_f32(f(i))).collect()
 }
 
-fn setup(
-    stream: &Arc<CudaStream>,
-    form: Form,
-    nheads: usize,
-    batch: usize,
-    min_calls: usize,
-) -> Res<Setup> {
-    let head_block = nheads * DIM * DSTATE;
-    // Bytes one call touches in the state (and buffer); copies so that a copy is reused only
-    // after ROTATION_BYTES of other traffic.
-    let per_call = (1 + T) * batch * head_block * 2;
-    let copies = ROTATION_BYTES.div_ceil(per_call) + 1;
-    let calls = min_calls.max(copies);
+fn setup(stream: &Arc<CudaStream>, form: Form, sz: Sizes, min_calls: usize) -> Res<Setup> {
+    let Sizes {
+        nheads,
+        batch,
+        dim,
+        dstate,
+    } = sz;
+    let head_block = sz.head_block();
+    // Copies so that a copy is reused only after ROTATION_BYTES of other traffic.
+    let (copies, calls) = rig::rotation(&sz, min_calls);
     // State slots: dense: one read slot per sequence and copy; varlen: T slots per sequence
     // and copy (token t writes its own slot; the read slot is one of them).
     let slots_per_copy = if form == Form::Dense {
@@ -189,15 +165,14 @@ fn setup(
     let accepted: Vec<i32> = (0..batch).map(|b| (b % T) as i32 + 1).collect();
     Ok(Setup {
         form,
-        nheads,
-        batch,
+        sz,
         copies,
         calls,
         state,
         inter,
-        x: stream.clone_htod(&fill_bf16(batch * T * nheads * DIM, wave))?,
-        b: stream.clone_htod(&fill_bf16(batch * T * NGROUPS * DSTATE, wave))?,
-        c: stream.clone_htod(&fill_bf16(batch * T * NGROUPS * DSTATE, wave))?,
+        x: stream.clone_htod(&fill_bf16(batch * T * nheads * dim, wave))?,
+        b: stream.clone_htod(&fill_bf16(batch * T * NGROUPS * dstate, wave))?,
+        c: stream.clone_htod(&fill_bf16(batch * T * NGROUPS * dstate, wave))?,
         dt: stream.clone_htod(&fill_bf16(batch * T * nheads, |i| wave(i) - 1.0))?,
         a: stream.clone_htod(
             &(0..nheads)
@@ -206,7 +181,7 @@ fn setup(
         )?,
         d: stream.clone_htod(&fill_bf16(nheads, |i| 1.0 + wave(i) / 4.0))?,
         dt_bias: stream.clone_htod(&fill_bf16(nheads, |i| wave(i) / 4.0))?,
-        out: stream.alloc_zeros(batch * T * nheads * DIM)?,
+        out: stream.alloc_zeros(batch * T * nheads * dim)?,
         seed: stream.clone_htod(&[0x5DEA_DBEEF_i64])?,
         indices,
         cu_seqlens: stream.clone_htod(&cu)?,
@@ -216,63 +191,68 @@ fn setup(
 
 /// Enqueues call `k` of the rotation.
 fn enqueue(stream: &Arc<CudaStream>, s: &mut Setup, k: usize, rounds: u32) -> Res<()> {
-    let (b, h) = (s.batch, s.nheads);
-    let hb = s.head_block();
+    let Sizes {
+        nheads: h,
+        batch: b,
+        dim,
+        dstate,
+    } = s.sz;
+    let hb = s.sz.head_block();
     let copy = k % s.copies;
     let slots = s.state.len() / hb;
     let state = TensorMut::new(
         &mut s.state,
-        &[slots, h, DIM, DSTATE],
-        &[hb, DIM * DSTATE, DSTATE, 1],
+        &[slots, h, dim, dstate],
+        &[hb, dim * dstate, dstate, 1],
     )?;
-    let a = Tensor::new(&s.a, &[h, DIM, DSTATE], &[1, 0, 0])?;
+    let a = Tensor::new(&s.a, &[h, dim, dstate], &[1, 0, 0])?;
     let (idx, idx2) = &s.indices[copy];
     let mut args = match s.form {
         Form::Dense => {
-            let tok = h * DIM;
+            let tok = h * dim;
             MtpArgs::new(
                 state,
-                Tensor::new(&s.x, &[b, T, h, DIM], &[T * tok, tok, DIM, 1])?,
-                Tensor::new(&s.dt, &[b, T, h, DIM], &[T * h, h, 1, 0])?,
+                Tensor::new(&s.x, &[b, T, h, dim], &[T * tok, tok, dim, 1])?,
+                Tensor::new(&s.dt, &[b, T, h, dim], &[T * h, h, 1, 0])?,
                 a,
                 Tensor::new(
                     &s.b,
-                    &[b, T, NGROUPS, DSTATE],
-                    &[T * NGROUPS * DSTATE, NGROUPS * DSTATE, DSTATE, 1],
+                    &[b, T, NGROUPS, dstate],
+                    &[T * NGROUPS * dstate, NGROUPS * dstate, dstate, 1],
                 )?,
                 Tensor::new(
                     &s.c,
-                    &[b, T, NGROUPS, DSTATE],
-                    &[T * NGROUPS * DSTATE, NGROUPS * DSTATE, DSTATE, 1],
+                    &[b, T, NGROUPS, dstate],
+                    &[T * NGROUPS * dstate, NGROUPS * dstate, dstate, 1],
                 )?,
-                TensorMut::new(&mut s.out, &[b, T, h, DIM], &[T * tok, tok, DIM, 1])?,
+                TensorMut::new(&mut s.out, &[b, T, h, dim], &[T * tok, tok, dim, 1])?,
             )
             .state_batch_indices(Tensor::new(idx, &[b], &[1])?)
             .intermediate_states(TensorMut::contiguous(
                 s.inter.as_mut().expect("dense form has a buffer"),
-                &[s.copies * b, T, h, DIM, DSTATE],
+                &[s.copies * b, T, h, dim, dstate],
             )?)
             .intermediate_state_indices(Tensor::new(idx2, &[b], &[1])?)
             .cache_steps(T)
         }
         Form::Varlen => {
-            let tok = h * DIM;
+            let tok = h * dim;
             MtpArgs::new(
                 state,
-                Tensor::new(&s.x, &[b * T, h, DIM], &[tok, DIM, 1])?,
-                Tensor::new(&s.dt, &[b * T, h, DIM], &[h, 1, 0])?,
+                Tensor::new(&s.x, &[b * T, h, dim], &[tok, dim, 1])?,
+                Tensor::new(&s.dt, &[b * T, h, dim], &[h, 1, 0])?,
                 a,
                 Tensor::new(
                     &s.b,
-                    &[b * T, NGROUPS, DSTATE],
-                    &[NGROUPS * DSTATE, DSTATE, 1],
+                    &[b * T, NGROUPS, dstate],
+                    &[NGROUPS * dstate, dstate, 1],
                 )?,
                 Tensor::new(
                     &s.c,
-                    &[b * T, NGROUPS, DSTATE],
-                    &[NGROUPS * DSTATE, DSTATE, 1],
+                    &[b * T, NGROUPS, dstate],
+                    &[NGROUPS * dstate, dstate, 1],
                 )?,
-                TensorMut::new(&mut s.out, &[b * T, h, DIM], &[tok, DIM, 1])?,
+                TensorMut::new(&mut s.out, &[b * T, h, dim], &[tok, dim, 1])?,
             )
             .state_batch_indices(Tensor::new(idx, &[b, T], &[T, 1])?)
             .dst_state_batch_indices(Tensor::new(idx, &[b, T], &[T, 1])?)
@@ -282,8 +262,8 @@ fn enqueue(stream: &Arc<CudaStream>, s: &mut Setup, k: usize, rounds: u32) -> Re
             .pad_slot_id(0)
         }
     }
-    .d(Tensor::new(&s.d, &[h, DIM], &[1, 0])?)
-    .dt_bias(Tensor::new(&s.dt_bias, &[h, DIM], &[1, 0])?)
+    .d(Tensor::new(&s.d, &[h, dim], &[1, 0])?)
+    .dt_bias(Tensor::new(&s.dt_bias, &[h, dim], &[1, 0])?)
     .dt_softplus(true);
     if rounds > 0 {
         args = args.stochastic_rounding(
@@ -332,17 +312,6 @@ fn time_config(
     Ok(median(ms) * 1e3 / s.calls as f64)
 }
 
-/// FlashInfer's recorded µs (dense form) for (rounds, nheads, batch), if recorded.
-fn flashinfer_us(records: &[Value], rounds: u32, nheads: usize, batch: usize) -> Option<f64> {
-    records.iter().find_map(|r| {
-        (r.get("philox_rounds")?.as_u64()? == u64::from(rounds)
-            && r.get("nheads")?.as_u64()? == nheads as u64
-            && r.get("batch")?.as_u64()? == batch as u64)
-            .then(|| r.get("us_median")?.as_f64())
-            .flatten()
-    })
-}
-
 fn run(cli: &Cli) -> Res<()> {
     let Some((ctx, stream)) = open()? else {
         println!("mtp_bench: no CUDA device; nothing measured");
@@ -352,7 +321,7 @@ fn run(cli: &Cli) -> Res<()> {
     // not needed; it would also record events on other streams during the capture.
     unsafe { ctx.disable_event_tracking() };
     let timings: Value = serde_json::from_str(TIMINGS)?;
-    let records = timings["records"].as_array().cloned().unwrap_or_default();
+    let recorded = rig::recorded_shape(&timings).ok_or("timings.json names no dim/dstate")?;
     let forms = cli.forms.clone();
     let sizes: Vec<(usize, usize)> = if cli.quick {
         vec![(32, 1), (32, 8), (128, 64)]
@@ -362,71 +331,106 @@ fn run(cli: &Cli) -> Res<()> {
             .flat_map(|&h| cli.batch.iter().map(move |&b| (h, b)))
             .collect()
     };
+    let shapes: Vec<(usize, usize)> = cli
+        .dim
+        .iter()
+        .flat_map(|&d| cli.dstate.iter().map(move |&s| (d, s)))
+        .collect();
     let memset = memset_bandwidth(&ctx, &stream)?;
     let name = ctx.name().unwrap_or_default();
-    println!("mtp_bench: {name}; memset {memset:.0} GB/s; T = {T}, dim {DIM}, dstate {DSTATE}, ngroups {NGROUPS}");
-    println!(
-        "{:<7} {:>6} {:>5} {:>6} {:>9} {:>7} {:>7} {:>7} {:>9} {:>7} {:>8}",
-        "form",
-        "nheads",
-        "batch",
-        "rounds",
-        "us",
-        "TB/s",
-        "%mset",
-        "%wr",
-        "FI us",
-        "FI/us",
-        "SR/off"
-    );
+    if let [(dim, dstate)] = shapes[..] {
+        println!("mtp_bench: {name}; memset {memset:.0} GB/s; T = {T}, dim {dim}, dstate {dstate}, ngroups {NGROUPS}");
+    } else {
+        println!("mtp_bench: {name}; memset {memset:.0} GB/s; T = {T}, ngroups {NGROUPS}");
+    }
     let mut rows = Vec::new();
-    for &form in &forms {
-        for &(nheads, batch) in &sizes {
-            let mut s = setup(&stream, form, nheads, batch, cli.calls)?;
-            let mut off_us = None;
-            for &rounds in &cli.rounds {
-                let us = time_config(&ctx, &stream, &mut s, rounds)?;
-                if rounds == 0 {
-                    off_us = Some(us);
-                }
-                let bytes = (s.state_bytes() + s.small_bytes()) as f64;
-                let tbs = bytes / (us * 1e-6) / 1e12;
-                let write_gbs = (T * batch * s.head_block() * 2) as f64 / (us * 1e-6) / 1e9;
-                let (pct, write_pct) = (100.0 * tbs * 1e3 / memset, 100.0 * write_gbs / memset);
-                let fi = if form == Form::Dense {
-                    flashinfer_us(&records, rounds, nheads, batch)
-                } else {
-                    None
-                };
-                let sr_ratio = off_us.filter(|_| rounds > 0).map(|o| us / o);
+    for (k, &(dim, dstate)) in shapes.iter().enumerate() {
+        let at_recorded = (dim, dstate) == recorded;
+        // A run of FlashInfer's recorded shape only prints what earlier versions printed.
+        if shapes.len() > 1 || !at_recorded {
+            let gap = if k > 0 { "\n" } else { "" };
+            if at_recorded {
+                println!("{gap}dim {dim}, dstate {dstate}:");
+            } else {
                 println!(
-                    "{:<7} {:>6} {:>5} {:>6} {:>9.2} {:>7.2} {:>6.1}% {:>6.1}% {:>9} {:>7} {:>8}",
-                    if form == Form::Dense {
-                        "dense"
-                    } else {
-                        "varlen"
-                    },
+                    "{gap}dim {dim}, dstate {dstate}: FlashInfer's timings are recorded at dim {} and dstate {} only, so its columns show — (none recorded):",
+                    recorded.0, recorded.1
+                );
+            }
+        }
+        // "—": FlashInfer recorded nothing at this dim/dstate; "-": nothing for this form or
+        // size.
+        let none = if at_recorded { "-" } else { "—" };
+        println!(
+            "{:<7} {:>6} {:>5} {:>6} {:>9} {:>7} {:>7} {:>7} {:>9} {:>7} {:>8}",
+            "form",
+            "nheads",
+            "batch",
+            "rounds",
+            "us",
+            "TB/s",
+            "%mset",
+            "%wr",
+            "FI us",
+            "FI/us",
+            "SR/off"
+        );
+        for &form in &forms {
+            for &(nheads, batch) in &sizes {
+                let sz = Sizes {
                     nheads,
                     batch,
-                    rounds,
-                    us,
-                    tbs,
-                    pct,
-                    write_pct,
-                    fi.map_or("-".into(), |f| format!("{f:.2}")),
-                    fi.map_or("-".into(), |f| format!("{:.2}x", f / us)),
-                    sr_ratio.map_or("-".into(), |r| format!("{r:.2}x")),
-                );
-                rows.push(json!({
-                    "form": if form == Form::Dense { "dense" } else { "varlen" },
-                    "nheads": nheads, "batch": batch, "philox_rounds": rounds, "T": T,
-                    "us_median": us, "TBps": tbs, "pct_of_memset": pct,
-                    "write_GBps": write_gbs,
-                    "write_pct_of_memset": write_pct,
-                    "state_write_bytes": T * batch * s.head_block() * 2,
-                    "calls_per_graph": s.calls, "state_copies_rotated": s.copies,
-                    "flashinfer_us": fi, "sr_over_off": sr_ratio,
-                }));
+                    dim,
+                    dstate,
+                };
+                let mut s = setup(&stream, form, sz, cli.calls)?;
+                let mut off_us = None;
+                for &rounds in &cli.rounds {
+                    let us = time_config(&ctx, &stream, &mut s, rounds)?;
+                    if rounds == 0 {
+                        off_us = Some(us);
+                    }
+                    let bytes = sz.bytes_per_call() as f64;
+                    let tbs = bytes / (us * 1e-6) / 1e12;
+                    let write_gbs = sz.state_write_bytes() as f64 / (us * 1e-6) / 1e9;
+                    let (pct, write_pct) =
+                        (100.0 * tbs * 1e3 / memset, 100.0 * write_gbs / memset);
+                    let (fi, fi_none) = if form == Form::Dense {
+                        (rig::flashinfer_us(&timings, rounds, &sz), none)
+                    } else {
+                        (None, "-")
+                    };
+                    let sr_ratio = off_us.filter(|_| rounds > 0).map(|o| us / o);
+                    println!(
+                        "{:<7} {:>6} {:>5} {:>6} {:>9.2} {:>7.2} {:>6.1}% {:>6.1}% {:>9} {:>7} {:>8}",
+                        if form == Form::Dense {
+                            "dense"
+                        } else {
+                            "varlen"
+                        },
+                        nheads,
+                        batch,
+                        rounds,
+                        us,
+                        tbs,
+                        pct,
+                        write_pct,
+                        fi.map_or(fi_none.into(), |f| format!("{f:.2}")),
+                        fi.map_or(fi_none.into(), |f| format!("{:.2}x", f / us)),
+                        sr_ratio.map_or("-".into(), |r| format!("{r:.2}x")),
+                    );
+                    rows.push(json!({
+                        "form": if form == Form::Dense { "dense" } else { "varlen" },
+                        "nheads": nheads, "dim": dim, "dstate": dstate, "batch": batch,
+                        "philox_rounds": rounds, "T": T,
+                        "us_median": us, "TBps": tbs, "pct_of_memset": pct,
+                        "write_GBps": write_gbs,
+                        "write_pct_of_memset": write_pct,
+                        "state_write_bytes": sz.state_write_bytes(),
+                        "calls_per_graph": s.calls, "state_copies_rotated": s.copies,
+                        "flashinfer_us": fi, "sr_over_off": sr_ratio,
+                    }));
+                }
             }
         }
     }

@@ -3,16 +3,22 @@
 //!
 //! Shapes (vLLM's Nemotron-H decode): fp16 state, bf16 x/B/C/dt/D/dt_bias, fp32 A, dim 64,
 //! dstate 128, ngroups 8, no z, softplus, int32 indices; nheads 32 and 128; batch 1..256.
+//! `--dim` and `--dstate` measure other head dimensions and state sizes (Nemotron Nano 2 and
+//! Nemotron 3 Nano 4B: dim 80), one table per (dim, dstate). FlashInfer's timings were
+//! recorded at dim 64 and dstate 128 only: at any other shape its columns show "—" (none
+//! recorded), never the figure of another shape, and the table's heading says so.
 //! Variants: SR off (auto), SR with 5 and 10 Philox rounds (simple and vertical).
 //!
 //! Method: a CUDA graph of K back-to-back calls whose `state_batch_indices` rotate over enough
 //! disjoint state copies that >= 192 MiB of other state is touched between two uses of a copy
 //! (state from HBM); 2 warm-up replays, then the median of 15 replays timed with CUDA events,
-//! divided by K. Bytes = state read + write + x, out, B, C, dt, A, D, dt_bias, indices;
-//! bandwidth as % of a device-to-device copy of 1 GiB timed in the same run.
+//! divided by K. Bytes = state read + write + x, out, B, C, dt, A, D, dt_bias, indices, at the
+//! measured dim and dstate (`ssu_bench/rig.rs`); bandwidth as % of a device-to-device copy of
+//! 1 GiB timed in the same run.
 //!
 //! Usage: `cargo bench --bench ssu_bench -- [--quick] [--nheads 32,128] [--batch 1,2,4]
-//! [--variants off,5s,10v] [--calls K] [--soak SECS] [--json PATH] [--seed-sources]`, or
+//! [--dim 64,80] [--dstate 128] [--variants off,5s,10v] [--calls K] [--soak SECS]
+//! [--json PATH] [--seed-sources]`, or
 //! the binary `cargo bench --no-run --bench ssu_bench` builds, run by hand (e.g. on a GPU host
 //! without Rust).
 //! `--variants` picks among off (no SR), 5s, 5v, 10s and 10v (rounds and layout; default all
@@ -29,7 +35,8 @@
 //! Without a GPU it prints one line and exits 0. A bench with `harness = false`: `cargo bench`
 //! passes `--bench`, which is ignored. Bad arguments: clap's message and exit code 2; a failure
 //! while running: one line and 1. `--json`'s format: `ssu_bench/json.rs`; the argument
-//! parsing, the JSON and the rotation rule are tested in `tests/bench_programs.rs`.
+//! parsing, the JSON, the byte counts and the rotation rule are tested in
+//! `tests/bench_programs.rs`.
 
 #[path = "ssu_bench/args.rs"]
 mod args;
@@ -50,7 +57,7 @@ use mamba_ssu::{Generator, GraphSeedState};
 
 use args::VARIANTS;
 use json::Recorded;
-use rig::{DIM, DSTATE, NGROUPS, REPLAYS, WARMUPS};
+use rig::{Sizes, DIM, DSTATE, NGROUPS, REPLAYS, WARMUPS};
 
 type Res<T> = Result<T, Box<dyn Error>>;
 
@@ -92,8 +99,7 @@ fn copy_bandwidth(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Res<f64> 
 }
 
 struct Setup {
-    nheads: usize,
-    batch: usize,
+    sz: Sizes,
     copies: usize,
     calls: usize,
     state: CudaSlice<f16>,
@@ -115,32 +121,20 @@ struct Setup {
     chain: Option<(Prefetcher, Generator)>,
 }
 
-impl Setup {
-    fn head_block(&self) -> usize {
-        self.nheads * DIM * DSTATE
-    }
-    fn state_bytes_per_call(&self) -> usize {
-        self.batch * self.head_block() * 2
-    }
-    fn small_bytes(&self) -> usize {
-        let (b, h) = (self.batch, self.nheads);
-        2 * (b * h * DIM * 2) // x, out
-            + 2 * (b * NGROUPS * DSTATE * 2) // B, C
-            + b * h * 2 // dt
-            + h * 4 // A
-            + 2 * (h * 2) // D, dt_bias
-            + b * 4 // indices
-    }
-}
-
 fn fill_bf16(n: usize, f: impl Fn(usize) -> f32) -> Vec<bf16> {
     (0..n).map(|i| bf16::from_f32(f(i))).collect()
 }
 
-fn setup(stream: &Arc<CudaStream>, nheads: usize, batch: usize, min_calls: usize) -> Res<Setup> {
-    let (copies, calls) = rig::rotation(batch, nheads, min_calls);
+fn setup(stream: &Arc<CudaStream>, sz: Sizes, min_calls: usize) -> Res<Setup> {
+    let Sizes {
+        nheads,
+        batch,
+        dim,
+        dstate,
+    } = sz;
+    let (copies, calls) = rig::rotation(&sz, min_calls);
     let slots = copies * batch;
-    let state_elems = slots * nheads * DIM * DSTATE;
+    let state_elems = slots * sz.head_block();
     let state_host: Vec<f16> = (0..state_elems)
         .map(|i| f16::from_f32(((i * 2_654_435_761) % 2001) as f32 / 2000.0 - 0.5))
         .collect();
@@ -152,14 +146,13 @@ fn setup(stream: &Arc<CudaStream>, nheads: usize, batch: usize, min_calls: usize
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Setup {
-        nheads,
-        batch,
+        sz,
         copies,
         calls,
         state: stream.clone_htod(&state_host)?,
-        x: stream.clone_htod(&fill_bf16(batch * nheads * DIM, wave))?,
-        b: stream.clone_htod(&fill_bf16(batch * NGROUPS * DSTATE, wave))?,
-        c: stream.clone_htod(&fill_bf16(batch * NGROUPS * DSTATE, wave))?,
+        x: stream.clone_htod(&fill_bf16(batch * nheads * dim, wave))?,
+        b: stream.clone_htod(&fill_bf16(batch * NGROUPS * dstate, wave))?,
+        c: stream.clone_htod(&fill_bf16(batch * NGROUPS * dstate, wave))?,
         dt: stream.clone_htod(&fill_bf16(batch * nheads, |i| wave(i) - 1.0))?,
         a: stream.clone_htod(
             &(0..nheads)
@@ -168,7 +161,7 @@ fn setup(stream: &Arc<CudaStream>, nheads: usize, batch: usize, min_calls: usize
         )?,
         d: stream.clone_htod(&fill_bf16(nheads, |i| 1.0 + wave(i) / 4.0))?,
         dt_bias: stream.clone_htod(&fill_bf16(nheads, |i| wave(i) / 4.0))?,
-        out: stream.alloc_zeros(batch * nheads * DIM)?,
+        out: stream.alloc_zeros(batch * nheads * dim)?,
         seed: stream.clone_htod(&[0x5DEA_DBEEF_i64])?,
         indices,
         fused: None,
@@ -184,9 +177,14 @@ fn enqueue(
     rounds: u32,
     alg: Algorithm,
 ) -> Res<()> {
-    let (b, h) = (s.batch, s.nheads);
+    let Sizes {
+        nheads: h,
+        batch: b,
+        dim,
+        dstate,
+    } = s.sz;
     let slots = s.copies * b;
-    let hb = s.head_block();
+    let hb = s.sz.head_block();
     let fused_seed = match &mut s.chain {
         Some((pf, gen)) if rounds > 0 => Some(pf.fused_seed(stream, gen)?),
         _ => None,
@@ -194,18 +192,18 @@ fn enqueue(
     let mut args = SsuArgs {
         state: TensorMut::new(
             &mut s.state,
-            &[slots, h, DIM, DSTATE],
-            &[hb, DIM * DSTATE, DSTATE, 1],
+            &[slots, h, dim, dstate],
+            &[hb, dim * dstate, dstate, 1],
         )?,
-        x: Tensor::new(&s.x, &[b, h, DIM], &[h * DIM, DIM, 1])?,
-        dt: Tensor::new(&s.dt, &[b, h, DIM], &[h, 1, 0])?,
-        a: Tensor::new(&s.a, &[h, DIM, DSTATE], &[1, 0, 0])?,
-        b: Tensor::new(&s.b, &[b, NGROUPS, DSTATE], &[NGROUPS * DSTATE, DSTATE, 1])?,
-        c: Tensor::new(&s.c, &[b, NGROUPS, DSTATE], &[NGROUPS * DSTATE, DSTATE, 1])?,
-        d: Some(Tensor::new(&s.d, &[h, DIM], &[1, 0])?),
+        x: Tensor::new(&s.x, &[b, h, dim], &[h * dim, dim, 1])?,
+        dt: Tensor::new(&s.dt, &[b, h, dim], &[h, 1, 0])?,
+        a: Tensor::new(&s.a, &[h, dim, dstate], &[1, 0, 0])?,
+        b: Tensor::new(&s.b, &[b, NGROUPS, dstate], &[NGROUPS * dstate, dstate, 1])?,
+        c: Tensor::new(&s.c, &[b, NGROUPS, dstate], &[NGROUPS * dstate, dstate, 1])?,
+        d: Some(Tensor::new(&s.d, &[h, dim], &[1, 0])?),
         z: None,
-        dt_bias: Some(Tensor::new(&s.dt_bias, &[h, DIM], &[1, 0])?),
-        out: TensorMut::new(&mut s.out, &[b, h, DIM], &[h * DIM, DIM, 1])?,
+        dt_bias: Some(Tensor::new(&s.dt_bias, &[h, dim], &[1, 0])?),
+        out: TensorMut::new(&mut s.out, &[b, h, dim], &[h * dim, dim, 1])?,
         state_batch_indices: Some(Tensor::new(&s.indices[k % s.copies], &[b], &[1])?),
         dst_state_batch_indices: None,
         pad_slot_id: -1,
@@ -347,6 +345,31 @@ fn main() {
     }
 }
 
+/// The (dim, dstate) pairs a run measures, `--dim` outer.
+fn shapes(opts: &args::Opts) -> Vec<(usize, usize)> {
+    opts.dims
+        .iter()
+        .flat_map(|&d| opts.dstates.iter().map(move |&s| (d, s)))
+        .collect()
+}
+
+/// The line above one shape's table: printed unless the run measures FlashInfer's recorded
+/// shape only (the output of a run without `--dim`/`--dstate` is that of earlier versions).
+fn shape_heading(fi: &Recorded, all: &[(usize, usize)], dim: usize, dstate: usize) -> Option<String> {
+    let recorded = fi.recorded_at(dim, dstate);
+    if all.len() == 1 && recorded {
+        return None;
+    }
+    Some(if recorded {
+        format!("dim {dim}, dstate {dstate}, ngroups {NGROUPS}:\n")
+    } else {
+        format!(
+            "dim {dim}, dstate {dstate}, ngroups {NGROUPS}: FlashInfer's timings are recorded at dim {} and dstate {} only, so its columns show — (none recorded):\n",
+            fi.shapes.dim, fi.shapes.dstate
+        )
+    })
+}
+
 fn run(opts: args::Opts) -> Res<()> {
     let ctx = match mamba_ssu::device::open(0) {
         Ok(c) => c,
@@ -362,30 +385,44 @@ fn run(opts: args::Opts) -> Res<()> {
     let stream = ctx.new_stream()?;
     let fi = Recorded::embedded()?;
     let fi_copy = fi.copy_gbps.unwrap_or(f64::NAN);
+    let shapes = shapes(&opts);
 
     if opts.seed_sources {
-        println!("| nheads | batch | pointer µs | fused (per call) µs | fused (chained) µs | per call / pointer | chained / pointer |");
-        println!("|---|---|---|---|---|---|---|");
-        for &nheads in &opts.nheads {
-            for &batch in &opts.batches {
-                let mut s = setup(&stream, nheads, batch, opts.min_calls)?;
-                let pointer = time_config(&ctx, &stream, &mut s, 5, Algorithm::Auto, None)?;
-                let mut state = GraphSeedState::new(&stream)?;
-                state.write(&stream, 0x5EED_1234_ABCD, 1 << 20)?;
-                s.fused = Some(state);
-                let fused = time_config(&ctx, &stream, &mut s, 5, Algorithm::Auto, None)?;
-                s.fused = None;
-                s.chain = Some((Prefetcher::new(&ctx, s.calls)?, Generator::new(7, 0)?));
-                let chained = time_config(&ctx, &stream, &mut s, 5, Algorithm::Auto, None)?;
-                s.chain = None;
-                // Pointer again, so drift between the runs shows up as a spread.
-                let pointer2 = time_config(&ctx, &stream, &mut s, 5, Algorithm::Auto, None)?;
-                let p = 0.5 * (pointer + pointer2);
-                println!(
-                    "| {nheads} | {batch} | {pointer:.3} / {pointer2:.3} | {fused:.3} | {chained:.3} | {:.3} | {:.3} |",
-                    fused / p,
-                    chained / p
-                );
+        for (k, &(dim, dstate)) in shapes.iter().enumerate() {
+            // The seed-source comparison has no FlashInfer columns: only the shape is named.
+            if shapes != [(DIM, DSTATE)] {
+                let gap = if k > 0 { "\n" } else { "" };
+                println!("{gap}dim {dim}, dstate {dstate}, ngroups {NGROUPS}:\n");
+            }
+            println!("| nheads | batch | pointer µs | fused (per call) µs | fused (chained) µs | per call / pointer | chained / pointer |");
+            println!("|---|---|---|---|---|---|---|");
+            for &nheads in &opts.nheads {
+                for &batch in &opts.batches {
+                    let sz = Sizes {
+                        nheads,
+                        batch,
+                        dim,
+                        dstate,
+                    };
+                    let mut s = setup(&stream, sz, opts.min_calls)?;
+                    let pointer = time_config(&ctx, &stream, &mut s, 5, Algorithm::Auto, None)?;
+                    let mut state = GraphSeedState::new(&stream)?;
+                    state.write(&stream, 0x5EED_1234_ABCD, 1 << 20)?;
+                    s.fused = Some(state);
+                    let fused = time_config(&ctx, &stream, &mut s, 5, Algorithm::Auto, None)?;
+                    s.fused = None;
+                    s.chain = Some((Prefetcher::new(&ctx, s.calls)?, Generator::new(7, 0)?));
+                    let chained = time_config(&ctx, &stream, &mut s, 5, Algorithm::Auto, None)?;
+                    s.chain = None;
+                    // Pointer again, so drift between the runs shows up as a spread.
+                    let pointer2 = time_config(&ctx, &stream, &mut s, 5, Algorithm::Auto, None)?;
+                    let p = 0.5 * (pointer + pointer2);
+                    println!(
+                        "| {nheads} | {batch} | {pointer:.3} / {pointer2:.3} | {fused:.3} | {chained:.3} | {:.3} | {:.3} |",
+                        fused / p,
+                        chained / p
+                    );
+                }
             }
         }
         return Ok(());
@@ -394,49 +431,65 @@ fn run(opts: args::Opts) -> Res<()> {
     println!(
         "device-to-device copy: {copy_gbps:.1} GB/s (read + write; FlashInfer's run: {fi_copy:.1})\n"
     );
-    println!("| nheads | SR | alg | batch | copies x calls | ours µs | ours % | FI µs | FI % | FI/ours |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut rows = Vec::new();
-    for &nheads in &opts.nheads {
-        for &(rounds, alg, alg_name, _) in opts.variants.iter().map(|&i| &VARIANTS[i]) {
-            for &batch in &opts.batches {
-                let mut s = setup(&stream, nheads, batch, opts.min_calls)?;
-                let us = time_config(&ctx, &stream, &mut s, rounds, alg, opts.soak_s)?;
-                let bytes = 2 * s.state_bytes_per_call() + s.small_bytes();
-                let gbps = bytes as f64 / (us * 1e-6) / 1e9;
-                let pct = 100.0 * gbps / copy_gbps;
-                let fi_rec = fi.flashinfer(rounds, nheads, batch, alg_name);
-                let (fi_us, fi_pct, ratio) = match fi_rec {
-                    Some((u, p)) => (
-                        format!("{u:.2}"),
-                        format!("{p:.0}%"),
-                        format!("{:.2}", u / us),
-                    ),
-                    None => ("-".into(), "-".into(), "-".into()),
-                };
-                let sr = if rounds == 0 {
-                    "off".to_string()
-                } else {
-                    format!("R={rounds}")
-                };
-                println!(
-                    "| {nheads} | {sr} | {alg_name} | {batch} | {} x {} | {us:.2} | {pct:.0}% | {fi_us} | {fi_pct} | {ratio} |",
-                    s.copies, s.calls
-                );
-                rows.push(json::Record {
-                    nheads,
-                    philox_rounds: rounds,
-                    algorithm: alg_name,
-                    batch,
-                    state_copies_rotated: s.copies,
-                    calls_per_graph: s.calls,
-                    us_median: json::round(us, 4),
-                    bytes,
-                    gbps: json::round(gbps, 1),
-                    pct_of_copy_bw: json::round(pct, 3),
-                    fi_us_median: fi_rec.map(|r| json::round(r.0, 4)),
-                    fi_pct_of_copy_bw: fi_rec.map(|r| json::round(r.1, 3)),
-                });
+    for (k, &(dim, dstate)) in shapes.iter().enumerate() {
+        if let Some(h) = shape_heading(&fi, &shapes, dim, dstate) {
+            let gap = if k > 0 { "\n" } else { "" };
+            println!("{gap}{h}");
+        }
+        // "—": FlashInfer recorded nothing at this dim/dstate; "-": nothing at this size.
+        let none = if fi.recorded_at(dim, dstate) { "-" } else { "—" };
+        println!("| nheads | SR | alg | batch | copies x calls | ours µs | ours % | FI µs | FI % | FI/ours |");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
+        for &nheads in &opts.nheads {
+            for &(rounds, alg, alg_name, _) in opts.variants.iter().map(|&i| &VARIANTS[i]) {
+                for &batch in &opts.batches {
+                    let sz = Sizes {
+                        nheads,
+                        batch,
+                        dim,
+                        dstate,
+                    };
+                    let mut s = setup(&stream, sz, opts.min_calls)?;
+                    let us = time_config(&ctx, &stream, &mut s, rounds, alg, opts.soak_s)?;
+                    let bytes = sz.bytes_per_call();
+                    let gbps = bytes as f64 / (us * 1e-6) / 1e9;
+                    let pct = 100.0 * gbps / copy_gbps;
+                    let fi_rec = fi.flashinfer(rounds, &sz, alg_name);
+                    let (fi_us, fi_pct, ratio) = match fi_rec {
+                        Some((u, p)) => (
+                            format!("{u:.2}"),
+                            format!("{p:.0}%"),
+                            format!("{:.2}", u / us),
+                        ),
+                        None => (none.into(), none.into(), none.into()),
+                    };
+                    let sr = if rounds == 0 {
+                        "off".to_string()
+                    } else {
+                        format!("R={rounds}")
+                    };
+                    println!(
+                        "| {nheads} | {sr} | {alg_name} | {batch} | {} x {} | {us:.2} | {pct:.0}% | {fi_us} | {fi_pct} | {ratio} |",
+                        s.copies, s.calls
+                    );
+                    rows.push(json::Record {
+                        nheads,
+                        dim,
+                        dstate,
+                        philox_rounds: rounds,
+                        algorithm: alg_name,
+                        batch,
+                        state_copies_rotated: s.copies,
+                        calls_per_graph: s.calls,
+                        us_median: json::round(us, 4),
+                        bytes,
+                        gbps: json::round(gbps, 1),
+                        pct_of_copy_bw: json::round(pct, 3),
+                        fi_us_median: fi_rec.map(|r| json::round(r.0, 4)),
+                        fi_pct_of_copy_bw: fi_rec.map(|r| json::round(r.1, 3)),
+                    });
+                }
             }
         }
     }

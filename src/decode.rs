@@ -107,31 +107,142 @@ pub struct DecodeShape {
     pub tokens: usize,
 }
 
-impl DecodeShape {
-    /// Nemotron-H at tensor parallelism 4: 40 layers, 32 heads, dim 64, dstate 128, 8 groups,
-    /// 5 Philox rounds; the filler touches a conv1d state's worth of data (conv_dim 4096 x 4).
-    pub fn nemotron_h_tp4(batch: usize) -> Self {
-        Self {
-            layers: 40,
-            batch,
-            nheads: 32,
+/// Conv1d kernel width of the Nemotron-H class models (`conv_kernel` in their configs).
+pub const CONV_KERNEL: usize = 4;
+
+/// A model shape the simulated step takes (`decode_step --model NAME`): one row of
+/// [`ModelPreset::ALL`], the only table of them.
+///
+/// Sizes are per GPU: a tensor-parallel preset (`-tp2`, `-tp4`) divides the model's Mamba heads
+/// among the GPUs and keeps the 8 B/C groups on each, as the step always has. The layer count
+/// is the model's Mamba-2 layers (the `M` entries of its published `hybrid_override_pattern`),
+/// except for [`ModelPreset::NEMOTRON_H_TP4`], which keeps the 40 layers of every recorded
+/// decode-step run so that those stay comparable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelPreset {
+    /// The name on the command line and in the JSON (`nemotron-h-tp4`).
+    pub name: &'static str,
+    /// The model and its tensor parallelism, as printed above the tables.
+    pub title: &'static str,
+    /// Mamba-2 layers per step.
+    pub layers: usize,
+    /// Mamba heads per GPU.
+    pub nheads: usize,
+    /// Head dimension (`mamba_head_dim`).
+    pub dim: usize,
+    /// State size (`ssm_state_size`).
+    pub dstate: usize,
+    /// B/C groups (`n_groups`).
+    pub ngroups: usize,
+}
+
+impl ModelPreset {
+    /// Nemotron-H 8B's Mamba-2 layer (128 heads x 64, dstate 128, 8 groups) at tensor
+    /// parallelism 4 (32 heads per GPU), 40 layers: the step of every recorded decode-step run
+    /// (the 8B has 24 Mamba-2 layers, the 56B 54). The default.
+    pub const NEMOTRON_H_TP4: ModelPreset = ModelPreset {
+        name: "nemotron-h-tp4",
+        title: "Nemotron-H TP4",
+        layers: 40,
+        nheads: 32,
+        dim: 64,
+        dstate: 128,
+        ngroups: 8,
+    };
+
+    /// Every preset, the default first: Nemotron-H 8B (52 layers, 24 of them Mamba-2;
+    /// 128 heads x 64) at TP4, TP2 and on one GPU; Nemotron Nano 2 9B (56 layers, 27 Mamba-2;
+    /// 128 heads x 80; the 12B has 28 Mamba-2 layers of that shape) on one GPU and at TP2; and
+    /// `nemotron-h-4b`, the 4B of the Nemotron-H architecture with 96 heads x 80: Nemotron 3
+    /// Nano 4B (42 layers, 21 Mamba-2; the older Nemotron-H 4B Base has 112 heads x 64).
+    /// All dstate 128, 8 groups.
+    pub const ALL: [ModelPreset; 6] = [
+        Self::NEMOTRON_H_TP4,
+        ModelPreset {
+            name: "nemotron-h-tp2",
+            title: "Nemotron-H 8B TP2",
+            layers: 24,
+            nheads: 64,
             dim: 64,
             dstate: 128,
             ngroups: 8,
+        },
+        ModelPreset {
+            name: "nemotron-h",
+            title: "Nemotron-H 8B",
+            layers: 24,
+            nheads: 128,
+            dim: 64,
+            dstate: 128,
+            ngroups: 8,
+        },
+        ModelPreset {
+            name: "nemotron-nano-2",
+            title: "Nemotron Nano 2 9B",
+            layers: 27,
+            nheads: 128,
+            dim: 80,
+            dstate: 128,
+            ngroups: 8,
+        },
+        ModelPreset {
+            name: "nemotron-nano-2-tp2",
+            title: "Nemotron Nano 2 9B TP2",
+            layers: 27,
+            nheads: 64,
+            dim: 80,
+            dstate: 128,
+            ngroups: 8,
+        },
+        ModelPreset {
+            name: "nemotron-h-4b",
+            title: "Nemotron 3 Nano 4B",
+            layers: 21,
+            nheads: 96,
+            dim: 80,
+            dstate: 128,
+            ngroups: 8,
+        },
+    ];
+
+    /// The preset called `name`, if any.
+    pub fn find(name: &str) -> Option<&'static ModelPreset> {
+        Self::ALL.iter().find(|p| p.name == name)
+    }
+
+    /// The step at this preset's sizes with `batch` sequences of `tokens` tokens each (1: a
+    /// decode step; 2..=16: a verify step), 5 Philox rounds; the filler rewrites a conv1d
+    /// state's worth of data per sequence and layer: (nheads * dim + 2 * ngroups * dstate)
+    /// channels x [`CONV_KERNEL`].
+    pub fn shape(&self, batch: usize, tokens: usize) -> DecodeShape {
+        DecodeShape {
+            layers: self.layers,
+            batch,
+            nheads: self.nheads,
+            dim: self.dim,
+            dstate: self.dstate,
+            ngroups: self.ngroups,
             philox_rounds: 5,
-            filler_elems_per_seq: 4096 * 4,
-            tokens: 1,
+            filler_elems_per_seq: (self.nheads * self.dim + 2 * self.ngroups * self.dstate)
+                * CONV_KERNEL,
+            tokens,
         }
+    }
+}
+
+impl DecodeShape {
+    /// Nemotron-H at tensor parallelism 4 ([`ModelPreset::NEMOTRON_H_TP4`]): 40 layers,
+    /// 32 heads, dim 64, dstate 128, 8 groups, 5 Philox rounds; the filler touches a conv1d
+    /// state's worth of data (conv_dim 4096 x 4).
+    pub fn nemotron_h_tp4(batch: usize) -> Self {
+        ModelPreset::NEMOTRON_H_TP4.shape(batch, 1)
     }
 
     /// The verify step of speculative decoding with `tokens` tokens per sequence (1 + the
     /// draft tokens; the seed's MTP serving uses 8) at the same sizes as
     /// [`DecodeShape::nemotron_h_tp4`].
     pub fn nemotron_h_tp4_verify(batch: usize, tokens: usize) -> Self {
-        Self {
-            tokens,
-            ..Self::nemotron_h_tp4(batch)
-        }
+        ModelPreset::NEMOTRON_H_TP4.shape(batch, tokens)
     }
 }
 

@@ -29,6 +29,14 @@ pub struct Cli {
     /// Batch sizes (sequences).
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64", value_parser = positive)]
     pub batch: Vec<usize>,
+    /// Head dimensions (1..=65536); FlashInfer's timings are recorded at 64 only (its columns
+    /// show — elsewhere).
+    #[arg(long, value_delimiter = ',', default_value = "64", value_parser = size)]
+    pub dim: Vec<usize>,
+    /// State sizes (1..=65536; the kernels take 64, 128, 256); FlashInfer's timings are
+    /// recorded at 128 only.
+    #[arg(long, value_delimiter = ',', default_value = "128", value_parser = size)]
+    pub dstate: Vec<usize>,
     /// Philox rounds (0 = no SR).
     #[arg(long, value_delimiter = ',', default_value = "0,5,10", value_parser = rounds)]
     pub rounds: Vec<u32>,
@@ -54,6 +62,14 @@ fn positive(s: &str) -> Result<usize, String> {
             _ => Err("expected 1..=1048576".into()),
         },
         _ => Err("expected a positive integer".into()),
+    }
+}
+
+/// A head dimension or state size: a decimal integer in 1..=65536.
+fn size(s: &str) -> Result<usize, String> {
+    match positive(s)? {
+        n if n <= 1 << 16 => Ok(n),
+        _ => Err("expected 1..=65536".into()),
     }
 }
 

@@ -7,10 +7,14 @@ use std::path::PathBuf;
 use clap::Parser;
 use mamba_ssu::ssu::Algorithm;
 
-use super::rig::MIN_CALLS;
+use super::rig::{DIM, DSTATE, MIN_CALLS};
 
 /// The most `--calls` accepted (each call is one node of the captured graph).
 pub const MAX_CALLS: usize = 1_000_000;
+
+/// The largest `--dim` and `--dstate` accepted (the kernels' own limits are the library's to
+/// check: dstate 64, 128 or 256).
+pub const MAX_DIM: usize = 1 << 16;
 
 /// The measured variants: Philox rounds (0: no SR), layout, and their names in the table and
 /// on the command line.
@@ -27,6 +31,10 @@ pub const VARIANTS: [(u32, Algorithm, &str, &str); 5] = [
 pub struct Opts {
     pub nheads: Vec<usize>,
     pub batches: Vec<usize>,
+    /// Head dimensions (`--dim`).
+    pub dims: Vec<usize>,
+    /// State sizes (`--dstate`).
+    pub dstates: Vec<usize>,
     pub json: Option<PathBuf>,
     pub seed_sources: bool,
     /// Indices into VARIANTS.
@@ -50,6 +58,14 @@ struct Args {
     /// Batch sizes, comma-separated [default: 1,2,4,..,256]
     #[arg(long, value_name = "1,2,4", value_parser = parse_list)]
     batch: Option<List>,
+    /// Head dimensions, comma-separated (1..=65536) [default: 64]; FlashInfer's timings are
+    /// recorded at dim 64 only (its columns show — elsewhere)
+    #[arg(long, value_name = "64,80", value_parser = parse_size)]
+    dim: Option<List>,
+    /// State sizes, comma-separated (1..=65536; the kernels take 64, 128, 256) [default: 128];
+    /// FlashInfer's timings are recorded at dstate 128 only
+    #[arg(long, value_name = "128", value_parser = parse_size)]
+    dstate: Option<List>,
     /// Variants among off (no SR), 5s, 5v, 10s, 10v (rounds and layout) [default: all five]
     #[arg(long, value_name = "off,5s,..", value_parser = parse_variants)]
     variants: Option<List>,
@@ -99,6 +115,15 @@ fn parse_list(s: &str) -> Result<List, String> {
         .map(List)
 }
 
+/// A comma-separated list of numbers in 1..=[`MAX_DIM`].
+fn parse_size(s: &str) -> Result<List, String> {
+    let l = parse_list(s)?;
+    match l.0.iter().find(|&&n| n > MAX_DIM) {
+        Some(n) => Err(format!("{n}: expected 1..={MAX_DIM}")),
+        None => Ok(l),
+    }
+}
+
 fn parse_calls(s: &str) -> Result<usize, String> {
     match s.trim().parse::<usize>() {
         Ok(k) if (1..=MAX_CALLS).contains(&k) => Ok(k),
@@ -129,6 +154,8 @@ where
     Ok(Opts {
         nheads: a.nheads.map_or(nheads, |l| l.0),
         batches: a.batch.map_or(batches, |l| l.0),
+        dims: a.dim.map_or_else(|| vec![DIM], |l| l.0),
+        dstates: a.dstate.map_or_else(|| vec![DSTATE], |l| l.0),
         json: a.json,
         seed_sources: a.seed_sources,
         variants: a

@@ -1,8 +1,11 @@
 //! The JSON of `ssu_bench`: FlashInfer's recorded timings, which it reads
 //! (`tests/data/flashinfer_ssu/timings.json`, embedded), and the records it writes with
-//! `--json PATH` (read by `scripts/ssu_table.py`). Also compiled into `tests/bench_programs.rs`.
+//! `--json PATH` (read by `scripts/ssu_table.py`). Also compiled into `tests/bench_programs.rs`
+//! (with `rig.rs`, whose [`Sizes`] the lookup takes).
 
 use serde::{Deserialize, Serialize};
+
+use super::rig::Sizes;
 
 /// FlashInfer's recorded timings, embedded.
 pub const FI_TIMINGS: &str = include_str!("../../tests/data/flashinfer_ssu/timings.json");
@@ -13,7 +16,16 @@ pub struct Recorded {
     /// The copy bandwidth (GB/s, read + write) measured in FlashInfer's run.
     #[serde(rename = "copy_bandwidth_GBps_reference")]
     pub copy_gbps: Option<f64>,
+    /// The sizes every record was measured at.
+    pub shapes: RecordedShapes,
     pub records: Vec<RecordedRun>,
+}
+
+/// The part of timings.json's `shapes` that is read: the one dim and dstate of every record.
+#[derive(Deserialize)]
+pub struct RecordedShapes {
+    pub dim: usize,
+    pub dstate: usize,
 }
 
 /// One recorded configuration (other fields of the file are ignored).
@@ -36,14 +48,23 @@ impl Recorded {
         serde_json::from_str(FI_TIMINGS)
     }
 
-    /// FlashInfer's recorded (µs, % of copy bandwidth) for a configuration.
+    /// Whether FlashInfer's timings were recorded at this dim and dstate.
+    pub fn recorded_at(&self, dim: usize, dstate: usize) -> bool {
+        (self.shapes.dim, self.shapes.dstate) == (dim, dstate)
+    }
+
+    /// FlashInfer's recorded (µs, % of copy bandwidth) for a configuration; `None` where none
+    /// was recorded, which is every configuration at another dim or dstate than the file's.
     pub fn flashinfer(
         &self,
         rounds: u32,
-        nheads: usize,
-        batch: usize,
+        sizes: &Sizes,
         alg: &str,
     ) -> Option<(f64, f64)> {
+        if !self.recorded_at(sizes.dim, sizes.dstate) {
+            return None;
+        }
+        let (nheads, batch) = (sizes.nheads, sizes.batch);
         self.records
             .iter()
             .find(|r| {
@@ -67,10 +88,13 @@ pub struct Report {
     pub records: Vec<Record>,
 }
 
-/// One measured configuration, next to FlashInfer's recorded one (`null` where none).
+/// One measured configuration, next to FlashInfer's recorded one (`null` where none, which is
+/// every record at another dim or dstate than FlashInfer's 64 and 128).
 #[derive(Serialize)]
 pub struct Record {
     pub nheads: usize,
+    pub dim: usize,
+    pub dstate: usize,
     pub philox_rounds: u32,
     pub algorithm: &'static str,
     pub batch: usize,
