@@ -1,8 +1,11 @@
 //! `decode_step`: the decode-step benchmark (the README's main job).
 //!
-//! Simulates a Nemotron-H decode step on the GPU (40 layers, each a filler kernel for the
-//! conv1d update plus the SSU at tensor-parallel-4 shapes: 32 heads, dim 64, dstate 128,
-//! 8 groups, fp16 state with stochastic rounding, 5 Philox rounds) for each seed mode (stock,
+//! Simulates a Nemotron-H decode step on the GPU (by default 40 layers, each a filler kernel
+//! for the conv1d update plus the SSU at tensor-parallel-4 shapes: 32 heads, dim 64, dstate
+//! 128, 8 groups, fp16 state with stochastic rounding, 5 Philox rounds; `--model NAME` takes
+//! another model's shape from the one preset table, `mamba_ssu::decode::ModelPreset::ALL`:
+//! nemotron-h-tp4 (the default), nemotron-h-tp2, nemotron-h, nemotron-nano-2,
+//! nemotron-nano-2-tp2, nemotron-h-4b; `--help` lists their sizes) for each seed mode (stock,
 //! prefetch, fused, fixed; and TensorRT-LLM's device counter: counter-stock, one increment
 //! kernel per layer, and counter, one launch per step) and batch size, eagerly and as CUDA
 //! graphs. Prints step-time medians, each mode's ratio to its stock and the seed overhead
@@ -12,7 +15,8 @@
 //! counter-stock bit-identical states, outputs and final counters.
 //!
 //! ```text
-//! decode_step [--batch 1,2,4,8,16,32,64] [--steps N] [--json PATH] [--quick] [--nvtx-only]
+//! decode_step [--model NAME] [--tokens T] [--batch 1,2,4,8,16,32,64] [--steps N]
+//!             [--json PATH] [--quick] [--nvtx-only]
 //!
 //! cargo bench --bench decode_step -- ARGS    (here)
 //! BIN ARGS      (BIN: the binary `cargo bench --no-run --bench decode_step` builds, copied
@@ -34,7 +38,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaContext, CudaGraph, CudaStream};
-use mamba_ssu::decode::{DecodeShape, DecodeStep, SeedMode};
+use mamba_ssu::decode::{DecodeStep, SeedMode};
 use mamba_ssu::prefetch::{CaptureLayout, Prefetcher};
 use mamba_ssu::{device, Generator};
 
@@ -258,16 +262,14 @@ fn run() -> AnyResult<()> {
     let timer = Timer::new(&ctx)?;
     // The default prefetcher (inline capture layout) and one that captures its draw as a
     // side-stream branch, for comparison.
-    let mut inline = Prefetcher::new(&ctx, 40)?;
-    let mut branch = Prefetcher::new(&ctx, 40)?;
+    let model = opts.model;
+    let mut inline = Prefetcher::new(&ctx, model.layers)?;
+    let mut branch = Prefetcher::new(&ctx, model.layers)?;
     branch.set_capture_layout(CaptureLayout::Branch)?;
     let device_name = ctx.name()?;
 
     if opts.nvtx_only {
-        let mut step = DecodeStep::new(
-            &stream,
-            DecodeShape::nemotron_h_tp4_verify(opts.batches[0], opts.tokens),
-        )?;
+        let mut step = DecodeStep::new(&stream, model.shape(opts.batches[0], opts.tokens))?;
         let mut gen = Generator::new(1, 0)?;
         for mode in SeedMode::ALL {
             step.run(mode, &mut inline, &mut gen)?;
@@ -279,7 +281,7 @@ fn run() -> AnyResult<()> {
 
     let mut rows: Vec<(usize, Row)> = Vec::new();
     for &batch in &opts.batches {
-        let shape = DecodeShape::nemotron_h_tp4_verify(batch, opts.tokens);
+        let shape = model.shape(batch, opts.tokens);
         let mut step = DecodeStep::new(&stream, shape)?;
         // The identity check downloads every layer's state 16 times: a verify step's cache
         // (batch * tokens + 1 slots per layer) makes that gigabytes past batch 8, so there it is
@@ -385,14 +387,19 @@ fn run() -> AnyResult<()> {
             f64::NAN
         }
     };
+    let shape = model.shape(1, opts.tokens);
+    let sizes = format!(
+        "{} shapes ({} layers x [filler + SSU {}x{}x{}, fp16 SR, {} rounds])",
+        model.title, shape.layers, shape.nheads, shape.dim, shape.dstate, shape.philox_rounds
+    );
     if opts.tokens > 1 {
         println!(
-            "\nVerify step ({} tokens per sequence: multi-token SSU, vLLM's varlen in-place form), Nemotron-H TP4 shapes (40 layers x [filler + SSU 32x64x128, fp16 SR, 5 rounds]) on {device_name}; median of {} steps (us)",
+            "\nVerify step ({} tokens per sequence: multi-token SSU, vLLM's varlen in-place form), {sizes} on {device_name}; median of {} steps (us)",
             opts.tokens, opts.steps
         );
     } else {
         println!(
-            "\nDecode step, Nemotron-H TP4 shapes (40 layers x [filler + SSU 32x64x128, fp16 SR, 5 rounds]) on {device_name}; median of {} steps (us)",
+            "\nDecode step, {sizes} on {device_name}; median of {} steps (us)",
             opts.steps
         );
     }
@@ -453,11 +460,7 @@ fn run() -> AnyResult<()> {
         }
     }
     if let Some(path) = opts.json {
-        let mut report = json::Report::new(
-            device_name,
-            opts.steps,
-            &DecodeShape::nemotron_h_tp4_verify(1, opts.tokens),
-        );
+        let mut report = json::Report::new(device_name, opts.steps, model.name, &shape);
         for (batch, row) in &rows {
             report.rows.push(json::Row {
                 batch: *batch,

@@ -345,22 +345,11 @@ fn run(cli: &Cli) -> Res<()> {
     }
     let mut rows = Vec::new();
     for (k, &(dim, dstate)) in shapes.iter().enumerate() {
-        let at_recorded = (dim, dstate) == recorded;
-        // A run of FlashInfer's recorded shape only prints what earlier versions printed.
-        if shapes.len() > 1 || !at_recorded {
+        if let Some(h) = rig::shape_heading(recorded, &shapes, dim, dstate) {
             let gap = if k > 0 { "\n" } else { "" };
-            if at_recorded {
-                println!("{gap}dim {dim}, dstate {dstate}:");
-            } else {
-                println!(
-                    "{gap}dim {dim}, dstate {dstate}: FlashInfer's timings are recorded at dim {} and dstate {} only, so its columns show — (none recorded):",
-                    recorded.0, recorded.1
-                );
-            }
+            println!("{gap}{h}");
         }
-        // "—": FlashInfer recorded nothing at this dim/dstate; "-": nothing for this form or
-        // size.
-        let none = if at_recorded { "-" } else { "—" };
+        let none = rig::missing(recorded, dim, dstate);
         println!(
             "{:<7} {:>6} {:>5} {:>6} {:>9} {:>7} {:>7} {:>7} {:>9} {:>7} {:>8}",
             "form",
@@ -393,8 +382,7 @@ fn run(cli: &Cli) -> Res<()> {
                     let bytes = sz.bytes_per_call() as f64;
                     let tbs = bytes / (us * 1e-6) / 1e12;
                     let write_gbs = sz.state_write_bytes() as f64 / (us * 1e-6) / 1e9;
-                    let (pct, write_pct) =
-                        (100.0 * tbs * 1e3 / memset, 100.0 * write_gbs / memset);
+                    let (pct, write_pct) = (100.0 * tbs * 1e3 / memset, 100.0 * write_gbs / memset);
                     let (fi, fi_none) = if form == Form::Dense {
                         (rig::flashinfer_us(&timings, rounds, &sz), none)
                     } else {

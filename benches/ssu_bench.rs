@@ -353,23 +353,6 @@ fn shapes(opts: &args::Opts) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// The line above one shape's table: printed unless the run measures FlashInfer's recorded
-/// shape only (the output of a run without `--dim`/`--dstate` is that of earlier versions).
-fn shape_heading(fi: &Recorded, all: &[(usize, usize)], dim: usize, dstate: usize) -> Option<String> {
-    let recorded = fi.recorded_at(dim, dstate);
-    if all.len() == 1 && recorded {
-        return None;
-    }
-    Some(if recorded {
-        format!("dim {dim}, dstate {dstate}, ngroups {NGROUPS}:\n")
-    } else {
-        format!(
-            "dim {dim}, dstate {dstate}, ngroups {NGROUPS}: FlashInfer's timings are recorded at dim {} and dstate {} only, so its columns show — (none recorded):\n",
-            fi.shapes.dim, fi.shapes.dstate
-        )
-    })
-}
-
 fn run(opts: args::Opts) -> Res<()> {
     let ctx = match mamba_ssu::device::open(0) {
         Ok(c) => c,
@@ -433,12 +416,11 @@ fn run(opts: args::Opts) -> Res<()> {
     );
     let mut rows = Vec::new();
     for (k, &(dim, dstate)) in shapes.iter().enumerate() {
-        if let Some(h) = shape_heading(&fi, &shapes, dim, dstate) {
+        if let Some(h) = fi.shape_heading(&shapes, dim, dstate) {
             let gap = if k > 0 { "\n" } else { "" };
-            println!("{gap}{h}");
+            println!("{gap}{h}\n");
         }
-        // "—": FlashInfer recorded nothing at this dim/dstate; "-": nothing at this size.
-        let none = if fi.recorded_at(dim, dstate) { "-" } else { "—" };
+        let none = fi.missing(dim, dstate);
         println!("| nheads | SR | alg | batch | copies x calls | ours µs | ours % | FI µs | FI % | FI/ours |");
         println!("|---|---|---|---|---|---|---|---|---|---|");
         for &nheads in &opts.nheads {

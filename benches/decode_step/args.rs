@@ -3,7 +3,9 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use clap::builder::{PossibleValue, PossibleValuesParser};
 use clap::Parser;
+use mamba_ssu::decode::ModelPreset;
 
 /// The most `--steps` accepted (every step's time is kept in memory).
 pub const MAX_STEPS: usize = 1_000_000;
@@ -17,6 +19,8 @@ pub struct Opts {
     pub nvtx_only: bool,
     /// Tokens per sequence: 1 = decode step, more = speculative-decoding verify step.
     pub tokens: usize,
+    /// The model shape (`--model`).
+    pub model: &'static ModelPreset,
 }
 
 /// The decode-step benchmark: stock, prefetch, fused and fixed seeds in a simulated Nemotron-H
@@ -47,6 +51,9 @@ struct Args {
     /// decoding (multi-token SSU, vLLM's varlen in-place form; 8 = 7 draft tokens)
     #[arg(long, value_name = "T", default_value_t = 1, value_parser = parse_tokens)]
     tokens: usize,
+    /// The model shape: one of the presets of `mamba_ssu::decode::ModelPreset::ALL`
+    #[arg(long, value_name = "NAME", default_value = ModelPreset::NEMOTRON_H_TP4.name, value_parser = model_names())]
+    model: String,
     /// Passed by `cargo bench`; ignored
     #[arg(long, hide = true)]
     bench: bool,
@@ -68,6 +75,16 @@ fn parse_batches(s: &str) -> Result<Batches, String> {
         return Err("sizes must be >= 1".into());
     }
     Ok(Batches(v))
+}
+
+/// The preset names, each with its sizes as help.
+fn model_names() -> PossibleValuesParser {
+    PossibleValuesParser::new(ModelPreset::ALL.iter().map(|p| {
+        PossibleValue::new(p.name).help(format!(
+            "{}: {} layers x SSU {}x{}x{}, {} groups",
+            p.title, p.layers, p.nheads, p.dim, p.dstate, p.ngroups
+        ))
+    }))
 }
 
 fn parse_tokens(s: &str) -> Result<usize, String> {
@@ -94,6 +111,13 @@ where
     T: Into<OsString> + Clone,
 {
     let a = Args::try_parse_from(args)?;
+    // The parser admits the table's names only.
+    let model = ModelPreset::find(&a.model).ok_or_else(|| {
+        clap::Error::raw(
+            clap::error::ErrorKind::InvalidValue,
+            format!("unknown model {:?}\n", a.model),
+        )
+    })?;
     let (batches, steps) = if a.quick {
         (vec![1, 8, 64], 50)
     } else {
@@ -105,5 +129,6 @@ where
         json: a.json,
         nvtx_only: a.nvtx_only,
         tokens: a.tokens,
+        model,
     })
 }

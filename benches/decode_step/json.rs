@@ -6,10 +6,12 @@ use std::collections::BTreeMap;
 use mamba_ssu::decode::DecodeShape;
 use serde::Serialize;
 
-/// The whole file: the shapes, then one row per batch size.
+/// The whole file: the model preset and its shapes, then one row per batch size.
 #[derive(Serialize)]
 pub struct Report {
     pub device: String,
+    /// The model preset (`decode_step --model`, `mamba_ssu::decode::ModelPreset`).
+    pub model: String,
     pub steps: usize,
     pub layers: usize,
     pub nheads: usize,
@@ -23,10 +25,12 @@ pub struct Report {
 }
 
 impl Report {
-    /// A report of `steps` timed steps per configuration at `shape`'s sizes (batch aside).
-    pub fn new(device: String, steps: usize, shape: &DecodeShape) -> Self {
+    /// A report of `steps` timed steps per configuration at `shape`'s sizes (batch aside),
+    /// those of the preset `model`.
+    pub fn new(device: String, steps: usize, model: &str, shape: &DecodeShape) -> Self {
         Self {
             device,
+            model: model.to_string(),
             steps,
             layers: shape.layers,
             nheads: shape.nheads,

@@ -90,3 +90,40 @@ pub fn flashinfer_us(timings: &Value, rounds: u32, sizes: &Sizes) -> Option<f64>
             .flatten()
     })
 }
+
+/// The line above the table of one (dim, dstate) of a run measuring `shapes`, FlashInfer's
+/// timings being recorded at `recorded`; `None` when the run measures that shape only, so that
+/// a run without `--dim` and `--dstate` prints what earlier versions printed.
+pub fn shape_heading(
+    recorded: (usize, usize),
+    shapes: &[(usize, usize)],
+    dim: usize,
+    dstate: usize,
+) -> Option<String> {
+    let at_recorded = (dim, dstate) == recorded;
+    if at_recorded && shapes.len() == 1 {
+        return None;
+    }
+    Some(if at_recorded {
+        format!("dim {dim}, dstate {dstate}:")
+    } else {
+        format!(
+            "dim {dim}, dstate {dstate}: FlashInfer's timings are recorded at dim {} and dstate \
+             {} only, so its columns show {} (none recorded):",
+            recorded.0,
+            recorded.1,
+            missing(recorded, dim, dstate)
+        )
+    })
+}
+
+/// What a FlashInfer cell of the dense form shows without a recorded figure: "—" at a dim or
+/// dstate that FlashInfer's timings do not cover, "-" at a size of the recorded shape that they
+/// lack. (The varlen form, never recorded, always shows "-".)
+pub fn missing(recorded: (usize, usize), dim: usize, dstate: usize) -> &'static str {
+    if (dim, dstate) == recorded {
+        "-"
+    } else {
+        "—"
+    }
+}

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::rig::Sizes;
+use super::rig::{Sizes, NGROUPS};
 
 /// FlashInfer's recorded timings, embedded.
 pub const FI_TIMINGS: &str = include_str!("../../tests/data/flashinfer_ssu/timings.json");
@@ -53,14 +53,45 @@ impl Recorded {
         (self.shapes.dim, self.shapes.dstate) == (dim, dstate)
     }
 
+    /// The line above the table of one (dim, dstate) of a run measuring `shapes`; `None` when
+    /// the run measures FlashInfer's recorded shape only, so that a run without `--dim` and
+    /// `--dstate` prints what earlier versions printed.
+    pub fn shape_heading(
+        &self,
+        shapes: &[(usize, usize)],
+        dim: usize,
+        dstate: usize,
+    ) -> Option<String> {
+        let recorded = self.recorded_at(dim, dstate);
+        if recorded && shapes.len() == 1 {
+            return None;
+        }
+        Some(if recorded {
+            format!("dim {dim}, dstate {dstate}, ngroups {NGROUPS}:")
+        } else {
+            format!(
+                "dim {dim}, dstate {dstate}, ngroups {NGROUPS}: FlashInfer's timings are recorded \
+                 at dim {} and dstate {} only, so its columns show {} (none recorded):",
+                self.shapes.dim,
+                self.shapes.dstate,
+                self.missing(dim, dstate)
+            )
+        })
+    }
+
+    /// What a FlashInfer cell shows without a recorded figure: "—" at a dim or dstate that
+    /// FlashInfer's timings do not cover, "-" at a size of the recorded shape that they lack.
+    pub fn missing(&self, dim: usize, dstate: usize) -> &'static str {
+        if self.recorded_at(dim, dstate) {
+            "-"
+        } else {
+            "—"
+        }
+    }
+
     /// FlashInfer's recorded (µs, % of copy bandwidth) for a configuration; `None` where none
     /// was recorded, which is every configuration at another dim or dstate than the file's.
-    pub fn flashinfer(
-        &self,
-        rounds: u32,
-        sizes: &Sizes,
-        alg: &str,
-    ) -> Option<(f64, f64)> {
+    pub fn flashinfer(&self, rounds: u32, sizes: &Sizes, alg: &str) -> Option<(f64, f64)> {
         if !self.recorded_at(sizes.dim, sizes.dstate) {
             return None;
         }
