@@ -6,7 +6,10 @@ usage: python3 scripts/mtp_table.py mtp_bench.json
 Cells: ours µs (% of memset) / FlashInfer µs · FlashInfer time ÷ ours; with SR, after the
 semicolon, our SR time ÷ our no-SR time. % of memset = all the call's bytes (state read once,
 8 state writes, the small tensors) per second over the same-run memset's, which is how
-FlashInfer's recorded pct_of_memset_bw is defined.
+FlashInfer's recorded pct_of_memset_bw is defined. One pair of tables per (dim, dstate) when the
+run measured several (`--dim`, `--dstate`) or another than FlashInfer's recorded dim 64 /
+dstate 128, where its figures are absent ("none recorded"). Files written before the records
+carried dim and dstate are at 64 and 128.
 """
 import json
 import sys
@@ -17,36 +20,58 @@ def pct(r, memset):
     return r.get("pct_of_memset", 100.0 * r["TBps"] * 1e3 / memset)
 
 
+RECORDED = (64, 128)  # FlashInfer's timings' dim and dstate
+
+
+def shape(r):
+    """A record's (dim, dstate); older files have neither field and are at 64 and 128."""
+    return r.get("dim", RECORDED[0]), r.get("dstate", RECORDED[1])
+
+
+def span(xs, unit=""):
+    """min-max of xs (2 decimals, then unit), or "none" for an empty list."""
+    return f"{min(xs):.2f}-{max(xs):.2f}{unit}" if xs else "none"
+
+
 def main() -> None:
     data = json.load(open(sys.argv[1]))
     recs = data["records"]
     memset = data["memset_GBps"]
-    by = {(r["form"], r["nheads"], r["philox_rounds"], r["batch"]): r for r in recs}
-    batches = sorted({r["batch"] for r in recs})
+    by = {(r["form"], *shape(r), r["nheads"], r["philox_rounds"], r["batch"]): r for r in recs}
+    shapes = sorted({shape(r) for r in recs})
     print(f"memset in the same run: {memset:.0f} GB/s\n")
-    for form, title in (("dense", "Dense form (intermediate buffer), next to FlashInfer:"),
-                        ("varlen", "vLLM's varlen in-place form:")):
-        print(title + "\n")
-        print("| nheads | SR | " + " | ".join(f"b={b}" for b in batches) + " |")
-        print("|---|---|" + "---|" * len(batches))
-        for nh in sorted({r["nheads"] for r in recs}):
-            for rounds in (0, 5, 10):
-                cells = []
-                for b in batches:
-                    r = by.get((form, nh, rounds, b))
-                    if r is None:
-                        cells.append("-")
-                        continue
-                    c = f"{r['us_median']:.2f} ({pct(r, memset):.1f}%)"
-                    fi = r.get("flashinfer_us")
-                    if fi:
-                        c += f" / {fi:.2f} · {fi / r['us_median']:.2f}x"
-                    if r.get("sr_over_off"):
-                        c += f"; {r['sr_over_off']:.2f}"
-                    cells.append(c)
-                sr = "off" if rounds == 0 else f"R={rounds}"
-                print(f"| {nh} | {sr} | " + " | ".join(cells) + " |")
-        print()
+    for dim, dstate in shapes:
+        here = [r for r in recs if shape(r) == (dim, dstate)]
+        batches = sorted({r["batch"] for r in here})
+        fi_title = "next to FlashInfer"
+        if shapes != [RECORDED]:
+            print(f"dim {dim}, dstate {dstate}:\n")
+            if (dim, dstate) != RECORDED:
+                fi_title = ("FlashInfer's timings are recorded at dim 64 and dstate 128 only: "
+                            "none here")
+        for form, title in (("dense", f"Dense form (intermediate buffer), {fi_title}:"),
+                            ("varlen", "vLLM's varlen in-place form:")):
+            print(title + "\n")
+            print("| nheads | SR | " + " | ".join(f"b={b}" for b in batches) + " |")
+            print("|---|---|" + "---|" * len(batches))
+            for nh in sorted({r["nheads"] for r in here}):
+                for rounds in (0, 5, 10):
+                    cells = []
+                    for b in batches:
+                        r = by.get((form, dim, dstate, nh, rounds, b))
+                        if r is None:
+                            cells.append("-")
+                            continue
+                        c = f"{r['us_median']:.2f} ({pct(r, memset):.1f}%)"
+                        fi = r.get("flashinfer_us")
+                        if fi:
+                            c += f" / {fi:.2f} · {fi / r['us_median']:.2f}x"
+                        if r.get("sr_over_off"):
+                            c += f"; {r['sr_over_off']:.2f}"
+                        cells.append(c)
+                    sr = "off" if rounds == 0 else f"R={rounds}"
+                    print(f"| {nh} | {sr} | " + " | ".join(cells) + " |")
+            print()
 
     # The goals (issue: multi-token SSU, performance).
     off = [r for r in recs if r["philox_rounds"] == 0]
@@ -58,17 +83,19 @@ def main() -> None:
     ratios = [r["sr_over_off"] for r in sr]
     print("Goals:")
     print(f"- SR / no SR <= 1.25: {sum(x <= 1.25 for x in ratios)} of {len(ratios)} cells "
-          f"({min(ratios):.2f}-{max(ratios):.2f})")
+          f"({span(ratios)})")
+    # FlashInfer's figures exist at its recorded dim and dstate only.
     x10 = [r["flashinfer_us"] / r["us_median"] for r in r10]
     print(f"- R10 >= 2x FlashInfer where it takes > 20 us: {sum(x >= 2 for x in x10)} of "
-          f"{len(x10)} ({min(x10):.2f}-{max(x10):.2f}x)")
+          f"{len(x10)} ({span(x10, 'x')})")
     x5 = [r["flashinfer_us"] / r["us_median"] for r in r5]
-    print(f"- R5 vs FlashInfer: {min(x5):.2f}-{max(x5):.2f}x")
+    print(f"- R5 vs FlashInfer: {span(x5, 'x')}")
     x0 = [r["flashinfer_us"] / r["us_median"] for r in fi_off]
     print(f"- no SR >= FlashInfer's speed: {sum(x >= 1 for x in x0)} of {len(x0)} "
-          f"({min(x0):.2f}-{max(x0):.2f}x)")
+          f"({span(x0, 'x')})")
     for r in big:
-        print(f"- > 256 MiB written, {r['form']} {r['nheads']} x {r['batch']}: "
+        at = "" if shape(r) == RECORDED else f" (dim {shape(r)[0]}, dstate {shape(r)[1]})"
+        print(f"- > 256 MiB written, {r['form']} {r['nheads']} x {r['batch']}{at}: "
               f"{pct(r, memset):.1f} % of memset (writes alone {r['write_pct_of_memset']:.1f} %)"
               f"{'' if pct(r, memset) > 80 else ' -- NOT over 80 %'}")
 
