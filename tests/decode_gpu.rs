@@ -4,12 +4,13 @@
 //! replays (each replay equal to an eager stock step at that replay's generator offset), with
 //! both capture layouts of the prefetcher — for the decode step (single-token SSU) and for the
 //! verify step of speculative decoding (8 tokens per sequence, the multi-token SSU in vLLM's
-//! varlen in-place form).
+//! varlen in-place form); and the same identity, eagerly, at every model preset of
+//! `decode_step --model` (dim 64 and 80, 32 to 128 heads), decode and verify step.
 
 mod common;
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-use mamba_ssu::decode::{DecodeShape, DecodeStep, SeedMode, StepSnapshot};
+use mamba_ssu::decode::{DecodeShape, DecodeStep, ModelPreset, SeedMode, StepSnapshot};
 use mamba_ssu::prefetch::{CaptureLayout, ForwardSummary, Prefetcher};
 use mamba_ssu::Generator;
 
@@ -206,6 +207,53 @@ fn counter_seeds_equal_one_increment_per_layer() {
                 step.download().unwrap() == eager[0],
                 "{mode:?} ({tokens} tokens): two replays differ from two eager steps"
             );
+        }
+    }
+}
+
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn every_model_preset_steps_bit_identically_across_seed_paths() {
+    let _serial = common::serial(); // as above
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    // SAFETY: all buffers are used on `stream`; the prefetcher orders its side stream itself.
+    unsafe { ctx.disable_event_tracking() };
+    for preset in &ModelPreset::ALL {
+        let layers = preset.layers;
+        let mut p = Prefetcher::new(&ctx, layers).unwrap();
+        for tokens in [1usize, 8] {
+            let mut step = DecodeStep::new(&stream, preset.shape(2, tokens)).unwrap();
+            let mut snaps: Vec<Snapshot> = Vec::new();
+            for mode in [SeedMode::Stock, SeedMode::Prefetch, SeedMode::Fused] {
+                step.reset_states().unwrap();
+                let mut gen = Generator::new(0x5EED, 64).unwrap();
+                let summary = step.run(mode, &mut p, &mut gen).unwrap();
+                let counts = summary.map(|s| (s.requested, s.prefetched, s.fallback));
+                let n = u32::try_from(layers).unwrap();
+                let want = match mode {
+                    SeedMode::Prefetch => Some((n, n, 0)),
+                    SeedMode::Fused => Some((n, n - 1, 1)),
+                    _ => None,
+                };
+                assert_eq!(counts, want, "{} {mode:?}", preset.name);
+                assert_eq!(gen.offset(), 64 + 4 * layers as u64, "{}", preset.name);
+                snaps.push(step.download().unwrap());
+            }
+            assert_eq!(snaps[0].states.len(), layers);
+            let elems = (if tokens > 1 { 1 + 2 * tokens } else { 2 })
+                * preset.nheads
+                * preset.dim
+                * preset.dstate;
+            assert_eq!(snaps[0].states[0].len(), elems, "{}", preset.name);
+            for (i, mode) in ["prefetch", "fused"].iter().enumerate() {
+                assert!(
+                    snaps[0] == snaps[i + 1],
+                    "{}: {mode} differs from stock ({tokens} tokens)",
+                    preset.name
+                );
+            }
         }
     }
 }
