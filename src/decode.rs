@@ -11,6 +11,10 @@
 //! `num_accepted_tokens` picking the read column, pad slot 0 = the null block), each token's
 //! state written to its own slot.
 //!
+//! The sizes are a [`DecodeShape`], usually one of the model presets of [`ModelPreset::ALL`]
+//! (Nemotron-H 8B, Nemotron Nano 2 and Nemotron 3 Nano 4B Mamba-2 layers, per GPU at their
+//! tensor parallelism), the table behind `decode_step --model`.
+//!
 //! Every step is enqueued on one stream, asynchronously; NVTX ranges name the step (with its
 //! mode and batch) and each layer, so an Nsight Systems timeline shows the paths.
 //!

@@ -67,8 +67,8 @@ fn positive(s: &str) -> Result<usize, String> {
 
 /// A head dimension or state size: a decimal integer in 1..=65536.
 fn size(s: &str) -> Result<usize, String> {
-    match positive(s)? {
-        n if n <= 1 << 16 => Ok(n),
+    match positive(s) {
+        Ok(n) if n <= 1 << 16 => Ok(n),
         _ => Err("expected 1..=65536".into()),
     }
 }
