@@ -5,7 +5,8 @@
 #   target, nothing missing (ELF and PTX images listed by `cuobjdump -lelf -lptx`);
 # - stochastic rounding on sm_100a and sm_103a by the hardware conversion: their code holds
 #   F2FP.F16.F32.PACK_AB.RS (cvt.rs.f16x2.f32) and none of the software path's truncating
-#   F2FP.F16.F32.PACK_AB.RZ; every other target the reverse;
+#   F2FP.F16.F32.PACK_AB.RZ; every other target the reverse (a linked program or library lists
+#   the relocatable objects' images beside the linked one: `-all`);
 # - the sm_80 code without the sm_86 instruction HMNMX2.NAN.XORSIGN, and no target below sm_90
 #   with the bulk L2 prefetch UBLKPF (csrc/arch.h).
 # Prints a table (target: conversions, max form, prefetches) and exits 1 on any violation.
@@ -23,7 +24,7 @@ archs=${MAMBA_SSU_CUDA_ARCHS:-$default_archs}
 ptx=${MAMBA_SSU_CUDA_PTX:-$default_ptx}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$CUOBJDUMP" -lelf -lptx "$lib" >"$work/list" 2>/dev/null || true
+"$CUOBJDUMP" -all -lelf -lptx "$lib" >"$work/list" 2>/dev/null || true
 bad=0
 for a in ${archs//[;,]/ }; do
   a=${a#sm_}
