@@ -125,6 +125,14 @@ int64_t scaled_warps(const mamba_ssu_device_props &d, int64_t warps) {
 
 using namespace mamba_ssu;
 
+extern "C" int mamba_ssu_device_props_sm90(int32_t num_sms, mamba_ssu_device_props *out) {
+  clear_error();
+  if (out == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "out: null pointer");
+  if (num_sms < 1)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "num_sms: expected >= 1, got %d", num_sms);
+  return planning_props(num_sms, out);
+}
+
 extern "C" int mamba_ssu_device_props_query(int32_t device, mamba_ssu_device_props *out) {
   clear_error();
   if (out == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "out: null pointer");

@@ -519,20 +519,40 @@ extern "C" int mamba_ssu_selective_state_update_check(const mamba_ssu_params *pa
   return ssu_check(params, seed, names);
 }
 
-extern "C" int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch, int64_t nheads,
-                                           int32_t num_sms) {
-  // Returns MAMBA_SSU_ALGO_SIMPLE or MAMBA_SSU_ALGO_VERTICAL; on an invalid
-  // algorithm or a failed device query, minus the status (detail recorded).
-  clear_error();
+namespace {
+// ALGO_AUTO resolved on the device *d, or (d null) on planning_props(num_sms)'s; SIMPLE and
+// VERTICAL resolve to themselves. Failure: minus the status.
+int resolve(int32_t algorithm, int64_t batch, int64_t nheads, int32_t num_sms,
+            const mamba_ssu_device_props *d) {
   if (algorithm == MAMBA_SSU_ALGO_SIMPLE || algorithm == MAMBA_SSU_ALGO_VERTICAL) return algorithm;
   if (algorithm == MAMBA_SSU_ALGO_HORIZONTAL)
     return -fail(MAMBA_SSU_ERROR_UNSUPPORTED, "algorithm: HORIZONTAL (3) is not served");
   if (algorithm != MAMBA_SSU_ALGO_AUTO)
     return -fail(MAMBA_SSU_ERROR_INVALID_VALUE,
                  "algorithm: expected AUTO (0), SIMPLE (1) or VERTICAL (2), got %d", algorithm);
-  mamba_ssu_device_props d;
-  if (int s = planning_props(num_sms, &d)) return -s;
-  return auto_algorithm(batch, nheads, d);
+  mamba_ssu_device_props queried;
+  if (d == nullptr) {
+    if (int s = planning_props(num_sms, &queried)) return -s;
+    d = &queried;
+  } else if (int s = check_props(d)) {
+    return -s;
+  }
+  return auto_algorithm(batch, nheads, *d);
+}
+}  // namespace
+
+extern "C" int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch, int64_t nheads,
+                                           int32_t num_sms) {
+  clear_error();
+  return resolve(algorithm, batch, nheads, num_sms, nullptr);
+}
+
+extern "C" int mamba_ssu_resolve_algorithm_for_device(int32_t algorithm, int64_t batch,
+                                                      int64_t nheads,
+                                                      const mamba_ssu_device_props *props) {
+  clear_error();
+  if (props == nullptr) return -fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "props: null pointer");
+  return resolve(algorithm, batch, nheads, 0, props);
 }
 
 extern "C" int mamba_ssu_selective_state_update_plan(const mamba_ssu_params *params,

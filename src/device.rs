@@ -98,7 +98,23 @@ impl DeviceProps {
         crate::ffi::check(unsafe {
             crate::ffi::sys::mamba_ssu_device_props_query(ordinal as i32, &mut p)
         })?;
-        Ok(DeviceProps {
+        Ok(DeviceProps::from_ffi(&p))
+    }
+
+    /// The sm_90 family's limits (H100, H200) with `num_sms` multiprocessors: what the planner
+    /// assumes when it is given only an SM count (`MAMBA_SSU_DEVICE_PROPS_SM90`, through
+    /// `mamba_ssu_device_props_sm90`). Errors: `num_sms` < 1 ([`Error::InvalidArgument`]).
+    pub fn sm90(num_sms: i32) -> Result<DeviceProps> {
+        let mut p = crate::ffi::sys::mamba_ssu_device_props::default();
+        // SAFETY: `p` is a valid output; no device is touched.
+        crate::ffi::check(unsafe {
+            crate::ffi::sys::mamba_ssu_device_props_sm90(num_sms, &mut p)
+        })?;
+        Ok(DeviceProps::from_ffi(&p))
+    }
+
+    fn from_ffi(p: &crate::ffi::sys::mamba_ssu_device_props) -> DeviceProps {
+        DeviceProps {
             compute_capability: (p.cc_major, p.cc_minor),
             num_sms: p.num_sms,
             max_threads_per_sm: p.max_threads_per_sm,
@@ -107,21 +123,22 @@ impl DeviceProps {
             smem_per_sm: p.smem_per_sm,
             smem_per_block: p.smem_per_block,
             reserved_smem_per_block: p.reserved_smem_per_block,
-        })
+        }
     }
 
-    /// The sm_90 family's limits (H100, H200) with `num_sms` multiprocessors: what the planner
-    /// assumes when it is given only an SM count (`MAMBA_SSU_DEVICE_PROPS_SM90`).
-    pub fn sm90(num_sms: i32) -> DeviceProps {
-        DeviceProps {
-            compute_capability: (9, 0),
-            num_sms,
-            max_threads_per_sm: 2048,
-            max_blocks_per_sm: 32,
-            regs_per_sm: 65536,
-            smem_per_sm: 233_472,
-            smem_per_block: 49_152,
-            reserved_smem_per_block: 1024,
+    /// The C library's form of these properties.
+    pub(crate) fn ffi(&self) -> crate::ffi::sys::mamba_ssu_device_props {
+        crate::ffi::sys::mamba_ssu_device_props {
+            cc_major: self.compute_capability.0,
+            cc_minor: self.compute_capability.1,
+            num_sms: self.num_sms,
+            max_threads_per_sm: self.max_threads_per_sm,
+            max_blocks_per_sm: self.max_blocks_per_sm,
+            regs_per_sm: self.regs_per_sm,
+            smem_per_sm: self.smem_per_sm,
+            smem_per_block: self.smem_per_block,
+            reserved_smem_per_block: self.reserved_smem_per_block,
+            reserved: 0,
         }
     }
 }

@@ -826,6 +826,10 @@ typedef struct mamba_ssu_device_props {
 #define MAMBA_SSU_DEVICE_PROPS_SM90(num_sms) \
   { 9, 0, (num_sms), 2048, 32, 65536, 233472, 49152, 1024, 0 }
 
+/* Fills *out with MAMBA_SSU_DEVICE_PROPS_SM90(num_sms) (num_sms >= 1): the template for
+ * callers that cannot expand the macro (bindings). No device is touched. */
+int mamba_ssu_device_props_sm90(int32_t num_sms, mamba_ssu_device_props *out);
+
 /* Fills *out with the properties of CUDA device `device` (< 0: the current device), queried on
  * the first call for that device and cached (later calls touch no device). */
 int mamba_ssu_device_props_query(int32_t device, mamba_ssu_device_props *out);
@@ -836,6 +840,11 @@ int mamba_ssu_device_props_query(int32_t device, mamba_ssu_device_props *out);
  * below 9: SIMPLE, as FlashInfer's kernels built for those GPUs). */
 int mamba_ssu_plan_for_device(const mamba_ssu_args *args, const mamba_ssu_device_props *props,
                               mamba_ssu_launch_plan *out);
+
+/* mamba_ssu_resolve_algorithm on a GPU with the properties *props (checked as by
+ * mamba_ssu_plan_for_device; no device is touched). */
+int mamba_ssu_resolve_algorithm_for_device(int32_t algorithm, int64_t batch, int64_t nheads,
+                                           const mamba_ssu_device_props *props);
 
 /* The fused path of the prefetcher, producing a mamba_ssu_seed:
  *

@@ -123,30 +123,7 @@ fn every_accepted_call_has_a_valid_launch_plan() {
                     let (st, plan) = plan_of(&a, sms);
                     let what = format!("b={batch} h={nheads} dim={dim} dstate={dstate} {dtypes:?} R={rounds} alg={algo} z={z} next={next} sms={sms}");
                     assert_eq!(st, OK, "{what}");
-                    assert!(
-                        (1..=i64::from(i32::MAX)).contains(&plan.grid_blocks),
-                        "{what}: {plan:?}"
-                    );
-                    assert!(
-                        plan.threads_per_block >= 32 && plan.threads_per_block <= 1024,
-                        "{what}: {plan:?}"
-                    );
-                    assert_eq!(plan.threads_per_block, 32 * plan.warps_per_block, "{what}");
-                    assert!(
-                        plan.rows_per_warp >= 1 && plan.blocks_per_head >= 1,
-                        "{what}: {plan:?}"
-                    );
-                    let covered = i64::from(plan.warps_per_block)
-                        * i64::from(plan.rows_per_warp)
-                        * plan.blocks_per_head;
-                    assert!(
-                        covered >= dim as i64,
-                        "{what}: {plan:?} covers {covered} rows"
-                    );
-                    assert!(
-                        plan.grid_blocks >= (batch * nheads) as i64,
-                        "{what}: {plan:?}"
-                    );
+                    assert_covering(&what, &plan, (batch * nheads) as i64, dim as i64);
                     assert_eq!(plan.num_sms, sms, "{what}");
                 }
             }
@@ -413,6 +390,81 @@ fn device_properties_are_checked_and_the_sm90_template_is_mamba_ssu_plans() {
             format!("{by_count:?}"),
             format!("{by_props:?}"),
             "{sms} SMs"
+        );
+    }
+}
+
+/// ALGO_AUTO on given properties (`mamba_ssu_resolve_algorithm_for_device`): SIMPLE below sm_90
+/// whatever the grid, the SM-count rule from sm_90 on; the sm_90 template
+/// (`mamba_ssu_device_props_sm90`) resolves as `mamba_ssu_resolve_algorithm` with an SM count;
+/// bad properties and a null pointer are refused.
+#[test]
+fn auto_resolves_per_device_family() {
+    let auto = sys::MAMBA_SSU_ALGO_AUTO as i32;
+    let (simple, vertical) = (
+        sys::MAMBA_SSU_ALGO_SIMPLE as i32,
+        sys::MAMBA_SSU_ALGO_VERTICAL as i32,
+    );
+    for (name, d) in families() {
+        for (batch, nheads) in [(1i64, 1i64), (8, 32), (64, 128), (512, 8192)] {
+            // SAFETY: `d` is valid; no device is touched.
+            let r = unsafe { sys::mamba_ssu_resolve_algorithm_for_device(auto, batch, nheads, &d) };
+            let below = batch * nheads < 2 * i64::from(d.num_sms);
+            let expect = if d.cc_major < 9 || below {
+                simple
+            } else {
+                vertical
+            };
+            assert_eq!(r, expect, "{name}: {batch} x {nheads}");
+            // SAFETY: as above.
+            let fixed =
+                unsafe { sys::mamba_ssu_resolve_algorithm_for_device(vertical, batch, nheads, &d) };
+            assert_eq!(fixed, vertical, "{name}");
+        }
+    }
+    for sms in [1, 78, 132] {
+        let mut t = sys::mamba_ssu_device_props::default();
+        // SAFETY: valid output; no device is touched.
+        assert_eq!(unsafe { sys::mamba_ssu_device_props_sm90(sms, &mut t) }, OK);
+        assert_eq!(
+            format!("{t:?}"),
+            format!(
+                "{:?}",
+                sys::mamba_ssu_device_props {
+                    num_sms: sms,
+                    ..families()[3].1
+                }
+            )
+        );
+        for (batch, nheads) in [(1i64, 1i64), (8, 32), (64, 128)] {
+            // SAFETY: valid arguments; with an SM count given no device is touched.
+            let (a, b) = unsafe {
+                (
+                    sys::mamba_ssu_resolve_algorithm_for_device(auto, batch, nheads, &t),
+                    sys::mamba_ssu_resolve_algorithm(auto, batch, nheads, sms),
+                )
+            };
+            assert_eq!(a, b, "{sms} SMs, {batch} x {nheads}");
+        }
+    }
+    let bad = sys::mamba_ssu_device_props {
+        num_sms: 0,
+        ..families()[3].1
+    };
+    let invalid = -(sys::MAMBA_SSU_ERROR_INVALID_ARGUMENT as i32);
+    // SAFETY: `bad` is valid memory; a null pointer is refused, never read.
+    unsafe {
+        assert_eq!(
+            sys::mamba_ssu_resolve_algorithm_for_device(auto, 1, 1, &bad),
+            invalid
+        );
+        assert_eq!(
+            sys::mamba_ssu_resolve_algorithm_for_device(auto, 1, 1, std::ptr::null()),
+            invalid
+        );
+        assert_eq!(
+            sys::mamba_ssu_device_props_sm90(0, &mut Default::default()),
+            sys::MAMBA_SSU_ERROR_INVALID_ARGUMENT as i32
         );
     }
 }

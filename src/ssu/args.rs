@@ -5,7 +5,9 @@
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::CudaContext;
 
+use crate::device::DeviceProps;
 use crate::error::Result;
+use crate::ffi;
 use crate::ffi::sys;
 use crate::reference::SrRule;
 use crate::tensor::{DType, Tensor, TensorLayout, TensorMut};
@@ -43,16 +45,30 @@ impl Algorithm {
         }
     }
 
-    /// The kernel this choice runs on the device of `ctx` (reads its compute capability and
-    /// multiprocessor count): below sm_90 `Auto` is `Simple`, as FlashInfer's kernels for those
-    /// GPUs have that layout only; else [`Algorithm::resolve`].
+    /// The kernel this choice runs on the device of `ctx`, as the launch resolves it there (the
+    /// library's rule over the device's properties, [`DeviceProps::of`],
+    /// `mamba_ssu_resolve_algorithm_for_device`): below sm_90 `Auto` is `Simple`, as FlashInfer's
+    /// kernels for those GPUs have that layout only; else [`Algorithm::resolve`].
     pub fn resolve_on(self, ctx: &CudaContext, batch: usize, nheads: usize) -> Result<Algorithm> {
-        let major =
-            ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-        if self == Algorithm::Auto && major < 9 {
-            return Ok(Algorithm::Simple);
+        let props = DeviceProps::of(ctx.ordinal())?.ffi();
+        let wide = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        // SAFETY: `props` is valid for the call; the function reads it and touches no device.
+        let r = unsafe {
+            sys::mamba_ssu_resolve_algorithm_for_device(
+                self.ffi(),
+                wide(batch),
+                wide(nheads),
+                &props,
+            )
+        };
+        if r < 0 {
+            ffi::check(-r)?;
         }
-        Ok(self.resolve(batch, nheads, num_sms(ctx)?))
+        Ok(if r == sys::MAMBA_SSU_ALGO_SIMPLE as i32 {
+            Algorithm::Simple
+        } else {
+            Algorithm::Vertical
+        })
     }
 
     pub(super) fn ffi(self) -> i32 {
