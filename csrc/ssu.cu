@@ -211,7 +211,8 @@ int launch(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t str
 // pointer, HotConfig::kVecX, on large grids only for the former, on small grids only for the
 // latter); tuning.h has the choices.
 
-template <bool kSimple, int kU, bool kGate>
+// H: HotConfig (dim 64) or HotDimConfig (head_dim at run time), same template parameters.
+template <template <bool, int, int, bool, int> class H, bool kSimple, int kU, bool kGate>
 int launch_hot_z(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream,
                  bool large) {
   switch (a.philox_rounds) {
@@ -222,52 +223,64 @@ int launch_hot_z(const Args &a, unsigned blocks, int warps_per_block, cudaStream
       return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "no one-row kernel without SR");
     } else {
       return large
-                 ? launch<HotConfig<kSimple, 0, kU, kGate, 1>>(a, blocks, warps_per_block, stream)
-                 : launch<HotConfig<kSimple, 0, kU, kGate, 0>>(a, blocks, warps_per_block, stream);
+                 ? launch<H<kSimple, 0, kU, kGate, 1>>(a, blocks, warps_per_block, stream)
+                 : launch<H<kSimple, 0, kU, kGate, 0>>(a, blocks, warps_per_block, stream);
     }
-  case 5: return launch<HotConfig<kSimple, 5, kU, kGate>>(a, blocks, warps_per_block, stream);
+  case 5: return launch<H<kSimple, 5, kU, kGate, -1>>(a, blocks, warps_per_block, stream);
   default:
     if constexpr (kU > 1) {
       return large
-                 ? launch<HotConfig<kSimple, 10, kU, kGate, 1>>(a, blocks, warps_per_block, stream)
-                 : launch<HotConfig<kSimple, 10, kU, kGate, 0>>(a, blocks, warps_per_block, stream);
+                 ? launch<H<kSimple, 10, kU, kGate, 1>>(a, blocks, warps_per_block, stream)
+                 : launch<H<kSimple, 10, kU, kGate, 0>>(a, blocks, warps_per_block, stream);
     } else {
-      return launch<HotConfig<kSimple, 10, kU, kGate>>(a, blocks, warps_per_block, stream);
+      return launch<H<kSimple, 10, kU, kGate, -1>>(a, blocks, warps_per_block, stream);
     }
   }
 }
 
 // The hot kernels are instantiated with and without z (HotConfig::kZ).
-template <bool kSimple, int kU>
+template <template <bool, int, int, bool, int> class H, bool kSimple, int kU>
 int launch_hot(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream,
                int64_t rows) {
   const bool large = rows >= Tuning::kLargeGridRows;
   return a.z != nullptr
-             ? launch_hot_z<kSimple, kU, true>(a, blocks, warps_per_block, stream, large)
-             : launch_hot_z<kSimple, kU, false>(a, blocks, warps_per_block, stream, large);
+             ? launch_hot_z<H, kSimple, kU, true>(a, blocks, warps_per_block, stream, large)
+             : launch_hot_z<H, kSimple, kU, false>(a, blocks, warps_per_block, stream, large);
 }
 
 // The 2-row kernels of small grids (small_grid_rows): without SR (both layouts), 5 rounds
 // (both), 10 rounds (simple only, with the aggregate pad zeroing that the 4-row kernel uses on
 // such grids); with and without z.
-template <bool kSimple>
+template <template <bool, int, int, bool, int> class H, bool kSimple>
 int launch_small2(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream) {
   const bool z = a.z != nullptr;
   switch (a.philox_rounds) {
   case 0:
-    return z ? launch<HotConfig<kSimple, 0, 2, true>>(a, blocks, warps_per_block, stream)
-             : launch<HotConfig<kSimple, 0, 2, false>>(a, blocks, warps_per_block, stream);
+    return z ? launch<H<kSimple, 0, 2, true, -1>>(a, blocks, warps_per_block, stream)
+             : launch<H<kSimple, 0, 2, false, -1>>(a, blocks, warps_per_block, stream);
   case 5:
-    return z ? launch<HotConfig<kSimple, 5, 2, true>>(a, blocks, warps_per_block, stream)
-             : launch<HotConfig<kSimple, 5, 2, false>>(a, blocks, warps_per_block, stream);
+    return z ? launch<H<kSimple, 5, 2, true, -1>>(a, blocks, warps_per_block, stream)
+             : launch<H<kSimple, 5, 2, false, -1>>(a, blocks, warps_per_block, stream);
   default:
     if constexpr (kSimple) {
-      return z ? launch<HotConfig<true, 10, 2, true, 0>>(a, blocks, warps_per_block, stream)
-               : launch<HotConfig<true, 10, 2, false, 0>>(a, blocks, warps_per_block, stream);
+      return z ? launch<H<true, 10, 2, true, 0>>(a, blocks, warps_per_block, stream)
+               : launch<H<true, 10, 2, false, 0>>(a, blocks, warps_per_block, stream);
     } else {
       return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "no 2-row kernel for 10 vertical rounds");
     }
   }
+}
+
+// A hot kernel of family H (HotConfig or HotDimConfig) by chunk rows and layout.
+template <template <bool, int, int, bool, int> class H>
+int launch_hot_shape(const Args &a, unsigned blocks, int wpb, cudaStream_t st, int64_t rows,
+                     int small_rows, bool simple) {
+  return small_rows == 1 ? (simple ? launch_hot<H, true, 1>(a, blocks, wpb, st, rows)
+                                   : launch_hot<H, false, 1>(a, blocks, wpb, st, rows))
+         : small_rows == 2 ? (simple ? launch_small2<H, true>(a, blocks, wpb, st)
+                                     : launch_small2<H, false>(a, blocks, wpb, st))
+                           : (simple ? launch_hot<H, true, 4>(a, blocks, wpb, st, rows)
+                                     : launch_hot<H, false, 4>(a, blocks, wpb, st, rows));
 }
 
 // Small grids: one warp per chunk of 1 or 2 rows (a warp's serial work, its rows' math,
@@ -284,12 +297,39 @@ int small_grid_rows(int64_t rows, const mamba_ssu_device_props &d, int rounds, b
   return 0;
 }
 
+// The head_dims of the hot kernels: 64 (HotConfig) and every other multiple of 16 up to 256
+// (HotDimConfig, head_dim at run time; ssu.cuh's zero_page is sized for 256): a head of dim
+// rows then splits into warps of 4 rows in blocks of 4 warps, or into 1- or 2-row warps in
+// blocks of 4 or 8 (the small-grid kernels), without a partial chunk or block.
+bool hot_dim(int64_t dim) { return dim == 64 || (dim % 16 == 0 && dim >= 16 && dim <= 256); }
+
+// Rows per warp for the run-time head_dim kernels (HotDimConfig): the divisor of dim nearest
+// to rpw (the dim-64 rule's pick; in log2, ties to the smaller) that is a multiple of the chunk
+// rows and whose warps fill blocks of block_warps warps, or one block of fewer. Every chunk is
+// then full and the body's warp numbering (a block's index in the head times its warps) holds.
+int snap_rows_per_warp(int64_t dim, int rpw, int rows_per_chunk, int block_warps) {
+  int64_t best = rows_per_chunk;  // dim % 16 == 0: 4 warps of 4 rows divide it (hot_dim)
+  int64_t best_hi = 0, best_lo = 1;  // the ratio max(d, rpw) / min(d, rpw) of best, as hi / lo
+  for (int64_t d = rows_per_chunk; d <= dim; d += rows_per_chunk) {
+    if (dim % d != 0) continue;
+    const int64_t warps = dim / d;
+    if (warps % block_warps != 0 && warps > block_warps) continue;
+    const int64_t hi = std::max<int64_t>(d, rpw), lo = std::min<int64_t>(d, rpw);
+    if (best_hi == 0 || hi * best_lo < best_hi * lo) {
+      best = d;
+      best_hi = hi;
+      best_lo = lo;
+    }
+  }
+  return static_cast<int>(best);
+}
+
 // The hot kernels implement FlashInfer 0.7.2's SR conversion only: a call with SR under
 // MAMBA_SSU_SR_V074 runs the generic kernel (same layouts, random words and summation forms;
 // its exact SR path takes the rule). Without SR the rule changes nothing.
 bool is_hot(const mamba_ssu_params *p) {
   return p->state_dtype == MAMBA_SSU_F16 && p->input_dtype == MAMBA_SSU_BF16 &&
-         p->weight_dtype == MAMBA_SSU_BF16 && p->dim == 64 && p->dstate == 128 &&
+         p->weight_dtype == MAMBA_SSU_BF16 && hot_dim(p->dim) && p->dstate == 128 &&
          (p->philox_rounds == 0 || p->philox_rounds == 5 || p->philox_rounds == 10) &&
          !(p->philox_rounds > 0 && p->sr_rule == MAMBA_SSU_SR_V074);
 }
@@ -298,6 +338,7 @@ bool is_hot(const mamba_ssu_params *p) {
 // device's properties (no device touched), shared by the launcher and the plan functions.
 struct Plan {
   bool below, simple, f1, hot;
+  bool hot_rt_dim;  // a hot kernel with head_dim at run time (HotDimConfig)
   int64_t rows;
   int small_rows, rows_per_chunk, rpw, warps_per_block;
   int64_t blocks_per_head, blocks;
@@ -354,6 +395,9 @@ int plan_launch(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan
            100 * grid(rpw) <= int64_t{Tuning::kWaveSplitPct} * wave)
       rpw /= 2;
   }
+  const bool hot_rt_dim = hot && p.dim != 64;
+  if (hot_rt_dim && !small)
+    rpw = snap_rows_per_warp(p.dim, rpw, rows_per_chunk, ssu::kWarpsPerBlock);
   // The 2-row kernels without SR take HotConfig<*, 0, 2>::kBlockWarps warps per block (dim 64 is
   // a multiple of 2 rows times it).
   const int warps_per_block =
@@ -377,7 +421,9 @@ int plan_launch(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan
   uint32_t taper_start = UINT32_MAX, taper_shift = 0;
   const bool taper_kernel = p.philox_rounds == 10 && rows >= Tuning::kLargeGridRows;
   if (hot && !small && taper_kernel && blocks_per_head == 1 &&
-      (rpw >> Tuning::kTaperShift) >= rows_per_chunk) {
+      (rpw >> Tuning::kTaperShift) >= rows_per_chunk &&
+      (rpw >> Tuning::kTaperShift) % rows_per_chunk == 0 &&
+      (rpw >> Tuning::kTaperShift) << Tuning::kTaperShift == rpw) {
     const int64_t heads = p.batch * p.nheads;
     const int64_t parts = int64_t{1} << Tuning::kTaperShift;
     const int64_t resident =
@@ -404,7 +450,7 @@ int plan_launch(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan
                 "launch plan: no valid grid (rows per warp %d, warps per block %d, blocks per "
                 "head %lld, blocks %lld)",
                 rpw, warps_per_block, ll(blocks_per_head), ll(nblocks));
-  *out = Plan{below,        simple,          f1,        hot,         rows,
+  *out = Plan{below,        simple,          f1,        hot,         hot_rt_dim, rows,
               small_rows,   rows_per_chunk,  rpw,       warps_per_block,
               blocks_per_head, blocks,       taper_start, taper_shift,
               static_cast<unsigned>(nblocks)};
@@ -496,14 +542,10 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
   const auto st = reinterpret_cast<cudaStream_t>(stream);
   const unsigned nblocks = plan.nblocks;
   const int wpb = warps_per_block;
-  const int s = !hot              ? launch<DynConfig>(a, nblocks, wpb, st)
-                : small_rows == 1 ? (simple ? launch_hot<true, 1>(a, nblocks, wpb, st, rows)
-                                            : launch_hot<false, 1>(a, nblocks, wpb, st, rows))
-                : small_rows == 2 ? (simple ? launch_small2<true>(a, nblocks, wpb, st)
-                                            : launch_small2<false>(a, nblocks, wpb, st))
-                                  : (simple ? launch_hot<true, 4>(a, nblocks, wpb, st, rows)
-                                            : launch_hot<false, 4>(a, nblocks, wpb, st, rows));
-  return s;
+  if (!hot) return launch<DynConfig>(a, nblocks, wpb, st);
+  if (plan.hot_rt_dim) return launch_hot_shape<ssu::HotDimConfig>(a, nblocks, wpb, st, rows,
+                                                                  small_rows, simple);
+  return launch_hot_shape<HotConfig>(a, nblocks, wpb, st, rows, small_rows, simple);
 }
 
 }  // namespace mamba_ssu

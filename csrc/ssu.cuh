@@ -74,6 +74,8 @@
 // The body is written once (ssu_body) over a config type:
 //   - HotConfig<kSimple, kRounds, kU, kGate, kZW>: fp16 state, bf16 inputs and weights, dim 64,
 //     dstate 128, all sizes constexpr, vector loads;
+//   - HotDimConfig<...>: HotConfig's kernels with head_dim at run time (multiples of 16 up to
+//     256: Nemotron Nano 2's 80, 128);
 //   - DynConfig: every dtype, dim, dstate and round count at run time, scalar
 //     loads, per-lane arrays sized for dstate 256 with guarded unrolled loops.
 #pragma once
@@ -403,6 +405,20 @@ struct HotConfig {
   }
 };
 
+// The hot kernels at another head_dim: HotConfig's code with the head_dim read from Args::dim
+// (a multiple of 16 up to 256 other than 64; the launcher's is_hot_dim). Every other size,
+// layout and tuning choice is HotConfig's. The launcher gives each warp rows_per_warp rows
+// dividing dim, in blocks of Cfg::kBlockWarps warps (or one block of fewer warps per head), so
+// that every chunk is full and a block's first warp index is its index in the head times
+// kBlockWarps, as at dim 64 (plan_launch: snap_rows_per_warp).
+template <bool kSimple, int kRounds, int kU = 4, bool kGate = false, int kZW = -1>
+struct HotDimConfig : HotConfig<kSimple, kRounds, kU, kGate, kZW> {
+  int dim_;
+  __device__ explicit HotDimConfig(const Args &a)
+      : HotConfig<kSimple, kRounds, kU, kGate, kZW>(a), dim_(a.dim) {}
+  __device__ int dim() const { return dim_; }
+};
+
 // Generic path: everything at run time. A row of one lane is up to 8
 // elements, one per word (fp32 bits, or fp16/bf16 bits in the low half).
 struct DynConfig {
@@ -684,7 +700,8 @@ __device__ __forceinline__ uint64_t derive_seed(const Args &a, uint64_t seed, ui
 
 // Zeros read in place of a pad slot's state by the hot SR kernels (kZeroPage): their state loads
 // are then unconditional, without a predicate and the register moves it brings.
-__device__ __align__(16) static uint8_t zero_page[64 * 128 * 2];
+// Sized for the largest head the hot kernels serve (HotDimConfig: dim <= 256, dstate 128, fp16).
+__device__ __align__(16) static uint8_t zero_page[256 * 128 * 2];
 
 template <class Cfg>
 __device__ __forceinline__ void ssu_body(const Args &a) {

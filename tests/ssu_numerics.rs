@@ -704,7 +704,7 @@ fn all_dtype_combinations_match_f64_reference() {
 /// tapered: the last heads in blocks of a part of a head each; their SR bits are checked too):
 /// a pad's rows are read as zeros (a predicated load, or the zero page of the 5-round and the
 /// large-grid 10-round kernels; no L2 prefetch), its output is written and its state slot is
-/// left alone.
+/// left alone. All of it at head dims 64, 80 and 128 (the large grids at 80 and 128 without z).
 #[test]
 #[ignore = "requires a CUDA GPU"]
 fn large_grids_with_pads_match_f64_reference() {
@@ -714,7 +714,12 @@ fn large_grids_with_pads_match_f64_reference() {
     let mut rng = Rng(run_seed());
     let mut failures = Vec::new();
     let mut runs = 0;
-    for rounds in [0u32, 5, 10] {
+    // Head dim 64 (HotConfig) and 80, 128 (HotDimConfig: the same kernels with the head dim at
+    // run time, whose warps take a divisor of it as their rows).
+    for (dim, rounds) in [64usize, 80, 128]
+        .into_iter()
+        .flat_map(|d| [0u32, 5, 10].map(|r| (d, r)))
+    {
         // With and without z: the hot kernels are instantiated for each.
         // On 132 SMs: batch 1 (2 048 rows) runs the one-row SR kernels and the 2-row ones without
         // SR, batch 2 (4 096 rows) the 2-row SR kernels (simple, 5 rounds vertical) and 4-row
@@ -728,6 +733,7 @@ fn large_grids_with_pads_match_f64_reference() {
             (false, 1),
         ] {
             let mut cfg = Cfg::base();
+            cfg.dim = dim;
             cfg.rounds = rounds;
             cfg.batch = batch;
             (cfg.nheads, cfg.ngroups) = (32, 8);
@@ -749,14 +755,24 @@ fn large_grids_with_pads_match_f64_reference() {
     // The large-grid forms of the 4-row kernels without SR and with 10 rounds (from 262 144
     // rows on: `kLargeGridRows` in csrc/tuning.h; 10 rounds read pads from the zero page
     // there): 128 heads x batch 32.
-    for (rounds, alg) in [
-        (0u32, "simple"),
-        (0, "vertical"),
-        (10, "simple"),
-        (10, "vertical"),
+    // At head dims 80 and 128 without z (dim 128's 10-round grid is tapered, dim 80's warps
+    // take 40 rows in 2-warp blocks).
+    for (dim, rounds, alg) in [
+        (64usize, 0u32, "simple"),
+        (64, 0, "vertical"),
+        (64, 10, "simple"),
+        (64, 10, "vertical"),
+        (80, 0, "simple"),
+        (80, 10, "vertical"),
+        (128, 0, "vertical"),
+        (128, 10, "simple"),
     ] {
         for z in [false, true] {
+            if dim != 64 && z {
+                continue;
+            }
             let mut cfg = Cfg::base();
+            cfg.dim = dim;
             cfg.rounds = rounds;
             cfg.batch = 32;
             (cfg.nheads, cfg.ngroups) = (128, 8);
@@ -776,9 +792,12 @@ fn large_grids_with_pads_match_f64_reference() {
             // third of their elements, ~8 % of the total).
             if rounds > 0 {
                 let (f, _, total) = predicted_agreement(&p, &r.0, &s, alg);
-                eprintln!("large grid R{rounds} {alg} z={z}: predicted SR bits agree on {f:.5} of {total}");
+                eprintln!(
+                    "large grid dim {dim} R{rounds} {alg} z={z}: predicted SR bits agree on \
+                     {f:.5} of {total}"
+                );
                 if f <= 0.99 {
-                    failures.push(format!("R{rounds} {alg} z={z}: SR bits agree on {f}"));
+                    failures.push(format!("dim {dim} R{rounds} {alg} z={z}: SR bits agree on {f}"));
                 }
             }
         }

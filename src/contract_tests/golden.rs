@@ -128,12 +128,12 @@ fn fnv1a(text: &str) -> u64 {
     })
 }
 
-/// The plans grouped by call form, batch and heads (a line's first three words), as
+/// The plans grouped by call form, batch, heads and head dim (a line's first four words), as
 /// `group lines digest` lines.
 fn digests(plans: &str) -> Vec<(String, usize, u64)> {
     let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
     for l in plans.lines() {
-        let key = l.split(' ').take(3).collect::<Vec<_>>().join(" ");
+        let key = l.split(' ').take(4).collect::<Vec<_>>().join(" ");
         match groups.last_mut() {
             Some((k, v)) if *k == key => v.push(l),
             _ => groups.push((key, vec![l])),

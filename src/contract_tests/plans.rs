@@ -124,6 +124,7 @@ fn every_accepted_call_has_a_valid_launch_plan() {
                     let what = format!("b={batch} h={nheads} dim={dim} dstate={dstate} {dtypes:?} R={rounds} alg={algo} z={z} next={next} sms={sms}");
                     assert_eq!(st, OK, "{what}");
                     assert_covering(&what, &plan, (batch * nheads) as i64, dim as i64);
+                    assert_hot_tiling(&what, &plan, dim as i64);
                     assert_eq!(plan.num_sms, sms, "{what}");
                 }
             }
@@ -229,6 +230,25 @@ fn assert_covering(what: &str, plan: &sys::mamba_ssu_launch_plan, heads: i64, di
     );
 }
 
+/// A single-token compiled-in (hot) kernel's grid tiles the head exactly: its chunks are full
+/// (every warp has rows_per_warp rows, a multiple of the 4-row chunk or a 1- or 2-row small-grid
+/// warp) and a block's first row is its index in the head times its warps' rows (blocks of 4
+/// warps, 8 for the 2-row kernels without SR, or one block per head); at head dim 64 and at
+/// the others the run-time head_dim kernels (HotDimConfig) serve.
+fn assert_hot_tiling(what: &str, plan: &sys::mamba_ssu_launch_plan, dim: i64) {
+    if plan.compiled_kernel == 0 {
+        return;
+    }
+    let rpw = i64::from(plan.rows_per_warp);
+    let covered = i64::from(plan.warps_per_block) * rpw * plan.blocks_per_head;
+    assert_eq!(covered, dim, "{what}: {plan:?} does not tile the head exactly");
+    assert!(rpw <= 2 || rpw % 4 == 0, "{what}: {plan:?}: partial chunks");
+    assert!(
+        plan.blocks_per_head == 1 || matches!(plan.warps_per_block, 4 | 8),
+        "{what}: {plan:?}: partial blocks"
+    );
+}
+
 /// On every GPU family's properties, every accepted single- and multi-token call gets a valid
 /// covering grid; ALGO_AUTO resolves to SIMPLE below sm_90 (FlashInfer's kernels for those GPUs
 /// have that layout only) and by the SM-count rule from sm_90 on; the plan is for the given SM
@@ -290,6 +310,7 @@ fn every_gpu_family_gets_a_valid_covering_grid() {
                         let (st, plan) = plan_for(&a, &d);
                         assert_eq!(st, OK, "{what}");
                         assert_covering(&what, &plan, (batch * nheads) as i64, dim as i64);
+                        assert_hot_tiling(&what, &plan, dim as i64);
                         assert_eq!(plan.num_sms, d.num_sms, "{what}");
                         if algo == 0 {
                             let below = ((batch * nheads) as i64) < 2 * i64::from(d.num_sms);

@@ -286,15 +286,31 @@ def main():
         raise SystemExit(f"build: groups of the reference cases failed: {sorted(ref_needed & set(failed))}")
     jobs = [j for j in jobs if j[0] not in failed]
 
-    os.makedirs(os.path.join(dist, "lib"), exist_ok=True)
-    lib = os.path.join(dist, "lib", "libfirec.so")
-    objs = [os.path.join(objdir, j[0] + ".o") for j in jobs]
+    # One shared object per group, beside libfirec.so (the driver's common functions). FlashInfer's
+    # launchers and kernels are templates over the types only; DIM, DSTATE, PHILOX_ROUNDS and
+    # NTOKENS_MTP are the translation unit's constants. Two groups of the same types therefore
+    # define host functions of the same name with different bodies, and one linked library
+    # would keep one of them for all (every call would run one group's head dim and rounds).
+    # Each group links alone (its symbols bound inside it, -Bsymbolic) and the runner loads it
+    # with RTLD_LOCAL.
+    libdir = os.path.join(dist, "lib")
+    shutil.rmtree(libdir, ignore_errors=True)
+    os.makedirs(os.path.join(libdir, "groups"), exist_ok=True)
     arch = [f for f in flags if f.startswith("-gencode")]
-    # The CUDA runtime is linked statically; the one driver-API call of FlashInfer's headers
-    # (cuTensorMapEncodeTiled) is resolved at load time from libcuda.so.1, which the runner loads
-    # first (no libcuda stub is needed on the build host).
-    cmd = [nvcc, "-shared", "-o", lib] + objs + arch + ["--cudart", "static"]
-    subprocess.run(cmd, check=True)
+    # The CUDA runtime is linked statically (into each library); the one driver-API call of
+    # FlashInfer's headers (cuTensorMapEncodeTiled) is resolved at load time from libcuda.so.1,
+    # which the runner loads first (no libcuda stub is needed on the build host).
+    def link(job):
+        gid = job[0]
+        out = os.path.join(libdir, "libfirec.so") if gid == "common" else \
+            os.path.join(libdir, "groups", gid + ".so")
+        cmd = [nvcc, "-shared", "-o", out, os.path.join(objdir, gid + ".o")] + arch + \
+            ["--cudart", "static", "-Xlinker", "-Bsymbolic"]
+        subprocess.run(cmd, check=True)
+        # The symbol tables are not needed by the runner (it looks up the exported entry only).
+        subprocess.run(["strip", "--strip-unneeded", out], check=True)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
+        list(ex.map(link, jobs))
 
     # The runner and its inputs.
     for sub in ("runner",):

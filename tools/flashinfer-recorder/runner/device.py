@@ -1,4 +1,5 @@
-"""ctypes binding of libfirec.so (driver/firec.h): device memory and the group entry points."""
+"""ctypes binding of libfirec.so (driver/firec.h): device memory, and the group entry points from
+lib/groups/<group>.so."""
 
 import ctypes
 import os
@@ -39,6 +40,8 @@ class DeviceError(RuntimeError):
 class Driver:
     def __init__(self, lib_path):
         self.lib = ctypes.CDLL(os.path.abspath(lib_path))
+        self._lib_dir = os.path.dirname(os.path.abspath(lib_path))
+        self._groups = {}
         if self.lib.firec_abi_version() != 1:
             raise DeviceError("libfirec ABI version mismatch")
         if self.lib.firec_sizeof_args() != ctypes.sizeof(FirecArgs):
@@ -93,10 +96,22 @@ class Driver:
         self._check(self.lib.firec_memset(ptr, byte, nbytes, self._err, 4096), "memset")
 
     def entry(self, symbol):
+        """The entry point `symbol` (`firec_<group>`) from its group's library, lib/groups/<group>.so
+        beside libfirec.so, loaded once with RTLD_LOCAL: groups of the same types define
+        FlashInfer's launchers under the same names with different head dims and round counts
+        (build.py links each alone)."""
+        gid = symbol[len("firec_"):] if symbol.startswith("firec_") else symbol
+        lib = self._groups.get(gid)
+        if lib is None:
+            path = os.path.join(self._lib_dir, "groups", gid + ".so")
+            if not os.path.exists(path):
+                raise DeviceError(f"{path} is missing: rebuild with the spec that has this case")
+            lib = ctypes.CDLL(path, mode=os.RTLD_LOCAL | os.RTLD_NOW)
+            self._groups[gid] = lib
         try:
-            fn = getattr(self.lib, symbol)
+            fn = getattr(lib, symbol)
         except AttributeError:
-            raise DeviceError(f"{symbol} is not in libfirec.so: rebuild with the spec that has this case") from None
+            raise DeviceError(f"{symbol} is not in {gid}.so: rebuild with the spec that has this case") from None
         return ENTRY(ctypes.cast(fn, ctypes.c_void_p).value)
 
     def call(self, entry, args):
