@@ -284,7 +284,57 @@ fn flashinfer_reference_bit_exact() {
     let Some((ctx, stream)) = common::gpu() else {
         return;
     };
-    let m = Manifest::from_env_or_embedded();
+    check_manifest(&ctx, &stream, &Manifest::from_env_or_embedded());
+}
+
+/// FlashInfer 0.7.2.post1's single-token kernel at head dims 80 and 128 (dstate 128, fp16 state,
+/// bf16 inputs; 0, 5 and 10 rounds; with and without z; 8 heads x batch 1 to 128 heads x batch
+/// 32, the crate's small-, 4-row- and large-grid kernels; `tools/flashinfer-recorder/cases/
+/// shape_cases.json`), recorded on an H200 and merged by `tools/flashinfer-recorder/merge.py`
+/// (blocks over 64 KiB by hash only: inputs regenerated, outputs compared by SHA-256).
+const SHAPES_MANIFEST: &str = include_str!("data/flashinfer_ssu_shapes/manifest.json");
+/// Its bin.
+const SHAPES_FIXTURES: &[u8] = include_bytes!("data/flashinfer_ssu_shapes/fixtures.bin");
+
+/// The recorded shape cases, checked as [`flashinfer_reference_bit_exact`] checks the reference
+/// data.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_shapes_bit_exact() {
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let m = Manifest::from_text(SHAPES_MANIFEST, &[("fixtures.bin", SHAPES_FIXTURES)]);
+    assert_eq!(m.cases.len(), 42, "the shape cases");
+    check_manifest(&ctx, &stream, &m);
+}
+
+/// The shape cases' data is intact: the bin has its recorded size and SHA-256, and every input
+/// block, stored or regenerated from the manifest's generator, has its SHA-256.
+#[test]
+fn shapes_data_is_intact() {
+    let m = Manifest::from_text(SHAPES_MANIFEST, &[("fixtures.bin", SHAPES_FIXTURES)]);
+    assert_eq!(m.cases.len(), 42);
+    for (file, bytes, sha) in &m.bins {
+        assert_eq!(m.bin_data[file].len() as u64, *bytes, "{file}");
+        assert_eq!(&sha256_hex(&m.bin_data[file]), sha, "{file}");
+    }
+    let mut dims = std::collections::BTreeSet::new();
+    for case in &m.cases {
+        dims.insert(case.dim);
+        for t in &case.inputs {
+            let _ = m.input_storage(t); // panics on a block whose bytes miss their hash
+        }
+    }
+    assert_eq!(dims.into_iter().collect::<Vec<_>>(), vec![80, 128]);
+}
+
+/// Every run of every case of `m` bit-identical to FlashInfer's; a table row per run.
+fn check_manifest(
+    ctx: &std::sync::Arc<cudarc::driver::CudaContext>,
+    stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+    m: &Manifest,
+) {
     let device_sms = ctx
         .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
         .expect("SM count") as u64;
@@ -303,7 +353,7 @@ fn flashinfer_reference_bit_exact() {
             .map(|t| (t.name.clone(), m.input_storage(t)))
             .collect();
         for r in &case.results {
-            let o = run_one(&ctx, &stream, &m, case, &hosts, r, device_sms);
+            let o = run_one(ctx, stream, m, case, &hosts, r, device_sms);
             println!("{}", o.line);
             runs += 1;
             if o.failed {

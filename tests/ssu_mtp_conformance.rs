@@ -61,6 +61,21 @@ fn manifest() -> Manifest {
     Manifest::from_env_or(MANIFEST_ENV, embedded)
 }
 
+/// FlashInfer 0.7.2.post1's multi-token kernel at head dim 128 (dstate 128, fp16 state, 0/5/10
+/// rounds, T 4 and 8; `tools/flashinfer-recorder/cases/shape_cases.json`), recorded on an H200
+/// and merged by `tools/flashinfer-recorder/merge.py` (large blocks by hash only).
+const EMBEDDED_SHAPES_MANIFEST: &str = include_str!("data/flashinfer_ssu_mtp_shapes/manifest.json");
+/// Its bin.
+const EMBEDDED_SHAPES_FIXTURES: &[u8] = include_bytes!("data/flashinfer_ssu_mtp_shapes/fixtures.bin");
+
+/// The embedded shape cases.
+fn embedded_shapes() -> Manifest {
+    Manifest::from_text(
+        EMBEDDED_SHAPES_MANIFEST,
+        &[("fixtures.bin", EMBEDDED_SHAPES_FIXTURES)],
+    )
+}
+
 fn usizes(v: &[u64]) -> Vec<usize> {
     v.iter().map(|x| *x as usize).collect()
 }
@@ -647,7 +662,22 @@ fn flashinfer_mtp_reference_bit_exact() {
     let Some((ctx, stream)) = common::gpu() else {
         return;
     };
-    let m = manifest();
+    check_manifest(&ctx, &stream, &manifest());
+}
+
+/// The recorded shape cases (head dim 128), as [`flashinfer_mtp_reference_bit_exact`] checks
+/// the reference data.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_mtp_shapes_bit_exact() {
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    check_manifest(&ctx, &stream, &embedded_shapes());
+}
+
+/// Every run of every case of `m` on the GPU, bit-identical to FlashInfer's; a table row per run.
+fn check_manifest(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, m: &Manifest) {
     println!("{} cases", m.cases.len());
     println!(
         "| {:<36} | {:<8} | {:<28} | {:<28} | {:<28} |",
@@ -656,7 +686,7 @@ fn flashinfer_mtp_reference_bit_exact() {
     println!("|---|---|---|---|---|");
     let mut failed = Vec::new();
     for case in &m.cases {
-        failed.extend(check_case(&ctx, &stream, &m, case));
+        failed.extend(check_case(ctx, stream, m, case));
     }
     assert!(!m.cases.is_empty(), "no cases");
     assert!(
@@ -703,12 +733,13 @@ fn the_sr_rule_follows_the_recorded_release() {
 
 #[test]
 fn embedded_bin_matches_its_manifest() {
-    let m = embedded();
-    assert_eq!(m.bins.len(), 1);
-    for (file, bytes, sha) in &m.bins {
-        let data = &m.bin_data[file];
-        assert_eq!(data.len() as u64, *bytes, "{file}: size");
-        assert_eq!(&sha256_hex(data), sha, "{file}: SHA-256");
+    for m in [embedded(), embedded_shapes()] {
+        assert_eq!(m.bins.len(), 1);
+        for (file, bytes, sha) in &m.bins {
+            let data = &m.bin_data[file];
+            assert_eq!(data.len() as u64, *bytes, "{file}: size");
+            assert_eq!(&sha256_hex(data), sha, "{file}: SHA-256");
+        }
     }
 }
 
@@ -717,7 +748,12 @@ fn embedded_bin_matches_its_manifest() {
 /// the API (its `prefix_runs` too).
 #[test]
 fn embedded_cases_rebuild_and_map_onto_the_api() {
-    let m = embedded();
+    rebuild_and_map(&embedded());
+    rebuild_and_map(&embedded_shapes());
+}
+
+/// The body of [`embedded_cases_rebuild_and_map_onto_the_api`] for one manifest.
+fn rebuild_and_map(m: &Manifest) {
     assert!(!m.cases.is_empty());
     let mut regenerated = 0usize;
     for case in &m.cases {
@@ -725,7 +761,7 @@ fn embedded_cases_rebuild_and_map_onto_the_api() {
         if let Some(p) = case_shape_problem(case) {
             panic!("{}: {p}", case.name);
         }
-        let hosts = host_inputs(&m, case);
+        let hosts = host_inputs(m, case);
         regenerated += case
             .inputs
             .iter()
@@ -813,8 +849,8 @@ fn case_spec(case: &Case, out_desc: &common::TensorDesc) -> mamba_ssu::ssu::MtpS
 /// and its sizes are the manifest's.
 #[test]
 fn embedded_cases_pass_the_api_validation() {
-    let m = embedded();
-    for case in &m.cases {
+    let (a, b) = (embedded(), embedded_shapes());
+    for case in a.cases.iter().chain(&b.cases) {
         for r in &case.results {
             let spec = case_spec(case, r.output("out"));
             let p = mamba_ssu::ssu::validate_mtp(&spec)
