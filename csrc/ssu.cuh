@@ -411,13 +411,47 @@ struct HotConfig {
 // dividing dim, in blocks of Cfg::kBlockWarps warps (or one block of fewer warps per head), so
 // that every chunk is full and a block's first warp index is its index in the head times
 // kBlockWarps, as at dim 64 (plan_launch: snap_rows_per_warp).
+// Its shared key table and its zero page are its own (key_table, zero_page below), so that the
+// dim-64 kernels' shared-memory and global layout in the linked module stays as it was.
 template <bool kSimple, int kRounds, int kU = 4, bool kGate = false, int kZW = -1>
 struct HotDimConfig : HotConfig<kSimple, kRounds, kU, kGate, kZW> {
+  using Base = HotConfig<kSimple, kRounds, kU, kGate, kZW>;
+  using Key = typename Base::Key;
   int dim_;
-  __device__ explicit HotDimConfig(const Args &a)
-      : HotConfig<kSimple, kRounds, kU, kGate, kZW>(a), dim_(a.dim) {}
+  __device__ explicit HotDimConfig(const Args &a) : Base(a), dim_(a.dim) {}
   __device__ int dim() const { return dim_; }
+
+  // HotConfig's key table, make_key and load_key over a table of this config's own.
+  __device__ static uint32_t *key_table() {
+    if constexpr (Base::kBlockKey) {
+      __shared__ uint32_t schedule[2 * Base::kKeyRounds];
+      return schedule;
+    } else {
+      __shared__ uint32_t schedule[kWarpsPerBlock][2 * Base::kKeyRounds];
+      return schedule[threadIdx.x >> 5];
+    }
+  }
+  __device__ static Key load_key() { return load_key_schedule<Base::kKeyRounds>(key_table()); }
+  __device__ static Key make_key(uint64_t seed) {
+    if constexpr (kRounds == 0) return Key{};
+    uint32_t *table = key_table();
+    const int t =
+        Base::kBlockKey ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x & 31);
+    store_key_schedule<Base::kKeyRounds>(table, t, seed);
+    if constexpr (Base::kBlockKey) {
+      __syncthreads();
+    } else {
+      __syncwarp();
+    }
+    return load_key();
+  }
 };
+
+// Whether Cfg is a HotDimConfig (its zero page is zero_page_wide).
+template <class Cfg>
+struct IsHotDim : std::false_type {};
+template <bool kSimple, int kRounds, int kU, bool kGate, int kZW>
+struct IsHotDim<HotDimConfig<kSimple, kRounds, kU, kGate, kZW>> : std::true_type {};
 
 // Generic path: everything at run time. A row of one lane is up to 8
 // elements, one per word (fp32 bits, or fp16/bf16 bits in the low half).
@@ -699,9 +733,20 @@ __device__ __forceinline__ uint64_t derive_seed(const Args &a, uint64_t seed, ui
 }
 
 // Zeros read in place of a pad slot's state by the hot SR kernels (kZeroPage): their state loads
-// are then unconditional, without a predicate and the register moves it brings.
-// Sized for the largest head the hot kernels serve (HotDimConfig: dim <= 256, dstate 128, fp16).
-__device__ __align__(16) static uint8_t zero_page[256 * 128 * 2];
+// are then unconditional, without a predicate and the register moves it brings. One head of
+// dim 64 (HotConfig); HotDimConfig's, for heads of up to 256 rows, is zero_page_wide.
+__device__ __align__(16) static uint8_t zero_page[64 * 128 * 2];
+__device__ __align__(16) static uint8_t zero_page_wide[256 * 128 * 2];
+
+// The zero page of a config: HotDimConfig's own, else the dim-64 one.
+template <class Cfg>
+__device__ __forceinline__ const char *zero_page_of() {
+  if constexpr (IsHotDim<Cfg>::value) {
+    return reinterpret_cast<const char *>(zero_page_wide);
+  } else {
+    return reinterpret_cast<const char *>(zero_page);
+  }
+}
 
 template <class Cfg>
 __device__ __forceinline__ void ssu_body(const Args &a) {
@@ -790,7 +835,7 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
   const int esize = cfg.state_bytes();
   char *const state = static_cast<char *>(a.state);
   const char *read_head =
-      pad ? (Cfg::kZeroPage ? reinterpret_cast<const char *>(zero_page) : nullptr)
+      pad ? (Cfg::kZeroPage ? zero_page_of<Cfg>() : nullptr)
           : state + (read_slot * a.state_stride_batch + head_elems) * esize;
   char *write_head =
       write ? state + (write_slot * a.state_stride_batch + head_elems) * esize : nullptr;
