@@ -397,8 +397,9 @@ int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch,
  * intermediate_state_indices without intermediate_states; with intermediate_states,
  * cache_steps >= ntokens and intermediate_cache_size >= 1.
  * A zero-length sequence writes nothing. out uses the fp32 state before any rounding.
- * Index tensors (state_batch_indices, dst_state_batch_indices, num_accepted_tokens,
- * cu_seqlens, intermediate_state_indices) all have index_dtype.
+ * Index tensors: state_batch_indices, dst_state_batch_indices and intermediate_state_indices
+ * have index_dtype; num_accepted_tokens and cu_seqlens their own (num_accepted_tokens_dtype,
+ * cu_seqlens_dtype; 0: index_dtype).
  * Stochastic rounding: Philox once per state element per call (the token is not in the
  * counter, as FlashInfer's; see docs/flashinfer-ssu.md of the crate for the mapping).
  * Speed: F16 state, BF16 inputs and weights, dstate 128 and 0, 5 or 10 Philox rounds run
@@ -468,6 +469,12 @@ typedef struct mamba_ssu_mtp_params {
   int32_t sr_rule;       /* mamba_ssu_sr_rule */
   int32_t seed_source;   /* mamba_ssu_seed_source */
   int32_t num_sms;       /* <= 0: query the current device (grid sizing only) */
+  /* The dtypes of num_accepted_tokens and cu_seqlens, which FlashInfer takes independently of
+   * the slot indices': I32 or I64, or 0 (what a zeroed block holds; MAMBA_SSU_F32 is no index
+   * dtype): index_dtype. A dtype other than index_dtype runs the run-time kernel
+   * (mamba_ssu_launch_plan.compiled_kernel 0). */
+  int32_t num_accepted_tokens_dtype;
+  int32_t cu_seqlens_dtype;
 } mamba_ssu_mtp_params MAMBA_SSU_DEPRECATED_NAME("use mamba_ssu_args");
 
 /* Checks *params against the multi-token kernel's contract without launching anything.
