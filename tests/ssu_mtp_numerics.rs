@@ -312,8 +312,8 @@ impl Problem {
         // for every read and every write (no slot written twice or read after another
         // sequence's write).
         let lo = usize::from(cfg.pad_slot_id == 0);
-        // A dst index is at least T wide; a read-only 2-D index narrower (a buffer entry per
-        // slot without buffer indices keeps the slot count small).
+        // A dst index is at least T wide; a read-only 2-D index has fewer live columns (a buffer
+        // entry per slot without buffer indices keeps the slot count small), padded to T.
         let width = match (cfg.read, cfg.write) {
             (_, Write::Dst { .. }) => tk + rng.below(2) as usize,
             (Read::TwoD { .. }, Write::Inter { indices: false }) => 1 + rng.below(2) as usize,
@@ -350,7 +350,14 @@ impl Problem {
                 (v.clone(), Some((v, vec![bt])), None)
             }
             Read::TwoD { nat } => {
-                let mut v = take(bt * width);
+                // `width` live columns (distinct slots), the row padded with pad_slot_id to at
+                // least T columns (FlashInfer's size(1) >= T; the padding is never read).
+                let cols = width.max(tk);
+                let live = take(bt * width);
+                let mut v = vec![pad; bt * cols];
+                for b in 0..bt {
+                    v[b * cols..b * cols + width].copy_from_slice(&live[b * width..][..width]);
+                }
                 let counts: Vec<i64> = (0..bt)
                     .map(|_| rng.below(width as u64 + 1) as i64)
                     .collect();
@@ -362,11 +369,11 @@ impl Problem {
                         0
                     };
                     if pad_rows[b] {
-                        v[b * width + k] = pad;
+                        v[b * cols + k] = pad;
                     }
-                    reads.push(v[b * width + k]);
+                    reads.push(v[b * cols + k]);
                 }
-                (reads, Some((v, vec![bt, width])), nat.then_some(counts))
+                (reads, Some((v, vec![bt, cols])), nat.then_some(counts))
             }
         };
         let mut sbi = sbi;
