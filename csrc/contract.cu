@@ -471,7 +471,9 @@ int check_indices(Call *c) {
                       : c->dsbi.present()     ? &c->dsbi
                       : c->inter_idx.present() ? &c->inter_idx
                                                : nullptr;
-  c->index_dtype = slots != nullptr ? slots->dtype : MAMBA_SSU_I32;
+  c->index_dtype = slots != nullptr    ? slots->dtype
+                   : c->cu.present() ? c->cu.dtype
+                                     : MAMBA_SSU_I32;
   c->nat_dtype = c->nat.present() ? c->nat.dtype : c->index_dtype;
   c->cu_dtype = c->cu.present() ? c->cu.dtype : c->index_dtype;
   // Not read without the buffer.

@@ -728,7 +728,10 @@ fn flashinfer_argument_rules_are_accepted() {
         for base in [single, fixed, varlen] {
             let mut a = base();
             a.seed.rounds = rounds;
-            assert_eq!(accept(&a, &format!("rounds {rounds}")).stochastic_rounding, 1);
+            assert_eq!(
+                accept(&a, &format!("rounds {rounds}")).stochastic_rounding,
+                1
+            );
         }
     }
 

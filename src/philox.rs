@@ -187,7 +187,10 @@ mod tests {
             }
         }
         // 12 rounds are not 10 (the count reaches the kernel).
-        assert_ne!(philox4x32([0; 4], [0; 2], 12), philox4x32([0; 4], [0; 2], 10));
+        assert_ne!(
+            philox4x32([0; 4], [0; 2], 12),
+            philox4x32([0; 4], [0; 2], 10)
+        );
     }
 
     #[test]

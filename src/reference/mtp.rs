@@ -446,7 +446,11 @@ pub fn selective_state_update_mtp_f64(args: &MtpHostArgs<'_>) -> Result<MtpRefer
                 ));
             }
             for step in 0..len {
-                let w = if one_d { dst.at(&[b]) } else { dst.at(&[b, step]) };
+                let w = if one_d {
+                    dst.at(&[b])
+                } else {
+                    dst.at(&[b, step])
+                };
                 if w == args.pad_slot_id {
                     continue;
                 }
@@ -1014,12 +1018,20 @@ mod tests {
         let sbi = [0i64, 1, 3, 2, 9, 9];
         let mut a = base.clone();
         a.state_batch_indices = Some(HostTensor::contiguous(&sbi[..4], &[4]));
-        assert_eq!(selective_state_update_mtp_f64(&a).unwrap(), want, "padded 1-D");
+        assert_eq!(
+            selective_state_update_mtp_f64(&a).unwrap(),
+            want,
+            "padded 1-D"
+        );
         // A padded 2-D read index (rows of width 3) whose column 0 holds the same slots.
         let wide = [0i64, 7, 7, 1, 7, 7, 3, 7, 7];
         let mut a = base.clone();
         a.state_batch_indices = Some(HostTensor::contiguous(&wide, &[3, 3]));
-        assert_eq!(selective_state_update_mtp_f64(&a).unwrap(), want, "padded 2-D");
+        assert_eq!(
+            selective_state_update_mtp_f64(&a).unwrap(),
+            want,
+            "padded 2-D"
+        );
 
         let one = [2i64, 3, 0];
         let repeated = [2i64, 2, 2, 3, 3, 3];
@@ -1032,7 +1044,10 @@ mod tests {
             selective_state_update_mtp_f64(&b).unwrap(),
         );
         assert_eq!(ra, rb, "1-D dst");
-        assert_ne!(ra, want, "the dst index writes other slots than the read slots");
+        assert_ne!(
+            ra, want,
+            "the dst index writes other slots than the read slots"
+        );
     }
 
     #[test]
@@ -1110,7 +1125,11 @@ mod tests {
         let two = [0i64, 1];
         let mut a = base.clone();
         a.state_batch_indices = Some(HostTensor::contiguous(&three[..1], &[1]));
-        assert_eq!(err_arg(&a), "state_batch_indices", "fewer rows than sequences");
+        assert_eq!(
+            err_arg(&a),
+            "state_batch_indices",
+            "fewer rows than sequences"
+        );
         let mut a = base.clone();
         a.state_batch_indices = Some(HostTensor::contiguous(&[0i64, 4][..], &[2]));
         assert_eq!(err_arg(&a), "state_batch_indices", "slot out of range");

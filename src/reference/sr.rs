@@ -664,12 +664,16 @@ mod tests {
         // Any count >= 1 (FlashInfer has no upper bound): the words are Philox4x32 with that
         // count, e.g. 12 rounds are two more rounds over 10 with the key bumped 10 times.
         for rounds in [1, 3, 7, 11, 12, 1000] {
-            let m = SrMapping::new(Algorithm::Simple, 8192, 64, 128, 0x1234_5678_9ABC, rounds)
-                .unwrap();
+            let m =
+                SrMapping::new(Algorithm::Simple, 8192, 64, 128, 0x1234_5678_9ABC, rounds).unwrap();
             for (slot, h, d, n) in [(0, 0, 0, 0), (3, 1, 17, 5), (1, 0, 63, 127)] {
                 let (o, word) = m.philox_offset(slot, h, d, n);
                 let want = philox4x32(counter_of(o), key_of(0x1234_5678_9ABC), rounds)[word];
-                assert_eq!(m.random_bits(slot, h, d, n), want & SR_BITS_MASK, "rounds {rounds}");
+                assert_eq!(
+                    m.random_bits(slot, h, d, n),
+                    want & SR_BITS_MASK,
+                    "rounds {rounds}"
+                );
             }
         }
         let m10 = SrMapping::new(Algorithm::Simple, 8192, 64, 128, 7, 10).unwrap();

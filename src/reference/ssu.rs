@@ -56,7 +56,12 @@ impl<'a, T: Copy> HostTensor<'a, T> {
         self.check_sizes(name, min, true)
     }
 
-    fn check_sizes(&self, name: &'static str, expected: &[Option<usize>], at_least: bool) -> Result<()> {
+    fn check_sizes(
+        &self,
+        name: &'static str,
+        expected: &[Option<usize>],
+        at_least: bool,
+    ) -> Result<()> {
         if self.shape.len() != expected.len() || self.strides.len() != expected.len() {
             return Err(Error::invalid(
                 name,

@@ -122,7 +122,7 @@ pub struct SsuArgs<'a> {
     /// FlashInfer's `disable_state_update` (default false): leave the state untouched instead
     /// of writing the updated state.
     pub disable_state_update: bool,
-    /// 0 (default): round the state to nearest; 1..=[`MAX_PHILOX_ROUNDS`](super::MAX_PHILOX_ROUNDS):
+    /// 0 (default): round the state to nearest; any other count (up to `i32::MAX`):
     /// stochastic rounding of an F16 state with that many Philox rounds (needs `seed`).
     pub philox_rounds: u32,
     /// Which FlashInfer kernel to match (default [`Algorithm::Auto`]).
@@ -226,7 +226,8 @@ impl<'a> SsuArgs<'a> {
         self
     }
 
-    /// Enables stochastic rounding with `philox_rounds` rounds (1..=10) and `seed`.
+    /// Enables stochastic rounding with `philox_rounds` rounds (>= 1; FlashInfer sets no upper
+    /// bound) and `seed`.
     pub fn stochastic_rounding(mut self, seed: SeedSource<'a>, philox_rounds: u32) -> Self {
         self.seed = Some(seed);
         self.philox_rounds = philox_rounds;
@@ -324,7 +325,8 @@ pub struct SsuProblem {
     pub input_dtype: DType,
     /// Dtype of `dt`, `D`, `dt_bias`.
     pub weight_dtype: DType,
-    /// Dtype of the index tensors, if any is given.
+    /// Dtype of the slot indices (`state_batch_indices`, else `dst_state_batch_indices`: the
+    /// two have one dtype), if any is given.
     pub index_dtype: Option<DType>,
     /// Whether the state is stochastically rounded (`philox_rounds > 0`).
     pub stochastic_rounding: bool,

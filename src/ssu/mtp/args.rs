@@ -58,8 +58,8 @@ pub struct MtpArgs<'a> {
     /// FlashInfer's `disable_state_update` (default false): without a buffer or a dst index,
     /// leave the state untouched instead of writing the last token's state.
     pub disable_state_update: bool,
-    /// 0 (default): round the state to nearest; 1..=10: stochastic rounding of an F16 state
-    /// with that many Philox rounds (needs `seed`).
+    /// 0 (default): round the state to nearest; any other count (up to `i32::MAX`): stochastic
+    /// rounding of an F16 state with that many Philox rounds (needs `seed`).
     pub philox_rounds: u32,
     /// The stochastic-rounding conversion (default [`SrRule::V072`]).
     pub sr_rule: SrRule,
@@ -184,7 +184,8 @@ impl<'a> MtpArgs<'a> {
         self
     }
 
-    /// Enables stochastic rounding with `philox_rounds` rounds (1..=10) and `seed`.
+    /// Enables stochastic rounding with `philox_rounds` rounds (>= 1; FlashInfer sets no upper
+    /// bound) and `seed`.
     pub fn stochastic_rounding(mut self, seed: SeedSource<'a>, philox_rounds: u32) -> Self {
         self.seed = Some(seed);
         self.philox_rounds = philox_rounds;
@@ -299,7 +300,9 @@ pub struct MtpProblem {
     pub input_dtype: DType,
     /// Dtype of `dt`, `D`, `dt_bias`.
     pub weight_dtype: DType,
-    /// Dtype of the index tensors, if any is given.
+    /// Dtype of the slot indices (`state_batch_indices`, else `dst_state_batch_indices`, else
+    /// `intermediate_state_indices`), if any is given, else `cu_seqlens`' (`num_accepted_tokens`
+    /// and `cu_seqlens` may each have their own dtype).
     pub index_dtype: Option<DType>,
     /// Whether the state is stochastically rounded (`philox_rounds > 0`).
     pub stochastic_rounding: bool,
