@@ -167,7 +167,8 @@ struct Call {
   int32_t index_dtype = MAMBA_SSU_I32, nat_dtype = MAMBA_SSU_I32, cu_dtype = MAMBA_SSU_I32;
 };
 
-// Descriptors, what is not served, the options, the form and FlashInfer's normalisation.
+// The option values and conflicts (FlashInfer's Python checks), the descriptors, what is not
+// served, the form and FlashInfer's normalisation.
 int check_options_and_form(const mamba_ssu_args &a, Call *c) {
   int s;
   struct Arg {
@@ -195,14 +196,11 @@ int check_options_and_form(const mamba_ssu_args &a, Call *c) {
       {&a.state_scale, "state_scale", true},
       {&a.intermediate_state_scales, "intermediate_state_scales", true},
   };
-  for (const Arg &g : all) {
-    if ((s = check_descriptor(*g.t, g.name, g.optional))) return s;
-  }
   if (a.reserved != 0)
     return reject(MAMBA_SSU_ERROR_INVALID_VALUE, "reserved", "expected 0, got %d", a.reserved);
 
   // FlashInfer's Python checks (ValueError there, INVALID_VALUE here), in its order and before
-  // every tensor rule: the seed with a state_scale, the seed's values (rounds >= 1 with a seed),
+  // every tensor rule (a tensor is given when its rank is not 0): the seed with a state_scale, the seed's values (rounds >= 1 with a seed),
   // an intermediate buffer together with dst indices (whatever the form), the algorithm's name.
   const bool seeded = a.seed.mode != MAMBA_SSU_SEED_MODE_NONE;
   if (seeded && a.state_scale.rank > 0)
@@ -223,6 +221,12 @@ int check_options_and_form(const mamba_ssu_args &a, Call *c) {
       a.form != MAMBA_SSU_FORM_MULTI)
     return reject(MAMBA_SSU_ERROR_INVALID_VALUE, "form",
                   "expected AUTO (0), SINGLE (1) or MULTI (2), got %d", a.form);
+
+  // The descriptors (a tensor of a dtype without a tag, or of a rank no descriptor holds, is
+  // FlashInfer's C++ rejection; it passes its Python checks, which only see it given).
+  for (const Arg &g : all) {
+    if ((s = check_descriptor(*g.t, g.name, g.optional))) return s;
+  }
 
   // The form: FlashInfer's rule on x as given (a negative cache_steps selects nothing).
   const bool has_cu = a.cu_seqlens.rank > 0;
