@@ -125,10 +125,11 @@ inline int check_seed_values(const mamba_ssu_seed &s, const SeedNames &n) {
 }
 
 // The one check of a seed, for both forms, in this order: its option values
-// (check_seed_values); with a seed an F16 state; the position's device pointers (both or neither, 8-byte aligned) whenever one is
-// given; `next` 8-byte aligned; a position that is read (mode DERIVED, or `next` set: its
-// offset + 4 is the next link) an offset that is a multiple of 4 (torch counts 32-bit words in
-// blocks of 4); with mode POINTER an 8-byte aligned pointer. `chain` is not read.
+// (check_seed_values); with a seed an F16 state; the position's device pointers (both or
+// neither, 8-byte aligned) whenever one is given; `next` 8-byte aligned; a position that is
+// read (mode DERIVED, or `next` set: its offset + 4 is the next link) an offset that is a
+// multiple of 4 (torch counts 32-bit words in blocks of 4); with mode POINTER an 8-byte aligned
+// pointer. `chain` is not read.
 inline int check_seed(const mamba_ssu_seed &s, int32_t state_dtype, const SeedNames &n) {
   int st;
   if ((st = check_seed_values(s, n))) return st;

@@ -200,8 +200,9 @@ int check_options_and_form(const mamba_ssu_args &a, Call *c) {
     return reject(MAMBA_SSU_ERROR_INVALID_VALUE, "reserved", "expected 0, got %d", a.reserved);
 
   // FlashInfer's Python checks (ValueError there, INVALID_VALUE here), in its order and before
-  // every tensor rule (a tensor is given when its rank is not 0): the seed with a state_scale, the seed's values (rounds >= 1 with a seed),
-  // an intermediate buffer together with dst indices (whatever the form), the algorithm's name.
+  // every tensor rule (a tensor is given when its rank is not 0): the seed with a state_scale,
+  // the seed's values (rounds >= 1 with a seed), an intermediate buffer together with dst
+  // indices (whatever the form), the algorithm's value.
   const bool seeded = a.seed.mode != MAMBA_SSU_SEED_MODE_NONE;
   if (seeded && a.state_scale.rank > 0)
     return reject(MAMBA_SSU_ERROR_INVALID_VALUE, "state_scale",

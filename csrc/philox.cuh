@@ -5,7 +5,8 @@
 //   c' = (hi(p1) ^ c1 ^ k0, lo(p1), hi(p0) ^ c3 ^ k1, lo(p0));
 // between rounds the key is bumped by the Weyl constants W0, W1.
 // The round count is a template parameter (1..10: the compiled-in kernels' 5 and 10, torch's
-// 10); philox4x32_dyn takes any count >= 1 at run time (a loop) for the generic kernels. Also torch's seed draw (torch_seed_draw).
+// 10); philox4x32_dyn takes any count >= 1 at run time (a loop) for the generic kernels. Also
+// torch's seed draw (torch_seed_draw).
 // Included by seeds.cu (the batched and graph-safe seed draws), philox_words.cuh (the SR
 // random words) and so ssu.cuh (the random words and the fused seed).
 #pragma once

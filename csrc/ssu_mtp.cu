@@ -7,7 +7,8 @@
 // below Tuning::kMtpTwoRowPairs (sequence, head) pairs, in the small-grid form when the grid
 // fits Tuning::kMtpSmallBlocks blocks per SM; two rows from there on; without SR four rows
 // from Tuning::kMtpFourRowPairs pairs on; tuning.h) when num_accepted_tokens and cu_seqlens
-// (where given) have the slot indices' dtype; everything else that passes the check runs a kernel per dstate that takes dtypes and rounds at run time
+// (where given) have the slot indices' dtype; everything else that passes the check runs a
+// kernel per dstate that takes dtypes, index dtypes and rounds at run time
 // (mtp_kernel<false, dstate, -1, 1>).
 #include <algorithm>
 #include <limits>
