@@ -229,8 +229,8 @@ int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
   a.input_dtype = p.input_dtype;
   a.weight_dtype = p.weight_dtype;
   a.index_dtype = p.index_dtype;
-  a.nat_dtype = own_index_dtype(p.num_accepted_tokens_dtype, p.index_dtype);
-  a.cu_dtype = own_index_dtype(p.cu_seqlens_dtype, p.index_dtype);
+  a.nat_dtype = static_cast<int16_t>(own_index_dtype(p.num_accepted_tokens_dtype, p.index_dtype));
+  a.cu_dtype = static_cast<int16_t>(own_index_dtype(p.cu_seqlens_dtype, p.index_dtype));
   a.dt_softplus = p.dt_softplus != 0;
   a.update_state = p.update_state != 0;
   a.varlen = p.cu_seqlens != nullptr;

@@ -113,9 +113,10 @@ struct Args {
   int32_t dt_softplus, update_state, seed_source, varlen;
   // The dtypes of num_accepted_tokens and cu_seqlens (FlashInfer takes them independently of
   // the slot indices'), read by the run-time kernels; the compiled-in ones read index_dtype
-  // (the launcher runs them only where the two agree with it). Appended last: the fields above
-  // keep their offsets.
-  int32_t nat_dtype, cu_dtype;
+  // (the launcher runs them only where the two agree with it). Appended last, as 16-bit values
+  // in what was the struct's tail padding: the fields above keep their offsets and the struct
+  // its size (every kernel's parameter block is unchanged).
+  int16_t nat_dtype, cu_dtype;
 };
 
 // Whether a kernel stages B and C as bf16 bits (else fp32): the hot one-row kernels (tuning.h).
