@@ -109,9 +109,10 @@ pub struct SsuArgs<'a> {
     pub z: Option<Tensor<'a>>,
     /// Optional `dt_bias` (nheads, dim), strides (1, 0).
     pub dt_bias: Option<Tensor<'a>>,
-    /// Optional read slots (batch,) or (batch, T), I32 or I64.
+    /// Optional read slots (>= batch,) or (>= batch, T), I32 or I64 (padded tensors: column 0
+    /// of the first batch rows is read).
     pub state_batch_indices: Option<Tensor<'a>>,
-    /// Optional write slots, same form and dtype as `state_batch_indices`.
+    /// Optional write slots, of the same forms, the dtype of `state_batch_indices`.
     pub dst_state_batch_indices: Option<Tensor<'a>>,
     /// Output (batch, nheads, dim), written.
     pub out: TensorMut<'a>,

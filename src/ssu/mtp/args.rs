@@ -30,20 +30,24 @@ pub struct MtpArgs<'a> {
     pub z: Option<Tensor<'a>>,
     /// Optional `dt_bias` (nheads, dim), strides (1, 0).
     pub dt_bias: Option<Tensor<'a>>,
-    /// Optional read slots: (batch,), or (batch, W) with the column picked by
-    /// `num_accepted_tokens`.
+    /// Optional read slots, I32 or I64: (>= batch,), or (>= batch, W), W >= T, with the column
+    /// picked by `num_accepted_tokens` (padded tensors: the first rows and columns are read).
     pub state_batch_indices: Option<Tensor<'a>>,
-    /// Optional per-token write slots (batch, W), W >= the longest sequence.
+    /// Optional per-token write slots (>= batch, W), W >= the longest sequence, or (>= batch,)
+    /// (every token to one slot); the read index's dtype.
     pub dst_state_batch_indices: Option<Tensor<'a>>,
-    /// Optional accepted-token counts (batch,): pick the column of a 2-D read index.
+    /// Optional accepted-token counts (>= batch,), I32 or I64 (its own dtype): pick the column
+    /// of a 2-D read index.
     pub num_accepted_tokens: Option<Tensor<'a>>,
-    /// Optional sequence offsets (batch + 1,): the varlen form (3-D `x`).
+    /// Optional sequence offsets (batch + 1,), I32 or I64 (its own dtype): the varlen form (3-D
+    /// `x`).
     pub cu_seqlens: Option<Tensor<'a>>,
     /// Optional intermediate state buffer (entries, cache_steps, nheads, dim, dstate),
     /// contiguous, the state's dtype: every token's state goes there (the state is not
     /// written).
     pub intermediate_states_buffer: Option<TensorMut<'a>>,
-    /// Optional buffer entry per sequence (batch,); needs the buffer.
+    /// Optional buffer entry per sequence (batch,), the read index's dtype; read only with the
+    /// buffer.
     pub intermediate_state_indices: Option<Tensor<'a>>,
     /// FlashInfer's `cache_steps`: with a buffer, its size(1); varlen: the most tokens a
     /// sequence may have (T of the call). `None`: the buffer's size(1) where there is one,
