@@ -153,7 +153,6 @@ fn run_mtp(stream: &Arc<CudaStream>, i: &Inputs, varlen: Option<&Idx>, ix: Ix<'_
             a = a.num_accepted_tokens(t);
         }
         compiled = mtp_launch_plan(&a.spec(), 132).unwrap().compiled_kernel;
-        let mut a = a;
         selective_state_update_mtp(stream, &mut a).unwrap();
     }
     (bits(stream, &state, &out), compiled)
