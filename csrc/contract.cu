@@ -2,9 +2,12 @@
 // FlashInfer's terms (tensor descriptors, FlashInfer's options, one mamba_ssu_seed), checked
 // once for both forms and lowered onto the single- or multi-token parameter block.
 //
-// What is written here: the form (FlashInfer 0.7.2's Python rule) and its normalisation of
-// ranks, the tensors' ranks, sizes, dtypes and inner strides, the index tensors' shapes and
-// their one dtype, the arguments one form does not take, cache_steps, and the option values.
+// What is written here: FlashInfer's Python checks first (the option values and conflicts,
+// INVALID_VALUE: its ValueError; the seed's values through checks.h's check_seed_values), then
+// the form (FlashInfer 0.7.2's Python rule) and its normalisation of ranks, the tensors' ranks,
+// sizes, dtypes and inner strides, the index tensors' shapes and dtypes (FlashInfer's: padded
+// tensors, num_accepted_tokens and cu_seqlens of their own dtype), the arguments the
+// single-token form ignores, cache_steps (the C++ checks, INVALID_ARGUMENT: its RuntimeError).
 // What is not: the rules of the parameter blocks (sizes and their ranges, dstate, pointer
 // alignment, 16-byte stride multiples, extents, grid bounds, output rows that must not overlap,
 // write modes) and of the seed (checks.h: check_seed) are checked once, by ssu_check /
