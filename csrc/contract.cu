@@ -691,6 +691,8 @@ const char *argument_of_field(const char *field, bool varlen) {
       {"dst_state_batch_indices_stride_col", "dst_state_batch_indices"},
       {"num_accepted_tokens_stride", "num_accepted_tokens"},
       {"cu_seqlens_stride", "cu_seqlens"},
+      {"num_accepted_tokens_dtype", "num_accepted_tokens"},
+      {"cu_seqlens_dtype", "cu_seqlens"},
       {"intermediate_state_indices_stride", "intermediate_state_indices"},
       {"intermediate_states", "intermediate_states_buffer"},
       {"intermediate_cache_size", "intermediate_states_buffer"},
