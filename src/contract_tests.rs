@@ -953,4 +953,19 @@ fn deprecated_blocks_meet_the_same_seed_check() {
     p.seed_next = (ph(41) as usize + 4) as *mut i64;
     let (status, arg, _) = c(&p);
     assert_eq!((status, arg.as_str()), (INV, "seed_next"));
+    p.seed_next = std::ptr::null_mut();
+    // Any count of rounds >= 0 (0: no SR), as the contract's seed.
+    for rounds in [0, 1, 11, 12, 1000] {
+        p.philox_rounds = rounds;
+        assert_eq!(c(&p).0, OK, "rounds {rounds}");
+    }
+    p.philox_rounds = -1;
+    assert_eq!(
+        c(&p),
+        (
+            INV,
+            "philox_rounds".to_string(),
+            "philox_rounds: expected >= 0, got -1".to_string()
+        )
+    );
 }
