@@ -74,6 +74,12 @@ inline int check_index(const void *idx, const char *name, int32_t dtype, int64_t
   return check_nonneg(stride, stride_name);
 }
 
+// The dtype a multi-token block's num_accepted_tokens or cu_seqlens has: its own field, or (0)
+// index_dtype.
+inline int32_t own_index_dtype(int32_t field, int32_t index_dtype) {
+  return field == 0 ? index_dtype : field;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The seed of a call (mamba_ssu_seed), the same for both forms.
 
@@ -97,14 +103,11 @@ constexpr SeedNames kSeedNames{"seed.mode",     "philox_rounds",  "sr_rule",
                                "seed.position", "seed.position",  "seed_ptr: ",
                                "offset_ptr: ",  "offset: "};
 
-// The one check of a seed, for both forms, in this order: the mode, the rule and the reserved
-// field; with a seed (mode POINTER or DERIVED) rounds in 1..=MAMBA_SSU_MAX_PHILOX_ROUNDS and an
-// F16 state; the position's device pointers (both or neither, 8-byte aligned) whenever one is
-// given; `next` 8-byte aligned; a position that is read (mode DERIVED, or `next` set: its
-// offset + 4 is the next link) an offset that is a multiple of 4 (torch counts 32-bit words in
-// blocks of 4); with mode POINTER an 8-byte aligned pointer. `chain` is not read.
-inline int check_seed(const mamba_ssu_seed &s, int32_t state_dtype, const SeedNames &n) {
-  int st;
+// The option values of a seed (FlashInfer's Python checks them before any tensor rule, so the
+// contract runs this first): the mode, the rule and the reserved field in their sets, and with
+// a seed (mode POINTER or DERIVED) rounds >= 1 (FlashInfer sets no upper bound; the generic
+// kernels loop over any count).
+inline int check_seed_values(const mamba_ssu_seed &s, const SeedNames &n) {
   if (s.mode != MAMBA_SSU_SEED_MODE_NONE && s.mode != MAMBA_SSU_SEED_MODE_POINTER &&
       s.mode != MAMBA_SSU_SEED_MODE_DERIVED)
     return reject(MAMBA_SSU_ERROR_INVALID_VALUE, n.mode,
@@ -115,15 +118,25 @@ inline int check_seed(const mamba_ssu_seed &s, int32_t state_dtype, const SeedNa
   if (s.reserved != 0)
     return reject(MAMBA_SSU_ERROR_INVALID_VALUE, "seed.reserved", "expected 0, got %d",
                   s.reserved);
-  if (s.mode != MAMBA_SSU_SEED_MODE_NONE) {
-    if (s.rounds < 1 || s.rounds > MAMBA_SSU_MAX_PHILOX_ROUNDS)
-      return reject(MAMBA_SSU_ERROR_INVALID_VALUE, n.rounds,
-                    "expected 1..=%d with a seed, got %d", MAMBA_SSU_MAX_PHILOX_ROUNDS, s.rounds);
-    if (state_dtype != MAMBA_SSU_F16)
-      return reject(MAMBA_SSU_ERROR_UNSUPPORTED, n.rounds,
-                    "stochastic rounding (%d rounds) needs an F16 state, got state_dtype %d",
-                    s.rounds, state_dtype);
-  }
+  if (s.mode != MAMBA_SSU_SEED_MODE_NONE && s.rounds < 1)
+    return reject(MAMBA_SSU_ERROR_INVALID_VALUE, n.rounds, "expected >= 1 with a seed, got %d",
+                  s.rounds);
+  return MAMBA_SSU_SUCCESS;
+}
+
+// The one check of a seed, for both forms, in this order: its option values
+// (check_seed_values); with a seed an F16 state; the position's device pointers (both or
+// neither, 8-byte aligned) whenever one is given; `next` 8-byte aligned; a position that is
+// read (mode DERIVED, or `next` set: its offset + 4 is the next link) an offset that is a
+// multiple of 4 (torch counts 32-bit words in blocks of 4); with mode POINTER an 8-byte aligned
+// pointer. `chain` is not read.
+inline int check_seed(const mamba_ssu_seed &s, int32_t state_dtype, const SeedNames &n) {
+  int st;
+  if ((st = check_seed_values(s, n))) return st;
+  if (s.mode != MAMBA_SSU_SEED_MODE_NONE && state_dtype != MAMBA_SSU_F16)
+    return reject(MAMBA_SSU_ERROR_UNSUPPORTED, n.rounds,
+                  "stochastic rounding (%d rounds) needs an F16 state, got state_dtype %d",
+                  s.rounds, state_dtype);
   const mamba_ssu_position &pos = s.position;
   auto device_word = [](const int64_t *ptr, const char *name, const char *field) {
     if (ptr == nullptr)
@@ -156,7 +169,7 @@ inline int check_seed(const mamba_ssu_seed &s, int32_t state_dtype, const SeedNa
 // The seed of a deprecated parameter block (mamba_ssu_params or mamba_ssu_mtp_params: the same
 // flat fields), converted once at its entry point, and the names its rejections use. Checks
 // what only the flat fields can get wrong, with their historical status and names: the enums
-// (seed_source, philox_rounds 0..=10, sr_rule, with or without stochastic rounding), the device
+// (seed_source, philox_rounds >= 0, sr_rule, with or without stochastic rounding), the device
 // generator state given twice (the struct and torch's pair), a FROM_GENERATOR seed without
 // one. Then: philox_rounds 0 is mode NONE; POINTER mode POINTER; FROM_GENERATOR and
 // FROM_VALUES mode DERIVED. The position is the device state (the pair, or the struct's two
@@ -169,8 +182,8 @@ int legacy_seed(const P &p, mamba_ssu_seed *out, SeedNames *names) {
     return invalid(
         "seed_source: expected POINTER (0), FROM_GENERATOR (1) or FROM_VALUES (2), got %lld",
         ll(p.seed_source));
-  if (p.philox_rounds < 0 || p.philox_rounds > MAMBA_SSU_MAX_PHILOX_ROUNDS)
-    return invalid("philox_rounds: expected 0..=10, got %lld", ll(p.philox_rounds));
+  if (p.philox_rounds < 0)
+    return invalid("philox_rounds: expected >= 0, got %lld", ll(p.philox_rounds));
   if (p.sr_rule != MAMBA_SSU_SR_V072 && p.sr_rule != MAMBA_SSU_SR_V074)
     return invalid("sr_rule: expected V072 (0) or V074 (1), got %lld", ll(p.sr_rule));
   const bool has_pair = p.generator_seed_ptr != nullptr || p.generator_offset_ptr != nullptr;

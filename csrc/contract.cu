@@ -2,9 +2,12 @@
 // FlashInfer's terms (tensor descriptors, FlashInfer's options, one mamba_ssu_seed), checked
 // once for both forms and lowered onto the single- or multi-token parameter block.
 //
-// What is written here: the form (FlashInfer 0.7.2's Python rule) and its normalisation of
-// ranks, the tensors' ranks, sizes, dtypes and inner strides, the index tensors' shapes and
-// their one dtype, the arguments one form does not take, cache_steps, and the option values.
+// What is written here: FlashInfer's Python checks first (the option values and conflicts,
+// INVALID_VALUE: its ValueError; the seed's values through checks.h's check_seed_values), then
+// the form (FlashInfer 0.7.2's Python rule) and its normalisation of ranks, the tensors' ranks,
+// sizes, dtypes and inner strides, the index tensors' shapes and dtypes (FlashInfer's: padded
+// tensors, num_accepted_tokens and cu_seqlens of their own dtype), the arguments the
+// single-token form ignores, cache_steps (the C++ checks, INVALID_ARGUMENT: its RuntimeError).
 // What is not: the rules of the parameter blocks (sizes and their ranges, dstate, pointer
 // alignment, 16-byte stride multiples, extents, grid bounds, output rows that must not overlap,
 // write modes) and of the seed (checks.h: check_seed) are checked once, by ssu_check /
@@ -162,10 +165,13 @@ struct Call {
   bool multi = false, varlen = false;
   int64_t batch = 0, ntokens = 1, total_tokens = 0;
   int64_t slots = 0, nheads = 0, dim = 0, dstate = 0, ngroups = 0;
-  int32_t index_dtype = MAMBA_SSU_I32;
+  // The slot indices' dtype (state_batch_indices', else dst_state_batch_indices', else
+  // intermediate_state_indices'), and those of num_accepted_tokens and cu_seqlens (each its own).
+  int32_t index_dtype = MAMBA_SSU_I32, nat_dtype = MAMBA_SSU_I32, cu_dtype = MAMBA_SSU_I32;
 };
 
-// Descriptors, what is not served, the options, the form and FlashInfer's normalisation.
+// The option values and conflicts (FlashInfer's Python checks), the descriptors, what is not
+// served, the form and FlashInfer's normalisation.
 int check_options_and_form(const mamba_ssu_args &a, Call *c) {
   int s;
   struct Arg {
@@ -193,31 +199,25 @@ int check_options_and_form(const mamba_ssu_args &a, Call *c) {
       {&a.state_scale, "state_scale", true},
       {&a.intermediate_state_scales, "intermediate_state_scales", true},
   };
-  for (const Arg &g : all) {
-    if ((s = check_descriptor(*g.t, g.name, g.optional))) return s;
-  }
   if (a.reserved != 0)
     return reject(MAMBA_SSU_ERROR_INVALID_VALUE, "reserved", "expected 0, got %d", a.reserved);
 
-  // FlashInfer's arguments this crate does not serve (its Python layer's order).
-  if (a.state_scale.rank > 0)
-    return reject(MAMBA_SSU_ERROR_UNSUPPORTED, "state_scale",
-                  "an int16 state with block scaling is not served");
-  if (a.state.rank > 0 && a.state.dtype == MAMBA_SSU_I16)
-    return reject(MAMBA_SSU_ERROR_UNSUPPORTED, "state", "an int16 state is not served");
-  if (a.intermediate_state_scales.rank > 0)
-    return reject(MAMBA_SSU_ERROR_UNSUPPORTED, "intermediate_state_scales",
-                  "an int16 intermediate buffer with block scaling is not served");
-  for (const Arg &g : all) {
-    if (!g.optional && g.t->rank == 0)
-      return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, g.name,
-                    "a required tensor, got none (rank 0)");
-  }
-  if (a.algorithm == MAMBA_SSU_ALGO_HORIZONTAL)
-    return reject(MAMBA_SSU_ERROR_UNSUPPORTED, "algorithm",
-                  "HORIZONTAL (3) is not served (AUTO, SIMPLE or VERTICAL are)");
+  // FlashInfer's Python checks (ValueError there, INVALID_VALUE here), in its order and before
+  // every tensor rule (a tensor is given when its rank is not 0): the seed with a state_scale,
+  // the seed's values (rounds >= 1 with a seed), an intermediate buffer together with dst
+  // indices (whatever the form), the algorithm's value.
+  const bool seeded = a.seed.mode != MAMBA_SSU_SEED_MODE_NONE;
+  if (seeded && a.state_scale.rank > 0)
+    return reject(MAMBA_SSU_ERROR_INVALID_VALUE, "state_scale",
+                  "not allowed together with a seed (rand_seed): stochastic rounding and a "
+                  "block-scaled state exclude each other");
+  if ((s = check_seed_values(a.seed, kSeedNames))) return s;
+  if (a.intermediate_states.rank > 0 && a.dst_state_batch_indices.rank > 0)
+    return reject(MAMBA_SSU_ERROR_INVALID_VALUE, "dst_state_batch_indices",
+                  "two write modes at once (intermediate_states_buffer and "
+                  "dst_state_batch_indices exclude each other)");
   if (a.algorithm != MAMBA_SSU_ALGO_AUTO && a.algorithm != MAMBA_SSU_ALGO_SIMPLE &&
-      a.algorithm != MAMBA_SSU_ALGO_VERTICAL)
+      a.algorithm != MAMBA_SSU_ALGO_VERTICAL && a.algorithm != MAMBA_SSU_ALGO_HORIZONTAL)
     return reject(MAMBA_SSU_ERROR_INVALID_VALUE, "algorithm",
                   "expected AUTO (0), SIMPLE (1), VERTICAL (2) or HORIZONTAL (3), got %d",
                   a.algorithm);
@@ -225,11 +225,14 @@ int check_options_and_form(const mamba_ssu_args &a, Call *c) {
       a.form != MAMBA_SSU_FORM_MULTI)
     return reject(MAMBA_SSU_ERROR_INVALID_VALUE, "form",
                   "expected AUTO (0), SINGLE (1) or MULTI (2), got %d", a.form);
-  if (a.cache_steps < 0)
-    return reject(MAMBA_SSU_ERROR_INVALID_VALUE, "cache_steps", "expected >= 0, got %lld",
-                  ll(a.cache_steps));
 
-  // The form: FlashInfer's rule on x as given.
+  // The descriptors (a tensor of a dtype without a tag, or of a rank no descriptor holds, is
+  // FlashInfer's C++ rejection; it passes its Python checks, which only see it given).
+  for (const Arg &g : all) {
+    if ((s = check_descriptor(*g.t, g.name, g.optional))) return s;
+  }
+
+  // The form: FlashInfer's rule on x as given (a negative cache_steps selects nothing).
   const bool has_cu = a.cu_seqlens.rank > 0;
   c->varlen = has_cu && a.x.rank == 3;
   c->multi = c->varlen || a.x.rank == 4 || a.cache_steps >= 1;
@@ -239,33 +242,48 @@ int check_options_and_form(const mamba_ssu_args &a, Call *c) {
                   a.x.rank, ll(a.cache_steps), has_cu ? ", cu_seqlens" : "");
   if (a.form == MAMBA_SSU_FORM_MULTI && !c->multi)
     return reject(MAMBA_SSU_ERROR_INVALID_VALUE, "form",
-                  "MULTI asked, but the call is single-token (a %d-D x, cache_steps 0%s): a "
+                  "MULTI asked, but the call is single-token (a %d-D x, cache_steps %lld%s): a "
                   "multi-token call has a 4-D x, cache_steps >= 1, or cu_seqlens with a 3-D x",
-                  a.x.rank, has_cu ? ", cu_seqlens" : "");
-  if (!c->multi) {
-    // Multi-token arguments on the single-token path: refused, never ignored.
-    for (const Arg &g : {Arg{&a.intermediate_states, "intermediate_states_buffer", true},
-                         Arg{&a.intermediate_state_indices, "intermediate_state_indices", true},
-                         Arg{&a.num_accepted_tokens, "num_accepted_tokens", true}}) {
-      if (g.t->rank > 0)
-        return reject(MAMBA_SSU_ERROR_INVALID_VALUE, g.name,
-                      "only the multi-token path takes it (a 4-D x, cache_steps >= 1, or "
-                      "cu_seqlens with a 3-D x), got a %d-D x with cache_steps 0",
-                      a.x.rank);
-    }
+                  a.x.rank, ll(a.cache_steps), has_cu ? ", cu_seqlens" : "");
+
+  // FlashInfer's arguments this crate does not serve (the single-token path ignores the
+  // multi-token ones, intermediate_state_scales included, as FlashInfer's does).
+  if (a.state_scale.rank > 0)
+    return reject(MAMBA_SSU_ERROR_UNSUPPORTED, "state_scale",
+                  "an int16 state with block scaling is not served");
+  if (a.state.rank > 0 && a.state.dtype == MAMBA_SSU_I16)
+    return reject(MAMBA_SSU_ERROR_UNSUPPORTED, "state", "an int16 state is not served");
+  if (c->multi && a.intermediate_state_scales.rank > 0)
+    return reject(MAMBA_SSU_ERROR_UNSUPPORTED, "intermediate_state_scales",
+                  "an int16 intermediate buffer with block scaling is not served");
+  for (const Arg &g : all) {
+    if (!g.optional && g.t->rank == 0)
+      return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, g.name,
+                    "a required tensor, got none (rank 0)");
   }
+  if (!c->multi && a.algorithm == MAMBA_SSU_ALGO_HORIZONTAL)
+    return reject(MAMBA_SSU_ERROR_UNSUPPORTED, "algorithm",
+                  "HORIZONTAL (3) is not served (AUTO, SIMPLE or VERTICAL are)");
+
+  // FlashInfer's C++ checks of the form (RuntimeError there, INVALID_ARGUMENT here). Its
+  // multi-token launcher built for sm_90 takes AUTO and SIMPLE only.
+  if (c->multi && (a.algorithm == MAMBA_SSU_ALGO_VERTICAL ||
+                   a.algorithm == MAMBA_SSU_ALGO_HORIZONTAL))
+    return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "algorithm",
+                  "the multi-token path has one layout (AUTO or SIMPLE), got %s",
+                  a.algorithm == MAMBA_SSU_ALGO_VERTICAL ? "VERTICAL" : "HORIZONTAL");
   if (has_cu && !c->varlen)
-    return reject(MAMBA_SSU_ERROR_INVALID_VALUE, "cu_seqlens",
+    return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "cu_seqlens",
                   "the varlen form needs a 3-D x (total_tokens, nheads, dim), got a %d-D x",
                   a.x.rank);
+  if (c->multi && a.cache_steps < 0)
+    return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "cache_steps", "expected >= 0, got %lld",
+                  ll(a.cache_steps));
   if (c->varlen && a.cache_steps < 1)
-    return reject(MAMBA_SSU_ERROR_INVALID_VALUE, "cache_steps",
+    return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "cache_steps",
                   "the varlen form (cu_seqlens) needs cache_steps >= 1, the longest sequence, "
                   "got %lld",
                   ll(a.cache_steps));
-  if (c->multi && a.algorithm == MAMBA_SSU_ALGO_VERTICAL)
-    return reject(MAMBA_SSU_ERROR_INVALID_VALUE, "algorithm",
-                  "the multi-token path has one layout (AUTO or SIMPLE), got VERTICAL");
 
   // FlashInfer's normalisation: one head fewer dimension gets a head dimension of 1; with
   // cache_steps >= 1 outside the varlen form a (batch, nheads, dim)-like tensor gets a token
@@ -286,6 +304,12 @@ int check_options_and_form(const mamba_ssu_args &a, Call *c) {
   c->inter_idx = view_of(a.intermediate_state_indices, "intermediate_state_indices");
   c->cu = view_of(a.cu_seqlens, "cu_seqlens");
   c->nat = view_of(a.num_accepted_tokens, "num_accepted_tokens");
+  if (!c->multi) {
+    // The single-token path ignores the multi-token arguments (FlashInfer's does).
+    c->inter = View{};
+    c->inter_idx = View{};
+    c->nat = View{};
+  }
   if (c->state.rank == 3) unsqueeze(&c->state, 1);
   if (c->A.rank == 2) unsqueeze(&c->A, 0);
   if (c->D.rank == 1) unsqueeze(&c->D, 0);
@@ -399,48 +423,69 @@ int check_token_tensors(Call *c, int lead) {
   return MAMBA_SSU_SUCCESS;
 }
 
-// The index tensors: I32 or I64, all of one dtype (the first given, in FlashInfer's order),
-// (batch, ...) shapes.
+// The index tensors, FlashInfer's rules: each I32 or I64; the slot indices' dtype is
+// state_batch_indices', else dst_state_batch_indices', else intermediate_state_indices';
+// dst_state_batch_indices has state_batch_indices' dtype, and so has intermediate_state_indices
+// when both are given; num_accepted_tokens and cu_seqlens have their own. Shapes:
+// state_batch_indices and dst_state_batch_indices (>= batch,) or (>= batch, >= T) (T: 1 single
+// token; the tokens, or cache_steps in the varlen form, multi token; longer, padded tensors are
+// taken and their first rows read); intermediate_state_indices (batch,); num_accepted_tokens
+// (>= batch,) and only with state_batch_indices; cu_seqlens (batch + 1,) (checked where it
+// sets batch). intermediate_state_indices without intermediate_states_buffer is checked and
+// then not read (FlashInfer's kernels read it only with the buffer).
 int check_indices(Call *c) {
   int s;
-  const View *first = nullptr;
   for (const View *v : {&c->sbi, &c->dsbi, &c->inter_idx, &c->nat, &c->cu}) {
-    if (!v->present()) continue;
-    if (!is_index_dtype(v->dtype))
+    if (v->present() && !is_index_dtype(v->dtype))
       return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, v->name, "expected dtype I32 or I64, got %s",
                     dtype_name(v->dtype));
-    if (first == nullptr) {
-      first = v;
-    } else if (v->dtype != first->dtype) {
-      return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, v->name,
-                    "expected dtype %s (the dtype of %s: every index tensor has one dtype), got "
-                    "%s",
-                    dtype_name(first->dtype), first->name, dtype_name(v->dtype));
-    }
   }
-  if (first != nullptr) c->index_dtype = first->dtype;
+  for (const View *v : {&c->dsbi, &c->inter_idx}) {
+    if (c->sbi.present() && v->present() && v->dtype != c->sbi.dtype)
+      return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, v->name,
+                    "expected dtype %s (the dtype of state_batch_indices), got %s",
+                    dtype_name(c->sbi.dtype), dtype_name(v->dtype));
+  }
   for (const View *v : {&c->sbi, &c->dsbi}) {
     if (!v->present()) continue;
-    const bool dst = v == &c->dsbi;
-    if (c->multi && dst) {
-      if ((s = expect_rank(*v, 2, "(batch, cols): one write slot per token"))) return s;
-    } else if (v->rank != 1 && v->rank != 2) {
+    if (v->rank != 1 && v->rank != 2)
       return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, v->name,
-                    "expected 1 or 2 dimensions ((batch,) or (batch, cols)), got %d", v->rank);
-    }
-    if ((s = expect_size(*v, 0, c->batch, "batch"))) return s;
-    if (v->rank == 2 && v->shape[1] < 1)
+                    "expected 1 or 2 dimensions ((batch,) or (batch, T)), got %d", v->rank);
+    if (v->shape[0] < c->batch)
       return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, v->name,
-                    "a 2-D index needs at least one column, got size(1) == 0");
+                    "expected size(0) >= batch (%lld), got %lld", ll(c->batch),
+                    ll(v->shape[0]));
+    if (v->rank == 2 && v->shape[1] < c->ntokens)
+      return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, v->name,
+                    "expected size(1) >= %s (%lld), got %lld",
+                    !c->multi ? "1" : c->varlen ? "cache_steps (the longest sequence)" : "T",
+                    ll(c->ntokens), ll(v->shape[1]));
   }
-  for (const View *v : {&c->inter_idx, &c->nat}) {
-    if (!v->present()) continue;
-    if ((s = expect_rank(*v, 1, "(batch,)"))) return s;
-    if ((s = expect_size(*v, 0, c->batch, "batch"))) return s;
+  if (c->inter_idx.present()) {
+    if ((s = expect_rank(c->inter_idx, 1, "(batch,)"))) return s;
+    if ((s = expect_size(c->inter_idx, 0, c->batch, "batch"))) return s;
   }
-  if (c->nat.present() && c->sbi.rank != 2)
-    return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "num_accepted_tokens",
-                  "needs a 2-D state_batch_indices (batch, cols) to pick the read slot from");
+  if (c->nat.present()) {
+    if ((s = expect_rank(c->nat, 1, "(batch,)"))) return s;
+    if (c->nat.shape[0] < c->batch)
+      return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, c->nat.name,
+                    "expected size(0) >= batch (%lld), got %lld", ll(c->batch),
+                    ll(c->nat.shape[0]));
+    if (!c->sbi.present())
+      return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, c->nat.name,
+                    "needs state_batch_indices (the read slot is picked from its row)");
+  }
+  const View *slots = c->sbi.present()        ? &c->sbi
+                      : c->dsbi.present()     ? &c->dsbi
+                      : c->inter_idx.present() ? &c->inter_idx
+                                               : nullptr;
+  c->index_dtype = slots != nullptr    ? slots->dtype
+                   : c->cu.present() ? c->cu.dtype
+                                     : MAMBA_SSU_I32;
+  c->nat_dtype = c->nat.present() ? c->nat.dtype : c->index_dtype;
+  c->cu_dtype = c->cu.present() ? c->cu.dtype : c->index_dtype;
+  // Not read without the buffer.
+  if (!c->inter.present()) c->inter_idx = View{};
   return MAMBA_SSU_SUCCESS;
 }
 
@@ -585,11 +630,17 @@ mamba_ssu_mtp_params lower_multi(const mamba_ssu_args &a, const Call &c) {
     p.state_batch_indices_stride_col = cols > 1 ? c.sbi.strides[1] : 1;
     p.state_batch_indices_cols = cols;
   }
-  if (c.dsbi.present()) {
+  if (c.dsbi.rank == 2) {
     const int64_t cols = c.dsbi.shape[1];
     p.dst_state_batch_indices_stride = outer(c.dsbi, 0, cols);
     p.dst_state_batch_indices_stride_col = cols > 1 ? c.dsbi.strides[1] : 1;
     p.dst_state_batch_indices_cols = cols;
+  } else if (c.dsbi.present()) {
+    // A 1-D dst index (FlashInfer's token stride 0): every token of sequence b goes to slot
+    // dst[b].
+    p.dst_state_batch_indices_stride = outer(c.dsbi, 0, 1);
+    p.dst_state_batch_indices_stride_col = 0;
+    p.dst_state_batch_indices_cols = c.ntokens;
   }
   if (c.nat.present()) p.num_accepted_tokens_stride = outer(c.nat, 0, 1);
   if (c.cu.present()) p.cu_seqlens_stride = outer(c.cu, 0, 1);
@@ -599,6 +650,8 @@ mamba_ssu_mtp_params lower_multi(const mamba_ssu_args &a, const Call &c) {
   p.cu_seqlens = c.cu.data;
   p.intermediate_states = const_cast<void *>(c.inter.data);
   p.intermediate_state_indices = c.inter_idx.data;
+  p.num_accepted_tokens_dtype = c.nat_dtype;
+  p.cu_seqlens_dtype = c.cu_dtype;
   return p;
 }
 
@@ -638,6 +691,8 @@ const char *argument_of_field(const char *field, bool varlen) {
       {"dst_state_batch_indices_stride_col", "dst_state_batch_indices"},
       {"num_accepted_tokens_stride", "num_accepted_tokens"},
       {"cu_seqlens_stride", "cu_seqlens"},
+      {"num_accepted_tokens_dtype", "num_accepted_tokens"},
+      {"cu_seqlens_dtype", "cu_seqlens"},
       {"intermediate_state_indices_stride", "intermediate_state_indices"},
       {"intermediate_states", "intermediate_states_buffer"},
       {"intermediate_cache_size", "intermediate_states_buffer"},

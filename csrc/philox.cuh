@@ -4,8 +4,9 @@
 // One round: p0 = M0 * c0, p1 = M1 * c2 (64-bit products);
 //   c' = (hi(p1) ^ c1 ^ k0, lo(p1), hi(p0) ^ c3 ^ k1, lo(p0));
 // between rounds the key is bumped by the Weyl constants W0, W1.
-// The round count is a template parameter (1..10); philox4x32_dyn takes it at
-// run time for the generic kernels. Also torch's seed draw (torch_seed_draw).
+// The round count is a template parameter (1..10: the compiled-in kernels' 5 and 10, torch's
+// 10); philox4x32_dyn takes any count >= 1 at run time (a loop) for the generic kernels. Also
+// torch's seed draw (torch_seed_draw).
 // Included by seeds.cu (the batched and graph-safe seed draws), philox_words.cuh (the SR
 // random words) and so ssu.cuh (the random words and the fused seed).
 #pragma once
@@ -44,7 +45,8 @@ __device__ __forceinline__ U32x4 philox4x32(U32x4 c, uint32_t k0, uint32_t k1) {
   return c;
 }
 
-// Round count at run time (1..10), for kernels that serve every round count.
+// Round count at run time (any count >= 1: FlashInfer has no upper bound), for the kernels that
+// serve every round count.
 __device__ __forceinline__ U32x4 philox4x32_dyn(U32x4 c, uint32_t k0, uint32_t k1,
                                                 int rounds) {
 #pragma unroll 1

@@ -6,8 +6,9 @@
 // compiled-in kernels (mtp_kernel<true, 128, rounds, rows per group, small>: one row per group
 // below Tuning::kMtpTwoRowPairs (sequence, head) pairs, in the small-grid form when the grid
 // fits Tuning::kMtpSmallBlocks blocks per SM; two rows from there on; without SR four rows
-// from Tuning::kMtpFourRowPairs pairs on; tuning.h); everything else that
-// passes the check runs a kernel per dstate that takes dtypes and rounds at run time
+// from Tuning::kMtpFourRowPairs pairs on; tuning.h) when num_accepted_tokens and cu_seqlens
+// (where given) have the slot indices' dtype; everything else that passes the check runs a
+// kernel per dstate that takes dtypes, index dtypes and rounds at run time
 // (mtp_kernel<false, dstate, -1, 1>).
 #include <algorithm>
 #include <limits>
@@ -31,7 +32,12 @@ constexpr int64_t kStaticSmemBytes =
 bool is_hot(const mamba_ssu_mtp_params &p) {
   return p.state_dtype == MAMBA_SSU_F16 && p.input_dtype == MAMBA_SSU_BF16 &&
          p.weight_dtype == MAMBA_SSU_BF16 && p.dstate == 128 &&
-         (p.philox_rounds == 0 || p.philox_rounds == 5 || p.philox_rounds == 10);
+         (p.philox_rounds == 0 || p.philox_rounds == 5 || p.philox_rounds == 10) &&
+         // The compiled-in kernels read every index tensor with index_dtype.
+         (p.num_accepted_tokens == nullptr ||
+          own_index_dtype(p.num_accepted_tokens_dtype, p.index_dtype) == p.index_dtype) &&
+         (p.cu_seqlens == nullptr ||
+          own_index_dtype(p.cu_seqlens_dtype, p.index_dtype) == p.index_dtype);
 }
 
 
@@ -223,6 +229,8 @@ int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
   a.input_dtype = p.input_dtype;
   a.weight_dtype = p.weight_dtype;
   a.index_dtype = p.index_dtype;
+  a.nat_dtype = static_cast<int16_t>(own_index_dtype(p.num_accepted_tokens_dtype, p.index_dtype));
+  a.cu_dtype = static_cast<int16_t>(own_index_dtype(p.cu_seqlens_dtype, p.index_dtype));
   a.dt_softplus = p.dt_softplus != 0;
   a.update_state = p.update_state != 0;
   a.varlen = p.cu_seqlens != nullptr;

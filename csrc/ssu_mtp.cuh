@@ -111,6 +111,12 @@ struct Args {
   int32_t philox_rounds, sr_rule;
   int32_t state_dtype, input_dtype, weight_dtype, index_dtype;
   int32_t dt_softplus, update_state, seed_source, varlen;
+  // The dtypes of num_accepted_tokens and cu_seqlens (FlashInfer takes them independently of
+  // the slot indices'), read by the run-time kernels; the compiled-in ones read index_dtype
+  // (the launcher runs them only where the two agree with it). Appended last, as 16-bit values
+  // in what was the struct's tail padding: the fields above keep their offsets and the struct
+  // its size (every kernel's parameter block is unchanged).
+  int16_t nat_dtype, cu_dtype;
 };
 
 // Whether a kernel stages B and C as bf16 bits (else fp32): the hot one-row kernels (tuning.h).
@@ -242,8 +248,9 @@ __device__ __forceinline__ void mtp_body(const Args &a) {
   // warp): no barrier before the first state load, which goes out right after.
   int64_t tok0 = 0, len64 = a.ntokens;
   if (a.varlen) {
-    const int64_t lo = load_index(a.cu, b * a.cu_s, a.index_dtype);
-    const int64_t hi = load_index(a.cu, (b + 1) * a.cu_s, a.index_dtype);
+    const int32_t cdt = kHot ? a.index_dtype : a.cu_dtype;
+    const int64_t lo = load_index(a.cu, b * a.cu_s, cdt);
+    const int64_t hi = load_index(a.cu, (b + 1) * a.cu_s, cdt);
     // Offsets outside 0..=total_tokens or decreasing: the sequence is skipped.
     const bool ok = lo >= 0 && lo <= hi && hi <= a.total_tokens;
     tok0 = ok ? lo : 0;
@@ -256,7 +263,7 @@ __device__ __forceinline__ void mtp_body(const Args &a) {
   if (a.sbi != nullptr) {
     int64_t k = 0;
     if (a.sbi_cols > 0 && a.nat != nullptr) {
-      k = load_index(a.nat, b * a.nat_s, a.index_dtype) - 1;
+      k = load_index(a.nat, b * a.nat_s, kHot ? a.index_dtype : a.nat_dtype) - 1;
       k = k < 0 ? 0 : k;
     }
     if (a.sbi_cols > 0 && k >= a.sbi_cols) {

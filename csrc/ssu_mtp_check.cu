@@ -94,6 +94,15 @@ int mtp_check(const mamba_ssu_mtp_params *p, const mamba_ssu_seed &seed, const S
                          p->intermediate_state_indices != nullptr;
   if (has_index && p->index_dtype != MAMBA_SSU_I32 && p->index_dtype != MAMBA_SSU_I64)
     return invalid("index_dtype: expected I32 or I64, got %lld", ll(p->index_dtype));
+  // num_accepted_tokens' and cu_seqlens' own dtypes (0: index_dtype), read where given.
+  const int32_t nat_dtype = own_index_dtype(p->num_accepted_tokens_dtype, p->index_dtype);
+  const int32_t cu_dtype = own_index_dtype(p->cu_seqlens_dtype, p->index_dtype);
+  if (p->num_accepted_tokens != nullptr && nat_dtype != MAMBA_SSU_I32 && nat_dtype != MAMBA_SSU_I64)
+    return invalid("num_accepted_tokens_dtype: expected I32, I64 or 0 (index_dtype), got %lld",
+                   ll(p->num_accepted_tokens_dtype));
+  if (varlen && cu_dtype != MAMBA_SSU_I32 && cu_dtype != MAMBA_SSU_I64)
+    return invalid("cu_seqlens_dtype: expected I32, I64 or 0 (index_dtype), got %lld",
+                   ll(p->cu_seqlens_dtype));
 
   // Pointers and alignment.
   const int sb = float_bytes(p->state_dtype);
@@ -121,10 +130,10 @@ int mtp_check(const mamba_ssu_mtp_params *p, const mamba_ssu_seed &seed, const S
   if ((s = check_index(p->dst_state_batch_indices, "dst_state_batch_indices", p->index_dtype,
                        p->dst_state_batch_indices_stride, "dst_state_batch_indices_stride")))
     return s;
-  if ((s = check_index(p->num_accepted_tokens, "num_accepted_tokens", p->index_dtype,
+  if ((s = check_index(p->num_accepted_tokens, "num_accepted_tokens", nat_dtype,
                        p->num_accepted_tokens_stride, "num_accepted_tokens_stride")))
     return s;
-  if ((s = check_index(p->cu_seqlens, "cu_seqlens", p->index_dtype, p->cu_seqlens_stride,
+  if ((s = check_index(p->cu_seqlens, "cu_seqlens", cu_dtype, p->cu_seqlens_stride,
                        "cu_seqlens_stride")))
     return s;
   if ((s = check_index(p->intermediate_state_indices, "intermediate_state_indices",
@@ -227,8 +236,9 @@ int mtp_check(const mamba_ssu_mtp_params *p, const mamba_ssu_seed &seed, const S
   auto tok = [&](int64_t sbat, int64_t stok, __int128 inner, int bytes) {
     return extent_bytes(nb, varlen ? 0 : sbat, nt, stok, inner, bytes);
   };
-  auto idx2 = [&](int64_t stride, int64_t cols, int64_t stride_col) {
-    return extent_bytes(p->batch, stride, cols > 0 ? cols : 1, cols > 0 ? stride_col : 0, 1, xb);
+  auto idx2 = [&](int64_t stride, int64_t cols, int64_t stride_col, int bytes = 0) {
+    return extent_bytes(p->batch, stride, cols > 0 ? cols : 1, cols > 0 ? stride_col : 0, 1,
+                        bytes > 0 ? bytes : xb);
   };
   const Extent extents[] = {
       {"state", true,
@@ -248,8 +258,9 @@ int mtp_check(const mamba_ssu_mtp_params *p, const mamba_ssu_seed &seed, const S
        idx2(p->dst_state_batch_indices_stride, p->dst_state_batch_indices_cols,
             p->dst_state_batch_indices_stride_col)},
       {"num_accepted_tokens", p->num_accepted_tokens != nullptr,
-       idx2(p->num_accepted_tokens_stride, 0, 0)},
-      {"cu_seqlens", varlen, extent_bytes(p->batch + 1, p->cu_seqlens_stride, 1, 0, 1, xb)},
+       idx2(p->num_accepted_tokens_stride, 0, 0, index_bytes(nat_dtype))},
+      {"cu_seqlens", varlen,
+       extent_bytes(p->batch + 1, p->cu_seqlens_stride, 1, 0, 1, index_bytes(cu_dtype))},
       {"intermediate_state_indices", p->intermediate_state_indices != nullptr,
        idx2(p->intermediate_state_indices_stride, 0, 0)},
   };

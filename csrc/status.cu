@@ -28,6 +28,7 @@ constexpr const char *kArgumentNames[] = {
     "state_batch_indices_stride_col", "state_batch_indices_cols",
     "dst_state_batch_indices_stride", "dst_state_batch_indices_stride_col",
     "num_accepted_tokens_stride", "cu_seqlens_stride", "intermediate_state_indices_stride",
+    "num_accepted_tokens_dtype", "cu_seqlens_dtype",
     "rand_seed", "generator_state", "generator_seed_ptr", "generator_offset_ptr",
     "generator_seed_ptr/generator_offset_ptr", "seed_offset", "seed_next", "seed.mode",
     "seed.pointer", "seed.position", "seed.next", "seed.reserved", "n", "offset",

@@ -206,10 +206,14 @@ fn descriptors_and_what_is_not_served() {
         (single, |a| a.C.shape[1] = -2, INV, "C", "expected size(1) >= 0, got -2"),
         (single, |a| a.D.data = std::ptr::null_mut(), INV, "D", "null data pointer"),
         (single, |a| a.out.rank = 0, INV, "out", "a required tensor, got none"),
-        (single, |a| a.state_scale = dense(20, F32, &[SLOTS, NH, DIM]), UNS, "state_scale",
+        (single, |a| { a.state_scale = dense(20, F32, &[SLOTS, NH, DIM]);
+                       a.seed.mode = sys::MAMBA_SSU_SEED_MODE_NONE as i32; }, UNS, "state_scale",
             "not served"),
+        // With a seed: FlashInfer's Python check of the pair comes first (ValueError).
+        (single, |a| a.state_scale = dense(20, F32, &[SLOTS, NH, DIM]), VAL, "state_scale",
+            "not allowed together with a seed"),
         (single, |a| a.state.dtype = I16, UNS, "state", "int16 state is not served"),
-        (single, |a| a.intermediate_state_scales = dense(21, F32, &[BATCH, T, NH, DIM]), UNS,
+        (fixed, |a| a.intermediate_state_scales = dense(21, F32, &[BATCH, T, NH, DIM]), UNS,
             "intermediate_state_scales", "not served"),
         (single, |a| a.reserved = 1, VAL, "reserved", "expected 0, got 1"),
     ]);
@@ -223,27 +227,32 @@ fn options_and_forms() {
             "HORIZONTAL (3) is not served"),
         (single, |a| a.algorithm = 4, VAL, "algorithm", "got 4"),
         (single, |a| a.form = 3, VAL, "form", "expected AUTO (0), SINGLE (1) or MULTI (2)"),
-        (single, |a| a.cache_steps = -1, VAL, "cache_steps", "expected >= 0, got -1"),
+        // FlashInfer's multi-token checks (RuntimeError there); the single-token path ignores
+        // cache_steps < 1.
+        (fixed, |a| a.cache_steps = -1, INV, "cache_steps", "expected >= 0, got -1"),
+        (varlen, |a| a.cache_steps = -1, INV, "cache_steps", "expected >= 0, got -1"),
         (fixed, |a| a.form = sys::MAMBA_SSU_FORM_SINGLE as i32, VAL, "form",
             "SINGLE asked, but the call is multi-token"),
         (single, |a| a.form = sys::MAMBA_SSU_FORM_MULTI as i32, VAL, "form",
             "MULTI asked, but the call is single-token"),
-        // Multi-token arguments on the single-token path.
+        // An intermediate buffer with dst indices: FlashInfer's Python check, whatever the form.
         (single, |a| a.intermediate_states = dense(14, F16, &[BATCH, 1, NH, DIM, DS]), VAL,
-            "intermediate_states_buffer", "only the multi-token path takes it"),
-        (single, |a| a.intermediate_state_indices = dense(15, I32, &[BATCH]), VAL,
-            "intermediate_state_indices", "only the multi-token path"),
-        (single, |a| a.num_accepted_tokens = dense(16, I32, &[BATCH]), VAL,
-            "num_accepted_tokens", "only the multi-token path"),
+            "dst_state_batch_indices", "two write modes at once"),
         (single, |a| { a.cu_seqlens = dense(13, I32, &[BATCH + 1]);
-                       a.x = dense(2, BF16, &[BATCH, DIM]); }, VAL, "cu_seqlens",
+                       a.x = dense(2, BF16, &[BATCH, DIM]); }, INV, "cu_seqlens",
             "the varlen form needs a 3-D x (total_tokens, nheads, dim), got a 2-D x"),
-        (fixed, |a| a.cu_seqlens = dense(13, I32, &[BATCH + 1]), VAL, "cu_seqlens",
+        (fixed, |a| a.cu_seqlens = dense(13, I32, &[BATCH + 1]), INV, "cu_seqlens",
             "got a 4-D x"),
-        (varlen, |a| a.cache_steps = 0, VAL, "cache_steps",
+        (varlen, |a| a.cache_steps = 0, INV, "cache_steps",
             "the varlen form (cu_seqlens) needs cache_steps >= 1"),
-        (fixed, |a| a.algorithm = sys::MAMBA_SSU_ALGO_VERTICAL as i32, VAL, "algorithm",
-            "the multi-token path has one layout"),
+        // FlashInfer's multi-token launcher built for sm_90 refuses VERTICAL and HORIZONTAL
+        // (RuntimeError).
+        (fixed, |a| a.algorithm = sys::MAMBA_SSU_ALGO_VERTICAL as i32, INV, "algorithm",
+            "the multi-token path has one layout (AUTO or SIMPLE), got VERTICAL"),
+        (varlen, |a| a.algorithm = sys::MAMBA_SSU_ALGO_HORIZONTAL as i32, INV, "algorithm",
+            "got HORIZONTAL"),
+        // An unknown value is FlashInfer's Python ValueError, before any tensor rule.
+        (fixed, |a| { a.algorithm = 9; a.x.shape[2] = NH + 1; }, VAL, "algorithm", "got 9"),
     ]);
 }
 
@@ -293,21 +302,34 @@ fn index_and_intermediate_rules() {
         (single, |a| a.state_batch_indices.dtype = F32, INV, "state_batch_indices",
             "expected dtype I32 or I64, got F32"),
         (single, |a| a.dst_state_batch_indices.dtype = I64, INV, "dst_state_batch_indices",
-            "expected dtype I32 (the dtype of state_batch_indices: every index tensor has one dtype)"),
-        (varlen, |a| a.cu_seqlens.dtype = I64, INV, "cu_seqlens", "every index tensor has one dtype"),
+            "expected dtype I32 (the dtype of state_batch_indices), got I64"),
+        (varlen, |a| a.intermediate_state_indices.dtype = I64, INV, "intermediate_state_indices",
+            "expected dtype I32 (the dtype of state_batch_indices), got I64"),
+        (varlen, |a| a.cu_seqlens.dtype = F32, INV, "cu_seqlens", "expected dtype I32 or I64"),
+        (fixed, |a| a.num_accepted_tokens = dense(16, I16, &[BATCH]), INV, "num_accepted_tokens",
+            "expected dtype I32 or I64, got I16"),
         (single, |a| a.state_batch_indices = dense(11, I32, &[BATCH, 2, 2]), INV,
             "state_batch_indices", "expected 1 or 2 dimensions"),
-        (single, |a| a.state_batch_indices.shape[0] = BATCH + 1, INV, "state_batch_indices",
-            "expected size(0) == batch (2), got 3"),
+        // FlashInfer's sizes: size(0) >= batch (padded index tensors), a 2-D index's size(1) >= T
+        // (1 single token; the tokens, or cache_steps varlen, multi token).
+        (single, |a| a.state_batch_indices.shape[0] = BATCH - 1, INV, "state_batch_indices",
+            "expected size(0) >= batch (2), got 1"),
         (single, |a| a.dst_state_batch_indices = dense(12, I32, &[BATCH, 0]), INV,
-            "dst_state_batch_indices", "a 2-D index needs at least one column"),
-        (fixed, |a| a.dst_state_batch_indices = dense(12, I32, &[BATCH]), INV,
-            "dst_state_batch_indices", "expected 2 dimensions (batch, cols)"),
-        (fixed, |a| a.num_accepted_tokens = dense(16, I32, &[BATCH]), INV, "num_accepted_tokens",
-            "needs a 2-D state_batch_indices"),
+            "dst_state_batch_indices", "expected size(1) >= 1 (1), got 0"),
+        (fixed, |a| a.state_batch_indices = dense(11, I32, &[BATCH, T - 1]), INV,
+            "state_batch_indices", "expected size(1) >= T (4), got 3"),
+        (varlen, |a| a.state_batch_indices = dense(11, I32, &[BATCH, T - 1]), INV,
+            "state_batch_indices", "expected size(1) >= cache_steps (the longest sequence) (4)"),
+        (fixed, |a| a.dst_state_batch_indices = dense(12, I32, &[BATCH - 1, T]), INV,
+            "dst_state_batch_indices", "expected size(0) >= batch (2), got 1"),
+        (fixed, |a| { a.num_accepted_tokens = dense(16, I32, &[BATCH]);
+                      a.state_batch_indices = absent(); }, INV, "num_accepted_tokens",
+            "needs state_batch_indices"),
         (fixed, |a| { a.num_accepted_tokens = dense(16, I32, &[BATCH, 1]);
                       a.state_batch_indices = dense(11, I32, &[BATCH, T]); }, INV,
             "num_accepted_tokens", "expected 1 dimensions (batch,)"),
+        (fixed, |a| a.num_accepted_tokens = dense(16, I32, &[BATCH - 1]), INV,
+            "num_accepted_tokens", "expected size(0) >= batch (2), got 1"),
         (varlen, |a| a.intermediate_state_indices.shape[0] = BATCH + 1, INV,
             "intermediate_state_indices", "expected size(0) == batch (2), got 3"),
         (varlen, |a| a.cu_seqlens = dense(13, I32, &[BATCH + 1, 1]), INV, "cu_seqlens",
@@ -380,12 +402,8 @@ fn lowered_rules_name_the_tensor() {
         (varlen, |a| { a.cu_seqlens = dense(13, I32, &[1]); a.state_batch_indices = absent();
                        a.intermediate_states = absent(); a.intermediate_state_indices = absent(); },
             INV, "cu_seqlens", "batch: expected >= 1, got 0"),
-        (fixed, |a| a.dst_state_batch_indices = dense(12, I32, &[BATCH, T - 1]), INV,
-            "dst_state_batch_indices", "narrower than the longest sequence"),
         (varlen, |a| a.dst_state_batch_indices = dense(12, I32, &[BATCH, T]), VAL,
             "dst_state_batch_indices", "two write modes at once"),
-        (fixed, |a| a.intermediate_state_indices = dense(15, I32, &[BATCH]), INV,
-            "intermediate_state_indices", "given without intermediate_states"),
         (fixed, |a| { a.cache_steps = T - 1;
                       a.intermediate_states = dense(14, F16, &[BATCH, T - 1, NH, DIM, DS]); }, INV,
             "cache_steps", "cache_steps: expected >= ntokens (4), got 3"),
@@ -404,8 +422,11 @@ fn seed_rules() {
             "expected NONE (0), POINTER (1) or DERIVED (2), got 3"),
         (single, |a| a.seed.rule = 2, VAL, "sr_rule", "expected V072 (0) or V074 (1), got 2"),
         (single, |a| a.seed.reserved = 1, VAL, "seed.reserved", "expected 0, got 1"),
-        (single, |a| a.seed.rounds = 0, VAL, "philox_rounds", "expected 1..=10 with a seed, got 0"),
-        (fixed, |a| a.seed.rounds = 11, VAL, "philox_rounds", "got 11"),
+        (single, |a| a.seed.rounds = 0, VAL, "philox_rounds", "expected >= 1 with a seed, got 0"),
+        (fixed, |a| a.seed.rounds = -3, VAL, "philox_rounds", "got -3"),
+        // FlashInfer's Python check: before any tensor rule.
+        (varlen, |a| { a.seed.rounds = 0; a.x.shape[1] = NH + 1; }, VAL, "philox_rounds",
+            "got 0"),
         (single, |a| { a.state.dtype = BF16; }, UNS, "philox_rounds",
             "stochastic rounding (10 rounds) needs an F16 state"),
         (single, |a| a.seed.pointer = std::ptr::null(), INV, "seed.pointer", "null pointer"),
@@ -615,6 +636,141 @@ fn multi_token_calls_of_every_write_mode_are_accepted() {
     assert_eq!(accept(&empty, "varlen, no rows").total_tokens, 0);
 }
 
+/// FlashInfer 0.7.x's argument rules that the check follows: padded index tensors (size(0) >=
+/// batch, a 2-D index wider than T), num_accepted_tokens and cu_seqlens with their own dtypes,
+/// a 1-D dst index and a 1-D read index with num_accepted_tokens in the multi-token form,
+/// intermediate_state_indices without a buffer (not read), the multi-token arguments ignored on
+/// the single-token path, and any philox_rounds >= 1.
+#[test]
+fn flashinfer_argument_rules_are_accepted() {
+    let plan = |a: &sys::mamba_ssu_args| {
+        let mut out = sys::mamba_ssu_launch_plan::default();
+        // SAFETY: valid pointers; num_sms > 0 touches no device.
+        let status = unsafe { sys::mamba_ssu_plan(a, SMS, &mut out) };
+        assert_eq!(status, OK);
+        out
+    };
+    // Single token: padded read and write indices (engines pass their padded tensors).
+    accept(
+        &sys::mamba_ssu_args {
+            state_batch_indices: dense(11, I64, &[BATCH + 3]),
+            dst_state_batch_indices: dense(12, I64, &[BATCH + 1, 2]),
+            ..single()
+        },
+        "single, padded indices",
+    );
+    // Single token: FlashInfer ignores intermediate_*, num_accepted_tokens and a cache_steps
+    // below 1 there (whatever their shapes and dtypes).
+    let p = accept(
+        &sys::mamba_ssu_args {
+            dst_state_batch_indices: absent(),
+            intermediate_states: dense(14, F32, &[1, 1, 1, 1, 1]),
+            intermediate_state_indices: dense(15, I64, &[7]),
+            intermediate_state_scales: dense(21, F32, &[1, 2, 3]),
+            num_accepted_tokens: dense(16, F32, &[BATCH, 5]),
+            cache_steps: -4,
+            ..single()
+        },
+        "single, multi-token arguments ignored",
+    );
+    assert_eq!(
+        (p.form, p.cache_steps, p.index_dtype),
+        (sys::MAMBA_SSU_FORM_SINGLE as i32, 0, I32)
+    );
+    // Fixed length: I64 num_accepted_tokens with I32 slot indices, padded rows and columns.
+    let mixed = sys::mamba_ssu_args {
+        state_batch_indices: dense(11, I32, &[BATCH + 2, T + 3]),
+        dst_state_batch_indices: dense(12, I32, &[BATCH + 1, T]),
+        num_accepted_tokens: dense(16, I64, &[BATCH + 5]),
+        ..fixed()
+    };
+    assert_eq!(accept(&mixed, "fixed, mixed index dtypes").index_dtype, I32);
+    // A 1-D dst index (every token of a sequence goes to one slot) and a 1-D read index with
+    // num_accepted_tokens (FlashInfer reads its column 0).
+    accept(
+        &sys::mamba_ssu_args {
+            state_batch_indices: dense(11, I64, &[BATCH]),
+            dst_state_batch_indices: dense(12, I64, &[BATCH]),
+            num_accepted_tokens: dense(16, I32, &[BATCH]),
+            ..fixed()
+        },
+        "fixed, 1-D dst and read indices",
+    );
+    // intermediate_state_indices without a buffer: checked, not read.
+    accept(
+        &sys::mamba_ssu_args {
+            intermediate_state_indices: dense(15, I32, &[BATCH]),
+            ..fixed()
+        },
+        "fixed, intermediate_state_indices without a buffer",
+    );
+    // Varlen: I64 cu_seqlens with I32 slot indices.
+    let p = accept(
+        &sys::mamba_ssu_args {
+            cu_seqlens: dense(13, I64, &[BATCH + 1]),
+            ..varlen()
+        },
+        "varlen, I64 cu_seqlens",
+    );
+    assert_eq!(p.index_dtype, I32);
+    // The slot indices' dtype without a read index: dst's, else intermediate_state_indices'.
+    let p = accept(
+        &sys::mamba_ssu_args {
+            state_batch_indices: absent(),
+            dst_state_batch_indices: dense(12, I64, &[BATCH, T]),
+            ..fixed()
+        },
+        "fixed, dst only",
+    );
+    assert_eq!(p.index_dtype, I64);
+    // Any philox_rounds >= 1, both forms.
+    for rounds in [1, 3, 7, 11, 12, 64, i32::MAX] {
+        for base in [single, fixed, varlen] {
+            let mut a = base();
+            a.seed.rounds = rounds;
+            assert_eq!(
+                accept(&a, &format!("rounds {rounds}")).stochastic_rounding,
+                1
+            );
+        }
+    }
+
+    // The compiled-in kernels (F16 state, BF16 inputs, dstate 128, 0, 5 or 10 rounds) serve
+    // indices of one dtype; other dtypes of num_accepted_tokens or cu_seqlens, and other
+    // rounds, run the run-time kernels.
+    let hot = |mut a: sys::mamba_ssu_args| {
+        let ds = 128;
+        a.state = dense(1, F16, &[SLOTS, NH, DIM, ds]);
+        a.A = tensor(4, F32, &[NH, DIM, ds], &[1, 0, 0]);
+        let lead = a.B.shape[..a.B.rank as usize - 1].to_vec();
+        let shape = [&lead[..lead.len() - 1], &[NG, ds]].concat();
+        a.B = dense(5, BF16, &shape);
+        a.C = dense(6, BF16, &shape);
+        if a.intermediate_states.rank > 0 {
+            let s = a.intermediate_states.shape;
+            a.intermediate_states = dense(14, F16, &[s[0], s[1], NH, DIM, ds]);
+        }
+        a
+    };
+    let mixed = hot(mixed);
+    assert_eq!(plan(&mixed).compiled_kernel, 0, "I64 num_accepted_tokens");
+    let uniform = sys::mamba_ssu_args {
+        num_accepted_tokens: dense(16, I32, &[BATCH + 5]),
+        ..mixed
+    };
+    assert_eq!(plan(&uniform).compiled_kernel, 1, "I32 everywhere");
+    let mut twelve = uniform;
+    twelve.seed.rounds = 12;
+    assert_eq!(plan(&twelve).compiled_kernel, 0, "12 rounds");
+    let v = hot(varlen());
+    assert_eq!(plan(&v).compiled_kernel, 1, "varlen, I32 everywhere");
+    let v64 = sys::mamba_ssu_args {
+        cu_seqlens: dense(13, I64, &[BATCH + 1]),
+        ..v
+    };
+    assert_eq!(plan(&v64).compiled_kernel, 0, "varlen, I64 cu_seqlens");
+}
+
 #[test]
 fn every_seed_form_is_accepted() {
     let derived_values = sys::mamba_ssu_seed {
@@ -797,4 +953,19 @@ fn deprecated_blocks_meet_the_same_seed_check() {
     p.seed_next = (ph(41) as usize + 4) as *mut i64;
     let (status, arg, _) = c(&p);
     assert_eq!((status, arg.as_str()), (INV, "seed_next"));
+    p.seed_next = std::ptr::null_mut();
+    // Any count of rounds >= 0 (0: no SR), as the contract's seed.
+    for rounds in [0, 1, 11, 12, 1000] {
+        p.philox_rounds = rounds;
+        assert_eq!(c(&p).0, OK, "rounds {rounds}");
+    }
+    p.philox_rounds = -1;
+    assert_eq!(
+        c(&p),
+        (
+            INV,
+            "philox_rounds".to_string(),
+            "philox_rounds: expected >= 0, got -1".to_string()
+        )
+    );
 }

@@ -1,6 +1,7 @@
 //! CPU reference of Philox4x32-R and of torch's per-draw seed formula.
 //!
-//! Philox4x32 (Salmon et al., SC'11) with any round count 1..=10; torch and cuRAND use 10.
+//! Philox4x32 (Salmon et al., SC'11) with any round count >= 1 (FlashInfer's `philox_rounds` has
+//! no upper bound); torch and cuRAND use 10.
 //! One stock `torch.randint(0, 2**32, (1,), device='cuda')` draw from generator state
 //! `(seed, offset)` is word 1 of Philox4x32-10 with key `(lo32(seed), hi32(seed))` and
 //! counter `(lo32(offset/4), hi32(offset/4), 0, 0)`; the generator offset then advances by 4.
@@ -15,18 +16,20 @@ pub const PHILOX_W0: u32 = 0x9E37_79B9;
 /// Key bump of key word 1 between rounds (sqrt(3) - 1).
 pub const PHILOX_W1: u32 = 0xBB67_AE85;
 
-/// The most Philox rounds supported (and the count torch uses).
-pub const MAX_ROUNDS: u32 = 10;
+/// The Philox rounds torch and cuRAND use (and FlashInfer's default `philox_rounds`).
+pub const TORCH_ROUNDS: u32 = 10;
 
-/// Philox4x32 with `rounds` rounds (1..=10) of `counter` under `key`; returns the final counter.
+/// Formerly the most Philox rounds supported; any count >= 1 is now.
+#[deprecated(note = "Philox rounds are not bounded above; torch's count is TORCH_ROUNDS")]
+pub const MAX_ROUNDS: u32 = TORCH_ROUNDS;
+
+/// Philox4x32 with `rounds` rounds (any count >= 1) of `counter` under `key`; returns the final
+/// counter.
 ///
 /// # Panics
-/// If `rounds` is 0 or above 10 (a programming error: the round count is a constant in callers).
+/// If `rounds` is 0 (a programming error: callers check the count first).
 pub fn philox4x32(counter: [u32; 4], key: [u32; 2], rounds: u32) -> [u32; 4] {
-    assert!(
-        (1..=MAX_ROUNDS).contains(&rounds),
-        "Philox rounds must be in 1..=10, got {rounds}"
-    );
+    assert!(rounds >= 1, "Philox rounds must be >= 1, got {rounds}");
     let [mut c0, mut c1, mut c2, mut c3] = counter;
     let [mut k0, mut k1] = key;
     for _ in 0..rounds {
@@ -55,7 +58,7 @@ pub fn counter_of(o: u64) -> [u32; 4] {
 /// CUDA generator is at `(seed, offset)` (`offset` a multiple of 4; its low two bits are
 /// ignored, as torch never produces them).
 pub fn torch_seed(seed: u64, offset: u64) -> u64 {
-    u64::from(philox4x32(counter_of(offset >> 2), key_of(seed), 10)[1])
+    u64::from(philox4x32(counter_of(offset >> 2), key_of(seed), TORCH_ROUNDS)[1])
 }
 
 /// `n` consecutive stock draws from `(seed, offset)`: `torch_seed(seed, offset + 4k)` for
@@ -119,7 +122,7 @@ mod tests {
         // R rounds == one more round applied to the R-1 result with the key bumped R-1 times.
         let c = [0xdead_beef, 7, 0x1234_5678, 9];
         let k = [0xcafe_f00d, 0x0bad_c0de];
-        for r in 2..=10u32 {
+        for r in 2..=16u32 {
             let prev = philox4x32(c, k, r - 1);
             let kb = [
                 k[0].wrapping_add(PHILOX_W0.wrapping_mul(r - 1)),
@@ -129,8 +132,69 @@ mod tests {
         }
     }
 
+    /// Philox4x32-R written out independently of `philox4x32`: 128-bit products, the key of round
+    /// r computed as k + r * W (not bumped in a loop), the output word order spelled out.
+    fn philox_independent(c: [u32; 4], k: [u32; 2], rounds: u32) -> [u32; 4] {
+        let mut x = c;
+        for r in 0..rounds {
+            let k0 = (u64::from(k[0]) + u64::from(r) * u64::from(PHILOX_W0)) as u32;
+            let k1 = (u64::from(k[1]) + u64::from(r) * u64::from(PHILOX_W1)) as u32;
+            let a = u128::from(0xD251_1F53u32) * u128::from(x[0]);
+            let b = u128::from(0xCD9E_8D57u32) * u128::from(x[2]);
+            x = [
+                (b >> 32) as u32 ^ x[1] ^ k0,
+                b as u32,
+                (a >> 32) as u32 ^ x[3] ^ k1,
+                a as u32,
+            ];
+        }
+        x
+    }
+
+    /// Known answers: Random123's published Philox4x32-10 vectors (counter and key 0; the pi
+    /// digits), and for every count 1..=24 (12 included, past torch's 10) the independent
+    /// formulation above over a spread of counters and keys.
     #[test]
-    #[should_panic(expected = "Philox rounds must be in 1..=10")]
+    fn known_answers_for_any_round_count() {
+        assert_eq!(
+            philox4x32([0; 4], [0; 2], 10),
+            [0x6627_e8d5, 0xe169_c58d, 0xbc57_ac4c, 0x9b00_dbd8]
+        );
+        assert_eq!(
+            philox4x32(
+                [0x243f_6a88, 0x85a3_08d3, 0x1319_8a2e, 0x0370_7344],
+                [0xa409_3822, 0x299f_31d0],
+                10
+            ),
+            [0xd16c_fe09, 0x94fd_cceb, 0x5001_e420, 0x2412_6ea1]
+        );
+        let mut v = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            v ^= v << 13;
+            v ^= v >> 7;
+            v ^= v << 17;
+            v as u32
+        };
+        for rounds in 1..=24 {
+            for _ in 0..64 {
+                let c = [next(), next(), next(), next()];
+                let k = [next(), next()];
+                assert_eq!(
+                    philox4x32(c, k, rounds),
+                    philox_independent(c, k, rounds),
+                    "rounds {rounds}, counter {c:x?}, key {k:x?}"
+                );
+            }
+        }
+        // 12 rounds are not 10 (the count reaches the kernel).
+        assert_ne!(
+            philox4x32([0; 4], [0; 2], 12),
+            philox4x32([0; 4], [0; 2], 10)
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "Philox rounds must be >= 1")]
     fn zero_rounds_rejected() {
         philox4x32([0; 4], [0; 2], 0);
     }

@@ -5,8 +5,9 @@
 //! 1. a sampled dtype table (state × input × weight, every value of every axis and every
 //!    (state, input) pair, plus the hot F16/BF16/BF16 combination), dstate 64/128/256, head
 //!    dims 1, 5, 64, 100, T 1..16, every write mode, varlen with zero-length sequences, pads
-//!    (`pad_slot_id` -1 and 0), `num_accepted_tokens` with 2-D read indices, 0/5/10 Philox
-//!    rounds (SR only with an F16 state); and grids of the two-row kernels (1056 (sequence,
+//!    (`pad_slot_id` -1 and 0), `num_accepted_tokens` with 2-D read indices (padded to T
+//!    columns), `num_accepted_tokens` and `cu_seqlens` of another dtype than the slot indices',
+//!    0/5/10 Philox rounds (SR only with an F16 state; 1 and 12 in the SR-bits test); and grids of the two-row kernels (1056 (sequence,
 //!    head) pairs, hot dtypes) over every write mode, partial last row passes, two blocks per
 //!    head and T up to 16, and of the four-row kernels (no SR, 4224 pairs);
 //! 2. poison, in every run: the whole state storage keeps its bytes outside the slots the
@@ -123,6 +124,9 @@ struct Cfg {
     input: &'static str,
     weight: &'static str,
     index: &'static str,
+    /// The dtype of num_accepted_tokens and cu_seqlens when it is not `index`'s (FlashInfer takes
+    /// them independently of the slot indices': the run-time kernel reads them).
+    aux_index: Option<&'static str>,
     batch: usize,
     nheads: usize,
     ngroups: usize,
@@ -155,6 +159,7 @@ impl Cfg {
             input: "bfloat16",
             weight: "bfloat16",
             index: "int32",
+            aux_index: None,
             batch: 4,
             nheads: 8,
             ngroups: 2,
@@ -312,8 +317,8 @@ impl Problem {
         // for every read and every write (no slot written twice or read after another
         // sequence's write).
         let lo = usize::from(cfg.pad_slot_id == 0);
-        // A dst index is at least T wide; a read-only 2-D index narrower (a buffer entry per
-        // slot without buffer indices keeps the slot count small).
+        // A dst index is at least T wide; a read-only 2-D index has fewer live columns (a buffer
+        // entry per slot without buffer indices keeps the slot count small), padded to T.
         let width = match (cfg.read, cfg.write) {
             (_, Write::Dst { .. }) => tk + rng.below(2) as usize,
             (Read::TwoD { .. }, Write::Inter { indices: false }) => 1 + rng.below(2) as usize,
@@ -350,7 +355,14 @@ impl Problem {
                 (v.clone(), Some((v, vec![bt])), None)
             }
             Read::TwoD { nat } => {
-                let mut v = take(bt * width);
+                // `width` live columns (distinct slots), the row padded with pad_slot_id to at
+                // least T columns (FlashInfer's size(1) >= T; the padding is never read).
+                let cols = width.max(tk);
+                let live = take(bt * width);
+                let mut v = vec![pad; bt * cols];
+                for b in 0..bt {
+                    v[b * cols..b * cols + width].copy_from_slice(&live[b * width..][..width]);
+                }
                 let counts: Vec<i64> = (0..bt)
                     .map(|_| rng.below(width as u64 + 1) as i64)
                     .collect();
@@ -362,11 +374,11 @@ impl Problem {
                         0
                     };
                     if pad_rows[b] {
-                        v[b * width + k] = pad;
+                        v[b * cols + k] = pad;
                     }
-                    reads.push(v[b * width + k]);
+                    reads.push(v[b * cols + k]);
                 }
-                (reads, Some((v, vec![bt, width])), nat.then_some(counts))
+                (reads, Some((v, vec![bt, cols])), nat.then_some(counts))
             }
         };
         let mut sbi = sbi;
@@ -553,10 +565,20 @@ impl Problem {
     }
 
     fn index_bytes(&self, v: &[i64]) -> Vec<u8> {
-        match self.cfg.index {
-            "int32" => v.iter().flat_map(|s| (*s as i32).to_le_bytes()).collect(),
-            _ => v.iter().flat_map(|s| s.to_le_bytes()).collect(),
-        }
+        index_bytes_as(self.cfg.index, v)
+    }
+
+    /// The dtype of num_accepted_tokens and cu_seqlens.
+    fn aux_index(&self) -> &'static str {
+        self.cfg.aux_index.unwrap_or(self.cfg.index)
+    }
+}
+
+/// Index values as the bytes of `dtype` ("int32" or "int64").
+fn index_bytes_as(dtype: &str, v: &[i64]) -> Vec<u8> {
+    match dtype {
+        "int32" => v.iter().flat_map(|s| (*s as i32).to_le_bytes()).collect(),
+        _ => v.iter().flat_map(|s| s.to_le_bytes()).collect(),
     }
 }
 
@@ -684,6 +706,7 @@ fn upload(stream: &Arc<CudaStream>, p: &Problem) -> Dev {
     let c = &p.cfg;
     let up = |dtype: &str, bytes: &[u8]| DevBuf::from_bytes(stream, dtype, bytes);
     let idx = |v: &[i64]| up(c.index, &p.index_bytes(v));
+    let aux = |v: &[i64]| up(p.aux_index(), &index_bytes_as(p.aux_index(), v));
     let mut out = DevBuf::alloc(stream, c.input, p.out_elems());
     out.fill_bytes(stream, 0, p.out_elems(), 0xFF);
     let inter = p.inter.map(|_| {
@@ -705,8 +728,8 @@ fn upload(stream: &Arc<CudaStream>, p: &Problem) -> Dev {
         sbi: p.sbi.as_ref().map(|(v, _)| idx(v)),
         // In place: the read index is passed as dst (its own buffer here, same values).
         dst: p.dst.as_ref().map(|(v, _)| idx(v)),
-        nat: p.nat.as_ref().map(|v| idx(v)),
-        cu: p.cu.as_ref().map(|v| idx(v)),
+        nat: p.nat.as_ref().map(|v| aux(v)),
+        cu: p.cu.as_ref().map(|v| aux(v)),
         inter,
         inter_idx: p.inter_idx.as_ref().map(|v| idx(v)),
         seed: up("int64", &p.seed.to_le_bytes()),
@@ -1068,6 +1091,8 @@ fn dtype_table(rng: &mut Rng) -> Vec<Problem> {
             let mut cfg = Cfg::base();
             (cfg.state, cfg.input, cfg.weight) = (s, x, w);
             cfg.index = ["int32", "int64"][k % 2];
+            // num_accepted_tokens and cu_seqlens of the other dtype in some problems.
+            cfg.aux_index = (k % 5 == 1).then_some(["int64", "int32"][k % 2]);
             cfg.dstate = [64, 128, 256][k % 3];
             cfg.dim = [1, 5, 64, 100][k % 4];
             cfg.tokens = 1 + rng.below(16) as usize;
@@ -1381,7 +1406,8 @@ fn agreement(
     (agree, total)
 }
 
-/// Predicted SR bits agree with the kernel's for dstate 64/128/256, 5 and 10 rounds, in the
+/// Predicted SR bits agree with the kernel's for dstate 64/128/256, 1, 5, 10 and 12 rounds (1 and
+/// 12: the run-time kernel; FlashInfer takes any count >= 1), in the
 /// intermediate buffer (every step) and the final-only state; a mapping with the columns in
 /// groups of four words instead of pairs must not.
 #[test]
@@ -1391,7 +1417,7 @@ fn sr_bits_follow_the_documented_mapping() {
         return;
     };
     let mut rng = Rng(run_seed());
-    for rounds in [5u32, 10] {
+    for rounds in [1u32, 5, 10, 12] {
         for dstate in [64, 128, 256] {
             for write in [Write::Inter { indices: true }, Write::Final] {
                 let mut cfg = Cfg::base();
@@ -1690,10 +1716,11 @@ fn problems_are_valid(seed: u64, run_reference: bool) {
             TensorLayout::new(dt(dtype), &s, &t, len).unwrap()
         };
         let es = |bytes: &[u8], dtype: &str| bytes.len() / dtype_size(dtype);
-        let idx_lay = |shape: &[usize]| {
+        let idx_lay_as = |dtype: &str, shape: &[usize]| {
             let n: usize = shape.iter().product();
-            TensorLayout::contiguous(dt(c.index), shape, n).unwrap()
+            TensorLayout::contiguous(dt(dtype), shape, n).unwrap()
         };
+        let idx_lay = |shape: &[usize]| idx_lay_as(c.index, shape);
         let head = |bytes: &[u8]| {
             lay(
                 c.weight,
@@ -1719,8 +1746,14 @@ fn problems_are_valid(seed: u64, run_reference: bool) {
             dt_bias: p.dt_bias.as_ref().map(|v| head(v)),
             state_batch_indices: p.sbi.as_ref().map(|(_, s)| idx_lay(s)),
             dst_state_batch_indices: p.dst.as_ref().map(|(_, s)| idx_lay(s)),
-            num_accepted_tokens: p.nat.as_ref().map(|_| idx_lay(&[c.batch])),
-            cu_seqlens: p.cu.as_ref().map(|_| idx_lay(&[c.batch + 1])),
+            num_accepted_tokens: p
+                .nat
+                .as_ref()
+                .map(|_| idx_lay_as(p.aux_index(), &[c.batch])),
+            cu_seqlens: p
+                .cu
+                .as_ref()
+                .map(|_| idx_lay_as(p.aux_index(), &[c.batch + 1])),
             intermediate_states_buffer: p.inter_shape().map(|l| lay(c.state, l, p.inter_elems())),
             intermediate_state_indices: p.inter_idx.as_ref().map(|_| idx_lay(&[c.batch])),
             cache_steps: p.cache_steps(),

@@ -660,8 +660,9 @@ fn all_dtype_combinations_match_f64_reference() {
             }
         }
     }
-    // SR rounds 5 and 10 with both layouts, explicitly.
-    for rounds in [5, 10] {
+    // SR rounds 5 and 10 (the compiled-in kernels) and 12 and 16 (past torch's 10: FlashInfer
+    // has no upper bound; the run-time kernel) with both layouts, explicitly.
+    for rounds in [5, 10, 12, 16] {
         for dstate in [64, 128, 256] {
             let mut cfg = Cfg::base();
             cfg.rounds = rounds;
@@ -680,7 +681,7 @@ fn all_dtype_combinations_match_f64_reference() {
             }
         }
     }
-    for r in 1..=10 {
+    for r in (1..=10).chain([12, 16]) {
         assert!(
             sr_runs.iter().any(|(x, _)| *x == r),
             "SR with {r} rounds was not exercised"
@@ -1414,8 +1415,8 @@ fn invalid_arguments_are_rejected_by_name_and_launch_nothing() {
     let p = Problem::new(cfg, &mut rng);
     type Mutator = fn(&mut ssu_dev::Call<'_>);
     let cases: Vec<(&str, &[&str], Mutator)> = vec![
-        ("rounds above 10", &["philox_rounds"], |c| {
-            c.flags.philox_rounds = 11
+        ("rounds past the C ABI's int32", &["philox_rounds"], |c| {
+            c.flags.philox_rounds = u32::MAX
         }),
         // FlashInfer's rand_seed = None: the C check names the seed's pointer.
         ("SR without a seed", &["seed.pointer"], |c| c.seed = None),

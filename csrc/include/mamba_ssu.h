@@ -274,7 +274,7 @@ typedef struct mamba_ssu_params {
   int32_t index_dtype;  /* I32 or I64 */
   int32_t dt_softplus;  /* bool */
   int32_t update_state; /* bool: 0 leaves the state untouched */
-  int32_t philox_rounds; /* 0 = round to nearest; 1..10 = stochastic rounding
+  int32_t philox_rounds; /* 0 = round to nearest; >= 1 = stochastic rounding
                             of an F16 state with that many Philox rounds */
   int32_t algorithm;     /* mamba_ssu_algorithm */
   int32_t seed_source;   /* mamba_ssu_seed_source */
@@ -399,8 +399,9 @@ int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch,
  * intermediate_state_indices without intermediate_states; with intermediate_states,
  * cache_steps >= ntokens and intermediate_cache_size >= 1.
  * A zero-length sequence writes nothing. out uses the fp32 state before any rounding.
- * Index tensors (state_batch_indices, dst_state_batch_indices, num_accepted_tokens,
- * cu_seqlens, intermediate_state_indices) all have index_dtype.
+ * Index tensors: state_batch_indices, dst_state_batch_indices and intermediate_state_indices
+ * have index_dtype; num_accepted_tokens and cu_seqlens their own (num_accepted_tokens_dtype,
+ * cu_seqlens_dtype; 0: index_dtype).
  * Stochastic rounding: Philox once per state element per call (the token is not in the
  * counter, as FlashInfer's; see docs/flashinfer-ssu.md of the crate for the mapping).
  * Speed: F16 state, BF16 inputs and weights, dstate 128 and 0, 5 or 10 Philox rounds run
@@ -466,10 +467,16 @@ typedef struct mamba_ssu_mtp_params {
   int32_t index_dtype;   /* I32 or I64: every index tensor */
   int32_t dt_softplus;   /* bool */
   int32_t update_state;  /* bool: 0 = disable_state_update (matters without a write tensor) */
-  int32_t philox_rounds; /* 0 = round to nearest; 1..10: SR of an F16 state */
+  int32_t philox_rounds; /* 0 = round to nearest; >= 1: SR of an F16 state */
   int32_t sr_rule;       /* mamba_ssu_sr_rule */
   int32_t seed_source;   /* mamba_ssu_seed_source */
   int32_t num_sms;       /* <= 0: query the current device (grid sizing only) */
+  /* The dtypes of num_accepted_tokens and cu_seqlens, which FlashInfer takes independently of
+   * the slot indices': I32 or I64, or 0 (what a zeroed block holds; MAMBA_SSU_F32 is no index
+   * dtype): index_dtype. A dtype other than index_dtype runs the run-time kernel
+   * (mamba_ssu_launch_plan.compiled_kernel 0). */
+  int32_t num_accepted_tokens_dtype;
+  int32_t cu_seqlens_dtype;
 } mamba_ssu_mtp_params MAMBA_SSU_DEPRECATED_NAME("use mamba_ssu_args");
 
 /* Checks *params against the multi-token kernel's contract without launching anything.
@@ -646,30 +653,49 @@ int mamba_ssu_prefetcher_prepare_replay(mamba_ssu_prefetcher *p, mamba_ssu_strea
  *   multi token: x, z, out (batch, T, nheads, dim) or varlen (total_tokens, nheads, dim);
  *     dt likewise with strides (.., .., 1, 0); B, C (batch, T, ngroups, dstate) or
  *     (total_tokens, ngroups, dstate); cu_seqlens (batch + 1,); intermediate_states
- *     (entries, cache_steps, nheads, dim, dstate); intermediate_state_indices,
- *     num_accepted_tokens (batch,); dst_state_batch_indices (batch, cols >= T).
+ *     (entries, cache_steps, nheads, dim, dstate); intermediate_state_indices (batch,);
+ *     num_accepted_tokens (>= batch,); state_batch_indices, dst_state_batch_indices
+ *     (>= batch,) or (>= batch, cols >= T) (T: cache_steps in the varlen form). A 1-D dst
+ *     index sends every token of sequence b to slot dst[b]; num_accepted_tokens with a 1-D
+ *     read index reads state_batch_indices[b].
+ * Index tensors longer than the batch (and a 2-D one wider than T) are FlashInfer's padded
+ * tensors: only the first rows and columns are read.
  * A stride of a dimension of size 1 is never read (torch leaves it arbitrary). The kernels'
  * semantics (slots, pads, write modes, stochastic rounding) are those documented for
  * mamba_ssu_params and mamba_ssu_mtp_params above; crate/README docs list the served
  * dtypes and sizes.
  *
- * Rules besides the shapes (a violation is MAMBA_SSU_ERROR_INVALID_ARGUMENT unless noted):
+ * Rules besides the shapes (a violation is MAMBA_SSU_ERROR_INVALID_ARGUMENT unless noted).
+ * FlashInfer's classes: what its Python layer checks is INVALID_VALUE (its ValueError), checked
+ * first, before any tensor rule, in its order: a seed with a state_scale; the seed's values
+ * (mode, rule, reserved, rounds >= 1 with a seed); intermediate_states with
+ * dst_state_batch_indices (whatever the form); an algorithm outside the enumeration; then the
+ * crate's form option. What its C++ layer checks (shapes, dtypes, sizes) is INVALID_ARGUMENT
+ * (its RuntimeError).
  *   dtypes: x, z, out, B, C x's float dtype; dt, D, dt_bias dt's; A F32; state a float dtype
- *     and intermediate_states the state's; index tensors I32 or I64, all of one dtype.
- *     An int16 state, a state_scale, an intermediate_state_scales: UNSUPPORTED.
+ *     and intermediate_states the state's. Index tensors I32 or I64: the slot indices' dtype
+ *     is state_batch_indices' (else dst_state_batch_indices', else intermediate_state_indices');
+ *     dst_state_batch_indices has state_batch_indices' dtype, and so has
+ *     intermediate_state_indices when both are given; num_accepted_tokens and cu_seqlens each
+ *     have their own (FlashInfer compiles them independently).
+ *     An int16 state, a state_scale, an intermediate_state_scales (multi token): UNSUPPORTED.
  *   sizes: every tensor's leading sizes agree with x's (batch, T or total_tokens) and its inner
- *     ones with state's (nheads, dim, dstate) and B's (ngroups); index tensors (batch, ...);
- *     a 2-D index has at least one column; state_batch_indices is 1-D or 2-D.
- *   single token: intermediate_states, intermediate_state_indices, num_accepted_tokens, and
- *     cu_seqlens with an x that is not 3-D, are refused (INVALID_VALUE).
- *   multi token: algorithm AUTO or SIMPLE (VERTICAL: INVALID_VALUE, HORIZONTAL: UNSUPPORTED);
- *     cache_steps >= 1 in the varlen form (INVALID_VALUE); cu_seqlens with a 4-D x
- *     (INVALID_VALUE); dst_state_batch_indices 2-D; num_accepted_tokens needs a 2-D
- *     state_batch_indices; intermediate_states contiguous with size(1) == cache_steps
- *     (FlashInfer's kernels step through the buffer by cache_steps; cache_steps 0 with a buffer
- *     is refused); intermediate_states with dst_state_batch_indices: INVALID_VALUE.
- *   options: cache_steps < 0, a form, algorithm or seed mode / rule outside its enumeration,
- *     a reserved field not 0: INVALID_VALUE. The seed: see mamba_ssu_seed.
+ *     ones with state's (nheads, dim, dstate) and B's (ngroups); state_batch_indices and
+ *     dst_state_batch_indices 1-D or 2-D, size(0) >= batch, a 2-D one size(1) >= T (1 single
+ *     token); num_accepted_tokens size(0) >= batch; intermediate_state_indices size(0) == batch.
+ *   single token: FlashInfer ignores intermediate_states, intermediate_state_indices,
+ *     intermediate_state_scales, num_accepted_tokens and a cache_steps < 1 there, and so does
+ *     the check (not read, whatever their shapes); cu_seqlens with an x that is not 3-D is
+ *     refused.
+ *   multi token: algorithm AUTO or SIMPLE (FlashInfer's multi-token launcher built for sm_90
+ *     takes no other); cache_steps >= 0, and >= 1 in the varlen form; cu_seqlens with a 4-D x
+ *     refused; num_accepted_tokens needs state_batch_indices; intermediate_states contiguous
+ *     with size(1) == cache_steps (FlashInfer's kernels step through the buffer by cache_steps;
+ *     cache_steps 0 with a buffer is refused); intermediate_state_indices without
+ *     intermediate_states is checked and not read.
+ *   single-token HORIZONTAL: UNSUPPORTED (not served yet).
+ *   options: a form, algorithm or seed mode / rule outside its enumeration, a reserved field
+ *     not 0: INVALID_VALUE. The seed: see mamba_ssu_seed.
  *   limits (sizes, dstate 64/128/256, pointer alignment, 16-byte stride multiples, extents,
  *     grid size, out rows that do not overlap): as documented for mamba_ssu_params and
  *     mamba_ssu_mtp_params, whose checks the call is lowered to; their errors name the tensor.
@@ -678,7 +704,9 @@ int mamba_ssu_prefetcher_prepare_replay(mamba_ssu_prefetcher *p, mamba_ssu_strea
 /* Most dimensions of a tensor descriptor. */
 #define MAMBA_SSU_MAX_RANK 5
 
-/* Most Philox rounds of stochastic rounding the kernels take. */
+/* Formerly the most Philox rounds of stochastic rounding the kernels took. Kept for existing
+ * callers: any count >= 1 is taken now (FlashInfer's philox_rounds has no upper bound); 5 and
+ * 10, the most rounds of a compiled-in kernel, run the fast kernels. */
 #define MAMBA_SSU_MAX_PHILOX_ROUNDS 10
 
 /* A dtype the crate has no tag for (e.g. float64, int8): a front door passes it so that the
@@ -726,13 +754,13 @@ typedef enum mamba_ssu_seed_mode {
 
 /* The seed of one call: its source, its rounds and its SR rule, the same for both forms.
  * Checked: mode and rule in their enumerations and reserved 0 (INVALID_VALUE); with a seed
- * (POINTER, DERIVED) rounds in 1..MAMBA_SSU_MAX_PHILOX_ROUNDS (INVALID_VALUE) and an F16 state
+ * (POINTER, DERIVED) rounds >= 1 (INVALID_VALUE; no upper bound, as FlashInfer) and an F16 state
  * (UNSUPPORTED); pointer (POINTER), position's device pointers (when given) and next 8-byte
  * aligned; position's offset a multiple of 4 when it is read (DERIVED, or next set). Errors
  * name "philox_rounds", "sr_rule", "seed.mode", "seed.pointer", "seed.position", "seed.next". */
 typedef struct mamba_ssu_seed {
   int32_t mode;   /* mamba_ssu_seed_mode */
-  int32_t rounds; /* Philox rounds, 1..MAMBA_SSU_MAX_PHILOX_ROUNDS with a seed */
+  int32_t rounds; /* Philox rounds, >= 1 with a seed */
   int32_t rule;   /* mamba_ssu_sr_rule: the fp32 -> fp16 conversion */
   int32_t reserved; /* 0 */
   const int64_t *pointer;      /* MODE_POINTER: 8-byte aligned */
@@ -783,7 +811,9 @@ typedef struct mamba_ssu_problem {
   int64_t cache_steps;             /* with intermediate_states: its size(1); else 0 */
   int64_t intermediate_cache_size; /* with intermediate_states: its size(0); else 0 */
   int32_t state_dtype, input_dtype, weight_dtype;
-  int32_t index_dtype;             /* the index tensors' (I32 when none is given) */
+  int32_t index_dtype;             /* the slot indices' (state_batch_indices', else
+                                      dst_state_batch_indices', else
+                                      intermediate_state_indices'), else cu_seqlens', else I32 */
   int32_t stochastic_rounding;     /* bool: a seed with rounds > 0 */
   int32_t algorithm;               /* single token: SIMPLE or VERTICAL as resolved for an
                                       sm_90-family device of num_sms SMs (num_sms <= 0 and

@@ -53,8 +53,8 @@ MTP_MAX_TOKENS = _C.MTP_MAX_TOKENS
 _ALGORITHMS = {"auto": 0, "simple": 1, "vertical": 2, "horizontal": 3, "async_horizontal": 1}
 # The stochastic-rounding conversion of a FlashInfer release -> mamba_ssu_sr_rule.
 _SR_RULES = {"0.7.2": 0, "0.7.4": 1}
-# FlashInfer's backend names: "auto" and "flashinfer" run its kernel (the crate's here); "cake"
-# (an sm100 backend) is not served.
+# FlashInfer's backend names, all run by the crate's kernels: "auto" and "flashinfer" run
+# FlashInfer's kernels, and "cake" (an opt-in sm100 backend) falls back to them elsewhere.
 _BACKENDS = ("auto", "flashinfer", "cake")
 
 
@@ -182,8 +182,8 @@ def check_options(
     decode step. ``philox_rounds=None``: no stochastic rounding (no seed); ``multi_token``: the
     multi-token (verify) form. It runs the crate's C check on a small call of meta tensors
     (nothing is allocated on a device or launched), so its rules are the kernels' own: e.g.
-    ``NotImplementedError`` for ``algorithm="horizontal"``, ``ValueError`` for rounds outside
-    the served range or an unknown name."""
+    ``NotImplementedError`` for ``algorithm="horizontal"``, ``ValueError`` for rounds below 1 or
+    an unknown name."""
     m = dict(device="meta")
     batch, nheads, dim, dstate, T = 1, 1, 64, 128, 2
     lead = (batch, T) if multi_token else (batch,)
@@ -296,7 +296,11 @@ def selective_state_update(
     dims contiguous; x, z, out (batch, nheads, dim); dt (batch, nheads, dim) with strides (any,
     1, 0); A (nheads, dim, dstate) float32 with strides (1, 0, 0); B, C (batch, ngroups,
     dstate); D, dt_bias (nheads, dim) with strides (1, 0); state_batch_indices /
-    dst_state_batch_indices int32 or int64, (batch,) or (batch, T) (column 0 is used). ``state``
+    dst_state_batch_indices int32 or int64 (dst: the read index's dtype), (>= batch,) or
+    (>= batch, >= 1) (column 0 of the first batch rows is used: padded index tensors are taken, as
+    FlashInfer takes them); the multi-token arguments (``intermediate_*``,
+    ``num_accepted_tokens``, a ``cache_steps`` below 1) are ignored there, as FlashInfer ignores
+    them. ``state``
     is updated in place (unless ``disable_state_update``; slots equal to ``pad_slot_id`` are
     read as zeros and not written) and ``out`` is returned.
 
@@ -308,9 +312,13 @@ def selective_state_update(
     ``state_batch_indices[b, max(num_accepted_tokens[b] - 1, 0)]``. One write mode:
     ``intermediate_states_buffer`` (entries, cache_steps, nheads, dim, dstate) (token t of
     sequence b to entry ``intermediate_state_indices[b]``, or the read slot, step t; the state
-    is not written), a 2-D ``dst_state_batch_indices`` (batch, >= T) (token t to slot
-    ``dst[b, t]``), or neither (the last token's state to the read slot unless
-    ``disable_state_update``). Every index tensor has one integer dtype (int32 or int64).
+    is not written), a ``dst_state_batch_indices`` (>= batch, >= T) (token t to slot
+    ``dst[b, t]``; a 1-D one sends every token to ``dst[b]``), or neither (the last token's state
+    to the read slot unless ``disable_state_update``). Index dtypes, FlashInfer's rule: int32 or
+    int64; ``dst_state_batch_indices`` has the read index's dtype, and so has
+    ``intermediate_state_indices`` when both are given; ``num_accepted_tokens`` (>= batch,) and
+    ``cu_seqlens`` each have their own. Index tensors may be longer (and a 2-D one wider) than
+    the call reads.
 
     ``out``: when not given, allocated like x as passed (``torch.empty_like(x)``), which the
     contract then reads with x's normalisation. FlashInfer allocates it like its normalised x,
@@ -319,12 +327,14 @@ def selective_state_update(
     same values).
 
     Stochastic rounding of an fp16 state: ``rand_seed`` a one-element int64 tensor on the
-    state's device (read by the kernel, never by the host) with ``philox_rounds`` 1..10, or a
+    state's device (read by the kernel, never by the host) with any ``philox_rounds`` >= 1
+    (FlashInfer has no upper bound; 5 and 10 run the compiled-in kernels), or a
     :class:`FusedSeed` (the kernel derives the stock seed itself; chained inside
     :meth:`SeedPrefetcher.fused_forward`); without ``rand_seed`` the state is rounded to nearest.
     ``algorithm``: "auto", "simple", "vertical" (FlashInfer's random mappings;
     "async_horizontal" is served as "simple"); the multi-token path has one layout, served for
-    "auto", "simple" and "async_horizontal".
+    "auto", "simple" and "async_horizontal" ("vertical" and "horizontal" there are a
+    ``RuntimeError``, as FlashInfer's multi-token launcher built for sm_90 raises).
 
     ``sr_rule`` (keyword-only, not one of FlashInfer's arguments): the fp32 -> fp16 conversion
     of stochastic rounding, "0.7.2" (the default: FlashInfer 0.7.2's, what engines pin) or
@@ -340,7 +350,11 @@ def selective_state_update(
     count, dtype and device (FlashInfer's Python checks), ``TypeError`` for a ``rand_seed`` that
     is neither a tensor nor a :class:`FusedSeed`. Not served (``NotImplementedError`` naming
     it): ``state_scale`` / int16 state, ``intermediate_state_scales``,
-    ``algorithm="horizontal"``, ``backend="cake"``. Nothing is launched when a check fails.
+    ``algorithm="horizontal"``. Nothing is launched when a check fails.
+
+    ``backend``: "auto", "flashinfer" and "cake" all run the crate's kernels (FlashInfer's "cake"
+    is an opt-in sm100 backend that falls back to FlashInfer's kernels on every other GPU, and
+    there its results are FlashInfer's).
     """
     # What Python must do before the extension can take the call, in FlashInfer's order: the
     # seed's kind, then names -> the C ABI's enumerations (an unknown name: ValueError, as
@@ -362,8 +376,6 @@ def selective_state_update(
         ) from None
     if backend not in _BACKENDS:
         raise ValueError(f'backend: expected "auto", "flashinfer" or "cake", got {backend!r}')
-    if backend == "cake":
-        raise NotImplementedError('backend: "cake" (an sm100 backend) is not served')
     try:
         rule = _SR_RULES[sr_rule]
     except (KeyError, TypeError):

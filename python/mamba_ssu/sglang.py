@@ -75,7 +75,7 @@ class MambaSSUBackend(_SglangBackend):
 
     Raises:
         ValueError: an unknown seed mode; and, by the crate's C check
-            (:func:`mamba_ssu.check_options`), Philox rounds the kernels do not take.
+            (:func:`mamba_ssu.check_options`), Philox rounds below 1.
     """
 
     def __init__(

@@ -87,7 +87,7 @@ class MambaSSUBackend(_VllmBackend):
 
     Raises:
         ValueError: an unknown seed mode; and, by the crate's C check (:func:`mamba_ssu.check_options`),
-            Philox rounds the kernels do not take or an unknown algorithm.
+            Philox rounds below 1 or an unknown algorithm.
         NotImplementedError: an algorithm the crate does not serve yet ("horizontal").
         Both at construction rather than at the first decode step.
     """

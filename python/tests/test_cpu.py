@@ -212,7 +212,6 @@ def test_sr_rule_on_meta():
         (dict(algorithm="fastest"), ValueError, "algorithm: expected"),
         (dict(algorithm=1), ValueError, "algorithm: expected"),
         (dict(backend="triton"), ValueError, "backend: expected"),
-        (dict(backend="cake"), NotImplementedError, "backend:"),
         (dict(sr_rule="0.7.3"), ValueError, "sr_rule: expected"),
         (dict(sr_rule=1), ValueError, "sr_rule: expected"),
         (dict(rand_seed=42), TypeError, "rand_seed: expected"),
@@ -224,6 +223,14 @@ def test_python_layer(changes, exc, fragment):
     with pytest.raises(exc) as info:
         mamba_ssu.selective_state_update(**kw)
     assert str(info.value).startswith(fragment), str(info.value)
+
+
+def test_every_flashinfer_backend_name_runs_the_crate():
+    """FlashInfer's "cake" backend (opt-in, sm100) falls back to FlashInfer's kernels on every
+    other GPU: like "auto" and "flashinfer", it runs the crate's kernels (CPU: the device check)."""
+    for backend in ("auto", "flashinfer", "cake"):
+        got = _front_door(dict(make(), backend=backend))
+        assert got == (RuntimeError, "state: expected a CUDA tensor, got one on cpu"), (backend, got)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,9 +249,14 @@ def _front_door(kw):
         # INVALID_ARGUMENT (FlashInfer's C++ checks): RuntimeError.
         (dict(B=torch.zeros(BATCH, NGROUPS, DSTATE, dtype=torch.float16)), RuntimeError, "B"),
         (dict(A=torch.zeros(NHEADS, DIM, DSTATE)), RuntimeError, "A"),
-        # INVALID_VALUE (FlashInfer's Python checks): ValueError.
+        # INVALID_VALUE (FlashInfer's Python checks, before any tensor rule): ValueError.
         (dict(rand_seed=torch.zeros(1, dtype=torch.int64), philox_rounds=0), ValueError, "philox_rounds"),
-        (dict(num_accepted_tokens=torch.ones(BATCH, dtype=torch.int32)), ValueError, "num_accepted_tokens"),
+        (dict(rand_seed=torch.zeros(1, dtype=torch.int64), philox_rounds=-3,
+              x=torch.zeros(BATCH, NHEADS + 1, DIM, dtype=torch.bfloat16)), ValueError, "philox_rounds"),
+        (dict(rand_seed=torch.zeros(1, dtype=torch.int64), state_scale=torch.ones(SLOTS, NHEADS, DIM)),
+         ValueError, "state_scale"),
+        (dict(intermediate_states_buffer=torch.zeros(BATCH, 1, NHEADS, DIM, DSTATE, dtype=torch.float16),
+              dst_state_batch_indices=torch.zeros(BATCH, dtype=torch.int32)), ValueError, "dst_state_batch_indices"),
         # UNSUPPORTED: NotImplementedError.
         (dict(state_scale=torch.ones(SLOTS, NHEADS, DIM)), NotImplementedError, "state_scale"),
         (dict(algorithm="horizontal"), NotImplementedError, "algorithm"),
@@ -253,12 +265,35 @@ def _front_door(kw):
     ],
 )
 def test_each_c_status_raises_its_class(changes, exc, argument):
+    """Through the front door: on CPU tensors where the call has no seed (a CPU seed is refused
+    first, as FlashInfer's Python checks its device before its rounds), and on meta tensors (the
+    op's fake implementation, which takes a seed on any device) always."""
     kw = make()
     kw.update(changes)
     want = outcome(lambda: check(**kw))
-    got = _front_door(kw)
     assert want[0] is exc and want[1].startswith(f"{argument}: "), want
-    assert got == want
+    if kw.get("rand_seed") is None:
+        assert _front_door(kw) == want
+    meta = {k: to_meta(v) for k, v in kw.items()}
+    assert _front_door(meta) == want
+
+
+def test_the_status_table():
+    """The one table from a C status to its Python class (the extension's; every C failure and
+    every check of the extension's own raises through it): each status raises its class, and an
+    unknown status is a RuntimeError."""
+    table = mamba_ssu._C.status_classes()
+    assert table == {
+        1: RuntimeError,  # MAMBA_SSU_ERROR_INVALID_ARGUMENT: FlashInfer's C++ checks
+        2: NotImplementedError,  # MAMBA_SSU_ERROR_UNSUPPORTED: not served by the crate
+        3: RuntimeError,  # MAMBA_SSU_ERROR_CUDA
+        4: RuntimeError,  # MAMBA_SSU_ERROR_SCOPE
+        5: ValueError,  # MAMBA_SSU_ERROR_INVALID_VALUE: FlashInfer's Python checks
+    }
+    for status, cls in list(table.items()) + [(99, RuntimeError)]:
+        with pytest.raises(Exception) as info:
+            mamba_ssu._C.raise_status(status, f"x: status {status}")
+        assert type(info.value) is cls and str(info.value).startswith(f"x: status {status}"), info.value
 
 
 @pytest.mark.parametrize(
@@ -387,7 +422,11 @@ def test_check_options_runs_the_c_check_on_options_alone():
         mamba_ssu.check_options(algorithm="horizontal")
     with pytest.raises(ValueError, match="^philox_rounds: "):
         mamba_ssu.check_options(philox_rounds=0)
-    with pytest.raises(ValueError, match="^algorithm: "):
+    with pytest.raises(RuntimeError, match="^algorithm: "):
         mamba_ssu.check_options(algorithm="vertical", multi_token=True)
+    # Any count >= 1 (FlashInfer has no upper bound).
+    for rounds in (1, 3, 7, 11, 12, 64):
+        mamba_ssu.check_options(philox_rounds=rounds)
+        mamba_ssu.check_options(philox_rounds=rounds, multi_token=True)
     with pytest.raises(ValueError, match="^sr_rule: "):
         mamba_ssu.check_options(sr_rule="0.7.3")

@@ -99,12 +99,20 @@ def test_forms_the_contract_finds():
 @pytest.mark.parametrize(
     "base,changes,exc,argument",
     [
-        ("varlen", dict(cache_steps=0), ValueError, "cache_steps"),
-        ("fixed", dict(cu_seqlens=torch.tensor([0, 4, 5, 8], dtype=torch.int32)), ValueError, "cu_seqlens"),
-        ("fixed", dict(algorithm="vertical"), ValueError, "algorithm"),
-        ("fixed", dict(algorithm="horizontal"), NotImplementedError, "algorithm"),
+        # FlashInfer's C++ checks (RuntimeError): cache_steps in the varlen form, cu_seqlens with
+        # a 4-D x, the multi-token launcher built for sm_90 taking AUTO and SIMPLE only.
+        ("varlen", dict(cache_steps=0), RuntimeError, "cache_steps"),
+        ("fixed", dict(cache_steps=-1), RuntimeError, "cache_steps"),
+        ("fixed", dict(cu_seqlens=torch.tensor([0, 4, 5, 8], dtype=torch.int32)), RuntimeError, "cu_seqlens"),
+        ("fixed", dict(algorithm="vertical"), RuntimeError, "algorithm"),
+        ("fixed", dict(algorithm="horizontal"), RuntimeError, "algorithm"),
+        # FlashInfer's Python check (ValueError).
         ("inter", dict(dst_state_batch_indices=torch.zeros(BATCH, T, dtype=torch.int32)), ValueError, "dst_state_batch_indices"),
-        ("inter", dict(intermediate_states_buffer=None), RuntimeError, "intermediate_state_indices"),
+        ("inter", dict(intermediate_state_indices=torch.zeros(BATCH + 1, dtype=torch.int32)), RuntimeError, "intermediate_state_indices"),
+        ("inter", dict(intermediate_state_indices=torch.zeros(BATCH, dtype=torch.int64)), RuntimeError, "intermediate_state_indices"),
+        ("fixed", dict(dst_state_batch_indices=torch.zeros(BATCH, T, dtype=torch.int64)), RuntimeError, "dst_state_batch_indices"),
+        ("fixed", dict(state_batch_indices=torch.ones(BATCH - 1, T, dtype=torch.int32)), RuntimeError, "state_batch_indices"),
+        ("fixed", dict(num_accepted_tokens=torch.ones(BATCH - 1, dtype=torch.int64)), RuntimeError, "num_accepted_tokens"),
         ("fixed", dict(dst_state_batch_indices=torch.zeros(BATCH, T - 1, dtype=torch.int32)), RuntimeError, "dst_state_batch_indices"),
     ],
 )
@@ -116,6 +124,46 @@ def test_form_conflicts(base, changes, exc, argument):
     want = outcome(lambda: check(**kw))
     assert want[0] is exc and want[1].startswith(f"{argument}: "), want
     assert outcome(lambda: mamba_ssu.selective_state_update(**kw)) == want
+
+
+@pytest.mark.parametrize(
+    "base,changes,form",
+    [
+        # Index tensors longer than the batch, a 2-D index wider than T (engines' padding).
+        ("fixed", dict(state_batch_indices=torch.ones(BATCH + 3, T + 2, dtype=torch.int32),
+                       dst_state_batch_indices=torch.ones(BATCH + 1, T, dtype=torch.int32),
+                       num_accepted_tokens=torch.ones(BATCH + 5, dtype=torch.int32)), "multi"),
+        # num_accepted_tokens and cu_seqlens with their own dtypes (FlashInfer compiles them
+        # independently of the slot indices').
+        ("fixed", dict(num_accepted_tokens=torch.ones(BATCH, dtype=torch.int64)), "multi"),
+        ("varlen", dict(cu_seqlens=torch.tensor([0, 3, 3, 8], dtype=torch.int64),
+                        num_accepted_tokens=torch.ones(BATCH, dtype=torch.int64)), "multi"),
+        # A 1-D dst index (every token to one slot), a 1-D read index with num_accepted_tokens,
+        # intermediate_state_indices without a buffer (not read).
+        ("fixed", dict(dst_state_batch_indices=torch.ones(BATCH, dtype=torch.int32),
+                       state_batch_indices=torch.ones(BATCH, dtype=torch.int32)), "multi"),
+        ("fixed", dict(intermediate_state_indices=torch.zeros(BATCH, dtype=torch.int32)), "multi"),
+        # The single-token path ignores the multi-token arguments and a cache_steps below 1.
+        ("single", dict(num_accepted_tokens=torch.ones(BATCH, 3), cache_steps=-2,
+                        intermediate_state_indices=torch.zeros(7, dtype=torch.int64),
+                        intermediate_state_scales=torch.ones(2, 2)), "single"),
+    ],
+)
+def test_flashinfer_index_forms_are_accepted(base, changes, form):
+    """Calls FlashInfer 0.7.x accepts: the C check accepts them, and the front door reaches the
+    device check (CPU tensors)."""
+    if base == "single":
+        kw = make_mtp(t=1)
+        for name in ("x", "dt", "B", "C"):
+            kw[name] = kw[name][:, 0]
+        kw["dst_state_batch_indices"] = kw["num_accepted_tokens"] = None
+        kw["state_batch_indices"] = kw["state_batch_indices"][:, 0]
+    else:
+        kw = make_mtp(varlen=base == "varlen")
+    kw.update(changes)
+    assert check(**kw)["form"] == form
+    got = outcome(lambda: mamba_ssu.selective_state_update(**kw))
+    assert got == (RuntimeError, "state: expected a CUDA tensor, got one on cpu"), got
 
 
 @pytest.mark.parametrize("form", ["varlen", "fixed", "intermediate"])

@@ -169,7 +169,7 @@ fn the_multi_token_block_check_rejects_each_field_out_of_range() {
         (|p| p.index_dtype = F32, INV, "index_dtype"),
         (|p| p.sr_rule = 2, INV, "sr_rule: expected V072 (0) or V074 (1), got 2"),
         (|p| p.seed_source = 3, INV, "seed_source"),
-        (|p| p.philox_rounds = -1, INV, "philox_rounds: expected 0..=10"),
+        (|p| p.philox_rounds = -1, INV, "philox_rounds: expected >= 0, got -1"),
         (|p| p.state_dtype = BF16, UNS, "philox_rounds"),
         (|p| p.state = bump(p.state, 8) as *mut _, INV, "state: expected a 16-byte aligned"),
         (|p| p.x = bump(p.x, 1), INV, "x: expected a 2-byte aligned"),
@@ -250,6 +250,10 @@ fn the_multi_token_block_check_rejects_each_field_out_of_range() {
         (|p| p.intermediate_cache_size = i64::MAX, UNS, "intermediate_states: extent above 2^60"),
         (|p| p.cu_seqlens_stride = 1 << 60, UNS, "cu_seqlens: extent above 2^60"),
         (|p| p.index_dtype = 9, INV, "index_dtype"),
+        // num_accepted_tokens' and cu_seqlens' own dtypes (0: index_dtype).
+        (|p| p.cu_seqlens_dtype = 9, INV, "cu_seqlens_dtype: expected I32, I64 or 0"),
+        (|p| { p.cu_seqlens_dtype = I64; p.cu_seqlens = bump(p.cu_seqlens, 4); }, INV,
+            "cu_seqlens: expected a 8-byte aligned"),
     ]);
     // Varlen reads no batch stride; one token row needs no token stride; cols 0 is 1-D; the
     // flat seed fields of every source.
@@ -263,6 +267,8 @@ fn the_multi_token_block_check_rejects_each_field_out_of_range() {
     ok(|p| { p.state_batch_indices_cols = 0; p.state_batch_indices_stride_col = -3; }, varlen_block());
     ok(|p| { p.seed_source = 2; p.seed_offset = 8; p.rand_seed = std::ptr::null(); }, fixed_block());
     ok(|p| p.sr_rule = sys::MAMBA_SSU_SR_V074 as i32, fixed_block());
+    ok(|p| p.philox_rounds = 12, fixed_block());
+    ok(|p| { p.cu_seqlens_dtype = I64; p.index_dtype = I32; }, varlen_block());
     ok(|p| { p.generator_seed_ptr = 0x2000_0000usize as *const i64;
              p.generator_offset_ptr = 0x2000_0008usize as *const i64;
              p.seed_source = 1; p.seed_offset = 4; }, fixed_block());

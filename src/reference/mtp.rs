@@ -18,8 +18,8 @@
 //! - intermediate buffer: step `t` goes to buffer entry `e`, step `t` (buffer slot
 //!   `e * cache_steps + t`), `e = intermediate_state_indices[b]` or the read slot when that
 //!   tensor is absent; the main state is never written;
-//! - 2-D `dst_state_batch_indices`: step `t` goes to state slot `dst[b, t]` unless that equals
-//!   `pad_slot_id`;
+//! - `dst_state_batch_indices`: step `t` goes to state slot `dst[b, t]` (2-D) or `dst[b]` (1-D:
+//!   every step to one slot, the last one's state remaining) unless that equals `pad_slot_id`;
 //! - neither: the last step of the sequence goes to the read slot, unless
 //!   `disable_state_update` (which matters only in this mode).
 //!
@@ -50,17 +50,19 @@ pub struct MtpHostArgs<'a> {
     pub z: Option<HostTensor<'a>>,
     /// Optional `dt_bias` (nheads, dim); absent counts as 0.
     pub dt_bias: Option<HostTensor<'a>>,
-    /// Optional read slots, (batch,) or (batch, W).
+    /// Optional read slots, (batch,) or (batch, W) (padded: more rows are taken, not read).
     pub state_batch_indices: Option<HostTensor<'a, i64>>,
-    /// Optional per-step write slots (batch, W), W at least the longest sequence.
+    /// Optional per-step write slots (batch, W), W at least the longest sequence, or (batch,)
+    /// (every step to one slot); padded: more rows are taken, not read.
     pub dst_state_batch_indices: Option<HostTensor<'a, i64>>,
-    /// Optional accepted-token counts (batch,): pick the column of a 2-D read index.
+    /// Optional accepted-token counts (batch,) (or more, padded): pick the column of a 2-D read
+    /// index.
     pub num_accepted_tokens: Option<HostTensor<'a, i64>>,
     /// Optional sequence offsets (batch + 1,): the varlen form (3-D `x`).
     pub cu_seqlens: Option<HostTensor<'a, i64>>,
     /// Optional intermediate state buffer (entries, cache_steps, nheads, dim, dstate).
     pub intermediate_states_buffer: Option<HostTensor<'a>>,
-    /// Optional buffer entry per sequence (batch,); needs the buffer.
+    /// Optional buffer entry per sequence (batch,); read only with the buffer.
     pub intermediate_state_indices: Option<HostTensor<'a, i64>>,
     /// Steps per buffer entry (the buffer's size(1)); only read with a buffer.
     pub cache_steps: usize,
@@ -196,8 +198,9 @@ impl MtpReference {
 }
 
 /// Checks a 1-D index tensor of `n` elements.
+/// A 1-D index tensor of `n` or more (padded) entries.
 fn check_1d(name: &'static str, t: &HostTensor<'_, i64>, n: usize) -> Result<()> {
-    t.check(name, &[Some(n)])
+    t.check_at_least(name, &[Some(n)])
 }
 
 /// The selective-state-update over T tokens per sequence, in f64. Per sequence `b`, step `t`
@@ -210,9 +213,8 @@ fn check_1d(name: &'static str, t: &HostTensor<'_, i64>, n: usize) -> Result<()>
 ///   `z`.
 ///
 /// Slots and write modes as in the module doc. Errors name the argument: inconsistent shapes
-/// or a tensor reaching outside its data; both write modes at once; `intermediate_state_indices`
-/// without a buffer; a 1-D `dst_state_batch_indices`; a 2-D index narrower than a sequence it
-/// serves (or than the column `num_accepted_tokens` picks); a sequence longer than
+/// or a tensor reaching outside its data; both write modes at once; a 2-D index narrower than a
+/// sequence it serves (or than the column `num_accepted_tokens` picks); a sequence longer than
 /// `cache_steps` in intermediate mode; `cu_seqlens` with a 4-D `x`, missing with a 3-D one,
 /// decreasing, negative or past the token count; a slot or entry used that is neither
 /// `pad_slot_id` nor inside the state or buffer.
@@ -316,11 +318,14 @@ pub fn selective_state_update_mtp_f64(args: &MtpHostArgs<'_>) -> Result<MtpRefer
     if let Some(t) = &args.state_batch_indices {
         match t.shape.len() {
             1 => check_1d("state_batch_indices", t, batch)?,
-            _ => t.check("state_batch_indices", &[Some(batch), None])?,
+            _ => t.check_at_least("state_batch_indices", &[Some(batch), None])?,
         }
     }
     if let Some(t) = &args.dst_state_batch_indices {
-        t.check("dst_state_batch_indices", &[Some(batch), None])?;
+        match t.shape.len() {
+            1 => check_1d("dst_state_batch_indices", t, batch)?,
+            _ => t.check_at_least("dst_state_batch_indices", &[Some(batch), None])?,
+        }
     }
     if args.intermediate_states_buffer.is_some() && args.dst_state_batch_indices.is_some() {
         return Err(Error::invalid(
@@ -328,12 +333,8 @@ pub fn selective_state_update_mtp_f64(args: &MtpHostArgs<'_>) -> Result<MtpRefer
             "two write modes at once: an intermediate_states_buffer and a dst index",
         ));
     }
-    if args.intermediate_state_indices.is_some() && args.intermediate_states_buffer.is_none() {
-        return Err(Error::invalid(
-            "intermediate_state_indices",
-            "given without an intermediate_states_buffer",
-        ));
-    }
+    // intermediate_state_indices without a buffer is not read (FlashInfer's kernels read it only
+    // with the buffer).
     let mut intermediate_strides = [0usize; 5];
     let mut entries = 0;
     if let Some(buf) = &args.intermediate_states_buffer {
@@ -350,7 +351,7 @@ pub fn selective_state_update_mtp_f64(args: &MtpHostArgs<'_>) -> Result<MtpRefer
         entries = buf.shape[0];
         intermediate_strides.copy_from_slice(&buf.strides);
         if let Some(t) = &args.intermediate_state_indices {
-            check_1d("intermediate_state_indices", t, batch)?;
+            t.check("intermediate_state_indices", &[Some(batch)])?;
         }
         if max_len > args.cache_steps {
             return Err(Error::invalid(
@@ -433,7 +434,9 @@ pub fn selective_state_update_mtp_f64(args: &MtpHostArgs<'_>) -> Result<MtpRefer
                 );
             }
         } else if let Some(dst) = &args.dst_state_batch_indices {
-            if len > dst.shape[1] {
+            // A 1-D index: every step goes to slot dst[b] (FlashInfer's token stride 0).
+            let one_d = dst.shape.len() == 1;
+            if !one_d && len > dst.shape[1] {
                 return Err(Error::invalid(
                     "dst_state_batch_indices",
                     format!(
@@ -443,7 +446,11 @@ pub fn selective_state_update_mtp_f64(args: &MtpHostArgs<'_>) -> Result<MtpRefer
                 ));
             }
             for step in 0..len {
-                let w = dst.at(&[b, step]);
+                let w = if one_d {
+                    dst.at(&[b])
+                } else {
+                    dst.at(&[b, step])
+                };
                 if w == args.pad_slot_id {
                     continue;
                 }
@@ -1000,6 +1007,49 @@ mod tests {
         }
     }
 
+    /// FlashInfer's index forms: padded index tensors (more rows, and a wider 2-D read index,
+    /// than the call reads) give the unpadded call's result, and a 1-D dst index sends every
+    /// step to one slot (a 2-D index repeating that slot in every column).
+    #[test]
+    fn padded_and_one_dimensional_indices() {
+        let m = Mini::new();
+        let base = m.args();
+        let want = selective_state_update_mtp_f64(&base).unwrap();
+        let sbi = [0i64, 1, 3, 2, 9, 9];
+        let mut a = base.clone();
+        a.state_batch_indices = Some(HostTensor::contiguous(&sbi[..4], &[4]));
+        assert_eq!(
+            selective_state_update_mtp_f64(&a).unwrap(),
+            want,
+            "padded 1-D"
+        );
+        // A padded 2-D read index (rows of width 3) whose column 0 holds the same slots.
+        let wide = [0i64, 7, 7, 1, 7, 7, 3, 7, 7];
+        let mut a = base.clone();
+        a.state_batch_indices = Some(HostTensor::contiguous(&wide, &[3, 3]));
+        assert_eq!(
+            selective_state_update_mtp_f64(&a).unwrap(),
+            want,
+            "padded 2-D"
+        );
+
+        let one = [2i64, 3, 0];
+        let repeated = [2i64, 2, 2, 3, 3, 3];
+        let mut a = base.clone();
+        a.dst_state_batch_indices = Some(HostTensor::contiguous(&one, &[3]));
+        let mut b = base.clone();
+        b.dst_state_batch_indices = Some(HostTensor::contiguous(&repeated, &[2, 3]));
+        let (ra, rb) = (
+            selective_state_update_mtp_f64(&a).unwrap(),
+            selective_state_update_mtp_f64(&b).unwrap(),
+        );
+        assert_eq!(ra, rb, "1-D dst");
+        assert_ne!(
+            ra, want,
+            "the dst index writes other slots than the read slots"
+        );
+    }
+
     #[test]
     fn validation_errors_name_the_argument() {
         let m = Mini::new();
@@ -1074,8 +1124,12 @@ mod tests {
         let three = [0i64, 1, 2];
         let two = [0i64, 1];
         let mut a = base.clone();
-        a.state_batch_indices = Some(HostTensor::contiguous(&three, &[3]));
-        assert_eq!(err_arg(&a), "state_batch_indices");
+        a.state_batch_indices = Some(HostTensor::contiguous(&three[..1], &[1]));
+        assert_eq!(
+            err_arg(&a),
+            "state_batch_indices",
+            "fewer rows than sequences"
+        );
         let mut a = base.clone();
         a.state_batch_indices = Some(HostTensor::contiguous(&[0i64, 4][..], &[2]));
         assert_eq!(err_arg(&a), "state_batch_indices", "slot out of range");
@@ -1087,12 +1141,12 @@ mod tests {
         a.num_accepted_tokens = Some(HostTensor::contiguous(&[1i64, 2][..], &[2]));
         assert_eq!(err_arg(&a), "state_batch_indices", "column past the width");
         let mut a = base.clone();
-        a.num_accepted_tokens = Some(HostTensor::contiguous(&three, &[3]));
+        a.num_accepted_tokens = Some(HostTensor::contiguous(&three[..1], &[1]));
         assert_eq!(err_arg(&a), "num_accepted_tokens");
         let six = [0i64, 1, 2, 3, 0, 1];
         let mut a = base.clone();
-        a.dst_state_batch_indices = Some(HostTensor::contiguous(&two, &[2]));
-        assert_eq!(err_arg(&a), "dst_state_batch_indices", "1-D dst");
+        a.dst_state_batch_indices = Some(HostTensor::contiguous(&two[..1], &[1]));
+        assert_eq!(err_arg(&a), "dst_state_batch_indices", "1-D dst, too short");
         let mut a = base.clone();
         a.dst_state_batch_indices = Some(HostTensor::contiguous(&six[..4], &[2, 2]));
         assert_eq!(err_arg(&a), "dst_state_batch_indices", "narrower than T");
@@ -1116,11 +1170,12 @@ mod tests {
         a.cache_steps = 3;
         a.dst_state_batch_indices = Some(HostTensor::contiguous(&six, &[2, 3]));
         assert_eq!(err_arg(&a), "dst_state_batch_indices", "two write modes");
+        // intermediate_state_indices without a buffer: not read (FlashInfer's rule).
         let mut a = base.clone();
         a.intermediate_state_indices = Some(HostTensor::contiguous(&two, &[2]));
         assert_eq!(
-            err_arg(&a),
-            "intermediate_state_indices",
+            selective_state_update_mtp_f64(&a).unwrap(),
+            selective_state_update_mtp_f64(&base).unwrap(),
             "indices without buffer"
         );
         let mut a = base.clone();

@@ -3,7 +3,7 @@
 //! bits. The contract: `docs/flashinfer-ssu.md`, "Stochastic rounding" and "Random bits of each element".
 
 use crate::error::{Error, Result};
-use crate::philox::{counter_of, key_of, philox4x32, MAX_ROUNDS};
+use crate::philox::{counter_of, key_of, philox4x32};
 use crate::ssu::{Algorithm, SUPPORTED_DSTATE};
 
 /// Mask of the 13 random bits one element uses.
@@ -121,7 +121,8 @@ impl SrMapping {
     /// columns per head, for `seed` and `rounds` Philox rounds, under `algorithm`.
     ///
     /// Errors: `algorithm` is [`Algorithm::Auto`] (resolve it first with
-    /// [`Algorithm::resolve`]); `dstate` not in {64, 128, 256}; `rounds` not in 1..=10.
+    /// [`Algorithm::resolve`]); `dstate` not in {64, 128, 256}; `rounds` 0 (any count >= 1 is
+    /// taken: FlashInfer's `philox_rounds` has no upper bound).
     pub fn new(
         algorithm: Algorithm,
         slot_stride: usize,
@@ -145,11 +146,8 @@ impl SrMapping {
                 format!("expected 64, 128 or 256, got {dstate}"),
             ));
         }
-        if !(1..=MAX_ROUNDS).contains(&rounds) {
-            return Err(Error::invalid(
-                "philox_rounds",
-                format!("expected 1..={MAX_ROUNDS}, got {rounds}"),
-            ));
+        if rounds == 0 {
+            return Err(Error::invalid("philox_rounds", "expected >= 1, got 0"));
         }
         Ok(Self {
             algorithm,
@@ -655,16 +653,43 @@ mod tests {
                 ..
             }
         ));
-        for rounds in [0, 11] {
-            let e = SrMapping::new(Algorithm::Vertical, 0, 64, 128, 0, rounds).unwrap_err();
-            assert!(matches!(
-                e,
-                Error::InvalidArgument {
-                    argument: "philox_rounds",
-                    ..
-                }
-            ));
+        let e = SrMapping::new(Algorithm::Vertical, 0, 64, 128, 0, 0).unwrap_err();
+        assert!(matches!(
+            e,
+            Error::InvalidArgument {
+                argument: "philox_rounds",
+                ..
+            }
+        ));
+        // Any count >= 1 (FlashInfer has no upper bound): the words are Philox4x32 with that
+        // count, e.g. 12 rounds are two more rounds over 10 with the key bumped 10 times.
+        for rounds in [1, 3, 7, 11, 12, 1000] {
+            let m =
+                SrMapping::new(Algorithm::Simple, 8192, 64, 128, 0x1234_5678_9ABC, rounds).unwrap();
+            for (slot, h, d, n) in [(0, 0, 0, 0), (3, 1, 17, 5), (1, 0, 63, 127)] {
+                let (o, word) = m.philox_offset(slot, h, d, n);
+                let want = philox4x32(counter_of(o), key_of(0x1234_5678_9ABC), rounds)[word];
+                assert_eq!(
+                    m.random_bits(slot, h, d, n),
+                    want & SR_BITS_MASK,
+                    "rounds {rounds}"
+                );
+            }
         }
+        let m10 = SrMapping::new(Algorithm::Simple, 8192, 64, 128, 7, 10).unwrap();
+        let m12 = SrMapping::new(Algorithm::Simple, 8192, 64, 128, 7, 12).unwrap();
+        let (o, word) = m12.philox_offset(2, 1, 3, 9);
+        let k = key_of(7);
+        let bumped = [
+            k[0].wrapping_add(crate::philox::PHILOX_W0.wrapping_mul(10)),
+            k[1].wrapping_add(crate::philox::PHILOX_W1.wrapping_mul(10)),
+        ];
+        let ten = philox4x32(counter_of(o), k, 10);
+        assert_eq!(
+            m12.random_bits(2, 1, 3, 9),
+            philox4x32(ten, bumped, 2)[word] & SR_BITS_MASK
+        );
+        assert_eq!(m10.random_bits(2, 1, 3, 9), ten[word] & SR_BITS_MASK);
     }
 
     /// fp16 fused multiply-add, correctly rounded (the product and the sum of fp16 values are

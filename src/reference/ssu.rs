@@ -47,6 +47,21 @@ impl<'a, T: Copy> HostTensor<'a, T> {
 
     /// Checks rank, shape (`None`: any size >= 1) and that every element lies inside `data`.
     pub(crate) fn check(&self, name: &'static str, expected: &[Option<usize>]) -> Result<()> {
+        self.check_sizes(name, expected, false)
+    }
+
+    /// As [`HostTensor::check`], with each size at least the expected one (FlashInfer's padded
+    /// index tensors: only the first rows and columns are read).
+    pub(crate) fn check_at_least(&self, name: &'static str, min: &[Option<usize>]) -> Result<()> {
+        self.check_sizes(name, min, true)
+    }
+
+    fn check_sizes(
+        &self,
+        name: &'static str,
+        expected: &[Option<usize>],
+        at_least: bool,
+    ) -> Result<()> {
         if self.shape.len() != expected.len() || self.strides.len() != expected.len() {
             return Err(Error::invalid(
                 name,
@@ -59,11 +74,12 @@ impl<'a, T: Copy> HostTensor<'a, T> {
             ));
         }
         for (k, (&got, want)) in self.shape.iter().zip(expected).enumerate() {
-            if got == 0 || want.is_some_and(|w| w != got) {
+            if got == 0 || want.is_some_and(|w| if at_least { got < w } else { w != got }) {
                 return Err(Error::invalid(
                     name,
                     format!(
-                        "expected size({k}) == {}, got shape {:?}",
+                        "expected size({k}) {} {}, got shape {:?}",
+                        if at_least { ">=" } else { "==" },
                         want.map_or("any >= 1".to_string(), |w| w.to_string()),
                         self.shape
                     ),
@@ -227,10 +243,11 @@ fn index_at(t: &HostTensor<'_, i64>, b: usize) -> i64 {
     }
 }
 
+/// An index tensor of `batch` (or more: padded) rows, 1-D or 2-D.
 fn check_index(name: &'static str, t: &HostTensor<'_, i64>, batch: usize) -> Result<()> {
     match t.shape.len() {
-        1 => t.check(name, &[Some(batch)]),
-        _ => t.check(name, &[Some(batch), None]),
+        1 => t.check_at_least(name, &[Some(batch)]),
+        _ => t.check_at_least(name, &[Some(batch), None]),
     }
 }
 
@@ -889,6 +906,48 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// The predicted stochastically rounded state at round counts other than torch's 10 (any
+    /// count >= 1 is FlashInfer's): every written element is the 0.7.2 conversion of its f32
+    /// value with the 13 bits of Philox4x32-R at the READ slot's offset, and the counts give
+    /// different states.
+    #[test]
+    fn predicted_sr_state_at_any_round_count() {
+        use crate::philox::{counter_of, key_of, philox4x32};
+        let t = Slots::new();
+        let r = selective_state_update_f64(&t.args(Some(&[0, 2]), Some(&[2, 1]))).unwrap();
+        let initial: Vec<u16> = t
+            .state
+            .iter()
+            .map(|&v| f16::from_f64(v).to_bits())
+            .collect();
+        let mut states = Vec::new();
+        for rounds in [1u32, 3, 7, 12] {
+            for algorithm in [Algorithm::Simple, Algorithm::Vertical] {
+                let m = SrMapping::new(algorithm, SS, 1, 64, 0xC0FFEE, rounds).unwrap();
+                let bits = predict_sr_state_f16(&initial, &r, &m).unwrap();
+                for (i, (&got, &init)) in bits.iter().zip(&initial).enumerate() {
+                    let (slot, within) = (i / SS, i % SS);
+                    if slot != 1 || within >= 128 {
+                        assert_eq!(got, init, "unwritten element {i}");
+                        continue;
+                    }
+                    let (h, n) = (within / 64, within % 64);
+                    let (o, word) = m.philox_offset(2, h, 0, n);
+                    let rr = philox4x32(counter_of(o), key_of(0xC0FFEE), rounds)[word] & 0x1FFF;
+                    assert_eq!(got, sr_f16_bits(r.state[i] as f32, rr), "rounds {rounds}");
+                }
+                if algorithm == Algorithm::Simple {
+                    states.push(bits);
+                }
+            }
+        }
+        for (a, sa) in states.iter().enumerate() {
+            for sb in &states[a + 1..] {
+                assert_ne!(sa, sb, "two round counts gave one state");
+            }
+        }
     }
 
     /// Public fields can describe what no allocation holds: errors, never a panic or an abort.

@@ -109,9 +109,10 @@ pub struct SsuArgs<'a> {
     pub z: Option<Tensor<'a>>,
     /// Optional `dt_bias` (nheads, dim), strides (1, 0).
     pub dt_bias: Option<Tensor<'a>>,
-    /// Optional read slots (batch,) or (batch, T), I32 or I64.
+    /// Optional read slots (>= batch,) or (>= batch, T), I32 or I64 (padded tensors: column 0
+    /// of the first batch rows is read).
     pub state_batch_indices: Option<Tensor<'a>>,
-    /// Optional write slots, same form and dtype as `state_batch_indices`.
+    /// Optional write slots, of the same forms, the dtype of `state_batch_indices`.
     pub dst_state_batch_indices: Option<Tensor<'a>>,
     /// Output (batch, nheads, dim), written.
     pub out: TensorMut<'a>,
@@ -122,7 +123,7 @@ pub struct SsuArgs<'a> {
     /// FlashInfer's `disable_state_update` (default false): leave the state untouched instead
     /// of writing the updated state.
     pub disable_state_update: bool,
-    /// 0 (default): round the state to nearest; 1..=[`MAX_PHILOX_ROUNDS`](super::MAX_PHILOX_ROUNDS):
+    /// 0 (default): round the state to nearest; any other count (up to `i32::MAX`):
     /// stochastic rounding of an F16 state with that many Philox rounds (needs `seed`).
     pub philox_rounds: u32,
     /// Which FlashInfer kernel to match (default [`Algorithm::Auto`]).
@@ -226,7 +227,8 @@ impl<'a> SsuArgs<'a> {
         self
     }
 
-    /// Enables stochastic rounding with `philox_rounds` rounds (1..=10) and `seed`.
+    /// Enables stochastic rounding with `philox_rounds` rounds (>= 1; FlashInfer sets no upper
+    /// bound) and `seed`.
     pub fn stochastic_rounding(mut self, seed: SeedSource<'a>, philox_rounds: u32) -> Self {
         self.seed = Some(seed);
         self.philox_rounds = philox_rounds;
@@ -324,7 +326,8 @@ pub struct SsuProblem {
     pub input_dtype: DType,
     /// Dtype of `dt`, `D`, `dt_bias`.
     pub weight_dtype: DType,
-    /// Dtype of the index tensors, if any is given.
+    /// Dtype of the slot indices (`state_batch_indices`, else `dst_state_batch_indices`: the
+    /// two have one dtype), if any is given.
     pub index_dtype: Option<DType>,
     /// Whether the state is stochastically rounded (`philox_rounds > 0`).
     pub stochastic_rounding: bool,

@@ -39,16 +39,20 @@
 //! | `A` | (nheads, dim, dstate) | F32 | (1, 0, 0) |
 //! | `D`, `dt_bias` | (nheads, dim) | weight dtype | (1, 0) |
 //! | `B`, `C` | (batch, ngroups, dstate) | input dtype | (sb, dstate, 1) |
-//! | `state_batch_indices`, `dst_state_batch_indices` | (batch,) or (batch, T) | I32 or I64 (one dtype) | any; column 0 is read |
+//! | `state_batch_indices`, `dst_state_batch_indices` | (≥ batch,) or (≥ batch, ≥ 1) | I32 or I64 (dst: the read index's) | any; column 0 of the first batch rows is read |
 //! | `rand_seed` ([`SeedSource::Pointer`]) | one element | I64 | — |
 //!
 //! FlashInfer's one-head ranks are taken too (a 3-D `state`, a 2-D `A`, 1-D `D` and `dt_bias`,
-//! 2-D token tensors). Besides the shapes, the C check's limits: dstate in
+//! 2-D token tensors). Index tensors may be longer than the batch (FlashInfer's `size(0) >=
+//! batch`: engines pass padded tensors; only the first rows are read). FlashInfer's
+//! multi-token arguments (`intermediate_*`, `num_accepted_tokens`, a `cache_steps` below 1) are
+//! ignored on this path, as FlashInfer ignores them. Besides the shapes, the C check's limits: dstate in
 //! [`SUPPORTED_DSTATE`]; ngroups divides nheads; batch ≥ 1, slots ≥ batch without read
 //! indices; the slot stride at least a slot; the batch strides of `state`, `x`, `z`, `out`,
 //! `B`, `C` and those six pointers 16-byte multiples (whole cudarc allocations are aligned);
 //! `out` rows that do not overlap; extents and the grid within the kernels' bounds. The seed:
-//! `philox_rounds` in 0..=[`MAX_PHILOX_ROUNDS`]; rounds > 0 (stochastic rounding) need an F16
+//! any `philox_rounds` up to `i32::MAX` (0: none; FlashInfer sets no upper bound, and counts
+//! other than 5 and 10 run the run-time kernel); rounds > 0 (stochastic rounding) need an F16
 //! state and a seed: one int64 in device memory ([`SeedSource::Pointer`], FlashInfer's
 //! `rand_seed`), or the kernel derives the stock torch draw itself, from a device-resident
 //! generator state ([`SeedSource::FromGenerator`], CUDA-graph safe) or from host values
@@ -145,8 +149,10 @@ pub use mtp::{
 pub use seed::{SeedSource, SeedSpec};
 pub use validation::validate;
 
-/// Most Philox rounds of stochastic rounding the kernels take (the header's
-/// `MAMBA_SSU_MAX_PHILOX_ROUNDS`; the C check enforces it).
+/// Formerly the most Philox rounds of stochastic rounding the kernels took (the header's
+/// `MAMBA_SSU_MAX_PHILOX_ROUNDS`, 10). Any count >= 1 is taken now, as FlashInfer takes it;
+/// 5 and 10 run the compiled-in kernels.
+#[deprecated(note = "philox_rounds is not bounded above (any count >= 1, as FlashInfer)")]
 pub const MAX_PHILOX_ROUNDS: u32 = crate::ffi::sys::MAMBA_SSU_MAX_PHILOX_ROUNDS;
 
 /// The `dstate` values the kernels serve (the C check enforces them: another value is

@@ -79,6 +79,19 @@ constexpr StatusClass kStatusClasses[] = {
     {MAMBA_SSU_ERROR_SCOPE, PyClass::kRuntimeError},
 };
 
+// The table as Python sees it ({status: exception class}; `_C.status_classes()`), for tests
+// and for callers that map a status themselves.
+py::dict status_classes() {
+  py::dict d;
+  for (const StatusClass &e : kStatusClasses) {
+    PyObject *cls = e.cls == PyClass::kValueError            ? PyExc_ValueError
+                    : e.cls == PyClass::kNotImplementedError ? PyExc_NotImplementedError
+                                                             : PyExc_RuntimeError;
+    d[py::int_(e.status)] = py::handle(cls);
+  }
+  return d;
+}
+
 PyClass class_of(int status) {
   for (const StatusClass &e : kStatusClasses) {
     if (e.status == status) return e.cls;
@@ -195,6 +208,10 @@ class Descriptors {
 
   bool symbolic() const { return symbolic_; }
 
+  // The first argument given as a 0-dimensional tensor (nullptr: none). Its descriptor is a
+  // stand-in (rank 1, one element, stride 0): present, as FlashInfer's Python checks see it.
+  const char *zero_dim() const { return zero_dim_; }
+
  private:
   mamba_ssu_tensor describe(const Tensor *t, const char *name) {
     mamba_ssu_tensor d{};
@@ -203,11 +220,17 @@ class Descriptors {
       return d;
     }
     const int64_t rank = t->dim();
-    // A descriptor of rank 0 means "absent": a present 0-dimensional tensor cannot be passed.
-    if (rank == 0)
-      raise_as(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
-               std::string(name) + ": got a 0-dimensional tensor (a tensor argument has 1 to " +
-                   std::to_string(MAMBA_SSU_MAX_RANK) + " dimensions)");
+    // A descriptor of rank 0 means "absent": a present 0-dimensional tensor cannot be passed
+    // (reject_zero_dim); a stand-in keeps it present for the checks that come first.
+    if (rank == 0) {
+      if (zero_dim_ == nullptr) zero_dim_ = name;
+      d.dtype = dtype_tag(t->scalar_type());
+      d.rank = 1;
+      d.shape[0] = 1;
+      d.strides[0] = 0;
+      d.data = pointer_of(t);
+      return d;
+    }
     d.dtype = dtype_tag(t->scalar_type());
     d.rank = static_cast<int32_t>(rank);  // above MAMBA_SSU_MAX_RANK: the C check rejects it
     const auto sizes = t->sym_sizes();
@@ -238,6 +261,7 @@ class Descriptors {
   Pointers mode_;
   uintptr_t count_ = 0;
   bool symbolic_ = false;
+  const char *zero_dim_ = nullptr;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -320,10 +344,24 @@ auto ssu_entry() {
   };
 }
 
+// A call with a 0-dimensional tensor argument (`name`), which no descriptor can hold: what
+// FlashInfer's Python layer would refuse first (the C check's option values and conflicts,
+// INVALID_VALUE, run with the tensor present), else the tensor itself (FlashInfer's C++ checks
+// refuse its rank: RuntimeError).
+[[noreturn]] void reject_zero_dim(const mamba_ssu_args &a, const char *name) {
+  const int s = mamba_ssu_check(&a, nullptr);
+  if (s == MAMBA_SSU_ERROR_INVALID_VALUE) raise_status(s, "mamba_ssu.selective_state_update");
+  raise_as(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+           std::string(name) + ": got a 0-dimensional tensor (a tensor argument has 1 to " +
+               std::to_string(MAMBA_SSU_MAX_RANK) + " dimensions)");
+}
+
 // The call as one mamba_ssu_args. The seed: FlashInfer's rand_seed tensor (MODE_POINTER) or none
 // (MODE_NONE: rounds not read); the fused path replaces it. Returns false when a size is
-// symbolic (the descriptors are then incomplete).
-bool to_args(const SsuCall &c, Pointers mode, mamba_ssu_args *a) {
+// symbolic (the descriptors are then incomplete). A 0-dimensional tensor argument is refused
+// here (reject_zero_dim), except where `zero_dim` takes its name (the fused path refuses it once
+// its seed is set).
+bool to_args(const SsuCall &c, Pointers mode, mamba_ssu_args *a, const char **zero_dim = nullptr) {
   Descriptors desc(mode);
   *a = mamba_ssu_args{};
   for (const TensorArg &t : kTensorArgs) a->*t.args = desc(c.*t.call, t.name);
@@ -340,12 +378,19 @@ bool to_args(const SsuCall &c, Pointers mode, mamba_ssu_args *a) {
   a->seed.rounds = sat32(c.philox_rounds);
   a->seed.rule = sat32(c.sr_rule);
   a->seed.pointer = static_cast<const int64_t *>(seed);
+  if (desc.zero_dim() != nullptr) {
+    if (zero_dim == nullptr) reject_zero_dim(*a, desc.zero_dim());
+    *zero_dim = desc.zero_dim();
+  }
   return !desc.symbolic();
 }
 
 // The seed tensor as FlashInfer's Python checks it before anything else: one element of dtype
-// int64. Meta and fake tensors have both, so tracing checks them too.
-void check_seed_tensor(const SsuCall &c) {
+// int64, and (`on_device`: the kernel's path) a CUDA tensor, before the C check (which holds
+// FlashInfer's other Python checks: a seed with a state_scale, philox_rounds <= 0). Meta and
+// fake tensors have the element count and dtype, so tracing checks them too; the check of a
+// call's descriptors (`_C.check`, the fake implementation) takes a seed on any device.
+void check_seed_tensor(const SsuCall &c, bool on_device) {
   if (!c.rand_seed) return;
   const Tensor &s = *c.rand_seed;
   const auto numel = s.sym_numel().maybe_as_int();
@@ -355,6 +400,9 @@ void check_seed_tensor(const SsuCall &c) {
   if (s.scalar_type() != at::kLong)
     raise_as(kSeedTensorProblem,
              std::string("rand_seed: expected dtype int64, got ") + c10::toString(s.scalar_type()));
+  if (on_device && !s.is_cuda())
+    raise_as(kSeedTensorProblem,
+             "rand_seed: expected a CUDA tensor, got one on " + s.device().str());
 }
 
 // A problem the C contract cannot see.
@@ -404,7 +452,7 @@ constexpr const char *kSsu = "mamba_ssu.selective_state_update";
 // order is: the seed tensor, the C contract, the devices, the launch. A call whose devices are
 // right goes straight to mamba_ssu_launch, which makes the C check itself.
 void ssu(const SsuCall &c) {
-  check_seed_tensor(c);
+  check_seed_tensor(c, true);
   mamba_ssu_args a;
   to_args(c, Pointers::kOwnOnCuda, &a);
   if (const auto r = device_problem(c)) reject_devices(a, *r);
@@ -419,7 +467,7 @@ void ssu(const SsuCall &c) {
 // what the contract rejects (and the seed tensor's problems), else returns the problem as a
 // dict; None when a size is symbolic (nothing can be checked before the sizes are known).
 py::object check(const SsuCall &c) {
-  check_seed_tensor(c);
+  check_seed_tensor(c, false);
   mamba_ssu_args a;
   if (!to_args(c, Pointers::kPlaceholders, &a)) return py::none();
   mamba_ssu_problem p{};
@@ -708,9 +756,11 @@ class SeedPrefetcher {
   static void ssu_fused(SeedPrefetcher &self, const SsuCall &c) {
     TORCH_CHECK(!c.rand_seed, "ssu_fused: the seed is the prefetcher's (rand_seed must be None)");
     mamba_ssu_args a;
-    to_args(c, Pointers::kOwnOnCuda, &a);
+    const char *zero_dim = nullptr;
+    to_args(c, Pointers::kOwnOnCuda, &a, &zero_dim);
     // The seed as it will be (derived at a position), for the check.
     a.seed.mode = MAMBA_SSU_SEED_MODE_DERIVED;
+    if (zero_dim != nullptr) reject_zero_dim(a, zero_dim);
     if (const auto r = device_problem(c, c10::Device(c10::kCUDA, self.device_)))
       reject_devices(a, *r);
     check_status(mamba_ssu_check(&a, nullptr), kSsu);
@@ -813,6 +863,11 @@ PYBIND11_MODULE(_C, m) {
         "the SSU (op mamba_ssu::selective_state_update's kernel): seed tensor or none");
   m.def("check", ssu_entry<&check>(),
         "the C contract's check of an SSU call (placeholder pointers; no device touched)");
+  m.def("status_classes", &status_classes,
+        "the one table from a C status (mamba_ssu_status) to the exception class it raises");
+  m.def(
+      "raise_status", [](int status, const std::string &message) { raise_as(status, message); },
+      "raises message as the class the table gives status (what every C failure goes through)");
   m.def("draw_seeds", &draw_seeds, "n consecutive stock torch.randint draws into out");
   m.def("counter_seeds", &counter_seeds, "out[k] = counter + k + 1, counter += n (one launch)");
   m.def("check_draw_seeds", &check_draw_seeds, "draw_seeds' checks of out (no device touched)");

@@ -30,20 +30,24 @@ pub struct MtpArgs<'a> {
     pub z: Option<Tensor<'a>>,
     /// Optional `dt_bias` (nheads, dim), strides (1, 0).
     pub dt_bias: Option<Tensor<'a>>,
-    /// Optional read slots: (batch,), or (batch, W) with the column picked by
-    /// `num_accepted_tokens`.
+    /// Optional read slots, I32 or I64: (>= batch,), or (>= batch, W), W >= T, with the column
+    /// picked by `num_accepted_tokens` (padded tensors: the first rows and columns are read).
     pub state_batch_indices: Option<Tensor<'a>>,
-    /// Optional per-token write slots (batch, W), W >= the longest sequence.
+    /// Optional per-token write slots (>= batch, W), W >= the longest sequence, or (>= batch,)
+    /// (every token to one slot); the read index's dtype.
     pub dst_state_batch_indices: Option<Tensor<'a>>,
-    /// Optional accepted-token counts (batch,): pick the column of a 2-D read index.
+    /// Optional accepted-token counts (>= batch,), I32 or I64 (its own dtype): pick the column
+    /// of a 2-D read index.
     pub num_accepted_tokens: Option<Tensor<'a>>,
-    /// Optional sequence offsets (batch + 1,): the varlen form (3-D `x`).
+    /// Optional sequence offsets (batch + 1,), I32 or I64 (its own dtype): the varlen form (3-D
+    /// `x`).
     pub cu_seqlens: Option<Tensor<'a>>,
     /// Optional intermediate state buffer (entries, cache_steps, nheads, dim, dstate),
     /// contiguous, the state's dtype: every token's state goes there (the state is not
     /// written).
     pub intermediate_states_buffer: Option<TensorMut<'a>>,
-    /// Optional buffer entry per sequence (batch,); needs the buffer.
+    /// Optional buffer entry per sequence (batch,), the read index's dtype; read only with the
+    /// buffer.
     pub intermediate_state_indices: Option<Tensor<'a>>,
     /// FlashInfer's `cache_steps`: with a buffer, its size(1); varlen: the most tokens a
     /// sequence may have (T of the call). `None`: the buffer's size(1) where there is one,
@@ -58,8 +62,8 @@ pub struct MtpArgs<'a> {
     /// FlashInfer's `disable_state_update` (default false): without a buffer or a dst index,
     /// leave the state untouched instead of writing the last token's state.
     pub disable_state_update: bool,
-    /// 0 (default): round the state to nearest; 1..=10: stochastic rounding of an F16 state
-    /// with that many Philox rounds (needs `seed`).
+    /// 0 (default): round the state to nearest; any other count (up to `i32::MAX`): stochastic
+    /// rounding of an F16 state with that many Philox rounds (needs `seed`).
     pub philox_rounds: u32,
     /// The stochastic-rounding conversion (default [`SrRule::V072`]).
     pub sr_rule: SrRule,
@@ -184,7 +188,8 @@ impl<'a> MtpArgs<'a> {
         self
     }
 
-    /// Enables stochastic rounding with `philox_rounds` rounds (1..=10) and `seed`.
+    /// Enables stochastic rounding with `philox_rounds` rounds (>= 1; FlashInfer sets no upper
+    /// bound) and `seed`.
     pub fn stochastic_rounding(mut self, seed: SeedSource<'a>, philox_rounds: u32) -> Self {
         self.seed = Some(seed);
         self.philox_rounds = philox_rounds;
@@ -299,7 +304,9 @@ pub struct MtpProblem {
     pub input_dtype: DType,
     /// Dtype of `dt`, `D`, `dt_bias`.
     pub weight_dtype: DType,
-    /// Dtype of the index tensors, if any is given.
+    /// Dtype of the slot indices (`state_batch_indices`, else `dst_state_batch_indices`, else
+    /// `intermediate_state_indices`), if any is given, else `cu_seqlens`' (`num_accepted_tokens`
+    /// and `cu_seqlens` may each have their own dtype).
     pub index_dtype: Option<DType>,
     /// Whether the state is stochastically rounded (`philox_rounds > 0`).
     pub stochastic_rounding: bool,

@@ -73,7 +73,7 @@ pub(super) fn base_varlen() -> MtpSpec {
         c: contiguous(DType::BF16, &[TOTAL, NG, DS]),
         z: Some(contiguous(DType::BF16, &[TOTAL, NH, DIM])),
         out: contiguous(DType::BF16, &[TOTAL, NH, DIM]),
-        state_batch_indices: Some(contiguous(DType::I32, &[BATCH, 3])),
+        state_batch_indices: Some(contiguous(DType::I32, &[BATCH, T])),
         dst_state_batch_indices: None,
         num_accepted_tokens: Some(contiguous(DType::I32, &[BATCH])),
         cu_seqlens: Some(contiguous(DType::I32, &[BATCH + 1])),

@@ -99,7 +99,7 @@ mod tests {
                 ..
             })
         ));
-        let bad = with(|s| s.philox_rounds = 11);
+        let bad = with(|s| s.x.strides[3] = 2);
         assert_eq!(
             mtp_launch_plan(&bad, 132).unwrap_err().to_string(),
             validate_mtp(&bad).unwrap_err().to_string()

@@ -28,14 +28,22 @@
 //! | `x`, `z`, `out` | (.., nheads, dim) | input dtype: F16, BF16, F32 | (any.., dim, 1) |
 //! | `dt` | (.., nheads, dim) | weight dtype: F16, BF16, F32 | (any.., 1, 0) |
 //! | `B`, `C` | (.., ngroups, dstate) | input dtype | (s.., dstate, 1) |
-//! | `state_batch_indices` | (batch,) or (batch, W) | index dtype: I32 or I64 | any |
-//! | `dst_state_batch_indices` | (batch, W), W ≥ T (varlen: ≥ `cache_steps`) | index dtype | any |
-//! | `num_accepted_tokens` | (batch,), needs a 2-D `state_batch_indices` | index dtype | any |
-//! | `cu_seqlens` | (batch + 1,) | index dtype | any |
+//! | `state_batch_indices` | (≥ batch,) or (≥ batch, W), W ≥ T (varlen: ≥ `cache_steps`) | index dtype: I32 or I64 | any |
+//! | `dst_state_batch_indices` | (≥ batch,) or (≥ batch, W), W ≥ T (varlen: ≥ `cache_steps`) | the read index's | any |
+//! | `num_accepted_tokens` | (≥ batch,), needs a `state_batch_indices` | I32 or I64, its own | any |
+//! | `cu_seqlens` | (batch + 1,) | I32 or I64, its own | any |
 //! | `intermediate_states_buffer` | (entries, cache_steps, nheads, dim, dstate) | the state's | contiguous |
-//! | `intermediate_state_indices` | (batch,) | index dtype | any |
+//! | `intermediate_state_indices` | (batch,) | the read index's | any |
 //!
-//! Every index tensor has one dtype. Besides the single-token limits, the C check's: the
+//! FlashInfer's index rules: the slot indices' dtype is `state_batch_indices`' (else the dst
+//! index's, else `intermediate_state_indices`'); `dst_state_batch_indices` has the read index's
+//! dtype, and so has `intermediate_state_indices` when both are given; `num_accepted_tokens` and
+//! `cu_seqlens` each have their own (a dtype other than the slot indices' runs the run-time
+//! kernel). Index tensors may be longer than the batch, and a 2-D one wider than T (engines'
+//! padded tensors: only the first rows and columns are read). A 1-D `dst_state_batch_indices`
+//! sends every token of sequence b to slot `dst[b]`; `num_accepted_tokens` with a 1-D read index
+//! reads `state_batch_indices[b]`; `intermediate_state_indices` without a buffer is not read.
+//! Besides the single-token limits, the C check's: the
 //! leading strides of `B` and `C` 16-byte multiples; `x`, `z`, `out`, `dt`, `D`, `dt_bias`,
 //! `A` and the index tensors aligned to their element size, the intermediate buffer to 16
 //! bytes; the grid `batch · nheads · max(4, ⌈dim / 64⌉)` (+ 1 with a fused chain's link) at
@@ -55,15 +63,14 @@
 //! sequence a pad: zero initial state, `out` computed, nothing written. Write modes, at most
 //! one (two are an option conflict, C's `MAMBA_SSU_ERROR_INVALID_VALUE`): the intermediate
 //! buffer (token t of sequence b to entry `intermediate_state_indices[b]` or the read slot, step
-//! t; the state is not written); a `dst_state_batch_indices` (token t to slot `dst[b, t]`);
+//! t; the state is not written); a `dst_state_batch_indices` (token t to slot `dst[b, t]`, or
+//! `dst[b]` for a 1-D index);
 //! neither (the last token's state to the read slot, unless
 //! [`MtpArgs::disable_state_update`]). Index values live in device memory and are not checked
 //! on the host.
 //!
-//! Stochastic rounding: as single token ([`SeedSource`], 0..=[`MAX_PHILOX_ROUNDS`] rounds);
+//! Stochastic rounding: as single token ([`SeedSource`], any count of rounds >= 1; 0: none);
 //! [`MtpArgs::sr_rule`] picks FlashInfer 0.7.2's (default) or 0.7.4's conversion.
-//!
-//! [`MAX_PHILOX_ROUNDS`]: crate::ssu::MAX_PHILOX_ROUNDS
 //!
 //! # Example
 //! ```no_run

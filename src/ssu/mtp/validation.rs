@@ -151,7 +151,8 @@ mod tests {
             (|s| s.x.strides[3] = 2, false, "x", "expected stride(3) == 1 (1), got 2"),
             (|s| s.out.strides[1] = ROW - 8, false, "out",
                 "out_stride_token: expected >= nheads * dim (32)"),
-            (|s| s.philox_rounds = 11, false, "philox_rounds", "got 11"),
+            (|s| s.dst_state_batch_indices = Some(contiguous(DType::I32, &[BATCH - 1, T])), false,
+                "dst_state_batch_indices", "expected size(0) >= batch (2), got 1"),
             (|s| s.state.dtype = DType::BF16, true, "philox_rounds", "needs an F16 state"),
             (|s| s.seed = None, false, "seed.pointer", "null pointer"),
             // The multi-token form is asked for: a 3-D x without cu_seqlens or cache_steps is
@@ -159,7 +160,7 @@ mod tests {
             (|s| s.x = contiguous(DType::BF16, &[BATCH * T, NH, DIM]), false, "form",
                 "MULTI asked, but the call is single-token"),
             (|s| s.dst_state_batch_indices = Some(contiguous(DType::I32, &[BATCH, T - 1])),
-                false, "dst_state_batch_indices", "narrower than the longest sequence"),
+                false, "dst_state_batch_indices", "expected size(1) >= T (4), got 3"),
         ]);
         check_cases(base_varlen, validate_mtp, &[
             (|s| s.dst_state_batch_indices = Some(contiguous(DType::I32, &[BATCH, T])), false,
@@ -168,10 +169,12 @@ mod tests {
                    s.intermediate_state_indices = None; }, false, "cache_steps",
                 "needs cache_steps >= 1"),
             // A cache_steps other than the buffer's size(1): FlashInfer steps by cache_steps.
-            (|s| s.cache_steps = Some(T + 1), false, "intermediate_states_buffer",
+            (|s| { s.cache_steps = Some(T + 1);
+                   s.state_batch_indices = Some(contiguous(DType::I32, &[BATCH, T + 1])); },
+                false, "intermediate_states_buffer",
                 "expected size(1) == cache_steps (5"),
-            (|s| s.cu_seqlens = Some(contiguous(DType::I64, &[BATCH + 1])), false, "cu_seqlens",
-                "every index tensor has one dtype"),
+            (|s| s.intermediate_state_indices = Some(contiguous(DType::I64, &[BATCH])), false,
+                "intermediate_state_indices", "the dtype of state_batch_indices"),
         ]);
     }
 
