@@ -66,7 +66,8 @@ fn manifest() -> Manifest {
 /// and merged by `tools/flashinfer-recorder/merge.py` (large blocks by hash only).
 const EMBEDDED_SHAPES_MANIFEST: &str = include_str!("data/flashinfer_ssu_mtp_shapes/manifest.json");
 /// Its bin.
-const EMBEDDED_SHAPES_FIXTURES: &[u8] = include_bytes!("data/flashinfer_ssu_mtp_shapes/fixtures.bin");
+const EMBEDDED_SHAPES_FIXTURES: &[u8] =
+    include_bytes!("data/flashinfer_ssu_mtp_shapes/fixtures.bin");
 
 /// The embedded shape cases.
 fn embedded_shapes() -> Manifest {

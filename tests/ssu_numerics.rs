@@ -798,7 +798,9 @@ fn large_grids_with_pads_match_f64_reference() {
                      {f:.5} of {total}"
                 );
                 if f <= 0.99 {
-                    failures.push(format!("dim {dim} R{rounds} {alg} z={z}: SR bits agree on {f}"));
+                    failures.push(format!(
+                        "dim {dim} R{rounds} {alg} z={z}: SR bits agree on {f}"
+                    ));
                 }
             }
         }

@@ -241,7 +241,10 @@ fn assert_hot_tiling(what: &str, plan: &sys::mamba_ssu_launch_plan, dim: i64) {
     }
     let rpw = i64::from(plan.rows_per_warp);
     let covered = i64::from(plan.warps_per_block) * rpw * plan.blocks_per_head;
-    assert_eq!(covered, dim, "{what}: {plan:?} does not tile the head exactly");
+    assert_eq!(
+        covered, dim,
+        "{what}: {plan:?} does not tile the head exactly"
+    );
     assert!(rpw <= 2 || rpw % 4 == 0, "{what}: {plan:?}: partial chunks");
     assert!(
         plan.blocks_per_head == 1 || matches!(plan.warps_per_block, 4 | 8),
