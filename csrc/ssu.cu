@@ -7,7 +7,9 @@
 // bf16 dt/D/dt_bias, dim 64, dstate 128 and 0, 5 or 10 Philox rounds: per (layout,
 // rounds), with and without z, in 4-row chunks (a small- and a large-grid form of those
 // without SR and with 10 rounds), and for small grids in 1-row (SR) or 2-row chunks
-// (small_grid_rows); 38 kernels. The large-grid 10-round kernels' grids are tapered (their
+// (small_grid_rows); 38 kernels. The same 38 with the head dim read at run time
+// (HotDimConfig) serve every other multiple of 16 up to 256 (hot_dim), their warps' rows a
+// divisor of it (snap_rows_per_warp). The large-grid 10-round kernels' grids are tapered (their
 // last wave of blocks in quarter-head warps, see Tuning::kTaperShift). Everything else that
 // passes the checks runs the generic kernel (DynConfig), and so does every SR call under
 // FlashInfer 0.7.4's conversion (sr_rule MAMBA_SSU_SR_V074; the hot kernels are 0.7.2's).
