@@ -121,6 +121,9 @@ def main():
     ap.add_argument("spec", nargs="?", help="spec file for record/list (default specs/new_cases.json)")
     ap.add_argument("--out", default=os.environ.get("OUT") or "recorded", help="output directory (default $OUT)")
     ap.add_argument("--only", action="append", help="only cases whose name contains this (repeatable)")
+    ap.add_argument("--skip", action="append", default=[],
+                    help="leave out the case of this exact name (repeatable; record mode passes the cases "
+                         "it has handled when it continues in a fresh process after a CUDA fault)")
     ap.add_argument("--cap", type=int, default=1 << 20,
                     help="blocks larger than this many bytes are stored by hash only (record mode; default 1 MiB)")
     a = ap.parse_args()
@@ -132,6 +135,9 @@ def main():
         cases = specmod.load_spec(sp)
         if a.only:
             cases = [c for c in cases if any(o in c["name"] for o in a.only)]
+        cases = [c for c in cases if c["name"] not in set(a.skip)]
+        if a.mode == "record" and not a.skip and os.path.exists(os.path.join(a.out, "faults.json")):
+            os.remove(os.path.join(a.out, "faults.json"))  # a previous recording's
         if a.mode == "list":
             for c in cases:
                 print(c["name"], specmod.group_key(c)[0], ",".join(c["algorithms"]))
@@ -145,8 +151,27 @@ def main():
         return 0
 
     if a.mode == "record":
-        rows = record_cases(drv, info, build, cases, a.out, a.cap)
-        return 0 if rows and all(r[3] for r in rows) else 1
+        lost = []
+        rows = record_cases(drv, info, build, cases, a.out, a.cap, lost=lost)
+        faults = os.path.join(a.out, "faults.json")
+        if lost:
+            # The CUDA context is gone: note the case and go on with the rest in a fresh process
+            # (a new context), leaving out every case this one handled.
+            os.makedirs(a.out, exist_ok=True)
+            prev = json.load(open(faults)) if os.path.exists(faults) else []
+            with open(faults, "w") as f:
+                json.dump(prev + [{"case": lost[0], "error": lost[1]}], f, indent=1)
+            done = [r[0] for r in rows]
+            rest = [c for c in cases if c["name"] not in done]
+            if rest:
+                print(f"run: continuing with {len(rest)} cases in a fresh process", flush=True)
+                argv = [sys.executable, os.path.abspath(__file__)] + sys.argv[1:]
+                for n in done:
+                    argv += ["--skip", n]
+                sys.stdout.flush()
+                os.execv(sys.executable, argv)
+        had_faults = os.path.exists(faults)
+        return 0 if rows and all(r[3] for r in rows) and not had_faults else 1
     ncases, _, failures = verify(drv, info, build, a.dist, a.out, a.only)
     return 1 if failures or ncases == 0 else 0
 
@@ -155,8 +180,10 @@ def _log(*args):
     print(*args, flush=True)
 
 
-def record_cases(drv, info, build, cases, out, cap, log=_log):
-    """Records each case into out/<case>/; returns (name, results, rejected, identical) rows."""
+def record_cases(drv, info, build, cases, out, cap, log=_log, lost=None):
+    """Records each case into out/<case>/; returns (name, results, rejected, identical) rows.
+    When a case leaves the CUDA context unusable it stops there and, given a list `lost`, puts
+    the case's name and the error into it (main() continues in a fresh process)."""
     t0 = time.time()
     syms = groups_for(cases, build)
     rows = []
@@ -173,8 +200,9 @@ def record_cases(drv, info, build, cases, out, cap, log=_log):
             try:
                 drv.free(drv.alloc(16))
             except Exception:
-                log(f"run: the CUDA context is unusable after {c['name']}; record the remaining cases "
-                    "in a new process (--only)")
+                log(f"run: the CUDA context is unusable after {c['name']}")
+                if lost is not None:
+                    lost[:] = [c["name"], str(e)]
                 break
             continue
         h = header(build, info, c.get("path", "stp"))

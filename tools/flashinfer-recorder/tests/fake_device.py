@@ -7,17 +7,22 @@ import hashlib
 
 
 class FakeDriver:
-    def __init__(self, reject=(), cuda_error=()):
+    def __init__(self, reject=(), cuda_error=(), lose_context=()):
         self.mem = {}
         self.next = 1
         self.reject = set(reject)
         self.cuda_error = set(cuda_error)
+        # Algorithms whose call leaves the context unusable (every later allocation fails).
+        self.lose_context = set(lose_context)
+        self.lost = False
         self.calls = []
 
     def info(self):
         return {"gpu": "fake", "sms": 132, "cc": "9.0", "l2_bytes": 0, "cuda_driver_api": 0, "cuda_runtime": 0}
 
     def alloc(self, nbytes):
+        if self.lost:
+            raise RuntimeError("cudaMalloc: an illegal memory access was encountered (fake)")
         p = self.next << 32
         self.next += 1
         self.mem[p] = bytearray(nbytes)
@@ -53,6 +58,9 @@ class FakeDriver:
 
     def call(self, entry, args):
         self.calls.append((entry, args.algorithm))
+        if args.algorithm in self.lose_context:
+            self.lost = True
+            return 2, "an illegal memory access was encountered (fake)"
         if args.algorithm in self.reject:
             return 1, "fake launcher: algorithm not supported"
         if args.algorithm in self.cuda_error:

@@ -284,6 +284,23 @@ class FakeRuns(unittest.TestCase):
             m, _ = load(os.path.join(tmp, "stp_d64_ds128_pr3"))
             self.assertEqual(m["cases"][0]["rejected_algorithms"][0]["status"], "cuda_error")
 
+    def test_record_mode_stops_at_a_lost_context_and_names_the_case(self):
+        from main import record_cases
+
+        by_name = {c["name"]: c for c in specmod.load_spec(os.path.join(TOOL, "cases", "new_cases.json"))}
+        cases = [by_name["stp_d64_ds128_pr3"], by_name["stp_d64_ds128_pr7"]]
+        lines, lost = [], []
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = record_cases(FakeDriver(lose_context={3}), FakeDriver().info(), fake_build(cases), cases, tmp,
+                                1 << 20, log=lines.append, lost=lost)
+        # The first case's horizontal call loses the context: the case is reported, the second
+        # one is left for a fresh process (main() continues with --skip of the handled cases).
+        self.assertEqual([r[0] for r in rows], ["stp_d64_ds128_pr3"])
+        self.assertFalse(rows[0][3])
+        self.assertEqual(lost[0], "stp_d64_ds128_pr3")
+        self.assertIn("illegal memory access", lost[1])
+        self.assertTrue(any("unusable after stp_d64_ds128_pr3" in ln for ln in lines))
+
     def _sample(self, tmp, names, reject=()):
         by_name = {c["name"]: c for c in specmod.load_spec(os.path.join(TOOL, "cases", "new_cases.json"))}
         cases = [by_name[n] for n in names]
