@@ -830,15 +830,22 @@ mod tests {
         );
     }
 
-    #[test]
-    fn predicted_sr_state() {
+    /// The f64 result of the SR tests' call (read slots 0, 2; write slots 2, 1) and the fp16 bits
+    /// of its initial state.
+    fn sr_problem() -> (SsuReference, Vec<u16>) {
         let t = Slots::new();
         let r = selective_state_update_f64(&t.args(Some(&[0, 2]), Some(&[2, 1]))).unwrap();
-        let initial: Vec<u16> = t
+        let initial = t
             .state
             .iter()
             .map(|&v| f16::from_f64(v).to_bits())
             .collect();
+        (r, initial)
+    }
+
+    #[test]
+    fn predicted_sr_state() {
+        let (r, initial) = sr_problem();
         let m = SrMapping::new(Algorithm::Vertical, SS, 1, 64, 0xC0FFEE, 10).unwrap();
         let bits = predict_sr_state_f16(&initial, &r, &m).unwrap();
         let mut rounded_up = 0;
@@ -915,13 +922,7 @@ mod tests {
     #[test]
     fn predicted_sr_state_at_any_round_count() {
         use crate::philox::{counter_of, key_of, philox4x32};
-        let t = Slots::new();
-        let r = selective_state_update_f64(&t.args(Some(&[0, 2]), Some(&[2, 1]))).unwrap();
-        let initial: Vec<u16> = t
-            .state
-            .iter()
-            .map(|&v| f16::from_f64(v).to_bits())
-            .collect();
+        let (r, initial) = sr_problem();
         let mut states = Vec::new();
         for rounds in [1u32, 3, 7, 12] {
             for algorithm in [Algorithm::Simple, Algorithm::Vertical] {

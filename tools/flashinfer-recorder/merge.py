@@ -12,13 +12,12 @@ the manifest's generator and compare such outputs by hash. Identical blocks are 
 Every stored block is checked against its SHA-256. Runs on any host (no GPU).
 """
 import argparse
-import hashlib
 import json
 import os
+import sys
 
-
-def sha256(b):
-    return hashlib.sha256(b).hexdigest()
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner"))
+from record import sha256, write_manifest  # noqa: E402  (the recorder's own writer)
 
 
 def blocks_of(case):
@@ -63,30 +62,9 @@ def main():
             cases.append(c)
     if not cases:
         raise SystemExit(f"merge: no {a.path} cases")
-    os.makedirs(a.out, exist_ok=True)
-    placed, chunks, size = {}, [], 0
-    for c in cases:
-        for _, b in blocks_of(c):
-            keep = b["sha256"] in data and b["nbytes"] <= a.cap
-            if keep and b["sha256"] not in placed:
-                pad = (-size) % 64
-                chunks.append(b"\0" * pad)
-                size += pad
-                placed[b["sha256"]] = size
-                chunks.append(data[b["sha256"]])
-                size += b["nbytes"]
-            b["bin"] = "fixtures.bin" if keep else None
-            b["byte_offset"] = placed[b["sha256"]] if keep else None
-    blob = b"".join(chunks)
-    with open(os.path.join(a.out, "fixtures.bin"), "wb") as f:
-        f.write(blob)
-    m = dict(header)
-    m["bins"] = [{"file": "fixtures.bin", "bytes": len(blob), "sha256": sha256(blob)}]
-    m["cases"] = cases
-    with open(os.path.join(a.out, "manifest.json"), "w") as f:
-        json.dump(m, f, indent=1)
-        f.write("\n")
-    print(f"merge: {len(cases)} {a.path} cases into {a.out} (fixtures.bin {len(blob)} bytes)")
+    m = write_manifest(a.out, header, cases, data, [True] * len(cases), a.cap)
+    blob_bytes = m["bins"][0]["bytes"]
+    print(f"merge: {len(cases)} {a.path} cases into {a.out} (fixtures.bin {blob_bytes} bytes)")
 
 
 if __name__ == "__main__":

@@ -441,8 +441,9 @@ def run_case(drv, case, entry_symbol, sms, ref_case=None, progress=None, timings
 
 
 def write_manifest(path_dir, header, cases, data, store_flags, cap_bytes, ref_bins=None):
-    """Writes manifest.json and fixtures.bin. A block is stored when its case is stored and it
-    is at most cap_bytes long; identical blocks are stored once (64-byte-aligned offsets)."""
+    """Writes manifest.json and fixtures.bin. A block is stored when its case is stored, it is
+    at most cap_bytes long and `data` has its bytes (keyed by SHA-256; merge.py passes only the
+    bytes its recordings stored); identical blocks are stored once (64-byte-aligned offsets)."""
     import json
     import os
 
@@ -453,7 +454,7 @@ def write_manifest(path_dir, header, cases, data, store_flags, cap_bytes, ref_bi
         tensors = list(case["inputs"]) + [t for r in case["results"] for t in r["outputs"]]
         for t in tensors:
             for b in t["blocks"]:
-                keep = store and b["nbytes"] <= cap_bytes
+                keep = store and b["nbytes"] <= cap_bytes and b["sha256"] in data
                 if keep and b["sha256"] not in placed:
                     pad = (-size) % 64
                     if pad:
