@@ -40,28 +40,29 @@ impl SsuRig {
     }
 
     fn consume(&mut self, stream: &CudaStream, seed: mamba_ssu::prefetch::FusedSeed<'_>) {
-        self.launch(stream, seed, 10).unwrap();
+        self.launch(stream, seed, 64).unwrap();
     }
 
-    /// One SSU launch with `seed` and `rounds` (an error for rounds the C check rejects).
+    /// One SSU launch (10 rounds) with `seed`, x viewed with head dim `x_dim` (64 is the
+    /// state's; any other is an argument error the C check reports before launching).
     fn launch(
         &mut self,
         stream: &CudaStream,
         seed: mamba_ssu::prefetch::FusedSeed<'_>,
-        rounds: u32,
+        x_dim: usize,
     ) -> mamba_ssu::Result<()> {
         use mamba_ssu::ssu::{selective_state_update, SeedSource, SsuArgs, Tensor, TensorMut};
         let h = Self::H;
         let mut args = SsuArgs::new(
             TensorMut::contiguous(&mut self.state, &[1, h, 64, 128])?,
-            Tensor::contiguous(&self.x, &[1, h, 64])?,
+            Tensor::contiguous(&self.x, &[1, h, x_dim])?,
             Tensor::new(&self.dt, &[1, h, 64], &[h, 1, 0])?,
             Tensor::new(&self.a, &[h, 64, 128], &[1, 0, 0])?,
             Tensor::contiguous(&self.bc, &[1, 1, 128])?,
             Tensor::contiguous(&self.bc, &[1, 1, 128])?,
             TensorMut::contiguous(&mut self.out, &[1, h, 64])?,
         )
-        .stochastic_rounding(SeedSource::Fused(seed), rounds);
+        .stochastic_rounding(SeedSource::Fused(seed), 10);
         selective_state_update(stream, &mut args)
     }
 }
@@ -443,14 +444,10 @@ fn fused_chain_detects_a_skipped_consumer() {
             "{skip}: the call reads the link its predecessor stored"
         );
         if skip == "rejected" {
-            // 11 rounds: the check rejects the call before anything is launched.
-            assert!(matches!(
-                rig.launch(&stream, f1, 11),
-                Err(Error::InvalidArgument {
-                    argument: "philox_rounds",
-                    ..
-                })
-            ));
+            // x of head dim 32 against a state of 64: the check rejects the call before
+            // anything is launched.
+            let r = rig.launch(&stream, f1, 32);
+            assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
         }
         let offset = gen.offset();
         assert!(

@@ -287,65 +287,161 @@ fn flashinfer_reference_bit_exact() {
     check_manifest(&ctx, &stream, &Manifest::from_env_or_embedded());
 }
 
+/// A recorded data set embedded in the test binary (made by `tools/flashinfer-recorder`:
+/// `run.sh record` on an H200, then `merge.py`, blocks over 64 KiB by hash only: inputs
+/// regenerated, outputs compared by SHA-256).
+struct Embedded {
+    /// The directory under `tests/data`.
+    name: &'static str,
+    manifest: &'static str,
+    fixtures: &'static [u8],
+    /// Cases it holds.
+    cases: usize,
+    /// The head dims and state sizes its cases cover.
+    dims: &'static [u64],
+    dstates: &'static [u64],
+}
+
+impl Embedded {
+    fn load(&self) -> Manifest {
+        Manifest::from_text(self.manifest, &[("fixtures.bin", self.fixtures)])
+    }
+}
+
 /// FlashInfer 0.7.2.post1's single-token kernel at head dims 80 and 128 (dstate 128, fp16 state,
 /// bf16 inputs; 0, 5 and 10 rounds; with and without z; 8 heads x batch 1 to 128 heads x batch
 /// 32, the crate's small-, 4-row- and large-grid kernels; `tools/flashinfer-recorder/cases/
-/// shape_cases.json`), recorded on an H200 and merged by `tools/flashinfer-recorder/merge.py`
-/// (blocks over 64 KiB by hash only: inputs regenerated, outputs compared by SHA-256).
-const SHAPES_MANIFEST: &str = include_str!("data/flashinfer_ssu_shapes/manifest.json");
-/// Its bin.
-const SHAPES_FIXTURES: &[u8] = include_bytes!("data/flashinfer_ssu_shapes/fixtures.bin");
+/// shape_cases.json`).
+const SHAPES: Embedded = Embedded {
+    name: "flashinfer_ssu_shapes",
+    manifest: include_str!("data/flashinfer_ssu_shapes/manifest.json"),
+    fixtures: include_bytes!("data/flashinfer_ssu_shapes/fixtures.bin"),
+    cases: 42,
+    dims: &[80, 128],
+    dstates: &[128],
+};
 
-/// The recorded shape cases, checked as [`flashinfer_reference_bit_exact`] checks the reference
+/// The same cases recorded from FlashInfer 0.7.4's kernel (its stochastic-rounding rule:
+/// `common::recorded_sr_rule` reads the release from the manifest).
+const SHAPES_074: Embedded = Embedded {
+    name: "flashinfer_ssu_shapes_074",
+    manifest: include_str!("data/flashinfer_ssu_shapes_074/manifest.json"),
+    fixtures: include_bytes!("data/flashinfer_ssu_shapes_074/fixtures.bin"),
+    cases: 42,
+    dims: &[80, 128],
+    dstates: &[128],
+};
+
+/// FlashInfer 0.7.2.post1's single-token kernel on `tools/flashinfer-recorder/cases/
+/// new_cases.json`'s cases the crate serves: head dim 128 with dstate 64 and 256 (fp16 state at
+/// 0, 5 and 10 rounds; fp32 and bf16 state), 1, 3, 7 and 12 Philox rounds, padded index tensors,
+/// 264 heads x batch 1; the simple, vertical and auto runs (`merge.py --algorithms
+/// simple,vertical,auto --exclude _ds96_`). At head dim 80 with dstate 64, 96 or 256 FlashInfer's
+/// own call ends in an illegal memory access on the H200, so those cases have no recording.
+const NEW_CASES: Embedded = Embedded {
+    name: "flashinfer_ssu_new_cases",
+    manifest: include_str!("data/flashinfer_ssu_new_cases/manifest.json"),
+    fixtures: include_bytes!("data/flashinfer_ssu_new_cases/fixtures.bin"),
+    cases: 16,
+    dims: &[64, 128],
+    dstates: &[64, 128, 256],
+};
+
+/// Every embedded set beside the reference data.
+const EMBEDDED: [&Embedded; 3] = [&SHAPES, &SHAPES_074, &NEW_CASES];
+
+/// Runs one embedded set on the GPU, as [`flashinfer_reference_bit_exact`] checks the reference
 /// data.
-#[test]
-#[ignore = "requires a CUDA GPU"]
-fn flashinfer_shapes_bit_exact() {
+fn check_embedded(e: &Embedded) {
     let Some((ctx, stream)) = common::gpu() else {
         return;
     };
-    let m = Manifest::from_text(SHAPES_MANIFEST, &[("fixtures.bin", SHAPES_FIXTURES)]);
-    assert_eq!(m.cases.len(), 42, "the shape cases");
+    let m = e.load();
+    assert_eq!(m.cases.len(), e.cases, "{}", e.name);
     check_manifest(&ctx, &stream, &m);
 }
 
-/// The shape cases' data is intact: the bin has its recorded size and SHA-256, every hash-only
-/// input block can be regenerated (a generator or inline values), and those up to 1 MiB do
-/// regenerate to their SHA-256 (the larger ones, up to 256 MiB of state, are regenerated and
-/// checked by the GPU test, `m.input_storage`; here they would take minutes in a debug build).
+/// [`SHAPES`] on the GPU.
 #[test]
-fn shapes_data_is_intact() {
-    let m = Manifest::from_text(SHAPES_MANIFEST, &[("fixtures.bin", SHAPES_FIXTURES)]);
-    assert_eq!(m.cases.len(), 42);
-    for (file, bytes, sha) in &m.bins {
-        assert_eq!(m.bin_data[file].len() as u64, *bytes, "{file}");
-        assert_eq!(&sha256_hex(&m.bin_data[file]), sha, "{file}");
-    }
-    let mut dims = std::collections::BTreeSet::new();
-    let mut regenerated = 0;
-    for case in &m.cases {
-        dims.insert(case.dim);
-        for t in &case.inputs {
-            for b in &t.blocks {
-                if b.bin.is_some() {
-                    continue;
-                }
-                assert!(
-                    t.generator.is_some() || t.values.is_some(),
-                    "{}/{}: a hash-only block that cannot be regenerated",
-                    case.name,
-                    t.name
-                );
-                if b.nbytes <= 1 << 20 {
-                    let bytes = common::regenerate_block(t, b).expect("regenerable");
-                    assert_eq!(sha256_hex(&bytes), b.sha256, "{}/{}", case.name, t.name);
-                    regenerated += 1;
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_shapes_bit_exact() {
+    check_embedded(&SHAPES);
+}
+
+/// [`SHAPES_074`] on the GPU (0.7.4's rule).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_shapes_074_bit_exact() {
+    check_embedded(&SHAPES_074);
+}
+
+/// [`NEW_CASES`] on the GPU.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_new_cases_bit_exact() {
+    check_embedded(&NEW_CASES);
+}
+
+/// Every embedded set's data is intact: the bin has its recorded size and SHA-256, every
+/// hash-only input block can be regenerated (a generator or inline values), and those up to
+/// 1 MiB do regenerate to their SHA-256 (the larger ones, up to 256 MiB of state, are
+/// regenerated and checked by the GPU tests, `m.input_storage`; here they would take minutes in
+/// a debug build).
+#[test]
+fn embedded_sets_are_intact() {
+    for e in EMBEDDED {
+        let m = e.load();
+        assert_eq!(m.cases.len(), e.cases, "{}", e.name);
+        for (file, bytes, sha) in &m.bins {
+            assert_eq!(m.bin_data[file].len() as u64, *bytes, "{}/{file}", e.name);
+            assert_eq!(&sha256_hex(&m.bin_data[file]), sha, "{}/{file}", e.name);
+        }
+        let mut dims = std::collections::BTreeSet::new();
+        let mut dstates = std::collections::BTreeSet::new();
+        let mut regenerated = 0;
+        for case in &m.cases {
+            dims.insert(case.dim);
+            dstates.insert(case.dstate);
+            for t in &case.inputs {
+                for b in &t.blocks {
+                    if b.bin.is_some() {
+                        continue;
+                    }
+                    assert!(
+                        t.generator.is_some() || t.values.is_some(),
+                        "{}: {}/{}: a hash-only block that cannot be regenerated",
+                        e.name,
+                        case.name,
+                        t.name
+                    );
+                    if b.nbytes <= 1 << 20 {
+                        let bytes = common::regenerate_block(t, b).expect("regenerable");
+                        assert_eq!(
+                            sha256_hex(&bytes),
+                            b.sha256,
+                            "{}: {}/{}",
+                            e.name,
+                            case.name,
+                            t.name
+                        );
+                        regenerated += 1;
+                    }
                 }
             }
         }
+        assert!(
+            regenerated > 10,
+            "{}: only {regenerated} blocks regenerated",
+            e.name
+        );
+        assert_eq!(dims.into_iter().collect::<Vec<_>>(), e.dims, "{}", e.name);
+        assert_eq!(
+            dstates.into_iter().collect::<Vec<_>>(),
+            e.dstates,
+            "{}",
+            e.name
+        );
     }
-    assert!(regenerated > 100, "only {regenerated} blocks regenerated");
-    assert_eq!(dims.into_iter().collect::<Vec<_>>(), vec![80, 128]);
 }
 
 /// Every run of every case of `m` bit-identical to FlashInfer's; a table row per run.

@@ -77,6 +77,45 @@ fn embedded_shapes() -> Manifest {
     )
 }
 
+/// The shape cases at head dims 80 and 128 recorded from FlashInfer 0.7.4's multi-token kernel
+/// (0.7.2.post1's does not compile at head dim 80; 0.7.4's stochastic-rounding rule, read from
+/// the manifest by `common::recorded_sr_rule`).
+fn embedded_shapes_074() -> Manifest {
+    Manifest::from_text(
+        include_str!("data/flashinfer_ssu_mtp_shapes_074/manifest.json"),
+        &[(
+            "fixtures.bin",
+            include_bytes!("data/flashinfer_ssu_mtp_shapes_074/fixtures.bin"),
+        )],
+    )
+}
+
+/// FlashInfer 0.7.2.post1's multi-token kernel on `tools/flashinfer-recorder/cases/
+/// new_cases.json`'s cases the crate serves: head dim 128 with dstate 64 and 256 (fp16 state
+/// with the intermediate buffer at 0/5/10 rounds; fp32 and bf16 state, varlen), 1/3/7/12 rounds
+/// with a 2-D dst index, padded `num_accepted_tokens` and `cu_seqlens` of int32 and int64 with
+/// int32 slot indices (`merge.py --exclude _ds96_`; the head-dim-80 cases do not compile with
+/// 0.7.2.post1).
+fn embedded_new_cases() -> Manifest {
+    Manifest::from_text(
+        include_str!("data/flashinfer_ssu_mtp_new_cases/manifest.json"),
+        &[(
+            "fixtures.bin",
+            include_bytes!("data/flashinfer_ssu_mtp_new_cases/fixtures.bin"),
+        )],
+    )
+}
+
+/// Every embedded manifest: the reference data and the sets above.
+fn all_embedded() -> [Manifest; 4] {
+    [
+        embedded(),
+        embedded_shapes(),
+        embedded_shapes_074(),
+        embedded_new_cases(),
+    ]
+}
+
 fn usizes(v: &[u64]) -> Vec<usize> {
     v.iter().map(|x| *x as usize).collect()
 }
@@ -677,6 +716,31 @@ fn flashinfer_mtp_shapes_bit_exact() {
     check_manifest(&ctx, &stream, &embedded_shapes());
 }
 
+/// The shape cases at head dims 80 and 128 recorded from FlashInfer 0.7.4.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_mtp_shapes_074_bit_exact() {
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let m = embedded_shapes_074();
+    assert_eq!(m.cases.len(), 12);
+    check_manifest(&ctx, &stream, &m);
+}
+
+/// The new cases FlashInfer 0.7.2.post1 records and the crate serves (dstate 64 and 256, any
+/// round count, FlashInfer's index forms).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_mtp_new_cases_bit_exact() {
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let m = embedded_new_cases();
+    assert_eq!(m.cases.len(), 18);
+    check_manifest(&ctx, &stream, &m);
+}
+
 /// Every run of every case of `m` on the GPU, bit-identical to FlashInfer's; a table row per run.
 fn check_manifest(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, m: &Manifest) {
     println!("{} cases", m.cases.len());
@@ -704,7 +768,7 @@ fn check_manifest(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, m: &Manifest
 #[test]
 fn the_sr_rule_follows_the_recorded_release() {
     use mamba_ssu::ssu::SrRule;
-    let m = manifest();
+    let m = embedded(); // 0.7.2.post1 data (a manifest named by the environment may be of any release)
     for case in &m.cases {
         assert_eq!(
             common::recorded_sr_rule(&m.json, &case.json),
@@ -734,7 +798,7 @@ fn the_sr_rule_follows_the_recorded_release() {
 
 #[test]
 fn embedded_bin_matches_its_manifest() {
-    for m in [embedded(), embedded_shapes()] {
+    for m in all_embedded() {
         assert_eq!(m.bins.len(), 1);
         for (file, bytes, sha) in &m.bins {
             let data = &m.bin_data[file];
@@ -749,8 +813,9 @@ fn embedded_bin_matches_its_manifest() {
 /// the API (its `prefix_runs` too).
 #[test]
 fn embedded_cases_rebuild_and_map_onto_the_api() {
-    rebuild_and_map(&embedded());
-    rebuild_and_map(&embedded_shapes());
+    for m in all_embedded() {
+        rebuild_and_map(&m);
+    }
 }
 
 /// The body of [`embedded_cases_rebuild_and_map_onto_the_api`] for one manifest.
@@ -850,8 +915,8 @@ fn case_spec(case: &Case, out_desc: &common::TensorDesc) -> mamba_ssu::ssu::MtpS
 /// and its sizes are the manifest's.
 #[test]
 fn embedded_cases_pass_the_api_validation() {
-    let (a, b) = (embedded(), embedded_shapes());
-    for case in a.cases.iter().chain(&b.cases) {
+    let all = all_embedded();
+    for case in all.iter().flat_map(|m| &m.cases) {
         for r in &case.results {
             let spec = case_spec(case, r.output("out"));
             let p = mamba_ssu::ssu::validate_mtp(&spec)

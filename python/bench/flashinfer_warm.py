@@ -4,7 +4,8 @@ each case), for a same-run comparison at any recorded shape: per case and algori
 recorded call (inputs regenerated from the manifest, ``python/tests/flashinfer_cases.py``),
 3 warm-up calls, then CUDA events around 20 back-to-back calls on the same buffers (warm L2,
 the state updated in place as FlashInfer's was), µs per call; next to it FlashInfer's µs from
-the case's ``timings.json`` and the ratio. Single-token cases only.
+the case's ``timings.json`` and the ratio. Single-token and multi-token cases (the multi-token
+ones through ``python/tests/flashinfer_mtp_cases.py``).
 
     PYTHONPATH=python python3 python/bench/flashinfer_warm.py RECORDING_DIR... [--json OUT]
 
@@ -23,6 +24,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 import flashinfer_cases as fc  # noqa: E402
+import flashinfer_mtp_cases as fmc  # noqa: E402
 
 
 def time_calls(fn, warmup=3, iters=20):
@@ -54,11 +56,14 @@ def main():
         if not (os.path.exists(man) and os.path.exists(tim)):
             continue
         with open(man) as f:
-            if any(c.get("path", "stp") != "stp" for c in json.load(f)["cases"]):
-                continue
+            paths = {c.get("path", "stp") for c in json.load(f)["cases"]}
+        if len(paths) != 1:
+            continue
+        mtp = paths == {"mtp"}
         with open(tim) as f:
             fi = json.load(f)["us_per_call"]
-        m = fc.load(man)
+        m = fmc.load(man) if mtp else fc.load(man)
+        build = fmc.build_call if mtp else fc.build_call
         for case in m.cases:
             # One set of buffers per case (the runs of a case differ in the algorithm only).
             p = None
@@ -67,7 +72,7 @@ def main():
                 if alg not in fi:
                     continue
                 if p is None:
-                    p = fc.build_call(m, case, r, dev)
+                    p = build(m, case, r, dev)
                 kwargs = dict(p.kwargs, algorithm=alg)
                 ours = time_calls(lambda: mamba_ssu.selective_state_update(**kwargs))
                 rows.append({"case": case.name, "algorithm": alg, "flashinfer_us": fi[alg], "ours_us": ours})

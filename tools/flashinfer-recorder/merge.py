@@ -4,12 +4,16 @@ manifest.json and fixtures.bin) into one manifest.json and one fixtures.bin, the
 conformance tests embed (tests/data/*/).
 
   python3 tools/flashinfer-recorder/merge.py OUT_DIR CASE_DIR... --path stp|mtp [--cap BYTES]
+      [--algorithms A,B,..] [--exclude SUBSTRING]...
 
 Only the cases of one path (single token or multi token: their manifests name different
 kernels) go into one output. Blocks longer than --cap bytes (default 65536), and blocks that
 are hash-only in the recording, are listed by hash only: the tests regenerate such inputs from
 the manifest's generator and compare such outputs by hash. Identical blocks are stored once.
-Every stored block is checked against its SHA-256. Runs on any host (no GPU).
+Every stored block is checked against its SHA-256. --algorithms keeps only the runs of those
+algorithms (a case left without runs is dropped), --exclude drops the cases whose name contains
+the substring: a subset for a test of what a build serves. A CASE_DIR may be a merged output.
+Runs on any host (no GPU).
 """
 import argparse
 import json
@@ -32,12 +36,23 @@ def main():
     ap.add_argument("cases", nargs="+")
     ap.add_argument("--path", choices=["stp", "mtp"], required=True)
     ap.add_argument("--cap", type=int, default=65536)
+    ap.add_argument("--algorithms", help="comma-separated: keep only these algorithms' runs")
+    ap.add_argument("--exclude", action="append", default=[], help="drop cases whose name contains this")
     a = ap.parse_args()
+    keep = set(a.algorithms.split(",")) if a.algorithms else None
     header, cases, data = None, [], {}
     for d in sorted(a.cases):
         with open(os.path.join(d, "manifest.json")) as f:
             m = json.load(f)
-        picked = [c for c in m["cases"] if c.get("path", "stp") == a.path]
+        picked = []
+        for c in m["cases"]:
+            if c.get("path", "stp") != a.path or any(x in c["name"] for x in a.exclude):
+                continue
+            if keep is not None:
+                c["results"] = [r for r in c["results"] if r["algorithm_requested"] in keep]
+                if not c["results"]:
+                    continue
+            picked.append(c)
         if not picked:
             continue
         bins = {}

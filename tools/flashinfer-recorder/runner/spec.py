@@ -232,7 +232,7 @@ def build_case(c):
         inputs.append(_idx_tensor("num_accepted_tokens", c["num_accepted_tokens_dtype"], c["num_accepted_tokens"]))
     if path == "mtp" and c["intermediate"]:
         inter = c["intermediate"]
-        icache = inter.get("cache_size", batch)
+        icache = inter.get("cache_size") if inter.get("cache_size") is not None else batch
         ish, _ = _contig([icache, cache_steps, nh, dim, ds])
         n_el = icache * cache_steps * head
         inputs.append(
@@ -245,7 +245,7 @@ def build_case(c):
                 "generator": {"gen_seed": gs, "tag": 10, "kind": KINDS[10]},
             }
         )
-        inputs.append(_idx_tensor("intermediate_state_indices", ix, inter.get("indices", list(range(batch)))))
+        inputs.append(_idx_tensor("intermediate_state_indices", ix, inter.get("indices") if inter.get("indices") is not None else list(range(batch))))
     if c["state_scale_dtype"] is not None:
         raise SpecError(f"{c['name']}: state_scale (int16 state) has no generator formula yet (see README)")
     seed = c["seed"] if pr > 0 else None
@@ -296,7 +296,7 @@ def build_case(c):
         }
     )
     if path == "mtp" and c["intermediate"]:
-        case["intermediate_cache_size"] = c["intermediate"].get("cache_size", batch)
+        case["intermediate_cache_size"] = icache
     case.update(
         {
             "dt_softplus": bool(c["dt_softplus"]),
