@@ -9,8 +9,10 @@
 // without SR and with 10 rounds), and for small grids in 1-row (SR) or 2-row chunks
 // (small_grid_rows); 38 kernels. The same 38 with the head dim read at run time
 // (HotDimConfig) serve every other multiple of 16 up to 256 (hot_dim), their warps' rows a
-// divisor of it (snap_rows_per_warp). The large-grid 10-round kernels' grids are tapered (their
-// last wave of blocks in quarter-head warps, see Tuning::kTaperShift). Everything else that
+// divisor of it (snap_rows_per_warp). At dstate 64 and 256 the same kernels over rows of that
+// many columns (HotDsConfig, head dim at run time; one form per grid size: 30 kernels each)
+// serve the same head dims. The large-grid 10-round kernels' grids at dstate 128 are tapered
+// (their last wave of blocks in quarter-head warps, see Tuning::kTaperShift). Everything else that
 // passes the checks runs the generic kernel (DynConfig), and so does every SR call under
 // FlashInfer 0.7.4's conversion (sr_rule MAMBA_SSU_SR_V074; the hot kernels are 0.7.2's).
 // Index dtype, the other optional tensors and flags are run time values in both.
@@ -331,7 +333,8 @@ int snap_rows_per_warp(int64_t dim, int rpw, int rows_per_chunk, int block_warps
 // its exact SR path takes the rule). Without SR the rule changes nothing.
 bool is_hot(const mamba_ssu_params *p) {
   return p->state_dtype == MAMBA_SSU_F16 && p->input_dtype == MAMBA_SSU_BF16 &&
-         p->weight_dtype == MAMBA_SSU_BF16 && hot_dim(p->dim) && p->dstate == 128 &&
+         p->weight_dtype == MAMBA_SSU_BF16 && hot_dim(p->dim) &&
+         (p->dstate == 64 || p->dstate == 128 || p->dstate == 256) &&
          (p->philox_rounds == 0 || p->philox_rounds == 5 || p->philox_rounds == 10) &&
          !(p->philox_rounds > 0 && p->sr_rule == MAMBA_SSU_SR_V074);
 }
@@ -422,7 +425,7 @@ int plan_launch(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan
   static_assert(Tuning::kTaperShift > 0 && Tuning::kTaperPct > 0, "tuning.h: the taper");
   uint32_t taper_start = UINT32_MAX, taper_shift = 0;
   const bool taper_kernel = p.philox_rounds == 10 && rows >= Tuning::kLargeGridRows;
-  if (hot && !small && taper_kernel && blocks_per_head == 1 &&
+  if (hot && !small && taper_kernel && blocks_per_head == 1 && p.dstate == 128 &&
       (rpw >> Tuning::kTaperShift) >= rows_per_chunk &&
       (rpw >> Tuning::kTaperShift) % rows_per_chunk == 0 &&
       (rpw >> Tuning::kTaperShift) << Tuning::kTaperShift == rpw) {
@@ -545,6 +548,12 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
   const unsigned nblocks = plan.nblocks;
   const int wpb = warps_per_block;
   if (!hot) return launch<DynConfig>(a, nblocks, wpb, st);
+  if (p.dstate == 64)
+    return launch_hot_shape<ssu::HotDs<64>::template Cfg>(a, nblocks, wpb, st, rows, small_rows,
+                                                          simple);
+  if (p.dstate == 256)
+    return launch_hot_shape<ssu::HotDs<256>::template Cfg>(a, nblocks, wpb, st, rows, small_rows,
+                                                           simple);
   if (plan.hot_rt_dim) return launch_hot_shape<ssu::HotDimConfig>(a, nblocks, wpb, st, rows,
                                                                   small_rows, simple);
   return launch_hot_shape<HotConfig>(a, nblocks, wpb, st, rows, small_rows, simple);

@@ -453,6 +453,90 @@ struct IsHotDim : std::false_type {};
 template <bool kSimple, int kRounds, int kU, bool kGate, int kZW>
 struct IsHotDim<HotDimConfig<kSimple, kRounds, kU, kGate, kZW>> : std::true_type {};
 
+// The hot kernels at dstate 64 and 256: HotDimConfig's code (the head dim at run time) over
+// state rows of kDs columns. A lane holds kDs / 32 columns of a row in FlashInfer's layouts
+// (as DynConfig maps them): simple, runs of min(8, kDs / 32) contiguous columns (one 4- or
+// 16-byte access); vertical, runs of 2 (4-byte accesses 128 bytes apart). Columns per Philox
+// call: simple min(4, kDs / 32), vertical 2. The dstate-128 code forms that assume 256-byte
+// rows are off: the zero page (pads zeroed in registers), the no-allocate loads and the tapered
+// grid (plan_launch in ssu.cu tapers dstate 128 only). kZW is ignored (the launcher's grid-size
+// forms map to one kernel: HotDs). With 8 columns per lane the dstate-256 kernels take half
+// the occupancy floor (twice the registers per thread).
+template <int kDs, bool kSimple, int kRounds, int kU = 4, bool kGate = false>
+struct HotDsConfig : HotDimConfig<kSimple, kRounds, kU, kGate, 0> {
+  static_assert(kDs == 64 || kDs == 256, "dstate 64 or 256 (128: HotConfig, HotDimConfig)");
+  using Base = HotDimConfig<kSimple, kRounds, kU, kGate, 0>;
+  static constexpr int kMaxCols = kDs / 32;
+  static constexpr int kRun = kSimple ? (kMaxCols < 8 ? kMaxCols : 8) : 2;
+  static constexpr int kGroup = kSimple ? (kMaxCols < 4 ? kMaxCols : 4) : 2;
+  static constexpr bool kZeroPage = false;
+  static constexpr bool kLdNoAllocate = false;
+  static constexpr bool kTaper = false;
+  static constexpr int kMinBlocksPerSM =
+      kDs == 256 ? (Base::kMinBlocksPerSM + 1) / 2 : Base::kMinBlocksPerSM;
+  struct Raw {
+    uint32_t w[kMaxCols / 2];
+  };
+
+  __device__ explicit HotDsConfig(const Args &a) : Base(a) {}
+  __device__ static constexpr int dstate() { return kDs; }
+  __device__ static constexpr int ncols() { return kMaxCols; }
+  __device__ static constexpr int sr_group() { return kGroup; }
+  __device__ static constexpr int run() { return kRun; }
+  __device__ static constexpr int col(int lane, int i) {
+    return lane * kRun + 32 * kRun * (i / kRun) + i % kRun;
+  }
+
+  // Two-byte elements of the lane's kMaxCols columns of a kDs-column row.
+  __device__ static void load_pairs(const void *row, int lane, Raw &r) {
+    const char *p = static_cast<const char *>(row);
+    if constexpr (kRun == 8) {
+      const uint4 v = *reinterpret_cast<const uint4 *>(p + 16 * lane);
+      r.w[0] = v.x;
+      r.w[1] = v.y;
+      r.w[2] = v.z;
+      r.w[3] = v.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < kMaxCols / 2; ++j) r.w[j] = load_u32(p + 128 * j + 4 * lane);
+    }
+  }
+  __device__ static uint32_t pair_elem(const Raw &r, int i) {
+    return (r.w[i / 2] >> (16 * (i % 2))) & 0xffffu;
+  }
+  __device__ static void load_state(const void *row, int lane, Raw &r) { load_pairs(row, lane, r); }
+  __device__ static float state_value(const Raw &r, int i) {
+    return half_bits_to_float(pair_elem(r, i));
+  }
+  // Streaming stores, as HotConfig::store_state.
+  __device__ static void store_state(void *row, int lane, const uint32_t (&bits)[kMaxCols]) {
+    char *p = static_cast<char *>(row);
+    uint32_t w[kMaxCols / 2];
+#pragma unroll
+    for (int j = 0; j < kMaxCols / 2; ++j) w[j] = bits[2 * j] | (bits[2 * j + 1] << 16);
+    if constexpr (kRun == 8) {
+      __stcs(reinterpret_cast<uint4 *>(p + 16 * lane), make_uint4(w[0], w[1], w[2], w[3]));
+    } else {
+#pragma unroll
+      for (int j = 0; j < kMaxCols / 2; ++j) store_cs_u32(p + 128 * j + 4 * lane, w[j]);
+    }
+  }
+  // B or C (bf16) at the lane's columns of a kDs-column row.
+  __device__ static void load_cols(const void *row, int lane, float (&v)[kMaxCols]) {
+    Raw r;
+    load_pairs(row, lane, r);
+#pragma unroll
+    for (int i = 0; i < kMaxCols; ++i) v[i] = bf16_bits_to_float(pair_elem(r, i));
+  }
+};
+
+// HotDsConfig as a family of the launcher's five template parameters (ssu.cu: launch_hot_shape).
+template <int kDs>
+struct HotDs {
+  template <bool kSimple, int kRounds, int kU, bool kGate, int kZW>
+  using Cfg = HotDsConfig<kDs, kSimple, kRounds, kU, kGate>;
+};
+
 // Generic path: everything at run time. A row of one lane is up to 8
 // elements, one per word (fp32 bits, or fp16/bf16 bits in the low half).
 struct DynConfig {

@@ -812,6 +812,91 @@ fn large_grids_with_pads_match_f64_reference() {
     );
 }
 
+/// The compiled-in kernels at dstate 64 and 256 (HotDsConfig: lanes of 2 or 8 columns, in
+/// FlashInfer's simple and vertical layouts) at head dims 64, 80 and 128 against the f64
+/// reference: 32 heads x batch 1, 2 and 12 (the one-row SR and 2-row kernels, the 2-row SR
+/// ones, the 4-row ones), 0, 5 and 10 rounds, every algorithm, pads from batch 2 on, z on
+/// alternate batches; then 128 heads x batch 32 (the large-grid forms, with pads) with their SR
+/// bits predicted from the reference.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn dstates_64_and_256_match_f64_reference() {
+    let Some((_ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let mut rng = Rng(run_seed());
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for dstate in [64usize, 256] {
+        for dim in [64usize, 80, 128] {
+            for rounds in [0u32, 5, 10] {
+                for (z, batch) in [(true, 12), (false, 2), (true, 1)] {
+                    let mut cfg = Cfg::base();
+                    cfg.dim = dim;
+                    cfg.dstate = dstate;
+                    cfg.rounds = rounds;
+                    cfg.batch = batch;
+                    (cfg.nheads, cfg.ngroups) = (32, 8);
+                    cfg.pad = batch > 1;
+                    cfg.dst = rounds == 10;
+                    cfg.z = z;
+                    let p = Problem::new(cfg, &mut rng);
+                    for alg in ["simple", "vertical", "auto"] {
+                        let (s, o) = run(&stream, &p, alg);
+                        runs += 1;
+                        if let Some(f) = check_against_reference(&p, alg, &s, &o) {
+                            eprintln!("FAIL dstate {dstate}: {f}");
+                            failures.push(format!("dstate {dstate}: {f}"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for (dstate, dim, rounds, alg) in [
+        (64usize, 64usize, 0u32, "simple"),
+        (64, 128, 10, "vertical"),
+        (64, 80, 5, "simple"),
+        (256, 64, 10, "simple"),
+        (256, 128, 0, "vertical"),
+        (256, 80, 10, "vertical"),
+    ] {
+        let mut cfg = Cfg::base();
+        cfg.dim = dim;
+        cfg.dstate = dstate;
+        cfg.rounds = rounds;
+        cfg.batch = 32;
+        (cfg.nheads, cfg.ngroups) = (128, 8);
+        cfg.pad = true;
+        cfg.z = false;
+        let p = Problem::new(cfg, &mut rng);
+        let (s, o) = run(&stream, &p, alg);
+        runs += 1;
+        let r = reference(&p);
+        if let Some(f) = check_against(&p, alg, &s, &o, &r) {
+            eprintln!("FAIL dstate {dstate}: {f}");
+            failures.push(format!("dstate {dstate}: {f}"));
+        }
+        if rounds > 0 {
+            let (f, _, total) = predicted_agreement(&p, &r.0, &s, alg);
+            eprintln!(
+                "large grid dstate {dstate} dim {dim} R{rounds} {alg}: predicted SR bits agree on \
+                 {f:.5} of {total}"
+            );
+            if f <= 0.99 {
+                failures.push(format!(
+                    "dstate {dstate} dim {dim} R{rounds} {alg}: SR bits agree on {f}"
+                ));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} runs failed: {failures:#?}",
+        failures.len()
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // 2. SR is unbiased, RN is not (on data built to be biased under RN)
 // ---------------------------------------------------------------------------------------------

@@ -149,6 +149,10 @@ fn digests(plans: &str) -> Vec<(String, usize, u64)> {
 fn h200_plans_are_the_tuned_ones() {
     let now = plans();
     let now_d = digests(&now);
+    // The whole plan text, for a diff of what moved (development aid).
+    if let Ok(path) = std::env::var("MAMBA_SSU_WRITE_PLANS") {
+        std::fs::write(&path, &now).expect("writing the plans");
+    }
     if let Ok(path) = std::env::var("MAMBA_SSU_WRITE_PLAN_GOLDEN") {
         let text: String = now_d
             .iter()
