@@ -221,9 +221,10 @@ typedef enum mamba_ssu_sr_rule {
  *   state_batch_indices / dst_state_batch_indices (batch,) or (batch, T):
  *         element [b*stride] (column 0).
  * Optional pointers (z, D, dt_bias, the index tensors) may be NULL.
- * Speed: F16 state with BF16 inputs and weights, dstate 128 and 0, 5 or 10 Philox rounds run
- * compiled-in kernels at dim 64 and, with the head dim read at run time, at every other
- * multiple of 16 up to 256 (Nemotron Nano 2's 80, 128), each built with and without z
+ * Speed: F16 state with BF16 inputs and weights, dstate 64, 128 or 256 and 0, 5 or 10 Philox
+ * rounds run compiled-in kernels (dim 64 with dstate 128 the tuned ones; with the head dim read
+ * at run time every multiple of 16 up to 256, e.g. Nemotron Nano 2's 80, and 128; dstate 64 and
+ * 256 with the head dim at run time), each built with and without z
  * (z == NULL runs a loop with no z work); every other combination a kernel that takes them at
  * run time. */
 typedef struct mamba_ssu_params {

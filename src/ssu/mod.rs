@@ -67,8 +67,9 @@
 //! slot equal to `pad_slot_id` (or out of range) is not written either. Index values live in
 //! device memory and are not checked on the host.
 //!
-//! Speed: the shapes engines run hot (F16 state, BF16 inputs and weights, F32 `A`, dim 64,
-//! dstate 128, 0, 5 or 10 rounds) run compiled-in kernels, each built with and without `z`:
+//! Speed: the shapes engines run hot (F16 state, BF16 inputs and weights, F32 `A`, head dim a
+//! multiple of 16 up to 256, dstate 64, 128 or 256, 0, 5 or 10 rounds; the multi-token form at
+//! dstate 128) run compiled-in kernels, each built with and without `z`:
 //! leaving `z` as `None` (gating done later, as in engines' Mamba-2 mixers) runs a loop with
 //! no `z` work at all. Every other combination runs a kernel that takes sizes, dtypes and rounds
 //! at run time (same results, slower). Figures: `BENCHMARKS.md`.
