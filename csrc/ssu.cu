@@ -339,6 +339,19 @@ bool is_hot(const mamba_ssu_params *p) {
          !(p->philox_rounds > 0 && p->sr_rule == MAMBA_SSU_SR_V074);
 }
 
+// The first accumulate form of FlashInfer 0.7.2.post1's fp16-state kernel that the call's
+// algorithm selects (docs/flashinfer-ssu.md, "Summation"): a choice its compiler makes per
+// instantiation (its build contracts multiply-adds), read from the SASS of its sm_90 kernels.
+// Without SR, and with 1 round, F1 for the tiled simple kernel (below the auto switch) and F0
+// otherwise; with more rounds simple F0 and vertical F1, except simple F1 at dstate 256 with
+// 10 rounds and vertical F0 at dstate 64. Instantiations whose SASS was not read (other round
+// counts at dstate 64 and 256) follow the rule of their dstate.
+bool first_form_f1(bool simple, bool below, int64_t rounds, int64_t dstate) {
+  if (rounds <= 1) return simple && below;
+  if (simple) return dstate == 256 && rounds == 10;
+  return dstate != 64;
+}
+
 // The launch configuration of a checked problem: a pure function of the parameters and the
 // device's properties (no device touched), shared by the launcher and the plan functions.
 struct Plan {
@@ -358,9 +371,8 @@ int plan_launch(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan
   const bool simple = p.algorithm == MAMBA_SSU_ALGO_SIMPLE ||
                       (p.algorithm == MAMBA_SSU_ALGO_AUTO &&
                        auto_algorithm(p.batch, p.nheads, d) == MAMBA_SSU_ALGO_SIMPLE);
-  // First accumulate form of FlashInfer's build: with SR simple F0, vertical
-  // F1; without SR the tiled simple kernel (below the switch) F1, else F0.
-  const bool f1 = p.philox_rounds > 0 ? !simple : (simple && below);
+  // First accumulate form of FlashInfer's build (first_form_f1).
+  const bool f1 = first_form_f1(simple, below, p.philox_rounds, p.dstate);
 
   const bool hot = is_hot(&p);
   const int64_t rows = p.batch * p.nheads * p.dim;

@@ -474,6 +474,10 @@ struct HotDsConfig : HotDimConfig<kSimple, kRounds, kU, kGate, 0> {
   static constexpr bool kTaper = false;
   static constexpr int kMinBlocksPerSM =
       kDs == 256 ? (Base::kMinBlocksPerSM + 1) / 2 : Base::kMinBlocksPerSM;
+  // The first accumulate form with SR (ssu.cu: first_form_f1): simple F0 but F1 at dstate 256
+  // with 10 rounds, vertical F1 but F0 at dstate 64.
+  static constexpr int kFirstForm =
+      kRounds > 0 ? (kSimple ? (kDs == 256 && kRounds == 10 ? 1 : 0) : (kDs == 64 ? 0 : 1)) : -1;
   struct Raw {
     uint32_t w[kMaxCols / 2];
   };
