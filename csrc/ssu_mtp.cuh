@@ -12,7 +12,9 @@
 // Eight lanes per state row (b, h, d), as FlashInfer's multi-token kernel: lane m of a row's
 // group owns the columns 64 j + 8 m + i (i < 8, j < dstate / 64; dstate 128: 8m..8m+7 and
 // 64+8m..64+8m+7), visited in that order, so that its even and odd partial sums and the
-// shuffle-down tree over the group (4, 2, 1) are FlashInfer's. A 4-warp block holds 16 such
+// shuffle-down tree over the group (4, 2, 1) are FlashInfer's (for fp16 and bf16 states; with an
+// fp32 state FlashInfer's lanes own 4-column blocks, a known difference in y's summation order:
+// docs/flashinfer-ssu.md). A 4-warp block holds 16 such
 // groups and serves one (sequence, head) and up to 64 consecutive rows of it (blocks_per_head
 // blocks share a head on small grids); group k takes the block's rows k, k + 16, ...
 //
