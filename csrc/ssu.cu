@@ -340,7 +340,7 @@ bool is_hot(const mamba_ssu_params *p) {
 }
 
 // The first accumulate form of FlashInfer 0.7.2.post1's fp16-state kernel that the call's
-// algorithm selects (docs/flashinfer-ssu.md, "Summation"): a choice its compiler makes per
+// algorithm selects (docs/flashinfer-ssu.md, "Summation order of y"): a choice its compiler makes per
 // instantiation (its build contracts multiply-adds), read from the SASS of its sm_90 kernels.
 // Without SR, and with 1 round, F1 for the tiled simple kernel (below the auto switch) and F0
 // otherwise; with more rounds simple F0 and vertical F1, except simple F1 at dstate 256 with

@@ -390,7 +390,7 @@ def main(argv=None):
     agree = sum(r["status"] == "agrees" for r in rows)
     not_served = [r for r in rows if r["status"] == "not served"]
     print()
-    print(f"{len(rows)} kernels in {len(rows) and len({r['group'] for r in rows})} groups: {agree} agree with "
+    print(f"{len(rows)} kernels in {len({r['group'] for r in rows})} groups: {agree} agree with "
           f"the rule, {len(bad)} disagree, {len(unclassified)} unclassified, {len(not_served)} not served "
           f"by the crate (read, not checked)")
     if bad:
