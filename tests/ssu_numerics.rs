@@ -781,28 +781,16 @@ fn large_grids_with_pads_match_f64_reference() {
             cfg.z = z;
             let p = Problem::new(cfg, &mut rng);
             assert!(p.read_slots.contains(&p.pad_slot_id));
-            let (s, o) = run(&stream, &p, alg);
             runs += 1;
-            let r = reference(&p);
-            if let Some(f) = check_against(&p, alg, &s, &o, &r) {
-                eprintln!("FAIL {f}");
-                failures.push(f);
-            }
             // The SR bits of every row, the tapered grid's tail blocks included (their warps
             // take a part of a head each: a wrong row or Philox offset there changes about a
             // third of their elements, ~8 % of the total).
-            if rounds > 0 {
-                let (f, _, total) = predicted_agreement(&p, &r.0, &s, alg);
-                eprintln!(
-                    "large grid dim {dim} R{rounds} {alg} z={z}: predicted SR bits agree on \
-                     {f:.5} of {total}"
-                );
-                if f <= 0.99 {
-                    failures.push(format!(
-                        "dim {dim} R{rounds} {alg} z={z}: SR bits agree on {f}"
-                    ));
-                }
-            }
+            failures.extend(large_grid_failures(
+                &stream,
+                &p,
+                alg,
+                &format!("dim {dim} R{rounds} {alg} z={z}"),
+            ));
         }
     }
     assert!(
@@ -810,6 +798,32 @@ fn large_grids_with_pads_match_f64_reference() {
         "{} of {runs} runs failed: {failures:#?}",
         failures.len()
     );
+}
+
+/// One large-grid run of `p` with `alg` against the f64 reference and, with SR, the fraction of
+/// its state elements whose bits equal the SR of the reference's value predicted from the
+/// layout's random bits (must exceed 0.99); the failures, each named by `label`.
+fn large_grid_failures(
+    stream: &Arc<CudaStream>,
+    p: &Problem,
+    alg: &'static str,
+    label: &str,
+) -> Vec<String> {
+    let (s, o) = run(stream, p, alg);
+    let r = reference(p);
+    let mut failures = Vec::new();
+    if let Some(f) = check_against(p, alg, &s, &o, &r) {
+        eprintln!("FAIL {label}: {f}");
+        failures.push(format!("{label}: {f}"));
+    }
+    if p.cfg.rounds > 0 {
+        let (f, _, total) = predicted_agreement(p, &r.0, &s, alg);
+        eprintln!("large grid {label}: predicted SR bits agree on {f:.5} of {total}");
+        if f <= 0.99 {
+            failures.push(format!("{label}: SR bits agree on {f}"));
+        }
+    }
+    failures
 }
 
 /// The compiled-in kernels at dstate 64 and 256 (HotDsConfig: lanes of 2 or 8 columns, in
@@ -870,25 +884,13 @@ fn dstates_64_and_256_match_f64_reference() {
         cfg.pad = true;
         cfg.z = false;
         let p = Problem::new(cfg, &mut rng);
-        let (s, o) = run(&stream, &p, alg);
         runs += 1;
-        let r = reference(&p);
-        if let Some(f) = check_against(&p, alg, &s, &o, &r) {
-            eprintln!("FAIL dstate {dstate}: {f}");
-            failures.push(format!("dstate {dstate}: {f}"));
-        }
-        if rounds > 0 {
-            let (f, _, total) = predicted_agreement(&p, &r.0, &s, alg);
-            eprintln!(
-                "large grid dstate {dstate} dim {dim} R{rounds} {alg}: predicted SR bits agree on \
-                 {f:.5} of {total}"
-            );
-            if f <= 0.99 {
-                failures.push(format!(
-                    "dstate {dstate} dim {dim} R{rounds} {alg}: SR bits agree on {f}"
-                ));
-            }
-        }
+        failures.extend(large_grid_failures(
+            &stream,
+            &p,
+            alg,
+            &format!("dstate {dstate} dim {dim} R{rounds} {alg}"),
+        ));
     }
     assert!(
         failures.is_empty(),
