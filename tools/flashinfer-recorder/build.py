@@ -227,6 +227,10 @@ def main():
     with open(os.path.join(HERE, "driver", "firec.h"), "rb") as f:
         body_hash += hashlib.sha256(f.read()).hexdigest()
 
+    # firec_timing.h is the driver's alone (libfirec.so): it stamps the common unit, not the groups.
+    with open(os.path.join(HERE, "driver", "firec_timing.h"), "rb") as f:
+        timing_hash = hashlib.sha256(f.read()).hexdigest()
+
     jobs = []
     for gid, g in sorted(groups.items()):
         src = os.path.join(srcdir, gid + ".cu")
@@ -242,7 +246,9 @@ def main():
             with open(src, "w") as f:
                 f.write(text)
         with open(src, "rb") as f:
-            stamp = hashlib.sha256(f.read() + json.dumps(fl).encode() + body_hash.encode() + nvcc_version.encode()).hexdigest()
+            extra = timing_hash.encode() if gid == "common" else b""
+            stamp = hashlib.sha256(f.read() + json.dumps(fl).encode() + body_hash.encode() + nvcc_version.encode()
+                                   + extra).hexdigest()
         obj = os.path.join(objdir, gid + ".o")
         stamp_file = obj + ".stamp"
         if os.path.exists(obj) and os.path.exists(stamp_file) and open(stamp_file).read() == stamp:

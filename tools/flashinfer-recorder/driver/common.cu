@@ -3,10 +3,12 @@
 // `primitive_checks`. Compiled with the same flags as the instantiation groups.
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
 #include "firec.h"
+#include "firec_timing.h"
 
 #if FIREC_HAS_PRIMITIVES
 #include <cuda_fp16.h>
@@ -103,6 +105,49 @@ int firec_time(firec_entry entry, const firec_args* args, int warmup, int iters,
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   *us = 1000.0 * ms / (iters > 0 ? iters : 1);
+  return st;
+}
+
+// The spin kernel of firec_time_queued: one thread waits `cycles` GPU clock cycles.
+__global__ void firec_spin_kernel(int64_t cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
+
+int firec_time_queued(firec_entry entry, const firec_args* args, int warmup, int iters,
+                      int64_t spin_cycles, double* us, double* spin_us, double* host_us, char* err,
+                      int errlen) {
+  firec_args a = *args;
+  a.no_sync = 1;
+  for (int i = 0; i < warmup; ++i) {
+    int st = entry(&a, err, errlen);
+    if (st != 0) return st;
+  }
+  if (int st = firec_status(cudaDeviceSynchronize(), err, errlen)) return st;
+  cudaEvent_t ev[3];
+  for (auto& e : ev)
+    if (int st = firec_status(cudaEventCreate(&e), err, errlen)) return st;
+  // Every launch below goes to the legacy default stream, the stream FlashInfer's launcher is
+  // given (nullptr) by the group entry points.
+  cudaEventRecord(ev[0]);
+  firec_spin_kernel<<<1, 1>>>(spin_cycles);
+  cudaEventRecord(ev[1]);
+  const auto h0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) {
+    int st = entry(&a, err, errlen);
+    if (st != 0) return st;
+  }
+  const auto h1 = std::chrono::steady_clock::now();
+  cudaEventRecord(ev[2]);
+  int st = firec_status(cudaEventSynchronize(ev[2]), err, errlen);
+  float spin_ms = 0.f, ms = 0.f;
+  cudaEventElapsedTime(&spin_ms, ev[0], ev[1]);
+  cudaEventElapsedTime(&ms, ev[1], ev[2]);
+  for (auto& e : ev) cudaEventDestroy(e);
+  *us = 1000.0 * ms / (iters > 0 ? iters : 1);
+  *spin_us = 1000.0 * spin_ms;
+  *host_us = std::chrono::duration<double, std::micro>(h1 - h0).count();
   return st;
 }
 

@@ -55,6 +55,10 @@ class Driver:
         self.lib.firec_free.argtypes = [ctypes.c_void_p]
         self.lib.firec_time.argtypes = [ctypes.c_void_p, ctypes.POINTER(FirecArgs), ctypes.c_int, ctypes.c_int,
                                         ctypes.POINTER(ctypes.c_double), ctypes.c_char_p, ctypes.c_int]
+        self.lib.firec_time_queued.argtypes = [ctypes.c_void_p, ctypes.POINTER(FirecArgs), ctypes.c_int, ctypes.c_int,
+                                               ctypes.c_int64, ctypes.POINTER(ctypes.c_double),
+                                               ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_double),
+                                               ctypes.c_char_p, ctypes.c_int]
         self.lib.firec_philox4x.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_uint32),
                                             ctypes.c_char_p, ctypes.c_int]
         self.lib.firec_cvt_rs_f16.argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint16),
@@ -127,6 +131,22 @@ class Driver:
         fp = ctypes.cast(entry, ctypes.c_void_p)
         self._check(self.lib.firec_time(fp, ctypes.byref(args), warmup, iters, ctypes.byref(us), self._err, 4096), "timing")
         return us.value
+
+    def time_queued(self, entry, args, warmup=3, iters=20):
+        """The calls timed behind a spin kernel (firec_time_queued): what the GPU takes per call
+        without the host's per-call cost. The spin doubles until the host finishes enqueueing
+        before it ends. Returns µs per call."""
+        us, spin, host = ctypes.c_double(), ctypes.c_double(), ctypes.c_double()
+        fp = ctypes.cast(entry, ctypes.c_void_p)
+        cycles = 1 << 21
+        for _ in range(8):
+            self._check(self.lib.firec_time_queued(fp, ctypes.byref(args), warmup, iters, ctypes.c_int64(cycles),
+                                                   ctypes.byref(us), ctypes.byref(spin), ctypes.byref(host),
+                                                   self._err, 4096), "queued timing")
+            if host.value < spin.value:
+                return us.value
+            cycles *= 2
+        raise DeviceError(f"queued timing: the host took {host.value:.0f} µs to enqueue, the spin {spin.value:.0f} µs")
 
     def philox4x(self, rounds, seed, offset):
         out = (ctypes.c_uint32 * 4)()

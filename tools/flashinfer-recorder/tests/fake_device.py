@@ -50,6 +50,10 @@ class FakeDriver:
                 raise RuntimeError(msg)
         return 1.0
 
+    def time_queued(self, entry, args, warmup=3, iters=20):
+        self.time(entry, args, warmup, iters)
+        return 0.5
+
     def philox4x(self, rounds, seed, offset):
         return ["00000000"] * 4  # not FlashInfer's values: verify counts them as a mismatch
 

@@ -243,7 +243,9 @@ class FakeRuns(unittest.TestCase):
             self.assertTrue(any("skipped" in ln for ln in lines))
             self.assertTrue(os.path.exists(os.path.join(tmp, "mtp_d128_ds64_f16_pr10_inter", "fixtures.bin")))
             with open(os.path.join(tmp, "mtp_d128_ds64_f16_pr10_inter", "timings.json")) as f:
-                self.assertEqual(sorted(json.load(f)["us_per_call"]), ["auto", "simple"])
+                t = json.load(f)
+                self.assertEqual(sorted(t["us_per_call"]), ["auto", "simple"])
+                self.assertEqual(t["us_per_call_queued"], {"auto": 0.5, "simple": 0.5})
 
     def test_verify_reproduces_every_input_block(self):
         """Re-recording the reference cases rebuilds every input block (same SHA-256): the
