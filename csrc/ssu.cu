@@ -343,10 +343,13 @@ bool is_hot(const mamba_ssu_params *p) {
 // algorithm selects (docs/flashinfer-ssu.md, "Summation order of y"): a choice its compiler makes per
 // instantiation (its build contracts multiply-adds), read from the SASS of its sm_90 kernels.
 // Without SR, and with 1 round, F1 for the tiled simple kernel (below the auto switch) and F0
-// otherwise; with more rounds simple F0 and vertical F1, except simple F1 at dstate 256 with
-// 10 rounds and vertical F0 at dstate 64. Instantiations whose SASS was not read (other round
-// counts at dstate 64 and 256) follow the rule of their dstate.
-bool first_form_f1(bool simple, bool below, int64_t rounds, int64_t dstate) {
+// otherwise, except with an fp32 state at dstate 256: F1 for vertical, F0 for both simple
+// kernels (fp32 and bf16 state kernels read as the fp16 ones otherwise); with more rounds simple
+// F0 and vertical F1, except simple F1 at dstate 256 with 10 rounds and vertical F0 at dstate
+// 64. Instantiations whose SASS was not read (other round counts at dstate 64 and 256) follow
+// the rule of their dstate. `f32`: the state is fp32.
+bool first_form_f1(bool simple, bool below, int64_t rounds, int64_t dstate, bool f32) {
+  if (rounds <= 1 && f32 && dstate == 256) return !simple;
   if (rounds <= 1) return simple && below;
   if (simple) return dstate == 256 && rounds == 10;
   return dstate != 64;
@@ -372,7 +375,8 @@ int plan_launch(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan
                       (p.algorithm == MAMBA_SSU_ALGO_AUTO &&
                        auto_algorithm(p.batch, p.nheads, d) == MAMBA_SSU_ALGO_SIMPLE);
   // First accumulate form of FlashInfer's build (first_form_f1).
-  const bool f1 = first_form_f1(simple, below, p.philox_rounds, p.dstate);
+  const bool f1 =
+      first_form_f1(simple, below, p.philox_rounds, p.dstate, p.state_dtype == MAMBA_SSU_F32);
 
   const bool hot = is_hot(&p);
   const int64_t rows = p.batch * p.nheads * p.dim;

@@ -347,8 +347,37 @@ const NEW_CASES: Embedded = Embedded {
     dstates: &[64, 128, 256],
 };
 
+/// FlashInfer 0.7.4's single-token kernel at dstate 64 and 256 with head dims 80 and 128 (fp16
+/// state, 0/5/10 rounds; 32 heads x batch 2 stored, 128 heads x batch 8 by hash;
+/// `tools/flashinfer-recorder/cases/shape_ds_cases.json`, `merge.py --algorithms
+/// simple,vertical,auto`). 0.7.2.post1's call faults at head dim 80 with these dstates, so
+/// 0.7.4 is the reference there.
+const DS_074: Embedded = Embedded {
+    name: "flashinfer_ssu_ds_074",
+    manifest: include_str!("data/flashinfer_ssu_ds_074/manifest.json"),
+    fixtures: include_bytes!("data/flashinfer_ssu_ds_074/fixtures.bin"),
+    cases: 24,
+    dims: &[80, 128],
+    dstates: &[64, 256],
+};
+
+/// FlashInfer 0.7.2.post1's single-token kernel on the calls that pin its first accumulate forms
+/// (docs/flashinfer-ssu.md, "Summation order of y"): 128 heads x batch 32, head dim 128, fp16
+/// state with dstate 64 (5 and 10 rounds) and 256 (10 rounds), and fp32 state at dstate 256
+/// (head dims 64 and 128, no SR); outputs by hash (`cases/outdiff_cases.json` and the fp32
+/// timing cases of `cases/perf_state_cases.json` with `out` recorded). A form differs in about
+/// 2 `out` elements per million, so only grids this large show it.
+const FORMS: Embedded = Embedded {
+    name: "flashinfer_ssu_forms",
+    manifest: include_str!("data/flashinfer_ssu_forms/manifest.json"),
+    fixtures: include_bytes!("data/flashinfer_ssu_forms/fixtures.bin"),
+    cases: 5,
+    dims: &[64, 128],
+    dstates: &[64, 256],
+};
+
 /// Every embedded set beside the reference data.
-const EMBEDDED: [&Embedded; 3] = [&SHAPES, &SHAPES_074, &NEW_CASES];
+const EMBEDDED: [&Embedded; 5] = [&SHAPES, &SHAPES_074, &NEW_CASES, &DS_074, &FORMS];
 
 /// Runs one embedded set on the GPU, as [`flashinfer_reference_bit_exact`] checks the reference
 /// data.
@@ -380,6 +409,20 @@ fn flashinfer_shapes_074_bit_exact() {
 #[ignore = "requires a CUDA GPU"]
 fn flashinfer_new_cases_bit_exact() {
     check_embedded(&NEW_CASES);
+}
+
+/// [`DS_074`] on the GPU (0.7.4's rule).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_ds_074_bit_exact() {
+    check_embedded(&DS_074);
+}
+
+/// [`FORMS`] on the GPU.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_forms_bit_exact() {
+    check_embedded(&FORMS);
 }
 
 /// Every embedded set's data is intact: the bin has its recorded size and SHA-256, every

@@ -108,13 +108,27 @@ fn embedded_new_cases() -> Manifest {
     )
 }
 
+/// FlashInfer 0.7.4's multi-token kernel at dstate 64 and 256 with head dims 80 and 128 (fp16
+/// state, 0 and 10 rounds, T 8, 32 heads x batch 4; `tools/flashinfer-recorder/cases/
+/// shape_ds_cases.json`).
+fn embedded_ds_074() -> Manifest {
+    Manifest::from_text(
+        include_str!("data/flashinfer_ssu_mtp_ds_074/manifest.json"),
+        &[(
+            "fixtures.bin",
+            include_bytes!("data/flashinfer_ssu_mtp_ds_074/fixtures.bin"),
+        )],
+    )
+}
+
 /// Every embedded manifest: the reference data and the sets above.
-fn all_embedded() -> [Manifest; 4] {
+fn all_embedded() -> [Manifest; 5] {
     [
         embedded(),
         embedded_shapes(),
         embedded_shapes_074(),
         embedded_new_cases(),
+        embedded_ds_074(),
     ]
 }
 
@@ -740,6 +754,18 @@ fn flashinfer_mtp_new_cases_bit_exact() {
     };
     let m = embedded_new_cases();
     assert_eq!(m.cases.len(), 17);
+    check_manifest(&ctx, &stream, &m);
+}
+
+/// The dstate-64/256 cases recorded from FlashInfer 0.7.4 (head dims 80 and 128).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_mtp_ds_074_bit_exact() {
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let m = embedded_ds_074();
+    assert_eq!(m.cases.len(), 8);
     check_manifest(&ctx, &stream, &m);
 }
 

@@ -30,9 +30,9 @@ disagreement: the rule gives one form), `?` when there is none or one is unclass
 does not guess. Registers are followed in program order (the last definition before a use), not
 along the control-flow graph, which is why a pattern split across branches reads as `?`.
 
-Output: one line per (group, kernel kind) with the form read and, for fp16-state single-token
-groups whose dstate the crate serves (64, 128, 256), the form the rule predicts. Groups of
-another state dtype and multi-token groups are listed as not covered. Exit status: 0 when every
+Output: one line per (group, kernel kind) with the form read and, for single-token groups with
+an fp16, bf16 or fp32 state whose dstate the crate serves (64, 128, 256), the form the rule
+predicts. Groups of another state dtype and multi-token groups are listed as not covered. Exit status: 0 when every
 classified form agrees with the rule, 1 when one disagrees (`?` forms are listed separately and
 are not a failure), 2 when the build or cuobjdump cannot be read.
 """
@@ -54,10 +54,12 @@ SERVED_DSTATES = (64, 128, 256)
 
 # --- the crate's rule ---------------------------------------------------------------------------
 
-def first_form_f1(simple, below, rounds, dstate):
-    """Python copy of first_form_f1 in csrc/ssu.cu (FlashInfer 0.7.2.post1's fp16-state
+def first_form_f1(simple, below, rounds, dstate, f32=False):
+    """Python copy of first_form_f1 in csrc/ssu.cu (FlashInfer 0.7.2.post1's single-token
     kernels); it must be kept equal to it. `below`: the tiled simple kernel (FlashInfer runs it
-    below the auto switch)."""
+    below the auto switch); `f32`: the state is fp32."""
+    if rounds <= 1 and f32 and dstate == 256:
+        return not simple
     if rounds <= 1:
         return simple and below
     if simple:
@@ -65,9 +67,10 @@ def first_form_f1(simple, below, rounds, dstate):
     return dstate != 64
 
 
-def predicted_form(kind, rounds, dstate):
+def predicted_form(kind, rounds, dstate, state_dtype="float16"):
     simple = kind in ("simple", "simple_tiled")
-    return "F1" if first_form_f1(simple, kind == "simple_tiled", rounds, dstate) else "F0"
+    f32 = state_dtype == "float32"
+    return "F1" if first_form_f1(simple, kind == "simple_tiled", rounds, dstate, f32) else "F0"
 
 
 # --- groups -------------------------------------------------------------------------------------
@@ -322,7 +325,7 @@ def analyse_group(gid, sass):
         e = found[kind]
         form = kernel_form(e["occurrences"])
         served = kind in KINDS and g["dstate"] in SERVED_DSTATES
-        rule = predicted_form(kind, g["philox_rounds"], g["dstate"]) if served else None
+        rule = predicted_form(kind, g["philox_rounds"], g["dstate"], g["state_dtype"]) if served else None
         if rule is None:
             status = "not served"
         elif form == "?":
@@ -341,7 +344,7 @@ def analyse_group(gid, sass):
 
 
 def covered(g):
-    return g["path"] == "stp" and g["state_dtype"] == "float16"
+    return g["path"] == "stp" and g["state_dtype"] in ("float16", "bfloat16", "float32")
 
 
 def run(build, cuobjdump=None, only=None, jobs=2):
@@ -403,7 +406,7 @@ def main(argv=None):
             why = "; ".join(sorted({o["why"] for o in r["occurrences"] if o["form"] == "?"})) or r["status"]
             print(f"  {r['group']} {r['kind']}: {why}")
     if skipped:
-        print(f"not covered (multi-token or state not fp16): {len(skipped)} groups")
+        print(f"not covered (multi-token, or a state other than fp16/bf16/fp32): {len(skipped)} groups")
         for gid in skipped:
             print(f"  {gid}")
     if a.json:

@@ -201,11 +201,13 @@ class Kernels(unittest.TestCase):
                 f.write(good)
             with open(os.path.join(libs, "stp_sf32_ibf16_wbf16_af32_sii32_d128_ds128_pr0.so"), "w") as f:
                 f.write(good)
+            with open(os.path.join(libs, "mtp_sf16_ibf16_wbf16_af32_sii32_d64_ds128_nt8_csi32_nai32_pr0.so"), "w") as f:
+                f.write(good)
             out = io.StringIO()
             with redirect_stdout(out):
                 rc = ff.main([tmp, "--cuobjdump", tool, "--json", os.path.join(tmp, "t.json")])
             self.assertEqual(rc, 0, out.getvalue())
-            self.assertIn("3 agree with the rule, 0 disagree", out.getvalue())
+            self.assertIn("6 agree with the rule, 0 disagree", out.getvalue())
             self.assertIn("not covered", out.getvalue())
             self.assertTrue(os.path.exists(os.path.join(tmp, "t.json")))
 
@@ -267,9 +269,10 @@ class Rule(unittest.TestCase):
             for below in (False, True):
                 for rounds in range(0, 16):
                     for dstate in (64, 96, 128, 256):
-                        self.assertEqual(bool(rule(simple, below, rounds, dstate)),
-                                         ff.first_form_f1(simple, below, rounds, dstate),
-                                         (simple, below, rounds, dstate))
+                        for f32 in (False, True):
+                            self.assertEqual(bool(rule(simple, below, rounds, dstate, f32)),
+                                             ff.first_form_f1(simple, below, rounds, dstate, f32),
+                                             (simple, below, rounds, dstate, f32))
 
     def test_forms_of_0_7_2_post1(self):
         p = ff.predicted_form
@@ -278,6 +281,9 @@ class Rule(unittest.TestCase):
         self.assertEqual([p(k, 5, 128) for k in ff.KINDS], ["F0", "F0", "F1"])
         self.assertEqual([p(k, 10, 256) for k in ff.KINDS], ["F1", "F1", "F1"])
         self.assertEqual([p(k, 10, 64) for k in ff.KINDS], ["F0", "F0", "F0"])
+        self.assertEqual([p(k, 0, 256, "float32") for k in ff.KINDS], ["F0", "F0", "F1"])
+        self.assertEqual([p(k, 0, 128, "float32") for k in ff.KINDS], ["F0", "F1", "F0"])
+        self.assertEqual([p(k, 0, 256, "bfloat16") for k in ff.KINDS], ["F0", "F1", "F0"])
 
 
 def local_cuobjdump():
