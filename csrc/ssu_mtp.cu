@@ -9,7 +9,8 @@
 // from Tuning::kMtpFourRowPairs pairs on; tuning.h) when num_accepted_tokens and cu_seqlens
 // (where given) have the slot indices' dtype; everything else that passes the check runs a
 // kernel per dstate that takes dtypes, index dtypes and rounds at run time
-// (mtp_kernel<false, dstate, -1, 1>).
+// (mtp_kernel<false, dstate, -1, 1>; with an fp32 state mtp_kernel<false, dstate, -1, 1, false,
+// true>, FlashInfer's 4-column lane blocks of an fp32 state: ssu_mtp.cuh).
 #include <algorithm>
 #include <limits>
 
@@ -136,9 +137,9 @@ int plan_launch(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d, 
   return MAMBA_SSU_SUCCESS;
 }
 
-template <bool kHot, int kDstate, int kRounds, int kR = 1, bool kSmall = false>
+template <bool kHot, int kDstate, int kRounds, int kR = 1, bool kSmall = false, bool kF32 = false>
 int launch(const mtp::Args &a, const Plan &plan, cudaStream_t st) {
-  mtp::mtp_kernel<kHot, kDstate, kRounds, kR, kSmall>
+  mtp::mtp_kernel<kHot, kDstate, kRounds, kR, kSmall, kF32>
       <<<plan.nblocks, mtp::kThreads, plan.smem, st>>>(a);
   return check_launch("multi-token selective-state-update kernel launch");
 }
@@ -255,6 +256,10 @@ int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
                                    : launch<true, 128, 10>(a, plan, st);
       }
     }
+  } else if (p.state_dtype == MAMBA_SSU_F32) {
+    s = p.dstate == 64    ? launch<false, 64, -1, 1, false, true>(a, plan, st)
+        : p.dstate == 128 ? launch<false, 128, -1, 1, false, true>(a, plan, st)
+                          : launch<false, 256, -1, 1, false, true>(a, plan, st);
   } else {
     s = p.dstate == 64    ? launch<false, 64, -1>(a, plan, st)
         : p.dstate == 128 ? launch<false, 128, -1>(a, plan, st)
