@@ -10,13 +10,16 @@
 // Work layout
 // -----------
 // Eight lanes per state row (b, h, d), as FlashInfer's multi-token kernel: lane m of a row's
-// group owns the columns 64 j + 8 m + i (i < 8, j < dstate / 64; dstate 128: 8m..8m+7 and
-// 64+8m..64+8m+7), visited in that order, so that its even and odd partial sums and the
-// shuffle-down tree over the group (4, 2, 1) are FlashInfer's (for fp16 and bf16 states; with an
-// fp32 state FlashInfer's lanes own 4-column blocks, a known difference in y's summation order:
-// docs/flashinfer-ssu.md). A 4-warp block holds 16 such
-// groups and serves one (sequence, head) and up to 64 consecutive rows of it (blocks_per_head
-// blocks share a head on small grids); group k takes the block's rows k, k + 16, ...
+// group owns 16-byte blocks of the row, one per 8 x 16 bytes, visited in column order, so that
+// its even and odd partial sums and the shuffle-down tree over the group (4, 2, 1) are
+// FlashInfer's. With a 2-byte (fp16, bf16) state lane m owns the columns 64 j + 8 m + i (i < 8,
+// j < dstate / 64; dstate 128: 8m..8m+7 and 64+8m..64+8m+7); with an fp32 state the columns
+// 32 j + 4 m + i (i < 4, j < dstate / 32; dstate 128: 4m..4m+3, 32+4m.., 64+4m.., 96+4m..), its
+// own kernels (kF32). Either way a lane has dstate / 8 columns, element e of the lane
+// (mtp_col) has the parity of e, and the lane visits its elements in the order of e. A 4-warp
+// block holds 16 such groups and serves one (sequence, head) and up to 64 consecutive rows of it
+// (blocks_per_head blocks share a head on small grids); group k takes the block's rows k, k + 16,
+// ...
 //
 // A block first resolves, once, everything that depends on the sequence alone (thread 0: its
 // token range, read slot and seed; threads t < T: dt' and dA of token t and where token t's
@@ -33,11 +36,14 @@
 //
 // Kernels: one row per group (small and mid grids) or two rows sharing each token's B/C loads
 // (from Tuning::kMtpTwoRowPairs (sequence, head) pairs; without SR four rows from
-// Tuning::kMtpFourRowPairs, so that a block writes its 64 rows token by token); on grids within
-// Tuning::kMtpSmallBlocks blocks per SM the one-row "small" kernels, where a call is latency:
-// their token loop has no branch (predicated stores; with SR the rare row whose conversion
-// needs the exact path is replayed from the state as read after its last token) and is
-// unrolled so that consecutive tokens overlap.
+// Tuning::kMtpFourRowPairs, so that a block writes its 64 rows token by token; at most two at
+// dstate 256, mtp_max_rows); on grids within their floor of blocks per SM
+// (Tuning::kMtpSmallBlocks; at dstate 256 kMtpDs256Small*) the one-row "small" kernels, where a
+// call is latency: their token loop has no branch (predicated stores; with SR the rare row
+// whose conversion needs the exact path is replayed from the state as read after its last
+// token) and is unrolled so that consecutive tokens overlap. The compiled-in ("hot") kernels
+// serve an F16 state with BF16 inputs and weights at dstate 64, 128 and 256 and 0, 5 or 10
+// rounds (any head dim); the run-time ones every other call.
 //
 // Numerics per token, exactly FlashInfer's (every operation pinned; the build flushes
 // subnormals): dt' = rn(dt + dt_bias), softplus when enabled and dt' <= 20; dA =
@@ -169,8 +175,13 @@ __device__ __forceinline__ void mtp_step_pair(float dA, float b_even, float b_od
   so = __fmaf_rn(b_odd, dtx, __fmul_rn(dA, so));
 }
 
-// Column of a lane's element i (lane m of the row's 8): 64 (i / 8) + 8 m + i % 8.
-__device__ __forceinline__ int mtp_col(int m, int i) { return 64 * (i / 8) + 8 * m + (i % 8); }
+// Column of a lane's element i (lane m of the row's 8): 64 (i / 8) + 8 m + i % 8 (2-byte state),
+// 32 (i / 4) + 4 m + i % 4 (kF32: fp32 state). Elements 8 k .. 8 k + 7 are the columns
+// 64 k + 8 m .. +7, or 64 k + 4 m .. +3 and 64 k + 32 + 4 m .. +3 (kF32).
+template <bool kF32 = false>
+__device__ __forceinline__ int mtp_col(int m, int i) {
+  return kF32 ? 32 * (i / 4) + 4 * m + (i % 4) : 64 * (i / 8) + 8 * m + (i % 8);
+}
 
 // The 8 fp16 or bf16 elements at p (16-byte aligned) widened to fp32.
 template <bool kHalf>
@@ -210,14 +221,19 @@ __device__ __forceinline__ void st_state(T *p, const T &v) {
 // kHot: F16 state, BF16 inputs and weights (vector state and B/C accesses); otherwise every
 // dtype at run time. kDstate: 64, 128 or 256. kRounds: 0, 5, 10 compiled in; -1 at run time.
 // kR: rows a group computes together (1, or 2 and 4 in the hot kernels for large grids).
-template <bool kHot, int kDstate, int kRounds, int kR, bool kSmall>
+// kF32 (run-time kernels only): an fp32 state, in FlashInfer's 4-column lane blocks (mtp_col),
+// with vector state loads and no stochastic rounding (it needs an F16 state). The launcher runs
+// every fp32 state there; the other run-time kernels' fp32 branches (the 8-column map) are kept
+// as they were, so that their code is unchanged, and are not launched.
+template <bool kHot, int kDstate, int kRounds, int kR, bool kSmall, bool kF32 = false>
 __device__ __forceinline__ void mtp_body(const Args &a) {
+  static_assert(!kF32 || (!kHot && kR == 1 && !kSmall), "kF32: the run-time kernels");
   constexpr int NC = kDstate / 8;  // columns per lane
   constexpr int NP = NC / 2;       // column pairs per lane
-  const int32_t sdt = kHot ? MAMBA_SSU_F16 : a.state_dtype;
+  const int32_t sdt = kHot ? MAMBA_SSU_F16 : kF32 ? MAMBA_SSU_F32 : a.state_dtype;
   const int32_t idt = kHot ? MAMBA_SSU_BF16 : a.input_dtype;
   const int32_t wdt = kHot ? MAMBA_SSU_BF16 : a.weight_dtype;
-  const int rounds = kRounds >= 0 ? kRounds : a.philox_rounds;
+  const int rounds = kRounds >= 0 ? kRounds : kF32 ? 0 : a.philox_rounds;
 
   __shared__ char *s_tgt[kMaxTokens];   // token t's state target: row 0 of the head, or nullptr
   __shared__ char *s_out[kMaxTokens];   // token t's out row: element 0 of the head
@@ -370,8 +386,8 @@ __device__ __forceinline__ void mtp_body(const Args &a) {
   const bool has_z = a.z != nullptr;
   // Staged B and C. bf16 bits: a lane's 8 columns are one 16-byte word at 8m of the 64-column
   // run. fp32: each run swizzled so that a lane's 8 columns are two 16-byte words at 4m and
-  // 32 + 4m. Either way the 8 lanes of a row read 128 contiguous bytes per load (no bank
-  // conflict).
+  // 32 + 4m; kF32: not swizzled, a lane's 4-column blocks are those words already. Either way
+  // the 8 lanes of a row read 128 contiguous bytes per load (no bank conflict).
   using Stage = typename std::conditional<kBf16Stage, uint16_t, float>::type;
   Stage *const sB = reinterpret_cast<Stage *>(smem);
   Stage *const sC = sB + a.ntokens * kDstate;
@@ -403,6 +419,12 @@ __device__ __forceinline__ void mtp_body(const Args &a) {
       } else {
 #pragma unroll
         for (int k = 0; k < 8; ++k) f[k] = static_cast<const float *>(src)[off + k];
+      }
+      if constexpr (kF32) {
+        float *dst = reinterpret_cast<float *>((is_c ? sC : sB) + t * kDstate + 8 * q);
+        *reinterpret_cast<float4 *>(dst) = make_float4(f[0], f[1], f[2], f[3]);
+        *reinterpret_cast<float4 *>(dst + 4) = make_float4(f[4], f[5], f[6], f[7]);
+        continue;
       }
       float *run = reinterpret_cast<float *>((is_c ? sC : sB) + t * kDstate + 64 * (q / 8));
       const int mq = q % 8;
@@ -439,7 +461,7 @@ __device__ __forceinline__ void mtp_body(const Args &a) {
       static_cast<uint64_t>(head_elems);
   // The stochastic-rounding words of the rows d0 + r * kGroups, once for all tokens: word p
   // of the lane's Philox calls feeds its column pair p (columns mtp_col(m, 2p), +1: bits
-  // 12..0 and 28..16).
+  // 12..0 and 28..16). (SR needs an F16 state: the kF32 kernels have none.)
   uint32_t wrd[R][NP];
   auto row_words = [&](int d0, uint64_t seed) {
     const uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
@@ -503,14 +525,30 @@ __device__ __forceinline__ void mtp_body(const Args &a) {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const int64_t d = d0 + r * kGroups;
+        if constexpr (kF32) {
+          // The lane's 4-column blocks, one 16-byte load each.
 #pragma unroll
-        for (int i = 0; i < NC; ++i)
-          s[r][i] = pad || !ok[r] ? 0.0f : load_float(read_head, d * kDstate + mtp_col(m, i), sdt);
+          for (int j = 0; j < NC / 4; ++j) {
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (!pad && ok[r])
+              v = *reinterpret_cast<const float4 *>(reinterpret_cast<const float *>(read_head) +
+                                                    d * kDstate + mtp_col<true>(m, 4 * j));
+            s[r][4 * j] = v.x;
+            s[r][4 * j + 1] = v.y;
+            s[r][4 * j + 2] = v.z;
+            s[r][4 * j + 3] = v.w;
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < NC; ++i)
+            s[r][i] =
+                pad || !ok[r] ? 0.0f : load_float(read_head, d * kDstate + mtp_col(m, i), sdt);
+        }
       }
     }
 
-    // Token t's B and C at the lane's columns 64j + 8m .. +7 (bf16 bits: one 16-byte word each;
-    // fp32: swizzled, 4m and 32 + 4m of the run).
+    // Token t's B and C at the lane's elements 8j .. 8j + 7 (mtp_col; bf16 bits: one 16-byte
+    // word each; fp32: 4m and 32 + 4m of the 64-column run, swizzled or (kF32) not).
     auto load_bc = [&](int t, int j, float *bv, float *cv) {
       const Stage *Bt = sB + t * kDstate;
       const Stage *Ct = sC + t * kDstate;
@@ -710,12 +748,15 @@ __device__ __forceinline__ void mtp_body(const Args &a) {
                    uint4{w[0], w[1], w[2], w[3]});
           }
         } else {
+          // fp32: elements 8j .. 8j + 3 and 8j + 4 .. 8j + 7 are 16 contiguous bytes each, at
+          // mtp_col(m, 8j) and mtp_col(m, 8j + 4): 64j + 8m and 4 further, or (kF32) 64j + 4m
+          // and 64j + 32 + 4m.
 #pragma unroll
           for (int j = 0; j < NC / 8; ++j) {
-            float *p = reinterpret_cast<float *>(row + 4 * (64 * j + 8 * m));
+            float *p = reinterpret_cast<float *>(row + 4 * (64 * j + (kF32 ? 4 : 8) * m));
             st_state(reinterpret_cast<float4 *>(p),
                      make_float4(s[r][8 * j], s[r][8 * j + 1], s[r][8 * j + 2], s[r][8 * j + 3]));
-            st_state(reinterpret_cast<float4 *>(p + 4),
+            st_state(reinterpret_cast<float4 *>(p + (kF32 ? 32 : 4)),
                      make_float4(s[r][8 * j + 4], s[r][8 * j + 5], s[r][8 * j + 6],
                                  s[r][8 * j + 7]));
           }
@@ -806,25 +847,39 @@ __device__ __forceinline__ void mtp_body(const Args &a) {
 }
 
 // Resident blocks per SM the register budget is set for: the hot kernels' floors (tuning.h), by
-// rows per group and SR; 1 (no floor) for the run-time kernels.
-template <bool kHot, int kRounds, int kR, bool kSmall = false>
-__host__ __device__ constexpr int mtp_min_blocks() {
-  return !kHot          ? 1
-         : kSmall       ? Tuning::kMtpSmallBlocks
-         : kR == 4      ? Tuning::kMtpFourRowBlocks
-         : kR == 2      ? (kRounds == 0 ? Tuning::kMtpTwoRowBlocks : Tuning::kMtpTwoRowSrBlocks)
-         : kRounds == 0 ? Tuning::kMtpBlocks
-                        : Tuning::kMtpSrBlocks;
+// dstate (64 takes 128's), rows per group, SR and the small-grid form; 1 (no floor) for the
+// run-time kernels.
+__host__ __device__ constexpr int mtp_min_blocks(bool hot, int dstate, int rounds, int rows,
+                                                 bool small) {
+  return !hot ? 1
+         : dstate == 256
+             ? (small       ? (rounds == 0 ? Tuning::kMtpDs256SmallBlocks
+                                           : Tuning::kMtpDs256SmallSrBlocks)
+                : rows == 2 ? (rounds == 0 ? Tuning::kMtpDs256TwoRowBlocks
+                                           : Tuning::kMtpDs256TwoRowSrBlocks)
+                            : (rounds == 0 ? Tuning::kMtpDs256Blocks : Tuning::kMtpDs256SrBlocks))
+         : small       ? Tuning::kMtpSmallBlocks
+         : rows == 4   ? Tuning::kMtpFourRowBlocks
+         : rows == 2   ? (rounds == 0 ? Tuning::kMtpTwoRowBlocks : Tuning::kMtpTwoRowSrBlocks)
+         : rounds == 0 ? Tuning::kMtpBlocks
+                       : Tuning::kMtpSrBlocks;
 }
 
-// kSmall: the hot one-row kernels for grids within Tuning::kMtpSmallBlocks blocks per SM,
-// where a call is latency: a token loop without branches (predicated stores; with SR, a replay
+// The most rows a group of the hot kernels computes together at `dstate` (tuning.h).
+__host__ __device__ constexpr int mtp_max_rows(int dstate) {
+  return dstate == 256 ? Tuning::kMtpDs256MaxRows : 4;
+}
+
+// kSmall: the hot one-row kernels for grids within their floor of blocks per SM
+// (Tuning::kMtpSmallBlocks; at dstate 256 kMtpDs256Small*), where a call is latency: a token loop without branches (predicated stores; with SR, a replay
 // of the rare rows that need the exact conversion) unrolled so that tokens overlap.
-template <bool kHot, int kDstate, int kRounds, int kR, bool kSmall = false>
-__global__ void __launch_bounds__(kThreads, (mtp_min_blocks<kHot, kRounds, kR, kSmall>()))
+// kF32: the run-time kernels of an fp32 state (FlashInfer's 4-column lane blocks).
+template <bool kHot, int kDstate, int kRounds, int kR, bool kSmall = false, bool kF32 = false>
+__global__ void __launch_bounds__(kThreads, (mtp_min_blocks(kHot, kDstate, kRounds, kR, kSmall)))
     mtp_kernel(const Args a) {
   static_assert(!kSmall || (kHot && kR == 1), "small-grid kernels: hot, one row per group");
-  mtp_body<kHot, kDstate, kRounds, kR, kSmall>(a);
+  static_assert(kR <= mtp_max_rows(kDstate), "rows per group past the dstate's limit");
+  mtp_body<kHot, kDstate, kRounds, kR, kSmall, kF32>(a);
 }
 
 }  // namespace mtp

@@ -18,7 +18,12 @@
 //! 3. the stochastic-rounding bits follow the documented mapping (`csrc/ssu_mtp.cuh`: column
 //!    pairs, the Philox counter's offset truncated to 32 bits and sign-extended), predicted on
 //!    the CPU from the f64 reference and checked statistically, also at a slot stride of
-//!    2^31 - 4096 (a sparse state of 12 GiB of address space).
+//!    2^31 - 4096 (a sparse state of 12 GiB of address space);
+//! 4. bit for bit, with `A` = 0, no softplus and no `z` (every operation then an exactly rounded
+//!    fp32 one): state, buffer and out equal an fp32 emulation of FlashInfer's multi-token
+//!    kernel in its lane order (`emulate_fp32`: 4-column lane blocks with an fp32 state,
+//!    8-column ones with a 2-byte state; SR by the documented bits), for every (state, input)
+//!    pair at dstate 64/128/256 and for the compiled-in kernels' grid forms at each dstate.
 //!
 //! Tolerances (as `tests/mtp_reference.rs`, which holds the reference to FlashInfer's recorded
 //! multi-token outputs, with some margin for T up to 16 and other dtypes):
@@ -32,7 +37,8 @@
 //! The CPU tests (no GPU) build every problem the GPU tests run, check that the reference and
 //! the API's host validation accept each, and hold the checker itself to a kernel emulated
 //! from the reference (round to nearest into the written places): it must pass, and a single
-//! changed byte anywhere must fail it.
+//! changed byte anywhere must fail it. The fp32 emulation must pass the f64 checker too, and
+//! tell the two lane maps apart (`out` differs, the state does not).
 
 mod common;
 #[path = "common/mtp_dev.rs"]
@@ -148,6 +154,10 @@ struct Cfg {
     pad_slot_id: i64,
     rounds: u32,
     padded_strides: bool,
+    /// `A` all zeros (dA = ex2(0) = 1 exactly): with softplus off and no `z`, every operation
+    /// of the kernel is an exactly rounded fp32 one, which [`emulate_fp32`] reproduces bit for
+    /// bit.
+    a_zero: bool,
 }
 
 impl Cfg {
@@ -178,6 +188,7 @@ impl Cfg {
             pad_slot_id: -1,
             rounds: 0,
             padded_strides: false,
+            a_zero: false,
         }
     }
 
@@ -466,7 +477,11 @@ impl Problem {
                 cfg.weight,
                 !cfg.softplus,
             ),
-            a: mk(gen::TAG_A, nh, "float32"),
+            a: if cfg.a_zero {
+                vec![0; 4 * nh]
+            } else {
+                mk(gen::TAG_A, nh, "float32")
+            },
             b: mk(gen::TAG_B, lead(bc_st) + cfg.ngroups * ds, cfg.input),
             c: mk(gen::TAG_C, lead(bc_st) + cfg.ngroups * ds, cfg.input),
             d: cfg.d.then(|| mk(gen::TAG_D, nh, cfg.weight)),
@@ -1180,7 +1195,8 @@ fn token_counts(rng: &mut Rng) -> Vec<Problem> {
             };
             cfg.write = WRITES[t % WRITES.len()];
             cfg.pads = t % 3 == 0;
-            cfg.rounds = [0, 5, 10][t % 3];
+            // Every dstate with each round count (t % 3 picks the dstate).
+            cfg.rounds = [0, 5, 10][(t + t / 3) % 3];
             cfg.batch = 2 + t % 3;
             cfg.padded_strides = t % 2 == 1;
             Problem::new(cfg, rng)
@@ -1192,11 +1208,15 @@ fn token_counts(rng: &mut Rng) -> Vec<Problem> {
 /// four-row kernels (`kMtpTwoRowPairs`, `kMtpFourRowPairs` in `csrc/tuning.h`).
 const TWO_ROW_PAIRS: usize = 1024;
 const FOUR_ROW_PAIRS: usize = 4096;
+/// The four-row grids of [`large_grid_cfgs`] (no SR, from `FOUR_ROW_PAIRS` pairs).
+const LARGE_FOUR_ROW: usize = 6;
 
 /// Grids of the two-row kernels (batch 33 x 32 heads = 1056 pairs, hot dtypes): every write
 /// mode, fixed and varlen, pads, dims 64, 40 and 100 (a last pass of 8 or 18 of its 32 rows)
-/// and 128 (two blocks per head), T 3, 5, 8 and 16, 0/5/10 rounds; and three of the four-row
-/// kernels (no SR, 33 x 128 = 4224 pairs; dims 64, 40 and 100).
+/// and 128 (two blocks per head), T 3, 5, 8 and 16, 0/5/10 rounds; four grids of the four-row
+/// kernels (no SR, 33 x 128 = 4224 pairs; dims 64, 40 and 100, and 50 at T 14 with z, where the
+/// shared memory sends the call to two rows); and at dstate 64 and 256 three two-row grids
+/// (0/5/10 rounds) and one four-row grid each (two rows at dstate 256).
 fn large_grids(rng: &mut Rng) -> Vec<Problem> {
     large_grid_cfgs()
         .into_iter()
@@ -1250,6 +1270,50 @@ fn large_grid_cfgs() -> Vec<Cfg> {
         (cfg.nheads, cfg.ngroups) = (128, 8);
         cfg
     }));
+    // Four rows asked at T 14 with z and 50 rows per block: 49 120 bytes of dynamic shared
+    // memory, within 48 KiB only without the kernel's static part; two rows run.
+    let mut cfg = Cfg::base();
+    cfg.write = Write::Final;
+    cfg.dim = 50;
+    cfg.tokens = 14;
+    cfg.read = Read::OneD;
+    cfg.batch = 33;
+    (cfg.nheads, cfg.ngroups) = (128, 8);
+    v.push(cfg);
+    // The compiled-in kernels at dstate 64 and 256: two rows (1056 pairs, 0/5/10 rounds; at
+    // dstate 256 T 16 with z is one row: shared memory) and four rows asked (4224 pairs, no SR;
+    // at dstate 256 two: tuning.h). Final-state writes at dstate 256 (a buffer would be large).
+    for (i, dstate) in [64usize, 256].into_iter().enumerate() {
+        for (j, rounds) in [0u32, 5, 10].into_iter().enumerate() {
+            let mut cfg = Cfg::base();
+            cfg.dstate = dstate;
+            cfg.rounds = rounds;
+            cfg.write = if dstate == 64 {
+                WRITES[[0, 3, 4][j]]
+            } else {
+                Write::Final
+            };
+            cfg.varlen = j == 1;
+            cfg.dim = [64, 40, 100][j];
+            cfg.tokens = [8, 5, 16][(i + j) % 3];
+            cfg.pads = j != 0;
+            cfg.pad_slot_id = [-1, 0][(i + j) % 2];
+            cfg.read = Read::TwoD { nat: true };
+            cfg.index = ["int32", "int64"][j % 2];
+            cfg.padded_strides = j == 2;
+            cfg.batch = 33;
+            (cfg.nheads, cfg.ngroups) = (32, 8);
+            v.push(cfg);
+        }
+        let mut cfg = Cfg::base();
+        cfg.dstate = dstate;
+        cfg.write = Write::Final;
+        cfg.read = Read::OneD;
+        cfg.pads = true;
+        cfg.batch = 33;
+        (cfg.nheads, cfg.ngroups) = (128, 8);
+        v.push(cfg);
+    }
     v
 }
 
@@ -1334,6 +1398,416 @@ fn runs_are_deterministic() {
             p.cfg
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bit for bit: FlashInfer's operations and lane order, emulated in fp32
+// ---------------------------------------------------------------------------------------------
+
+/// An fp32 value as the kernels' build treats it (`-ftz=true`): a subnormal is a zero of its
+/// sign.
+fn ftz(v: f32) -> f32 {
+    if v.is_subnormal() {
+        f32::from_bits(v.to_bits() & 0x8000_0000)
+    } else {
+        v
+    }
+}
+fn fmul(a: f32, b: f32) -> f32 {
+    ftz(ftz(a) * ftz(b))
+}
+fn fadd(a: f32, b: f32) -> f32 {
+    ftz(ftz(a) + ftz(b))
+}
+fn ffma(a: f32, b: f32, c: f32) -> f32 {
+    ftz(ftz(a).mul_add(ftz(b), ftz(c)))
+}
+
+/// The column of lane `m`'s element `e` (of `dstate / 8`) in FlashInfer's multi-token kernel:
+/// 16-byte blocks of the row, lane m taking every 8th: `64 (e / 8) + 8 m + e % 8` for a 2-byte
+/// state, `32 (e / 4) + 4 m + e % 4` for an fp32 one (`f32_map`).
+fn lane_col(f32_map: bool, m: usize, e: usize) -> usize {
+    if f32_map {
+        32 * (e / 4) + 4 * m + e % 4
+    } else {
+        64 * (e / 8) + 8 * m + e % 8
+    }
+}
+
+fn decode_f32(dtype: &str, bytes: &[u8]) -> Vec<f32> {
+    decode(dtype, bytes).into_iter().map(|v| v as f32).collect()
+}
+
+/// `v` rounded to nearest (ties to even) into `dtype`, as little-endian bytes written to `out`.
+fn put_rn(dtype: &str, v: f32, out: &mut [u8]) {
+    match dtype {
+        "float32" => out.copy_from_slice(&v.to_le_bytes()),
+        "float16" => out.copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes()),
+        _ => out.copy_from_slice(&bf16::from_f32(v).to_bits().to_le_bytes()),
+    }
+}
+
+/// The storage offset of token row `row` of a token tensor with strides `st` (token, batch).
+fn tok_off(p: &Problem, st: (usize, usize), row: usize) -> usize {
+    if p.cfg.varlen {
+        row * st.0
+    } else {
+        (row / p.cfg.tokens) * st.1 + (row % p.cfg.tokens) * st.0
+    }
+}
+
+/// What the kernel must leave for `p` (`A` zero, no softplus, no `z`: every operation an exactly
+/// rounded fp32 one), computed on the CPU with FlashInfer's multi-token operations in its lane
+/// order (`f32_map`: the lane map of an fp32 state, else of a 2-byte one; see [`lane_col`]):
+/// per token dt' = rn(dt + dt_bias), dA = ex2(0) = 1, dtx = rn(dt' x); even columns
+/// s = fma(dA, s, rn(B dtx)), odd s = fma(B, dtx, rn(dA s)); per lane acc_even and acc_odd =
+/// fma(s, C, acc) over its even and odd elements in order, partial = rn(acc_even + acc_odd);
+/// y = ((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7)) (shuffle-down 4, 2, 1); out =
+/// fma(D, x, y) rounded to nearest; the written states rounded to nearest, or with SR by the
+/// documented bits ([`mtp_random_bits`]) and 0.7.2's conversion. Where and which rows are
+/// written is the f64 reference's (`r`); everything else keeps its uploaded bytes (0xFF in the
+/// buffer and out).
+fn emulate_fp32(p: &Problem, r: &MtpReference, f32_map: bool) -> After {
+    let c = &p.cfg;
+    assert!(
+        c.a_zero && !c.softplus && !c.z,
+        "the fp32 emulation needs A = 0, no softplus, no z"
+    );
+    let (sb, ib) = (dtype_size(c.state), dtype_size(c.input));
+    let (nh, dim, ds) = (c.nheads, c.dim, c.dstate);
+    let hb = nh * dim * ds;
+    let state0 = decode_f32(c.state, &p.state);
+    let x = decode_f32(c.input, &p.x);
+    let bm = decode_f32(c.input, &p.b);
+    let cm = decode_f32(c.input, &p.c);
+    let dt = decode_f32(c.weight, &p.dt);
+    let dt_bias = p.dt_bias.as_ref().map(|v| decode_f32(c.weight, v));
+    let dd = p.d.as_ref().map(|v| decode_f32(c.weight, v));
+    let mut state = p.state.clone();
+    let mut inter = p.inter.map(|_| vec![0xFF; p.inter_elems() * sb]);
+    let mut out = vec![0xFF; p.out_elems() * ib];
+    let steps = p.inter.map_or(0, |i| i.1);
+    let mapping = Mapping {
+        stride: p.state_stride as u64,
+        dim,
+        dstate: ds,
+        seed: p.seed as u64,
+        rounds: c.rounds,
+        sign_extend: true,
+    };
+    let hpg = nh / c.ngroups;
+    let mut s = vec![0f32; ds];
+    for (b, &(first, len)) in r.sequences.iter().enumerate() {
+        // The sequence's write target of each step.
+        let mut target: Vec<Option<MtpTarget>> = vec![None; len];
+        for w in r.writes.iter().filter(|w| w.sequence == b) {
+            assert!(target[w.step].is_none(), "two writes of one step");
+            target[w.step] = Some(w.target);
+        }
+        let read = r.read_slots[b];
+        for h in 0..nh {
+            let g = h / hpg;
+            for d in 0..dim {
+                let inner = (h * dim + d) * ds;
+                for (n, v) in s.iter_mut().enumerate() {
+                    *v = read.map_or(0.0, |slot| state0[slot * p.state_stride + inner + n]);
+                }
+                for (t, tgt) in target.iter().enumerate() {
+                    let row = first + t;
+                    let mut dtp = dt[tok_off(p, p.dt_st, row) + h];
+                    if let Some(bias) = &dt_bias {
+                        dtp = fadd(dtp, bias[h]);
+                    }
+                    let da = 1.0f32; // ex2(rn(rn(0 * dt') * L2E)) = ex2(0)
+                    let xv = x[tok_off(p, p.x_st, row) + h * dim + d];
+                    let dtx = fmul(dtp, xv);
+                    let bc = tok_off(p, p.bc_st, row) + g * ds;
+                    for (n, v) in s.iter_mut().enumerate() {
+                        let bv = bm[bc + n];
+                        *v = if n % 2 == 0 {
+                            ffma(da, *v, fmul(bv, dtx))
+                        } else {
+                            ffma(bv, dtx, fmul(da, *v))
+                        };
+                    }
+                    let mut part = [0f32; 8];
+                    for (m, pm) in part.iter_mut().enumerate() {
+                        let (mut acc_e, mut acc_o) = (0f32, 0f32);
+                        for e in 0..ds / 8 {
+                            let n = lane_col(f32_map, m, e);
+                            if e % 2 == 0 {
+                                acc_e = ffma(s[n], cm[bc + n], acc_e);
+                            } else {
+                                acc_o = ffma(s[n], cm[bc + n], acc_o);
+                            }
+                        }
+                        *pm = fadd(acc_e, acc_o);
+                    }
+                    let y = fadd(
+                        fadd(fadd(part[0], part[4]), fadd(part[2], part[6])),
+                        fadd(fadd(part[1], part[5]), fadd(part[3], part[7])),
+                    );
+                    let y = ffma(dd.as_ref().map_or(0.0, |v| v[h]), xv, y);
+                    let e = out_offset(p, row, h, d);
+                    put_rn(c.input, y, &mut out[e * ib..(e + 1) * ib]);
+                    let Some(tgt) = tgt else { continue };
+                    let (buf, base) = match *tgt {
+                        MtpTarget::State(slot) => (&mut state, slot * p.state_stride + inner),
+                        MtpTarget::Intermediate { entry, step } => (
+                            inter.as_mut().expect("a buffer"),
+                            (entry * steps + step) * hb + inner,
+                        ),
+                    };
+                    for (n, &v) in s.iter().enumerate() {
+                        let o = &mut buf[(base + n) * sb..(base + n + 1) * sb];
+                        if c.rounds > 0 {
+                            let bits = mtp_random_bits(&mapping, read.unwrap() as u64, h, d, n);
+                            o.copy_from_slice(&sr_f16_bits(v, bits).to_le_bytes());
+                        } else {
+                            put_rn(c.state, v, o);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    After { state, inter, out }
+}
+
+/// The differences between the kernel's bytes and the emulation's, per tensor (`None`: equal).
+fn exact_diff(p: &Problem, want: &After, got: &After) -> Option<String> {
+    let c = &p.cfg;
+    let cmp = |name: &str, dtype: &str, g: &[u8], w: &[u8]| -> Option<String> {
+        let (n, ulps, first) = common::compare_elems(dtype, g, w);
+        let (es, f) = (dtype_size(dtype), first?);
+        Some(format!(
+            "{name}: {n} elements differ (largest {ulps} ulps; first [{f}] {} vs {})",
+            common::hex(&g[f * es..(f + 1) * es]),
+            common::hex(&w[f * es..(f + 1) * es])
+        ))
+    };
+    let mut bad: Vec<String> = Vec::new();
+    bad.extend(cmp("state", c.state, &got.state, &want.state));
+    match (&got.inter, &want.inter) {
+        (Some(g), Some(w)) => bad.extend(cmp("buffer", c.state, g, w)),
+        (None, None) => {}
+        _ => bad.push("buffer presence differs".into()),
+    }
+    bad.extend(cmp("out", c.input, &got.out, &want.out));
+    (!bad.is_empty()).then(|| format!("{:?}: {}", p.cfg, bad.join("; ")))
+}
+
+/// `cfg` made exactly emulable: `A` zero, no softplus, no `z`.
+fn exact(mut cfg: Cfg) -> Cfg {
+    cfg.a_zero = true;
+    cfg.softplus = false;
+    cfg.z = false;
+    cfg
+}
+
+/// Small grids for the fp32 emulation: every (state, input) dtype pair at dstate 64, 128 and
+/// 256 (the weight dtype, T, head dim, write and read modes, varlen, pads, index dtypes drawn),
+/// and the compiled-in combination at each dstate with 0, 5 and 10 rounds (the small-grid
+/// kernels).
+fn exact_small(rng: &mut Rng) -> Vec<Problem> {
+    let mut cfgs = Vec::new();
+    for s in FLOATS {
+        for x in FLOATS {
+            for dstate in [64, 128, 256] {
+                let mut cfg = exact(Cfg::base());
+                (cfg.state, cfg.input, cfg.weight) = (s, x, FLOATS[rng.below(3) as usize]);
+                cfg.dstate = dstate;
+                cfg.rounds = [0, 5, 10][rng.below(3) as usize];
+                cfgs.push(cfg);
+            }
+        }
+    }
+    for dstate in [64, 128, 256] {
+        for rounds in [0, 5, 10] {
+            let mut cfg = exact(Cfg::base());
+            cfg.dstate = dstate;
+            cfg.rounds = rounds;
+            cfgs.push(cfg);
+        }
+    }
+    cfgs.into_iter()
+        .map(|mut cfg| {
+            cfg.dim = [1, 5, 16, 64, 100][rng.below(5) as usize];
+            cfg.tokens = 1 + rng.below(16) as usize;
+            cfg.write = WRITES[rng.below(WRITES.len() as u64) as usize];
+            cfg.read = [
+                Read::OneD,
+                Read::TwoD { nat: true },
+                Read::None,
+                Read::TwoD { nat: false },
+            ][rng.below(4) as usize];
+            cfg.varlen = rng.coin();
+            cfg.pads = rng.coin();
+            cfg.pad_slot_id = if rng.below(4) == 0 { 0 } else { -1 };
+            cfg.d = rng.below(4) != 0;
+            cfg.dt_bias = rng.below(4) != 0;
+            cfg.disable_state_update = rng.below(6) == 0;
+            cfg.padded_strides = rng.coin();
+            cfg.index = ["int32", "int64"][rng.below(2) as usize];
+            cfg.batch = 1 + rng.below(4) as usize;
+            (cfg.nheads, cfg.ngroups) = [(8, 2), (4, 1), (8, 8), (16, 4)][rng.below(4) as usize];
+            Problem::new(cfg, rng)
+        })
+        .collect()
+}
+
+/// Larger grids of the compiled-in combination for the fp32 emulation, at dstate 64, 128 and
+/// 256 with 0, 5 and 10 rounds: one row per group past the small-grid sizes (24 x 32 = 768
+/// (sequence, head) pairs), two rows (33 x 32 = 1056 pairs), and without SR four rows (33 x 128
+/// = 4224 pairs); at 1056 pairs also T 16 at dstate 256 (shared memory: one row per group) and
+/// T 13 (two rows); at 4224 pairs T 15 with 40 rows per block at dstate 128 (the four-row
+/// kernel's shared memory with the static part just past 48 KiB: two rows).
+fn exact_large(rng: &mut Rng) -> Vec<Problem> {
+    let mut cfgs = Vec::new();
+    for (i, dstate) in [64usize, 128, 256].into_iter().enumerate() {
+        for (j, rounds) in [0u32, 5, 10].into_iter().enumerate() {
+            for (batch, nheads) in [(24usize, 32usize), (33, 32)] {
+                let k = i + j + batch;
+                let mut cfg = exact(Cfg::base());
+                cfg.dstate = dstate;
+                cfg.rounds = rounds;
+                (cfg.batch, cfg.nheads, cfg.ngroups) = (batch, nheads, 8);
+                cfg.dim = [40, 64][k % 2];
+                cfg.tokens = [5, 8][(k / 2) % 2];
+                cfg.write = [
+                    Write::Inter { indices: true },
+                    Write::Dst { in_place: true },
+                    Write::Final,
+                ][k % 3];
+                cfg.read = Read::TwoD { nat: true };
+                cfg.varlen = k % 2 == 1;
+                cfg.pads = true;
+                cfg.pad_slot_id = [-1, 0][(k / 3) % 2];
+                cfg.index = ["int32", "int64"][j % 2];
+                cfg.padded_strides = k % 3 == 1;
+                cfgs.push(cfg);
+            }
+        }
+        // Four rows (no SR), final-state writes (the buffer of 4224 heads would be large).
+        let mut cfg = exact(Cfg::base());
+        cfg.dstate = dstate;
+        (cfg.batch, cfg.nheads, cfg.ngroups) = (33, 128, 8);
+        cfg.dim = 64;
+        cfg.tokens = 8;
+        cfg.write = Write::Final;
+        cfg.read = Read::OneD;
+        cfg.varlen = i == 1;
+        cfg.pads = true;
+        cfgs.push(cfg);
+    }
+    for tokens in [13, 16] {
+        let mut cfg = exact(Cfg::base());
+        cfg.dstate = 256;
+        (cfg.batch, cfg.nheads, cfg.ngroups) = (33, 32, 8);
+        cfg.dim = 64;
+        cfg.tokens = tokens;
+        cfg.write = Write::Final;
+        cfg.read = Read::OneD;
+        cfg.rounds = 10;
+        cfgs.push(cfg);
+    }
+    let mut cfg = exact(Cfg::base());
+    (cfg.batch, cfg.nheads, cfg.ngroups) = (33, 128, 8);
+    cfg.dim = 40;
+    cfg.tokens = 15;
+    cfg.write = Write::Final;
+    cfg.read = Read::OneD;
+    cfgs.push(cfg);
+    cfgs.into_iter().map(|cfg| Problem::new(cfg, rng)).collect()
+}
+
+/// Runs `problems` and compares every byte with [`emulate_fp32`] in the lane map of each
+/// problem's state dtype; also holds them to the f64 reference ([`check`]).
+fn run_exact_set(name: &str, problems: &[Problem]) {
+    let Some((_ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let mut failures = Vec::new();
+    for p in problems {
+        let r = reference(p);
+        let want = emulate_fp32(p, &r, p.cfg.state == "float32");
+        let got = run(&stream, p);
+        let mut bad: Vec<String> = exact_diff(p, &want, &got).into_iter().collect();
+        let tol = check(p, &r, &got);
+        if !tol.is_empty() {
+            bad.push(format!("{:?} (f64 reference): {}", p.cfg, tol.join("; ")));
+        }
+        if !bad.is_empty() {
+            let f = bad.join(" | ");
+            eprintln!("FAIL {f}");
+            failures.push(f);
+        }
+    }
+    eprintln!(
+        "{name}: {} runs, {} failures",
+        problems.len(),
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{name}: {} of {} runs differ from the fp32 emulation: {:#?}",
+        failures.len(),
+        problems.len(),
+        &failures[..failures.len().min(8)]
+    );
+}
+
+/// Bit for bit: every state dtype in FlashInfer's lane map (4-column blocks with an fp32 state,
+/// 8-column blocks with a 2-byte one), every (state, input) pair, dstate 64/128/256, the
+/// compiled-in combination with 0/5/10 rounds on small grids: state, buffer and out equal the
+/// fp32 emulation ([`emulate_fp32`]).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn lane_order_bit_exact_every_dtype_and_dstate() {
+    let mut rng = Rng(run_seed());
+    run_exact_set("exact, small grids", &exact_small(&mut rng));
+}
+
+/// Bit for bit on the grids of the compiled-in kernels' other forms (one, two and four rows per
+/// group, the shared-memory fallbacks) at dstate 64, 128 and 256 ([`exact_large`]).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn lane_order_bit_exact_compiled_kernel_grids() {
+    let mut rng = Rng(run_seed());
+    run_exact_set("exact, large grids", &exact_large(&mut rng));
+}
+
+/// The fp32 emulation is the kernel's computation: it passes the f64 reference's tolerance
+/// check on every small exact problem; and the check can tell the lane maps apart: with the
+/// other lane map `out` differs (at some elements of these problems) while the state, which
+/// does not depend on the lane order, does not.
+#[test]
+fn the_fp32_emulation_passes_the_reference_and_tells_the_lane_maps_apart() {
+    let mut rng = Rng(0x1A9E);
+    let problems = exact_small(&mut rng);
+    let (mut out_differs, mut f32_out_differs) = (0usize, 0usize);
+    for p in &problems {
+        let r = reference(p);
+        let f32_map = p.cfg.state == "float32";
+        let want = emulate_fp32(p, &r, f32_map);
+        let bad = check(p, &r, &want);
+        assert!(bad.is_empty(), "{:?}: {bad:?}", p.cfg);
+        let other = emulate_fp32(p, &r, !f32_map);
+        assert!(
+            other.state == want.state && other.inter == want.inter,
+            "{:?}: the state depends on the lane map",
+            p.cfg
+        );
+        let n = common::compare_elems(p.cfg.input, &other.out, &want.out).0;
+        out_differs += n;
+        if f32_map {
+            f32_out_differs += n;
+        }
+    }
+    assert!(
+        f32_out_differs > 0 && out_differs > f32_out_differs,
+        "the lane maps give the same out ({out_differs}, fp32 state {f32_out_differs})"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1673,7 +2147,9 @@ fn sr_offsets_sign_extend_past_2_pow_31_sparse_state() {
 
 /// Every problem of the GPU sets (two fixed seeds; the GPU tests draw theirs) is accepted
 /// by the API's host validation with the sizes it was built with, and (one seed, the cheaper
-/// problems) by the reference.
+/// problems) by the reference; its launch plan (132 SMs) runs a compiled-in kernel exactly for
+/// the hot dtypes with 0, 5 or 10 rounds and one index dtype, which the sets have at dstate 64,
+/// 128 and 256.
 #[test]
 fn every_problem_is_valid_for_the_reference_and_the_api() {
     for (k, seed) in [0x5EEDu64, 0xDEAD_BEEF].into_iter().enumerate() {
@@ -1682,18 +2158,13 @@ fn every_problem_is_valid_for_the_reference_and_the_api() {
 }
 
 fn problems_are_valid(seed: u64, run_reference: bool) {
-    use mamba_ssu::ssu::{validate_mtp, DType, MtpSpec, SeedSpec, TensorLayout};
-    let dt = |s: &str| match s {
-        "float16" => DType::F16,
-        "bfloat16" => DType::BF16,
-        "float32" => DType::F32,
-        "int32" => DType::I32,
-        _ => DType::I64,
-    };
+    use mamba_ssu::ssu::{mtp_launch_plan, validate_mtp};
+    let mut hot_dstates = std::collections::BTreeSet::new();
     let mut rng = Rng(seed);
     let mut all = dtype_table(&mut rng);
     all.extend(write_modes(&mut rng));
     all.extend(token_counts(&mut rng));
+    all.extend(exact_small(&mut rng));
     let large = large_grid_cfgs();
     assert!(large.iter().all(|c| c.batch * c.nheads >= TWO_ROW_PAIRS));
     assert_eq!(
@@ -1701,67 +2172,30 @@ fn problems_are_valid(seed: u64, run_reference: bool) {
             .iter()
             .filter(|c| c.batch * c.nheads >= FOUR_ROW_PAIRS && c.rounds == 0)
             .count(),
-        3
+        LARGE_FOUR_ROW
     );
     // Their inputs (up to 10^8 elements) are generated and validated in optimised builds only
     // (the GPU tests run those); an unoptimised test build would spend minutes filling them.
     if !cfg!(debug_assertions) {
         all.extend(large_grids(&mut rng));
+        all.extend(exact_large(&mut rng));
     }
     let mut seen_zero_len = false;
     for p in &all {
         let c = &p.cfg;
         assert!(in_place_consistent(p));
-        let lay = |dtype: &str, (s, t): (Vec<usize>, Vec<usize>), len: usize| {
-            TensorLayout::new(dt(dtype), &s, &t, len).unwrap()
-        };
-        let es = |bytes: &[u8], dtype: &str| bytes.len() / dtype_size(dtype);
-        let idx_lay_as = |dtype: &str, shape: &[usize]| {
-            let n: usize = shape.iter().product();
-            TensorLayout::contiguous(dt(dtype), shape, n).unwrap()
-        };
-        let idx_lay = |shape: &[usize]| idx_lay_as(c.index, shape);
-        let head = |bytes: &[u8]| {
-            lay(
-                c.weight,
-                (vec![c.nheads, c.dim], vec![1, 0]),
-                es(bytes, c.weight),
-            )
-        };
-        let spec = MtpSpec {
-            state: lay(c.state, p.state_shape(), es(&p.state, c.state)),
-            x: lay(c.input, p.x_layout(), es(&p.x, c.input)),
-            dt: lay(c.weight, p.dt_layout(), es(&p.dt, c.weight)),
-            a: lay(
-                "float32",
-                (vec![c.nheads, c.dim, c.dstate], vec![1, 0, 0]),
-                c.nheads,
-            ),
-            b: lay(c.input, p.bc_layout(), es(&p.b, c.input)),
-            c: lay(c.input, p.bc_layout(), es(&p.c, c.input)),
-            d: p.d.as_ref().map(|v| head(v)),
-            z: p.z
-                .as_ref()
-                .map(|v| lay(c.input, p.x_layout(), es(v, c.input))),
-            dt_bias: p.dt_bias.as_ref().map(|v| head(v)),
-            state_batch_indices: p.sbi.as_ref().map(|(_, s)| idx_lay(s)),
-            dst_state_batch_indices: p.dst.as_ref().map(|(_, s)| idx_lay(s)),
-            num_accepted_tokens: p
-                .nat
-                .as_ref()
-                .map(|_| idx_lay_as(p.aux_index(), &[c.batch])),
-            cu_seqlens: p
-                .cu
-                .as_ref()
-                .map(|_| idx_lay_as(p.aux_index(), &[c.batch + 1])),
-            intermediate_states_buffer: p.inter_shape().map(|l| lay(c.state, l, p.inter_elems())),
-            intermediate_state_indices: p.inter_idx.as_ref().map(|_| idx_lay(&[c.batch])),
-            cache_steps: p.cache_steps(),
-            out: lay(c.input, p.out_layout(), p.out_elems()),
-            philox_rounds: c.rounds,
-            seed: (c.rounds > 0).then(|| SeedSpec::Pointer(idx_lay_i64())),
-        };
+        let spec = spec_of(p);
         let prob = validate_mtp(&spec).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+        // The compiled-in kernels serve the hot dtypes at every dstate with 0, 5 or 10 rounds
+        // and one index dtype; the GPU tests of those problems run them.
+        let hot = (c.state, c.input, c.weight) == ("float16", "bfloat16", "bfloat16")
+            && [0, 5, 10].contains(&c.rounds)
+            && (p.aux_index() == c.index || (p.nat.is_none() && p.cu.is_none()));
+        let plan = mtp_launch_plan(&spec, 132).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+        assert_eq!(plan.compiled_kernel, hot, "{c:?}");
+        if hot {
+            hot_dstates.insert(c.dstate);
+        }
         assert_eq!(
             (prob.batch, prob.nheads, prob.dim, prob.dstate, prob.ngroups),
             (c.batch, c.nheads, c.dim, c.dstate, c.ngroups)
@@ -1772,6 +2206,11 @@ fn problems_are_valid(seed: u64, run_reference: bool) {
         }
     }
     assert!(seen_zero_len, "no zero-length sequence in the sets");
+    assert_eq!(
+        hot_dstates.into_iter().collect::<Vec<_>>(),
+        [64, 128, 256],
+        "compiled-in kernels at every dstate"
+    );
     // The reference accepts each (the cheap ones: every write mode and token count).
     if !run_reference {
         return;
@@ -1781,6 +2220,69 @@ fn problems_are_valid(seed: u64, run_reference: bool) {
         .filter(|p| p.cfg.batch * p.cfg.tokens * p.cfg.nheads * p.cfg.dim * p.cfg.dstate <= 1 << 21)
     {
         let _ = reference(p);
+    }
+}
+
+/// The API's description of `p`'s call (layouts, dtypes, rounds), for validation and the launch
+/// plan.
+fn spec_of(p: &Problem) -> mamba_ssu::ssu::MtpSpec {
+    use mamba_ssu::ssu::{DType, MtpSpec, SeedSpec, TensorLayout};
+    let dt = |s: &str| match s {
+        "float16" => DType::F16,
+        "bfloat16" => DType::BF16,
+        "float32" => DType::F32,
+        "int32" => DType::I32,
+        _ => DType::I64,
+    };
+    let c = &p.cfg;
+    let lay = |dtype: &str, (s, t): (Vec<usize>, Vec<usize>), len: usize| {
+        TensorLayout::new(dt(dtype), &s, &t, len).unwrap()
+    };
+    let es = |bytes: &[u8], dtype: &str| bytes.len() / dtype_size(dtype);
+    let idx_lay_as = |dtype: &str, shape: &[usize]| {
+        let n: usize = shape.iter().product();
+        TensorLayout::contiguous(dt(dtype), shape, n).unwrap()
+    };
+    let idx_lay = |shape: &[usize]| idx_lay_as(c.index, shape);
+    let head = |bytes: &[u8]| {
+        lay(
+            c.weight,
+            (vec![c.nheads, c.dim], vec![1, 0]),
+            es(bytes, c.weight),
+        )
+    };
+    MtpSpec {
+        state: lay(c.state, p.state_shape(), es(&p.state, c.state)),
+        x: lay(c.input, p.x_layout(), es(&p.x, c.input)),
+        dt: lay(c.weight, p.dt_layout(), es(&p.dt, c.weight)),
+        a: lay(
+            "float32",
+            (vec![c.nheads, c.dim, c.dstate], vec![1, 0, 0]),
+            c.nheads,
+        ),
+        b: lay(c.input, p.bc_layout(), es(&p.b, c.input)),
+        c: lay(c.input, p.bc_layout(), es(&p.c, c.input)),
+        d: p.d.as_ref().map(|v| head(v)),
+        z: p.z
+            .as_ref()
+            .map(|v| lay(c.input, p.x_layout(), es(v, c.input))),
+        dt_bias: p.dt_bias.as_ref().map(|v| head(v)),
+        state_batch_indices: p.sbi.as_ref().map(|(_, s)| idx_lay(s)),
+        dst_state_batch_indices: p.dst.as_ref().map(|(_, s)| idx_lay(s)),
+        num_accepted_tokens: p
+            .nat
+            .as_ref()
+            .map(|_| idx_lay_as(p.aux_index(), &[c.batch])),
+        cu_seqlens: p
+            .cu
+            .as_ref()
+            .map(|_| idx_lay_as(p.aux_index(), &[c.batch + 1])),
+        intermediate_states_buffer: p.inter_shape().map(|l| lay(c.state, l, p.inter_elems())),
+        intermediate_state_indices: p.inter_idx.as_ref().map(|_| idx_lay(&[c.batch])),
+        cache_steps: p.cache_steps(),
+        out: lay(c.input, p.out_layout(), p.out_elems()),
+        philox_rounds: c.rounds,
+        seed: (c.rounds > 0).then(|| SeedSpec::Pointer(idx_lay_i64())),
     }
 }
 
