@@ -99,7 +99,7 @@ fn embedded_shapes_074() -> Manifest {
 /// `out` differed from FlashInfer's in one element by 1 ulp on the H200 (2026-12-02; the state
 /// was bit-identical): the run-time kernel then summed an fp32 state's row in the 2-byte
 /// state's lane order; it now takes FlashInfer's 4-column blocks (`docs/flashinfer-ssu.md`),
-/// to be held to a re-recording of that case.
+/// held to the re-recording of that case in [`embedded_fp32`].
 fn embedded_new_cases() -> Manifest {
     Manifest::from_text(
         include_str!("data/flashinfer_ssu_mtp_new_cases/manifest.json"),
@@ -123,14 +123,30 @@ fn embedded_ds_074() -> Manifest {
     )
 }
 
+/// FlashInfer 0.7.2.post1's multi-token kernel with an fp32 state (its 4-column lane blocks),
+/// head dims 64 and 128 at dstate 64, 128 and 256, varlen with final-state writes
+/// (`tools/flashinfer-recorder/cases/fp32_layout_cases.json`, the inputs of `new_cases.json`'s
+/// fp32 cases). Before the fp32 lane map, three of the six differed in one `out` element by
+/// 1 ulp on the H200 (2026-12-03).
+fn embedded_fp32() -> Manifest {
+    Manifest::from_text(
+        include_str!("data/flashinfer_ssu_mtp_fp32/manifest.json"),
+        &[(
+            "fixtures.bin",
+            include_bytes!("data/flashinfer_ssu_mtp_fp32/fixtures.bin"),
+        )],
+    )
+}
+
 /// Every embedded manifest: the reference data and the sets above.
-fn all_embedded() -> [Manifest; 5] {
+fn all_embedded() -> [Manifest; 6] {
     [
         embedded(),
         embedded_shapes(),
         embedded_shapes_074(),
         embedded_new_cases(),
         embedded_ds_074(),
+        embedded_fp32(),
     ]
 }
 
@@ -768,6 +784,18 @@ fn flashinfer_mtp_ds_074_bit_exact() {
     };
     let m = embedded_ds_074();
     assert_eq!(m.cases.len(), 8);
+    check_manifest(&ctx, &stream, &m);
+}
+
+/// The fp32-state cases (FlashInfer's 4-column lane blocks).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_mtp_fp32_bit_exact() {
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let m = embedded_fp32();
+    assert_eq!(m.cases.len(), 6);
     check_manifest(&ctx, &stream, &m);
 }
 
