@@ -70,7 +70,8 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
   pl.total_warps = heads * pl.warps_per_head;
   pl.blocks = (pl.total_warps + hz::kWarpsPerBlock - 1) / hz::kWarpsPerBlock;
   const int64_t nblocks = pl.blocks + (p.seed_next != nullptr ? 1 : 0);
-  if (nblocks < 1 || nblocks > std::numeric_limits<int32_t>::max())
+  if (nblocks < 1 || nblocks > std::numeric_limits<int32_t>::max() ||
+      pl.total_warps > std::numeric_limits<int32_t>::max())
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "launch plan: no valid grid for HORIZONTAL (%lld blocks)", ll(nblocks));
   pl.nblocks = static_cast<unsigned>(nblocks);

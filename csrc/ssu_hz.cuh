@@ -258,12 +258,16 @@ __device__ __forceinline__ void hz_body(const Args &a) {
     }
   }
 
+  // The warp's (b, h) and its part of the head. The grid has fewer than 2^31 warps (the
+  // launcher's bound), so 32-bit divisions do.
   const uint64_t gw = block * kWarpsPerBlock + static_cast<uint64_t>(warp);
   if (gw >= static_cast<uint64_t>(a.total_warps)) return;  // warp-uniform; no barrier follows
-  const uint64_t bh = gw / a.warps_per_head;
-  const int part = static_cast<int>(gw - bh * a.warps_per_head);
-  const int64_t b = static_cast<int64_t>(bh / a.nheads);
-  const int64_t h = static_cast<int64_t>(bh - static_cast<uint64_t>(b) * a.nheads);
+  const uint32_t gw32 = static_cast<uint32_t>(gw);
+  const uint32_t bh = gw32 / a.warps_per_head;
+  const int part = static_cast<int>(gw32 - bh * a.warps_per_head);
+  const uint32_t b32 = bh / a.nheads;
+  const int64_t b = b32;
+  const int64_t h = bh - b32 * a.nheads;
   const int dim = a.dim;
   const int dstate = a.dstate;
   const int rb0 = part * (a.rows_per_warp / kTileRows);  // first tile row block of the warp
@@ -305,30 +309,33 @@ __device__ __forceinline__ void hz_body(const Args &a) {
 
   unsigned char *const wsm = smem + warp * warp_smem_bytes(dstate);
   unsigned char *const tiles = wsm;
-  float *const bdt = reinterpret_cast<float *>(wsm + kTilesInFlight * kTileBytes);
-  float *const cs = bdt + dstate;
+  // B * dt' and C interleaved per state word, so that one load gives a word's both: a 2-byte
+  // state's word w of stage k (columns n = 32 k + 2 w, n + 1) at float4 16 k + w, (B dt'[n],
+  // B dt'[n + 1], C[n], C[n + 1]); an fp32 state's column n at float2 n, (B dt'[n], C[n]).
+  unsigned char *const bc = wsm + kTilesInFlight * kTileBytes;
+  constexpr int kBcWordBytes = kTwoByte ? 16 : 8;
 
-  // Tile t (row block t / nst of the warp, stage t mod nst) into buffer `slot`: lane l copies
-  // 16-byte chunks l and l + 32 (chunk c: row c / 4, bytes 16 (c mod 4) of the stage). One
-  // commit group per call, empty past the last tile, so that waiting for all but the newest
-  // kTilesInFlight - 1 groups waits for tile t.
-  auto issue = [&](int t) {
-    if (t < ntiles) {
-      const int rb = t >> nst_log2;
-      const int k = t & (nst - 1);
-      unsigned char *buf = tiles + (t & (kTilesInFlight - 1)) * kTileBytes;
-#pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        const int c = lane + 32 * q;
-        const int64_t row = (rb0 + rb) * kTileRows + (c >> 2);
-        const char *src = read_head + row * row_bytes + k * kStageBytes + 16 * (c & 3);
-        cp_async16(buf + 16 * c, pad ? read_head : src, pad);
-      }
+  // Tile t (row block t / nst of the warp, stage t mod nst) into buffer t mod kTilesInFlight:
+  // lane l copies 16-byte chunks l and l + 32 (chunk c: row c / 4, bytes 16 (c mod 4) of the
+  // stage), from a source pointer that advances tile by tile. One commit group per call, empty
+  // past the last tile, so that waiting for all but the newest kTilesInFlight - 1 groups waits
+  // for tile t.
+  const int64_t chunk_src = (lane >> 2) * row_bytes + 16 * (lane & 3);
+  const char *src = read_head + rb0 * kTileRows * row_bytes + chunk_src;  // tile 0's, chunk lane
+  const int64_t row_block_step = kTileRows * row_bytes - nst * kStageBytes;
+  int issued = 0;
+  auto issue = [&]() {
+    if (issued < ntiles) {
+      unsigned char *buf = tiles + (issued & (kTilesInFlight - 1)) * kTileBytes + 16 * lane;
+      cp_async16(buf, pad ? read_head : src, pad);
+      cp_async16(buf + 512, pad ? read_head : src + 8 * row_bytes, pad);
+      src += ((issued & (nst - 1)) == nst - 1) ? row_block_step + kStageBytes : kStageBytes;
     }
+    ++issued;
     cp_async_commit();
   };
 #pragma unroll
-  for (int t = 0; t < kTilesInFlight; ++t) issue(t);
+  for (int t = 0; t < kTilesInFlight; ++t) issue();
 
   // Per (b, h) scalars, FlashInfer's operations (fp32_ops.cuh).
   float dt = E::load_weight(a, a.dt, b * a.dt_stride_batch + h);
@@ -337,25 +344,35 @@ __device__ __forceinline__ void hz_body(const Args &a) {
   const float dA = ssu::ex2_approx(__fmul_rn(__fmul_rn(a.A[h], dt), ssu::kL2E));
   const float D = a.D != nullptr ? E::load_weight(a, a.D, h) : 0.0f;
 
-  // B * dt' and C of the head's group, as fp32 in shared memory.
+  // B * dt' and C of the head's group into shared memory.
   {
-    const int64_t g = h / a.heads_per_group;
-    const int64_t brow = b * a.B_stride_batch + g * dstate;
-    const int64_t crow = b * a.C_stride_batch + g * dstate;
+    const int64_t grp = h / a.heads_per_group;
+    const int64_t brow = b * a.B_stride_batch + grp * dstate;
+    const int64_t crow = b * a.C_stride_batch + grp * dstate;
+    float *const f = reinterpret_cast<float *>(bc);
     for (int n = lane; n < dstate; n += 32) {
-      bdt[n] = __fmul_rn(E::load_input(a, a.B, brow + n), dt);
-      cs[n] = E::load_input(a, a.C, crow + n);
+      const float bv = __fmul_rn(E::load_input(a, a.B, brow + n), dt);
+      const float cv = E::load_input(a, a.C, crow + n);
+      const int i = kTwoByte ? 4 * (n >> 1) + (n & 1) : 2 * n;
+      f[i] = bv;
+      f[i + (kTwoByte ? 2 : 1)] = cv;
     }
   }
 
-  // This lane: member m of rows 16 i + g; the word rotation of its visits.
+  // This lane: member m of rows 16 i + g; the byte offsets, within a tile row, of the 8 words
+  // it visits in order (word (j + 8 m + g / 2) mod 16 for j = 0..7: lane constants).
   const int g = lane & 15;
   const int m = lane >> 4;
   const int rot = 8 * m + (g >> 1);
+  uint32_t woff[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) woff[j] = 4u * static_cast<uint32_t>((j + rot) & 15);
   const int64_t x_row = b * a.x_stride_batch + h * dim;
   const int64_t z_row = b * a.z_stride_batch + h * dim;
   const int64_t out_row = b * a.out_stride_batch + h * dim;
   const bool has_z = a.z != nullptr;
+  // Where lane l's chunks of tile t go (write_head: the chunks' places in the write slot).
+  char *dst = write ? write_head + rb0 * kTileRows * row_bytes + chunk_src : nullptr;
 
   // x and z of the lane's row in the current row block, the next block's loaded ahead.
   float x_next = E::load_input(a, a.x, x_row + rb0 * kTileRows + g);
@@ -377,11 +394,14 @@ __device__ __forceinline__ void hz_body(const Args &a) {
     }
     cp_async_wait<kTilesInFlight - 1>();
     __syncwarp();
+    // The offsets stay in registers (an empty asm that "changes" them each tile): left alone,
+    // the compiler recomputes each from the lane index at every use, 3 instructions a word.
+#pragma unroll
+    for (int j = 0; j < 8; ++j) asm volatile("" : "+r"(woff[j]));
 
     unsigned char *const tile = tiles + (t & (kTilesInFlight - 1)) * kTileBytes;
     unsigned char *const trow = tile + g * kStageBytes;
-    const float *const bk = bdt + k * E::kStageCols;
-    const float *const ck = cs + k * E::kStageCols;
+    const unsigned char *const bck = bc + k * 16 * kBcWordBytes;
     // The lane's 8 words of the stage in its visiting order, two at a time: their new state
     // values (two per word for a 2-byte state) into the partial sum, then (when the warp
     // writes) their new words back in place. With stochastic rounding the two words take one
@@ -392,30 +412,25 @@ __device__ __forceinline__ void hz_body(const Args &a) {
                                static_cast<uint64_t>(k) * E::kStageCols;
 #pragma unroll
     for (int j = 0; j < 8; j += 2) {
-      const int w0 = (j + rot) & 15;
-      const int w1 = (j + 1 + rot) & 15;
-      uint32_t *const p0 = reinterpret_cast<uint32_t *>(trow + 4 * w0);
-      uint32_t *const p1 = reinterpret_cast<uint32_t *>(trow + 4 * w1);
+      uint32_t *const p0 = reinterpret_cast<uint32_t *>(trow + woff[j]);
+      uint32_t *const p1 = reinterpret_cast<uint32_t *>(trow + woff[j + 1]);
       const uint32_t s0 = *p0, s1 = *p1;
       if constexpr (kTwoByte) {
-        const float2 b0 = *reinterpret_cast<const float2 *>(bk + 2 * w0);
-        const float2 b1 = *reinterpret_cast<const float2 *>(bk + 2 * w1);
-        const float2 c0 = *reinterpret_cast<const float2 *>(ck + 2 * w0);
-        const float2 c1 = *reinterpret_cast<const float2 *>(ck + 2 * w1);
+        const float4 q0 = *reinterpret_cast<const float4 *>(bck + 4 * woff[j]);
+        const float4 q1 = *reinterpret_cast<const float4 *>(bck + 4 * woff[j + 1]);
         float n[4];
-        n[0] = __fmaf_rn(x, b0.x, __fmul_rn(dA, E::lo(s0)));
-        n[1] = __fmaf_rn(x, b0.y, __fmul_rn(dA, E::hi(s0)));
-        n[2] = __fmaf_rn(x, b1.x, __fmul_rn(dA, E::lo(s1)));
-        n[3] = __fmaf_rn(x, b1.y, __fmul_rn(dA, E::hi(s1)));
-        acc = __fmaf_rn(c0.x, n[0], acc);
-        acc = __fmaf_rn(c0.y, n[1], acc);
-        acc = __fmaf_rn(c1.x, n[2], acc);
-        acc = __fmaf_rn(c1.y, n[3], acc);
+        n[0] = __fmaf_rn(x, q0.x, __fmul_rn(dA, E::lo(s0)));
+        n[1] = __fmaf_rn(x, q0.y, __fmul_rn(dA, E::hi(s0)));
+        n[2] = __fmaf_rn(x, q1.x, __fmul_rn(dA, E::lo(s1)));
+        n[3] = __fmaf_rn(x, q1.y, __fmul_rn(dA, E::hi(s1)));
+        acc = __fmaf_rn(q0.z, n[0], acc);
+        acc = __fmaf_rn(q0.w, n[1], acc);
+        acc = __fmaf_rn(q1.z, n[2], acc);
+        acc = __fmaf_rn(q1.w, n[3], acc);
         if (write) {  // warp-uniform
           uint32_t o0, o1;
           if (sr) {
-            const U32x4 r =
-                key.philox(philox_counter(stage_off + 2 * static_cast<uint32_t>(w0)), rounds);
+            const U32x4 r = key.philox(philox_counter(stage_off + woff[j] / 2), rounds);
             uint32_t flags = 0;
             sr_two_words<false>(n, r, a.sr_rule, o0, o1, flags);
             if (ssu::sr_needs_exact(flags)) sr_two_words<true>(n, r, a.sr_rule, o0, o1, flags);
@@ -427,10 +442,12 @@ __device__ __forceinline__ void hz_body(const Args &a) {
           *p1 = o1;
         }
       } else {
-        const float n0 = __fmaf_rn(x, bk[w0], __fmul_rn(dA, __uint_as_float(s0)));
-        const float n1 = __fmaf_rn(x, bk[w1], __fmul_rn(dA, __uint_as_float(s1)));
-        acc = __fmaf_rn(ck[w0], n0, acc);
-        acc = __fmaf_rn(ck[w1], n1, acc);
+        const float2 q0 = *reinterpret_cast<const float2 *>(bck + 2 * woff[j]);
+        const float2 q1 = *reinterpret_cast<const float2 *>(bck + 2 * woff[j + 1]);
+        const float n0 = __fmaf_rn(x, q0.x, __fmul_rn(dA, __uint_as_float(s0)));
+        const float n1 = __fmaf_rn(x, q1.x, __fmul_rn(dA, __uint_as_float(s1)));
+        acc = __fmaf_rn(q0.y, n0, acc);
+        acc = __fmaf_rn(q1.y, n1, acc);
         if (write) {
           *p0 = __float_as_uint(n0);
           *p1 = __float_as_uint(n1);
@@ -441,18 +458,14 @@ __device__ __forceinline__ void hz_body(const Args &a) {
     if (write) {  // warp-uniform
       __syncwarp();
       // The tile to the write slot: lane l stores chunks l and l + 32 (streaming stores).
-#pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        const int c = lane + 32 * q;
-        const int64_t row = (rb0 + rb) * kTileRows + (c >> 2);
-        const uint4 v = *reinterpret_cast<const uint4 *>(tile + 16 * c);
-        __stcs(reinterpret_cast<uint4 *>(write_head + row * row_bytes + k * kStageBytes +
-                                         16 * (c & 3)),
-               v);
-      }
+      const uint4 v0 = *reinterpret_cast<const uint4 *>(tile + 16 * lane);
+      const uint4 v1 = *reinterpret_cast<const uint4 *>(tile + 512 + 16 * lane);
+      __stcs(reinterpret_cast<uint4 *>(dst), v0);
+      __stcs(reinterpret_cast<uint4 *>(dst + 8 * row_bytes), v1);
+      dst += k == nst - 1 ? row_block_step + kStageBytes : kStageBytes;
     }
     __syncwarp();
-    issue(t + kTilesInFlight);
+    issue();
 
     if (k == nst - 1) {
       // The row's two partial sums: member 0's plus member 1's (FlashInfer's shuffle down 16),

@@ -11,7 +11,9 @@
 //! - `s' = fma(x, rn(B · dt'), rn(dA · s))` (`s` = 0 for a pad);
 //! - each member: `acc = fma(C, s', acc)` from `acc = +0` over its columns in visiting order;
 //! - `y = fma(D, x, rn(acc_0 + acc_1))` (`D` = 0 when absent); with `z`: `y = rn(y · g)`, `g` the
-//!   kernel's `z · sigmoid(z)` of the row.
+//!   kernel's `z · sigmoid(z)` of the row;
+//!
+//! a NaN result is the GPU's canonical NaN (`0x7FFFFFFF`).
 //!
 //! `dt'` (`dt + dt_bias`, softplus), `dA = ex2(rn(rn(A · dt') · log2 e))` and `g` use the GPU's
 //! approximate `ex2`, `lg2` and `rcp` instructions, which no CPU formula reproduces bit for bit:
@@ -57,10 +59,13 @@ pub struct HorizontalScalars {
     pub gate: Option<Vec<f32>>,
 }
 
-/// Subnormal fp32 values flushed to zero of the same sign (the kernels' `.ftz`).
+/// The GPU's fp32 results: subnormal values flushed to zero of the same sign (the kernels'
+/// `.ftz`), a NaN as the canonical NaN the GPU's arithmetic produces (`0x7FFFFFFF`).
 fn ftz(v: f32) -> f32 {
     if v.is_subnormal() {
         0.0f32.copysign(v)
+    } else if v.is_nan() {
+        f32::from_bits(0x7FFF_FFFF)
     } else {
         v
     }
