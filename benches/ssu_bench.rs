@@ -427,7 +427,9 @@ fn run(opts: args::Opts) -> Res<()> {
         for &nheads in &opts.nheads {
             for &(rounds, alg, alg_name, _) in opts.variants.iter().map(|&i| &VARIANTS[i]) {
                 if alg == Algorithm::Horizontal && (dim % 64 != 0 || dim > 256) {
-                    println!("| {nheads} | - | {alg_name} | - | head dim {dim}: not taken | | | | | |");
+                    println!(
+                        "| {nheads} | - | {alg_name} | - | head dim {dim}: not taken | | | | | |"
+                    );
                     continue;
                 }
                 for &batch in &opts.batches {
