@@ -28,7 +28,7 @@ int ssu_plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d,
 int32_t auto_algorithm(int64_t batch, int64_t nheads, int64_t dim, int32_t state_dtype,
                        const mamba_ssu_device_props &d);
 
-// Single token in FlashInfer's horizontal mapping (ssu_hz.cu), for blocks that passed
+// Single token in FlashInfer's horizontal mapping (ssu_single_hz.cu), for blocks that passed
 // ssu_check and whose algorithm resolves to HORIZONTAL. hz_dim_ok: the head dims FlashInfer's
 // horizontal kernel takes (a multiple of 64, at most 256).
 bool hz_dim_ok(int64_t dim);

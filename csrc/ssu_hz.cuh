@@ -1,7 +1,7 @@
 // ssu_hz.cuh — the single-token selective-state-update in FlashInfer's "horizontal" mapping
 // (FlashInfer 0.7.2's horizontal kernel, bit for bit), as templated device code: the kernel's
 // arguments (hz::Args), the per-dtype element access (hz::Elem), the tile loop (hz_body) and the
-// kernel template (hz_kernel). Included by ssu_hz.cu (host: planning and dispatch). Built on
+// kernel template (hz_kernel). Included by ssu_single_hz.cu (host: planning and dispatch). Built on
 // fp32_ops.cuh (FlashInfer's fp32 operations), sr.cuh (the stochastic-rounding conversion),
 // philox_words.cuh (the Philox key schedule) and loads.cuh (dtype conversions).
 //
@@ -60,7 +60,18 @@ __host__ __device__ constexpr int warp_smem_bytes(int dstate) {
   return kTilesInFlight * kTileBytes + 2 * dstate * 4;
 }
 
-// Everything the kernel reads, filled and validated by the host launcher (ssu_hz.cu). Strides
+// Most Philox rounds of a compiled-in kernel (its key schedule table).
+constexpr int kMaxKeyRounds = 10;
+// Shared memory of a block (all dynamic: the kernels declare no static shared variables, so
+// that linking them leaves the other kernels' shared-memory layouts as they were): the block's
+// seed and key schedule table, then each warp's part.
+constexpr int kBlockHeaderBytes = 128;
+static_assert(8 + 2 * kMaxKeyRounds * 4 <= kBlockHeaderBytes, "the block header");
+__host__ __device__ constexpr int block_smem_bytes(int dstate) {
+  return kBlockHeaderBytes + kWarpsPerBlock * warp_smem_bytes(dstate);
+}
+
+// Everything the kernel reads, filled and validated by the host launcher (ssu_single_hz.cu). Strides
 // in elements.
 struct Args {
   const void *x;
@@ -215,9 +226,11 @@ __device__ __forceinline__ void hz_body(const Args &a) {
   using E = Elem<kState, kBf16>;
   constexpr bool kF16 = kState == MAMBA_SSU_F16;
   constexpr bool kTwoByte = E::kStateBytes == 2;
-  extern __shared__ __align__(16) unsigned char smem[];
-  __shared__ uint64_t block_seed;
-  __shared__ uint32_t key_table[2 * Key<kRounds>::kTableRounds];
+  static_assert(kRounds <= kMaxKeyRounds, "the key table holds kMaxKeyRounds rounds");
+  extern __shared__ __align__(16) unsigned char hz_smem[];
+  unsigned char *const smem = hz_smem;
+  uint64_t &block_seed = *reinterpret_cast<uint64_t *>(smem);
+  uint32_t *const key_table = reinterpret_cast<uint32_t *>(smem + 8);
 
   // A fused chain's next link: the grid's extra first block stores the stock draw that follows
   // this call's position and does nothing else (as the simple and vertical kernels do).
@@ -307,7 +320,7 @@ __device__ __forceinline__ void hz_body(const Args &a) {
       static_cast<uint64_t>(read_slot) * static_cast<uint64_t>(a.state_stride_batch) +
       static_cast<uint64_t>(head_elems);
 
-  unsigned char *const wsm = smem + warp * warp_smem_bytes(dstate);
+  unsigned char *const wsm = smem + kBlockHeaderBytes + warp * warp_smem_bytes(dstate);
   unsigned char *const tiles = wsm;
   // B * dt' and C interleaved per state word, so that one load gives a word's both: a 2-byte
   // state's word w of stage k (columns n = 32 k + 2 w, n + 1) at float4 16 k + w, (B dt'[n],

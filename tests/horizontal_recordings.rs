@@ -259,13 +259,27 @@ fn ftz(v: f32) -> f32 {
     }
 }
 
+/// The next f32 above (`dir` 1) or below (`dir` -1) a finite `v`.
+fn step(v: f32, dir: i32) -> f32 {
+    if v == 0.0 {
+        return f32::from_bits(1) * dir as f32;
+    }
+    let bits = v.to_bits();
+    // Away from zero adds one to the magnitude's bits, toward zero subtracts one.
+    if (v > 0.0) == (dir > 0) {
+        f32::from_bits(bits + 1)
+    } else {
+        f32::from_bits(bits - 1)
+    }
+}
+
 /// The `k` f32 values on each side of `v` and `v` itself.
 fn around(v: f32, k: i32) -> Vec<f32> {
     let mut out = vec![v];
     let (mut up, mut down) = (v, v);
     for _ in 0..k {
-        up = up.next_up();
-        down = down.next_down();
+        up = step(up, 1);
+        down = step(down, -1);
         out.push(up);
         out.push(down);
     }

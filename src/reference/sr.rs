@@ -104,9 +104,10 @@ pub fn sr_f16_bits_v074(x: f32, r13: u32) -> u16 {
 ///   G * floor(n / G)`) with `G = min(4, dstate / 32)`;
 /// - vertical kernel: word `n % 2` of Philox(`o = base + d * dstate + 2 * floor(n / 2)`);
 /// - horizontal kernel: columns in stages of 32 (`n = 32 k + c`); with `s = d & 14` (the rotation
-///   of row `d`'s visits) and `u = (c - s) mod 32`, word `u % 4` of Philox(`o = base + d * dstate
-///   + 32 k + ((u - u % 4 + s) mod 32)`): a call feeds four columns that are consecutive in the
-///   thread's visiting order, which wrap around the stage for the groups that start at column 30;
+///   of row `d`'s visits) and `u = (c - s) mod 32`, word `u % 4` of Philox(`o = base +
+///   d * dstate + 32 k + ((u - u % 4 + s) mod 32)`): a call feeds four columns that are
+///   consecutive in the thread's visiting order, which wrap around the stage for the groups that
+///   start at column 30;
 ///
 /// and `r = word & 0x1FFF`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

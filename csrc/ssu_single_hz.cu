@@ -1,7 +1,10 @@
-// ssu_hz.cu — host side of the single-token selective-state-update in FlashInfer's "horizontal"
-// mapping: planning (a pure function of a checked parameter block and a device's properties)
-// and dispatch. The device code is ssu_hz.cuh; ssu.cu checks the block (ssu_check: the head dim
-// rule of hz_dim_ok) and sends the calls whose algorithm resolves to HORIZONTAL here.
+// ssu_single_hz.cu — host side of the single-token selective-state-update in FlashInfer's
+// "horizontal" mapping: planning (a pure function of a checked parameter block and a device's
+// properties) and dispatch. The device code is ssu_hz.cuh; ssu.cu checks the block (ssu_check:
+// the head dim rule of hz_dim_ok) and sends the calls whose algorithm resolves to HORIZONTAL
+// here. (The name sorts after ssu_mtp*.cu, so that the device link, which takes the objects in
+// that order, lays out the multi-token kernels' static shared memory as before: a translation
+// unit linked ahead of them swaps their shared variables' addresses.)
 //
 // Dispatch: an F16 state with BF16 inputs and weights and 0, 5 or 10 Philox rounds runs a
 // kernel with the round count and the input dtypes compiled in; a BF16 or F32 state with BF16
@@ -75,8 +78,7 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "launch plan: no valid grid for HORIZONTAL (%lld blocks)", ll(nblocks));
   pl.nblocks = static_cast<unsigned>(nblocks);
-  pl.smem = static_cast<size_t>(hz::kWarpsPerBlock) *
-            hz::warp_smem_bytes(static_cast<int>(p.dstate));
+  pl.smem = static_cast<size_t>(hz::block_smem_bytes(static_cast<int>(p.dstate)));
   pl.compiled = compiled_kernel(p);
   *out = pl;
   return MAMBA_SSU_SUCCESS;
