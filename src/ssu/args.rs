@@ -426,5 +426,82 @@ mod tests {
         }
         assert_eq!(Algorithm::Simple.resolve(1000, 1000, 1), Algorithm::Simple);
         assert_eq!(Algorithm::Vertical.resolve(1, 1, 132), Algorithm::Vertical);
+        assert_eq!(
+            Algorithm::Horizontal.resolve(1, 1, 132),
+            Algorithm::Horizontal
+        );
+    }
+
+    /// `Auto` per GPU with the state dtype and head dim (FlashInfer's rule): HORIZONTAL from
+    /// sm_100 on for an F16 or BF16 state whose head dim it takes, above the SM-count switch;
+    /// VERTICAL for an F32 state or another head dim there, and on the sm_90 family; SIMPLE below
+    /// the switch and below sm_90.
+    #[test]
+    fn auto_resolution_per_gpu_state_and_head_dim() {
+        use Algorithm::{Auto, Horizontal, Simple, Vertical};
+        let h200 = DeviceProps::sm90(132).unwrap();
+        let b200 = DeviceProps {
+            compute_capability: (10, 0),
+            num_sms: 148,
+            ..h200
+        };
+        let a100 = DeviceProps {
+            compute_capability: (8, 0),
+            num_sms: 108,
+            ..h200
+        };
+        let big = (64usize, 128usize); // 8192 heads: above every switch
+        for (props, state, dim, want) in [
+            (&b200, DType::F16, 64, Horizontal),
+            (&b200, DType::BF16, 256, Horizontal),
+            (&b200, DType::F16, 192, Horizontal),
+            (&b200, DType::F32, 64, Vertical),
+            (&b200, DType::F16, 80, Vertical),
+            (&b200, DType::BF16, 320, Vertical),
+            (&h200, DType::F16, 64, Vertical),
+            (&h200, DType::F32, 128, Vertical),
+            (&a100, DType::F16, 64, Simple),
+        ] {
+            let got = Auto.resolve_for(props, big.0, big.1, dim, state).unwrap();
+            assert_eq!(got, want, "{props:?} {state:?} dim {dim}");
+        }
+        // Below the switch: SIMPLE everywhere.
+        assert_eq!(
+            Auto.resolve_for(&b200, 1, 32, 64, DType::F16).unwrap(),
+            Simple
+        );
+        // Explicit choices resolve to themselves; HORIZONTAL refuses a head dim it does not take.
+        assert_eq!(
+            Horizontal
+                .resolve_for(&h200, 1, 1, 128, DType::F32)
+                .unwrap(),
+            Horizontal
+        );
+        for dim in [16usize, 80, 320] {
+            let e = Horizontal
+                .resolve_for(&b200, 1, 1, dim, DType::F16)
+                .unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    crate::Error::InvalidArgument {
+                        argument: "algorithm",
+                        ..
+                    }
+                ),
+                "{e}"
+            );
+        }
+        let e = Auto.resolve_for(&b200, 1, 1, 64, DType::I32).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                crate::Error::InvalidArgument {
+                    argument: "state_dtype",
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 }
