@@ -34,10 +34,15 @@ use mamba_ssu::reference::{
 };
 use mamba_ssu::ssu::{Algorithm, SrRule};
 
-/// Recordings of FlashInfer's horizontal kernel embedded in the binary (`tests/data/`): none
-/// yet (the recorder's `cases/horizontal_cases.json` on an H200, merged with `merge.py
-/// --algorithms horizontal`).
-const EMBEDDED: &[(&str, &str, &[u8])] = &[];
+/// Recordings of FlashInfer's horizontal kernel embedded in the binary (`tests/data/`): the
+/// recorder's `cases/horizontal_cases.json` on an H200 (FlashInfer 0.7.2.post1, 2026-12-03),
+/// whose case at head dim 64, dstate 64 and 10 rounds keeps its whole state (32 heads x batch 2,
+/// one entry a pad, z); the others' states are hash only (the GPU conformance test's).
+const EMBEDDED: &[(&str, &str, &[u8])] = &[(
+    "flashinfer_ssu_horizontal",
+    include_str!("data/flashinfer_ssu_horizontal/manifest.json"),
+    include_bytes!("data/flashinfer_ssu_horizontal/fixtures.bin"),
+)];
 
 /// One recorded horizontal run on the host.
 struct Recording {

@@ -4,11 +4,11 @@
 //! The SR conversion is the recording release's (`common::recorded_sr_rule`; 0.7.4 and later
 //! use 0.7.4's), so a manifest recorded with FlashInfer 0.7.4 is checked by this binary.
 //!
-//! For every case and every recorded algorithm run (simple, vertical, auto): the whole input
-//! state storage (padding and unreferenced slots included) is uploaded with the recorded
-//! strides, `out` is poisoned with 0xFF bytes like the reference rig, our kernel runs with the
-//! case's flags, and the whole state storage and `out` are compared with the recorded outputs
-//! byte for byte (by SHA-256 for hash-only blocks). Any state difference or any `out`
+//! For every case and every recorded algorithm run (simple, vertical, horizontal, auto): the
+//! whole input state storage (padding and unreferenced slots included) is uploaded with the
+//! recorded strides, `out` is poisoned with 0xFF bytes like the reference rig, our kernel runs
+//! with the case's flags, and the whole state storage and `out` are compared with the recorded
+//! outputs byte for byte (by SHA-256 for hash-only blocks). Any state difference or any `out`
 //! difference fails the test; a table line per run says where.
 
 mod common;
@@ -442,8 +442,24 @@ const NEW_CASES: Embedded = Embedded {
     dstates: &[64, 128, 256],
 };
 
+/// FlashInfer 0.7.2.post1's single-token horizontal kernel (`tools/flashinfer-recorder/cases/
+/// horizontal_cases.json`, recorded on an H200 on 2026-12-03; its horizontal runs, `merge.py
+/// --algorithms horizontal`): head dims 64 and 128, dstate 64, 128 and 256, fp16 state at 0, 5
+/// and 10 rounds with a pad and z (32 heads x batch 2), bf16 and fp32 states with write slots
+/// other than the read slots, and the timing cases at 128 heads x batch 8 and 32 (hash only).
+/// The d64 / dstate 64 / 10-round case keeps its whole state (the CPU model's check,
+/// `tests/horizontal_recordings.rs`); the other states are compared by hash.
+const HORIZONTAL: Embedded = Embedded {
+    name: "flashinfer_ssu_horizontal",
+    manifest: include_str!("data/flashinfer_ssu_horizontal/manifest.json"),
+    fixtures: include_bytes!("data/flashinfer_ssu_horizontal/fixtures.bin"),
+    cases: 34,
+    dims: &[64, 128],
+    dstates: &[64, 128, 256],
+};
+
 /// Every embedded set beside the reference data.
-const EMBEDDED: [&Embedded; 3] = [&SHAPES, &SHAPES_074, &NEW_CASES];
+const EMBEDDED: [&Embedded; 4] = [&SHAPES, &SHAPES_074, &NEW_CASES, &HORIZONTAL];
 
 /// Runs one embedded set on the GPU, as [`flashinfer_reference_bit_exact`] checks the reference
 /// data.
@@ -475,6 +491,13 @@ fn flashinfer_shapes_074_bit_exact() {
 #[ignore = "requires a CUDA GPU"]
 fn flashinfer_new_cases_bit_exact() {
     check_embedded(&NEW_CASES);
+}
+
+/// [`HORIZONTAL`] on the GPU: the crate's HORIZONTAL kernel against FlashInfer's.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_horizontal_bit_exact() {
+    check_embedded(&HORIZONTAL);
 }
 
 /// Every embedded set's data is intact: the bin has its recorded size and SHA-256, every
