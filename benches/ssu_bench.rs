@@ -22,7 +22,8 @@
 //! the binary `cargo bench --no-run --bench ssu_bench` builds, run by hand (e.g. on a GPU host
 //! without Rust).
 //! `--variants` picks among off (no SR), 5s, 5v, 10s and 10v (rounds and layout; default all
-//! five); `--calls K` puts at least K calls in each graph instead of 32 (the per-call time of
+//! five) and offh, 5h, 10h (FlashInfer's horizontal mapping, head dims that are a multiple of 64
+//! up to 256; other dims are skipped for them); `--calls K` puts at least K calls in each graph instead of 32 (the per-call time of
 //! a long graph includes any clock the GPU lowers under sustained load). `--soak SECS` follows
 //! each timing with a sustained-load phase (1.5 s, then SECS seconds of back-to-back replays,
 //! marked by `SOAK_STEADY` / `SOAK_END` lines) and prints its µs per call: the steady time on a
@@ -425,6 +426,12 @@ fn run(opts: args::Opts) -> Res<()> {
         println!("|---|---|---|---|---|---|---|---|---|---|");
         for &nheads in &opts.nheads {
             for &(rounds, alg, alg_name, _) in opts.variants.iter().map(|&i| &VARIANTS[i]) {
+                if alg == Algorithm::Horizontal && (dim % 64 != 0 || dim > 256) {
+                    println!(
+                        "| {nheads} | - | {alg_name} | - | head dim {dim}: not taken | | | | | |"
+                    );
+                    continue;
+                }
                 for &batch in &opts.batches {
                     let sz = Sizes {
                         nheads,

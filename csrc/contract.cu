@@ -246,6 +246,13 @@ int check_options_and_form(const mamba_ssu_args &a, Call *c) {
                   "multi-token call has a 4-D x, cache_steps >= 1, or cu_seqlens with a 3-D x",
                   a.x.rank, ll(a.cache_steps), has_cu ? ", cu_seqlens" : "");
 
+  // FlashInfer's horizontal kernel refuses a block-scaled state (its launcher's check, a
+  // RuntimeError): rejected as such before the crate's own refusal of that state below.
+  if (!c->multi && a.algorithm == MAMBA_SSU_ALGO_HORIZONTAL && a.state_scale.rank > 0)
+    return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "algorithm",
+                  "HORIZONTAL does not take a block-scaled int16 state (state_scale): "
+                  "FlashInfer's horizontal kernel cannot quantise a row it sees in stages");
+
   // FlashInfer's arguments this crate does not serve (the single-token path ignores the
   // multi-token ones, intermediate_state_scales included, as FlashInfer's does).
   if (a.state_scale.rank > 0)
@@ -261,10 +268,6 @@ int check_options_and_form(const mamba_ssu_args &a, Call *c) {
       return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, g.name,
                     "a required tensor, got none (rank 0)");
   }
-  if (!c->multi && a.algorithm == MAMBA_SSU_ALGO_HORIZONTAL)
-    return reject(MAMBA_SSU_ERROR_UNSUPPORTED, "algorithm",
-                  "HORIZONTAL (3) is not served (AUTO, SIMPLE or VERTICAL are)");
-
   // FlashInfer's C++ checks of the form (RuntimeError there, INVALID_ARGUMENT here). Its
   // multi-token launcher built for sm_90 takes AUTO and SIMPLE only.
   if (c->multi && (a.algorithm == MAMBA_SSU_ALGO_VERTICAL ||
@@ -767,7 +770,7 @@ extern "C" int mamba_ssu_check(const mamba_ssu_args *args, mamba_ssu_problem *pr
   } else {
     mamba_ssu_device_props d;
     if (int s = planning_props(args->num_sms, &d)) return s;
-    p.algorithm = auto_algorithm(c.batch, c.nheads, d);
+    p.algorithm = auto_algorithm(c.batch, c.nheads, c.dim, c.state.dtype, d);
   }
   *problem = p;
   return MAMBA_SSU_SUCCESS;

@@ -19,10 +19,23 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
 // planning_props, launch_props).
 int ssu_plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d,
              mamba_ssu_launch_plan *out);
-// ALGO_AUTO's layout for batch x nheads on device d (FlashInfer's rule: below sm_90 SIMPLE;
-// else SIMPLE below 2 (batch, head) pairs per SM, VERTICAL from there on): MAMBA_SSU_ALGO_SIMPLE
-// or MAMBA_SSU_ALGO_VERTICAL.
-int32_t auto_algorithm(int64_t batch, int64_t nheads, const mamba_ssu_device_props &d);
+// ALGO_AUTO's layout for batch x nheads on device d with a head dim of dim rows and a state
+// of state_dtype (FlashInfer's rule: below sm_90 SIMPLE; else SIMPLE below 2 (batch, head)
+// pairs per SM; from there on VERTICAL on the sm_90 family, and from sm_100 on VERTICAL for an
+// F32 state and HORIZONTAL for a 2-byte one whose head dim its horizontal kernel takes
+// (hz_dim_ok; VERTICAL for the others, FlashInfer 0.7.4's fallback)):
+// MAMBA_SSU_ALGO_SIMPLE, MAMBA_SSU_ALGO_VERTICAL or MAMBA_SSU_ALGO_HORIZONTAL.
+int32_t auto_algorithm(int64_t batch, int64_t nheads, int64_t dim, int32_t state_dtype,
+                       const mamba_ssu_device_props &d);
+
+// Single token in FlashInfer's horizontal mapping (ssu_single_hz.cu), for blocks that passed
+// ssu_check and whose algorithm resolves to HORIZONTAL. hz_dim_ok: the head dims FlashInfer's
+// horizontal kernel takes (a multiple of 64, at most 256).
+bool hz_dim_ok(int64_t dim);
+int hz_plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d,
+            mamba_ssu_launch_plan *out);
+int hz_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba_ssu_seed &seed,
+              const mamba_ssu_device_props &d);
 
 // Multi token (ssu_mtp_check.cu, ssu_mtp.cu), likewise.
 int mtp_check(const mamba_ssu_mtp_params *p, const mamba_ssu_seed &seed, const SeedNames &names);

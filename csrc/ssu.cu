@@ -102,9 +102,18 @@ int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedN
   if (has_index && p->index_dtype != MAMBA_SSU_I32 && p->index_dtype != MAMBA_SSU_I64)
     return invalid("index_dtype: expected I32 or I64, got %lld", ll(p->index_dtype));
   if (p->algorithm != MAMBA_SSU_ALGO_AUTO && p->algorithm != MAMBA_SSU_ALGO_SIMPLE &&
-      p->algorithm != MAMBA_SSU_ALGO_VERTICAL)
-    return invalid("algorithm: expected AUTO (0), SIMPLE (1) or VERTICAL (2), got %lld",
-                   ll(p->algorithm));
+      p->algorithm != MAMBA_SSU_ALGO_VERTICAL && p->algorithm != MAMBA_SSU_ALGO_HORIZONTAL)
+    return invalid(
+        "algorithm: expected AUTO (0), SIMPLE (1), VERTICAL (2) or HORIZONTAL (3), got %lld",
+        ll(p->algorithm));
+  // FlashInfer's horizontal kernel gives each row 2 threads of its (dim / 64) * 4 consumer
+  // warps and loads a stage of all dim rows as one TMA box (at most 256 rows): 0.7.4's launcher
+  // refuses other head dims (a RuntimeError), 0.7.2's runs them out of bounds.
+  if (p->algorithm == MAMBA_SSU_ALGO_HORIZONTAL && !hz_dim_ok(p->dim))
+    return invalid(
+        "algorithm: HORIZONTAL needs a head dim that is a multiple of 64 and at most 256 "
+        "(FlashInfer's horizontal kernel), got dim %lld",
+        ll(p->dim));
 
   // Pointers and alignment.
   const int sb = float_bytes(p->state_dtype);
@@ -371,9 +380,10 @@ int plan_launch(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan
   if (int s = check_props(&d)) return s;
   const int num_sms = d.num_sms;
   const bool below = below_switch(p.batch, p.nheads, num_sms);
-  const bool simple = p.algorithm == MAMBA_SSU_ALGO_SIMPLE ||
-                      (p.algorithm == MAMBA_SSU_ALGO_AUTO &&
-                       auto_algorithm(p.batch, p.nheads, d) == MAMBA_SSU_ALGO_SIMPLE);
+  const bool simple =
+      p.algorithm == MAMBA_SSU_ALGO_SIMPLE ||
+      (p.algorithm == MAMBA_SSU_ALGO_AUTO &&
+       auto_algorithm(p.batch, p.nheads, p.dim, p.state_dtype, d) == MAMBA_SSU_ALGO_SIMPLE);
   // First accumulate form of FlashInfer's build (first_form_f1).
   const bool f1 =
       first_form_f1(simple, below, p.philox_rounds, p.dstate, p.state_dtype == MAMBA_SSU_F32);
@@ -480,16 +490,33 @@ int plan_launch(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan
 
 }  // namespace
 
-int32_t auto_algorithm(int64_t batch, int64_t nheads, const mamba_ssu_device_props &d) {
+int32_t auto_algorithm(int64_t batch, int64_t nheads, int64_t dim, int32_t state_dtype,
+                       const mamba_ssu_device_props &d) {
   // FlashInfer's kernels for GPUs below sm_90 have the simple layout only.
   if (d.cc_major < 9) return MAMBA_SSU_ALGO_SIMPLE;
-  return below_switch(batch, nheads, d.num_sms) ? MAMBA_SSU_ALGO_SIMPLE
-                                                : MAMBA_SSU_ALGO_VERTICAL;
+  if (below_switch(batch, nheads, d.num_sms)) return MAMBA_SSU_ALGO_SIMPLE;
+  if (d.cc_major < 10) return MAMBA_SSU_ALGO_VERTICAL;
+  // FlashInfer's module for sm_100 and newer: vertical for an fp32 state (it measured faster
+  // there), horizontal for an fp16 or bf16 one. For a head dim its horizontal kernel does not
+  // take, 0.7.4 falls back to vertical (0.7.2 runs the horizontal kernel out of its bounds).
+  if (state_dtype == MAMBA_SSU_F32 || !hz_dim_ok(dim)) return MAMBA_SSU_ALGO_VERTICAL;
+  return MAMBA_SSU_ALGO_HORIZONTAL;
 }
+
+namespace {
+// The algorithm a checked block runs on device d: its own, or AUTO's resolution.
+int32_t resolved_algorithm(const mamba_ssu_params &p, const mamba_ssu_device_props &d) {
+  return p.algorithm == MAMBA_SSU_ALGO_AUTO
+             ? auto_algorithm(p.batch, p.nheads, p.dim, p.state_dtype, d)
+             : p.algorithm;
+}
+}  // namespace
 
 int ssu_plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d,
              mamba_ssu_launch_plan *out) {
   const int sms = d.num_sms;
+  if (int s = check_props(&d)) return s;
+  if (resolved_algorithm(p, d) == MAMBA_SSU_ALGO_HORIZONTAL) return hz_plan(p, d, out);
   Plan plan;
   if (int s = plan_launch(p, d, &plan)) return s;
   out->grid_blocks = plan.nblocks;
@@ -506,6 +533,7 @@ int ssu_plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d,
 int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba_ssu_seed &seed) {
   mamba_ssu_device_props d;
   if (int s = launch_props(p.num_sms, &d)) return s;
+  if (resolved_algorithm(p, d) == MAMBA_SSU_ALGO_HORIZONTAL) return hz_launch(stream, p, seed, d);
   Plan plan;
   if (int s = plan_launch(p, d, &plan)) return s;
   const bool below = plan.below, simple = plan.simple, f1 = plan.f1, hot = plan.hot;
@@ -589,16 +617,18 @@ extern "C" int mamba_ssu_selective_state_update_check(const mamba_ssu_params *pa
 }
 
 namespace {
-// ALGO_AUTO resolved on the device *d, or (d null) on planning_props(num_sms)'s; SIMPLE and
-// VERTICAL resolve to themselves. Failure: minus the status.
-int resolve(int32_t algorithm, int64_t batch, int64_t nheads, int32_t num_sms,
-            const mamba_ssu_device_props *d) {
-  if (algorithm == MAMBA_SSU_ALGO_SIMPLE || algorithm == MAMBA_SSU_ALGO_VERTICAL) return algorithm;
-  if (algorithm == MAMBA_SSU_ALGO_HORIZONTAL)
-    return -fail(MAMBA_SSU_ERROR_UNSUPPORTED, "algorithm: HORIZONTAL (3) is not served");
+// ALGO_AUTO resolved on the device *d, or (d null) on planning_props(num_sms)'s, for a head dim
+// of dim rows and a state of state_dtype; SIMPLE, VERTICAL and HORIZONTAL resolve to
+// themselves. Failure: minus the status.
+int resolve(int32_t algorithm, int64_t batch, int64_t nheads, int64_t dim, int32_t state_dtype,
+            int32_t num_sms, const mamba_ssu_device_props *d) {
+  if (algorithm == MAMBA_SSU_ALGO_SIMPLE || algorithm == MAMBA_SSU_ALGO_VERTICAL ||
+      algorithm == MAMBA_SSU_ALGO_HORIZONTAL)
+    return algorithm;
   if (algorithm != MAMBA_SSU_ALGO_AUTO)
     return -fail(MAMBA_SSU_ERROR_INVALID_VALUE,
-                 "algorithm: expected AUTO (0), SIMPLE (1) or VERTICAL (2), got %d", algorithm);
+                 "algorithm: expected AUTO (0), SIMPLE (1), VERTICAL (2) or HORIZONTAL (3), got %d",
+                 algorithm);
   mamba_ssu_device_props queried;
   if (d == nullptr) {
     if (int s = planning_props(num_sms, &queried)) return -s;
@@ -606,14 +636,16 @@ int resolve(int32_t algorithm, int64_t batch, int64_t nheads, int32_t num_sms,
   } else if (int s = check_props(d)) {
     return -s;
   }
-  return auto_algorithm(batch, nheads, *d);
+  return auto_algorithm(batch, nheads, dim, state_dtype, *d);
 }
 }  // namespace
 
+// The two resolvers without the state: AUTO as for an F32 state (which FlashInfer's rule never
+// sends to HORIZONTAL): SIMPLE or VERTICAL.
 extern "C" int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch, int64_t nheads,
                                            int32_t num_sms) {
   clear_error();
-  return resolve(algorithm, batch, nheads, num_sms, nullptr);
+  return resolve(algorithm, batch, nheads, 64, MAMBA_SSU_F32, num_sms, nullptr);
 }
 
 extern "C" int mamba_ssu_resolve_algorithm_for_device(int32_t algorithm, int64_t batch,
@@ -621,7 +653,26 @@ extern "C" int mamba_ssu_resolve_algorithm_for_device(int32_t algorithm, int64_t
                                                       const mamba_ssu_device_props *props) {
   clear_error();
   if (props == nullptr) return -fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "props: null pointer");
-  return resolve(algorithm, batch, nheads, 0, props);
+  return resolve(algorithm, batch, nheads, 64, MAMBA_SSU_F32, 0, props);
+}
+
+extern "C" int mamba_ssu_resolve_algorithm_for_state(int32_t algorithm, int64_t batch,
+                                                     int64_t nheads, int64_t dim,
+                                                     int32_t state_dtype,
+                                                     const mamba_ssu_device_props *props) {
+  clear_error();
+  if (props == nullptr) return -fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "props: null pointer");
+  if (!is_float_dtype(state_dtype))
+    return -fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                 "state_dtype: expected F32, F16 or BF16, got %d", state_dtype);
+  if (dim < 1)
+    return -fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "dim: expected >= 1, got %lld", ll(dim));
+  if (algorithm == MAMBA_SSU_ALGO_HORIZONTAL && !hz_dim_ok(dim))
+    return -fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                 "algorithm: HORIZONTAL needs a head dim that is a multiple of 64 and at most "
+                 "256 (FlashInfer's horizontal kernel), got dim %lld",
+                 ll(dim));
+  return resolve(algorithm, batch, nheads, dim, state_dtype, 0, props);
 }
 
 extern "C" int mamba_ssu_selective_state_update_plan(const mamba_ssu_params *params,

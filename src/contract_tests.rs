@@ -223,8 +223,6 @@ fn descriptors_and_what_is_not_served() {
 #[test]
 fn options_and_forms() {
     check_rules(&[
-        (single, |a| a.algorithm = sys::MAMBA_SSU_ALGO_HORIZONTAL as i32, UNS, "algorithm",
-            "HORIZONTAL (3) is not served"),
         (single, |a| a.algorithm = 4, VAL, "algorithm", "got 4"),
         (single, |a| a.form = 3, VAL, "form", "expected AUTO (0), SINGLE (1) or MULTI (2)"),
         // FlashInfer's multi-token checks (RuntimeError there); the single-token path ignores
@@ -254,6 +252,84 @@ fn options_and_forms() {
         // An unknown value is FlashInfer's Python ValueError, before any tensor rule.
         (fixed, |a| { a.algorithm = 9; a.x.shape[2] = NH + 1; }, VAL, "algorithm", "got 9"),
     ]);
+}
+
+/// `single()` with a head dim of `dim` rows (every tensor that has one resized).
+fn with_dim(mut a: sys::mamba_ssu_args, dim: i64) -> sys::mamba_ssu_args {
+    a.state = dense(1, a.state.dtype, &[SLOTS, NH, dim, DS]);
+    a.x = dense(2, a.x.dtype, &[BATCH, NH, dim]);
+    a.dt = tensor(3, a.dt.dtype, &[BATCH, NH, dim], &[NH, 1, 0]);
+    a.A = tensor(4, F32, &[NH, dim, DS], &[1, 0, 0]);
+    a.D = tensor(7, a.D.dtype, &[NH, dim], &[1, 0]);
+    a.z = dense(8, a.z.dtype, &[BATCH, NH, dim]);
+    a.dt_bias = tensor(9, a.dt_bias.dtype, &[NH, dim], &[1, 0]);
+    a.out = dense(10, a.out.dtype, &[BATCH, NH, dim]);
+    a
+}
+
+/// A single-token HORIZONTAL call at head dim 64 (its smallest).
+fn horizontal() -> sys::mamba_ssu_args {
+    sys::mamba_ssu_args {
+        algorithm: sys::MAMBA_SSU_ALGO_HORIZONTAL as i32,
+        ..with_dim(single(), 64)
+    }
+}
+
+/// HORIZONTAL: FlashInfer's horizontal kernel takes head dims that are a multiple of 64 up to
+/// 256 (0.7.4's launcher check, a RuntimeError: INVALID_ARGUMENT), any state dtype, and
+/// refuses a block-scaled state (its launcher's check, a RuntimeError, before the crate's own
+/// refusal of such a state); the multi-token path stays AUTO or SIMPLE (see options_and_forms).
+#[rustfmt::skip]
+#[test]
+fn horizontal_rules() {
+    check_rules(&[
+        (single, |a| a.algorithm = sys::MAMBA_SSU_ALGO_HORIZONTAL as i32, INV, "algorithm",
+            "HORIZONTAL needs a head dim that is a multiple of 64 and at most 256 (FlashInfer's \
+             horizontal kernel), got dim 8"),
+        (horizontal, |a| *a = with_dim(*a, 80), INV, "algorithm",
+            "got dim 80"),
+        (horizontal, |a| *a = with_dim(*a, 96), INV, "algorithm",
+            "got dim 96"),
+        (horizontal, |a| *a = with_dim(*a, 320), INV, "algorithm",
+            "got dim 320"),
+        (horizontal, |a| *a = with_dim(*a, 32), INV, "algorithm",
+            "got dim 32"),
+        (horizontal, |a| { a.state_scale = dense(20, F32, &[SLOTS, NH, 64]);
+                           a.state.dtype = I16;
+                           a.seed.mode = sys::MAMBA_SSU_SEED_MODE_NONE as i32; }, INV, "algorithm",
+            "does not take a block-scaled int16 state"),
+        // An int16 state without scales: the crate's refusal of that dtype.
+        (horizontal, |a| { a.state.dtype = I16;
+                           a.seed.mode = sys::MAMBA_SSU_SEED_MODE_NONE as i32; }, UNS, "state",
+            "int16 state is not served"),
+        // With a seed, FlashInfer's Python check of a seed with state_scale still comes first.
+        (horizontal, |a| a.state_scale = dense(20, F32, &[SLOTS, NH, 64]), VAL, "state_scale",
+            "not allowed together with a seed"),
+        // Multi token: the sm_90 multi-token launcher's refusal (INVALID_ARGUMENT).
+        (fixed, |a| a.algorithm = sys::MAMBA_SSU_ALGO_HORIZONTAL as i32, INV, "algorithm",
+            "the multi-token path has one layout (AUTO or SIMPLE), got HORIZONTAL"),
+    ]);
+    // Accepted: every head dim it takes, with every state dtype (SR with an F16 one), both
+    // index dtypes, z or not; the check's problem keeps the algorithm.
+    for dim in [64, 128, 192, 256] {
+        for state in [F16, BF16, F32] {
+            for (index, z) in [(I32, true), (I64, false)] {
+                let mut a = with_dim(horizontal(), dim);
+                a.state.dtype = state;
+                a.state_batch_indices.dtype = index;
+                a.dst_state_batch_indices.dtype = index;
+                if state != F16 {
+                    a.seed.mode = sys::MAMBA_SSU_SEED_MODE_NONE as i32;
+                }
+                if !z {
+                    a.z = absent();
+                }
+                let p = check(&a).unwrap_or_else(|e| panic!("dim {dim} state {state}: {e:?}"));
+                assert_eq!(p.algorithm, sys::MAMBA_SSU_ALGO_HORIZONTAL as i32);
+                assert_eq!((p.dim, p.state_dtype), (dim, state));
+            }
+        }
+    }
 }
 
 #[rustfmt::skip]

@@ -149,14 +149,17 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        // SAFETY: a pure function of its arguments (num_sms > 0: no device query).
-        let r = unsafe {
-            sys::mamba_ssu_resolve_algorithm(sys::MAMBA_SSU_ALGO_HORIZONTAL as i32, 1, 1, 1)
-        };
-        match check(-r) {
+        // An int16 state (FlashInfer's block-scaled state) is not served.
+        let mut args = sys::mamba_ssu_args::default();
+        args.state.rank = 1;
+        args.state.dtype = sys::MAMBA_SSU_I16 as i32;
+        args.state.shape[0] = 1;
+        // SAFETY: a valid call description; the check reads it only.
+        let status = unsafe { sys::mamba_ssu_check(&args, std::ptr::null_mut()) };
+        match check(status) {
             Err(Error::Unsupported { argument, message }) => {
-                assert_eq!(argument, "algorithm");
-                assert!(message.contains("HORIZONTAL"), "{message}");
+                assert_eq!(argument, "state");
+                assert!(message.contains("int16"), "{message}");
             }
             other => panic!("{other:?}"),
         }

@@ -223,6 +223,10 @@ mod ssu {
     #[test]
     fn parses_variant_names() {
         assert_eq!(args::parse_variants("off,10s,5v").unwrap().0, vec![0, 3, 2]);
+        assert_eq!(
+            args::parse_variants("offh,5h,10h").unwrap().0,
+            vec![5, 6, 7]
+        );
         assert!(args::parse_variants("10x").is_err());
         assert!(args::parse_variants("").is_err());
     }

@@ -4,11 +4,11 @@
 //! The SR conversion is the recording release's (`common::recorded_sr_rule`; 0.7.4 and later
 //! use 0.7.4's), so a manifest recorded with FlashInfer 0.7.4 is checked by this binary.
 //!
-//! For every case and every recorded algorithm run (simple, vertical, auto): the whole input
-//! state storage (padding and unreferenced slots included) is uploaded with the recorded
-//! strides, `out` is poisoned with 0xFF bytes like the reference rig, our kernel runs with the
-//! case's flags, and the whole state storage and `out` are compared with the recorded outputs
-//! byte for byte (by SHA-256 for hash-only blocks). Any state difference or any `out`
+//! For every case and every recorded algorithm run (simple, vertical, horizontal, auto): the
+//! whole input state storage (padding and unreferenced slots included) is uploaded with the
+//! recorded strides, `out` is poisoned with 0xFF bytes like the reference rig, our kernel runs
+//! with the case's flags, and the whole state storage and `out` are compared with the recorded
+//! outputs byte for byte (by SHA-256 for hash-only blocks). Any state difference or any `out`
 //! difference fails the test; a table line per run says where.
 
 mod common;
@@ -132,26 +132,21 @@ fn outside_blocks_changed(
     changed
 }
 
-fn run_one(
+/// One launch of our kernel on a case's inputs with algorithm `alg`: the whole input state
+/// storage uploaded with the recorded strides, `out` (laid out as `out_desc`) poisoned with 0xFF
+/// bytes like the reference rig, the case's flags; the launch's result, and (when it launched)
+/// the downloaded state pieces and `out`; a failure says whether the call was refused as an
+/// `InvalidArgument`.
+#[allow(clippy::type_complexity)]
+fn launch_case(
     ctx: &std::sync::Arc<cudarc::driver::CudaContext>,
     stream: &std::sync::Arc<cudarc::driver::CudaStream>,
     m: &Manifest,
     case: &Case,
     hosts: &BTreeMap<String, common::HostStorage>,
-    r: &ResultEntry,
-    device_sms: u64,
-) -> Outcome {
-    let alg = r.algorithm_requested.as_str();
-    let label = format!("| {:<28} | {:<8} |", case.name, alg);
-    if alg == "auto" && rule(case.batch, case.nheads, device_sms) != r.algorithm_used_by_rule {
-        return Outcome {
-            line: format!(
-                "{label} skipped: this device has {device_sms} SMs, auto would not pick {} |",
-                r.algorithm_used_by_rule
-            ),
-            failed: false,
-        };
-    }
+    alg: &'static str,
+    out_desc: &common::TensorDesc,
+) -> Result<(Vec<(u64, Vec<u8>)>, Vec<(u64, Vec<u8>)>), (bool, String)> {
     let state_desc = case.input("state").unwrap();
     let mut state = SparseStorage::upload(ctx, stream, state_desc, &hosts["state"]);
     let mut bufs: BTreeMap<&str, DevBuf> = BTreeMap::new();
@@ -163,7 +158,6 @@ fn run_one(
             );
         }
     }
-    let out_desc = r.output("out");
     let mut out = DevBuf::alloc(stream, &out_desc.dtype, out_desc.storage_elems as usize);
     out.fill_bytes(stream, 0, out_desc.storage_elems as usize, 0xFF);
 
@@ -205,30 +199,131 @@ fn run_one(
             dt_softplus: case.dt_softplus,
             disable_state_update: case.disable_state_update,
             philox_rounds: case.philox_rounds,
-            algorithm: match alg {
-                "simple" => "simple",
-                "vertical" => "vertical",
-                _ => "auto",
-            },
+            algorithm: alg,
         },
     };
     // The conversion of the release that recorded the case (0.7.2's for the embedded data).
     let rule = common::recorded_sr_rule(&m.json, &case.json);
-    if let Err(e) = ssu_dev::launch_with_rule(stream, &mut call, rule) {
-        return Outcome {
-            line: format!("{label} LAUNCH ERROR: {e} |"),
-            failed: true,
-        };
-    }
+    ssu_dev::launch_with_rule(stream, &mut call, rule).map_err(|e| {
+        (
+            matches!(e, mamba_ssu::Error::InvalidArgument { .. }),
+            format!("LAUNCH ERROR: {e}"),
+        )
+    })?;
     drop(call);
-    if let Err(e) = stream.synchronize() {
+    stream
+        .synchronize()
+        .map_err(|e| (false, format!("KERNEL ERROR: {e}")))?;
+    Ok((state.download(), vec![(0u64, out.download_all(stream))]))
+}
+
+/// The runs FlashInfer's launcher refused (`rejected_algorithms` entries of status "rejected";
+/// a CUDA error is not a refusal): (algorithm, FlashInfer's message).
+fn rejected_runs(case: &Case) -> Vec<(String, String)> {
+    case.json["rejected_algorithms"]
+        .as_array()
+        .map(|v| {
+            v.iter()
+                .filter(|r| r["status"] == "rejected")
+                .map(|r| {
+                    (
+                        r["algorithm"].as_str().unwrap_or("").to_string(),
+                        r["message"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// An algorithm name of a manifest as the test harness's (`ssu_dev::algorithm`).
+fn algorithm_name(alg: &str) -> Option<&'static str> {
+    ["simple", "vertical", "horizontal", "auto"]
+        .into_iter()
+        .find(|a| *a == alg)
+}
+
+/// A run FlashInfer's launcher refused (the manifest's `rejected_algorithms`, status
+/// "rejected": a RuntimeError of its C++ checks, e.g. HORIZONTAL at a head dim it does not
+/// take): our call with the same arguments is refused as `InvalidArgument` (the C status
+/// INVALID_ARGUMENT, RuntimeError in the torch extension) before anything is launched. A case
+/// without a recorded run to take the output layout from is skipped.
+fn run_rejected(
+    ctx: &std::sync::Arc<cudarc::driver::CudaContext>,
+    stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+    m: &Manifest,
+    case: &Case,
+    hosts: &BTreeMap<String, common::HostStorage>,
+    alg: &str,
+    message: &str,
+) -> Outcome {
+    let label = format!("| {:<28} | {:<8} |", case.name, alg);
+    let Some(name) = algorithm_name(alg) else {
         return Outcome {
-            line: format!("{label} KERNEL ERROR: {e} |"),
+            line: format!("{label} UNKNOWN ALGORITHM {alg} (rejected by FlashInfer) |"),
             failed: true,
         };
+    };
+    let Some(r) = case.results.first() else {
+        return Outcome {
+            line: format!("{label} skipped: rejected by FlashInfer, no run to lay out out from |"),
+            failed: false,
+        };
+    };
+    match launch_case(ctx, stream, m, case, hosts, name, r.output("out")) {
+        Err((true, e)) => Outcome {
+            line: format!("{label} rejected as FlashInfer rejects it ({message}): {e} |"),
+            failed: false,
+        },
+        Err((false, e)) => Outcome {
+            line: format!(
+                "{label} REJECTED WITH ANOTHER CLASS than FlashInfer's ({message}): {e} |"
+            ),
+            failed: true,
+        },
+        Ok(_) => Outcome {
+            line: format!("{label} ACCEPTED, but FlashInfer rejects it: {message} |"),
+            failed: true,
+        },
     }
-    let got_state = state.download();
-    let got_out = vec![(0u64, out.download_all(stream))];
+}
+
+fn run_one(
+    ctx: &std::sync::Arc<cudarc::driver::CudaContext>,
+    stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+    m: &Manifest,
+    case: &Case,
+    hosts: &BTreeMap<String, common::HostStorage>,
+    r: &ResultEntry,
+    device_sms: u64,
+) -> Outcome {
+    let alg = r.algorithm_requested.as_str();
+    let label = format!("| {:<28} | {:<8} |", case.name, alg);
+    if alg == "auto" && rule(case.batch, case.nheads, device_sms) != r.algorithm_used_by_rule {
+        return Outcome {
+            line: format!(
+                "{label} skipped: this device has {device_sms} SMs, auto would not pick {} |",
+                r.algorithm_used_by_rule
+            ),
+            failed: false,
+        };
+    }
+    let Some(name) = algorithm_name(alg) else {
+        return Outcome {
+            line: format!("{label} UNKNOWN ALGORITHM {alg} |"),
+            failed: true,
+        };
+    };
+    let out_desc = r.output("out");
+    let (got_state, got_out) = match launch_case(ctx, stream, m, case, hosts, name, out_desc) {
+        Ok(v) => v,
+        Err((_, e)) => {
+            return Outcome {
+                line: format!("{label} {e} |"),
+                failed: true,
+            }
+        }
+    };
 
     let (sd, s_ulp, s_hash, s_first) = compare_output(m, r.output("state"), &got_state);
     let untouched = outside_blocks_changed(r.output("state"), &got_state, &hosts["state"]);
@@ -376,8 +471,31 @@ const FORMS: Embedded = Embedded {
     dstates: &[64, 256],
 };
 
+/// FlashInfer 0.7.2.post1's single-token horizontal kernel (`tools/flashinfer-recorder/cases/
+/// horizontal_cases.json`, recorded on an H200 on 2026-12-03; its horizontal runs, `merge.py
+/// --algorithms horizontal`): head dims 64 and 128, dstate 64, 128 and 256, fp16 state at 0, 5
+/// and 10 rounds with a pad and z (32 heads x batch 2), bf16 and fp32 states with write slots
+/// other than the read slots, and the timing cases at 128 heads x batch 8 and 32 (hash only).
+/// The d64 / dstate 64 / 10-round case keeps its whole state (the CPU model's check,
+/// `tests/horizontal_recordings.rs`); the other states are compared by hash.
+const HORIZONTAL: Embedded = Embedded {
+    name: "flashinfer_ssu_horizontal",
+    manifest: include_str!("data/flashinfer_ssu_horizontal/manifest.json"),
+    fixtures: include_bytes!("data/flashinfer_ssu_horizontal/fixtures.bin"),
+    cases: 34,
+    dims: &[64, 128],
+    dstates: &[64, 128, 256],
+};
+
 /// Every embedded set beside the reference data.
-const EMBEDDED: [&Embedded; 5] = [&SHAPES, &SHAPES_074, &NEW_CASES, &DS_074, &FORMS];
+const EMBEDDED: [&Embedded; 6] = [
+    &SHAPES,
+    &SHAPES_074,
+    &NEW_CASES,
+    &DS_074,
+    &FORMS,
+    &HORIZONTAL,
+];
 
 /// Runs one embedded set on the GPU, as [`flashinfer_reference_bit_exact`] checks the reference
 /// data.
@@ -423,6 +541,13 @@ fn flashinfer_ds_074_bit_exact() {
 #[ignore = "requires a CUDA GPU"]
 fn flashinfer_forms_bit_exact() {
     check_embedded(&FORMS);
+}
+
+/// [`HORIZONTAL`] on the GPU: the crate's HORIZONTAL kernel against FlashInfer's.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_horizontal_bit_exact() {
+    check_embedded(&HORIZONTAL);
 }
 
 /// Every embedded set's data is intact: the bin has its recorded size and SHA-256, every
@@ -516,6 +641,14 @@ fn check_manifest(
             runs += 1;
             if o.failed {
                 failed.push(format!("{}/{}", case.name, r.algorithm_requested));
+            }
+        }
+        for (alg, message) in rejected_runs(case) {
+            let o = run_rejected(ctx, stream, m, case, &hosts, &alg, &message);
+            println!("{}", o.line);
+            runs += 1;
+            if o.failed {
+                failed.push(format!("{}/{alg} (rejected by FlashInfer)", case.name));
             }
         }
     }

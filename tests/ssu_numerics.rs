@@ -1,7 +1,8 @@
 //! GPU numerics of the SSU kernel on inputs drawn fresh every run (the seed is printed; set
 //! `MAMBA_SSU_TEST_SEED` to replay one):
 //! 1. every dtype combination, sizes and option against an f64 reference computed from the same
-//!    rounded inputs (FlashInfer's tolerance, atol 1e-3 / rtol 1e-2), both algorithms;
+//!    rounded inputs (FlashInfer's tolerance, atol 1e-3 / rtol 1e-2), both algorithms (and the
+//!    horizontal one at the head dims it takes; its bits: `tests/ssu_horizontal.rs`);
 //! 2. stochastic rounding is unbiased (z-score over many seeds) where round-to-nearest is not;
 //! 3. poison: nothing outside the written state slots changes and `out` is fully written;
 //! 4. the CPU-predicted SR bits (documented Philox mapping + software SR) agree with the
@@ -643,7 +644,8 @@ fn all_dtype_combinations_match_f64_reference() {
                                 0
                             };
                             let p = Problem::new(cfg, &mut rng);
-                            for alg in ["simple", "vertical"] {
+                            // Head dims 64 and 128: FlashInfer's horizontal kernel takes them.
+                            for alg in ["simple", "vertical", "horizontal"] {
                                 let (s, o) = run(&stream, &p, alg);
                                 runs += 1;
                                 if p.cfg.rounds > 0 {
@@ -855,7 +857,12 @@ fn dstates_64_and_256_match_f64_reference() {
                     cfg.dst = rounds == 10;
                     cfg.z = z;
                     let p = Problem::new(cfg, &mut rng);
-                    for alg in ["simple", "vertical", "auto"] {
+                    let algs: &[&'static str] = if dim % 64 == 0 {
+                        &["simple", "vertical", "auto", "horizontal"]
+                    } else {
+                        &["simple", "vertical", "auto"]
+                    };
+                    for &alg in algs {
                         let (s, o) = run(&stream, &p, alg);
                         runs += 1;
                         if let Some(f) = check_against_reference(&p, alg, &s, &o) {

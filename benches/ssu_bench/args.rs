@@ -17,14 +17,21 @@ pub const MAX_CALLS: usize = 1_000_000;
 pub const MAX_DIM: usize = 1 << 16;
 
 /// The measured variants: Philox rounds (0: no SR), layout, and their names in the table and
-/// on the command line.
-pub const VARIANTS: [(u32, Algorithm, &str, &str); 5] = [
+/// on the command line. The horizontal ones (FlashInfer's horizontal mapping, head dims that
+/// are a multiple of 64 up to 256; other dims skip them) only when asked for.
+pub const VARIANTS: [(u32, Algorithm, &str, &str); 8] = [
     (0, Algorithm::Auto, "auto", "off"),
     (5, Algorithm::Simple, "simple", "5s"),
     (5, Algorithm::Vertical, "vertical", "5v"),
     (10, Algorithm::Simple, "simple", "10s"),
     (10, Algorithm::Vertical, "vertical", "10v"),
+    (0, Algorithm::Horizontal, "horizontal", "offh"),
+    (5, Algorithm::Horizontal, "horizontal", "5h"),
+    (10, Algorithm::Horizontal, "horizontal", "10h"),
 ];
+
+/// The variants measured without `--variants`: the first five.
+pub const DEFAULT_VARIANTS: usize = 5;
 
 /// What a run measures.
 #[derive(Debug)]
@@ -66,7 +73,8 @@ struct Args {
     /// FlashInfer's timings are recorded at dstate 128 only
     #[arg(long, value_name = "128", value_parser = parse_size)]
     dstate: Option<List>,
-    /// Variants among off (no SR), 5s, 5v, 10s, 10v (rounds and layout) [default: all five]
+    /// Variants among off (no SR), 5s, 5v, 10s, 10v, offh, 5h, 10h (rounds and layout; h:
+    /// horizontal) [default: off,5s,5v,10s,10v]
     #[arg(long, value_name = "off,5s,..", value_parser = parse_variants)]
     variants: Option<List>,
     /// At least K calls in each graph [default: 32]
@@ -97,7 +105,9 @@ pub fn parse_variants(s: &str) -> Result<List, String> {
             VARIANTS
                 .iter()
                 .position(|v| v.3 == t.trim())
-                .ok_or_else(|| format!("unknown variant {t:?} (off, 5s, 5v, 10s, 10v)"))
+                .ok_or_else(|| {
+                    format!("unknown variant {t:?} (off, 5s, 5v, 10s, 10v, offh, 5h, 10h)")
+                })
         })
         .collect::<Result<_, _>>()
         .map(List)
@@ -160,7 +170,7 @@ where
         seed_sources: a.seed_sources,
         variants: a
             .variants
-            .map_or_else(|| (0..VARIANTS.len()).collect(), |l| l.0),
+            .map_or_else(|| (0..DEFAULT_VARIANTS).collect(), |l| l.0),
         min_calls: a.calls.unwrap_or(MIN_CALLS),
         soak_s: a.soak,
     })

@@ -159,15 +159,20 @@ typedef enum mamba_ssu_dtype {
   MAMBA_SSU_I16 = 5
 } mamba_ssu_dtype;
 
-/* Which of FlashInfer's two kernels the results must match: it fixes the
- * per-element random bits of stochastic rounding and the summation order of
- * the output. AUTO is FlashInfer's rule: SIMPLE when batch * nheads <
- * 2 * (number of SMs), else VERTICAL. */
+/* Which of FlashInfer's single-token kernels the results must match: it fixes the
+ * per-element random bits of stochastic rounding, the summation order of the output and the
+ * form of the state update. AUTO is FlashInfer's rule: below sm_90 SIMPLE; else SIMPLE when
+ * batch * nheads < 2 * (number of SMs); from there on VERTICAL on the sm_90 family, and from
+ * sm_100 on VERTICAL for an F32 state and HORIZONTAL for an F16 or BF16 one whose head dim
+ * HORIZONTAL takes (else VERTICAL, FlashInfer 0.7.4's fallback). The multi-token path has one
+ * layout (AUTO or SIMPLE). */
 typedef enum mamba_ssu_algorithm {
   MAMBA_SSU_ALGO_AUTO = 0,
   MAMBA_SSU_ALGO_SIMPLE = 1,
   MAMBA_SSU_ALGO_VERTICAL = 2,
-  /* FlashInfer's "horizontal" mapping: not served yet (MAMBA_SSU_ERROR_UNSUPPORTED). */
+  /* FlashInfer's "horizontal" kernel: head dims that are a multiple of 64 up to 256 (others:
+   * MAMBA_SSU_ERROR_INVALID_ARGUMENT, as FlashInfer 0.7.4's launcher refuses them), any state
+   * dtype, not a block-scaled state. */
   MAMBA_SSU_ALGO_HORIZONTAL = 3
 } mamba_ssu_algorithm;
 
@@ -226,7 +231,9 @@ typedef enum mamba_ssu_sr_rule {
  * at run time every multiple of 16 up to 256, e.g. Nemotron Nano 2's 80, and 128; dstate 64 and
  * 256 with the head dim at run time), each built with and without z
  * (z == NULL runs a loop with no z work); every other combination a kernel that takes them at
- * run time. */
+ * run time. ALGO_HORIZONTAL: BF16 inputs and weights run kernels with them compiled in (an F16
+ * state with 0, 5 or 10 rounds, a BF16 or F32 state), everything else a kernel per state dtype
+ * that reads them at run time; the head dim and dstate are run-time values in all. */
 typedef struct mamba_ssu_params {
   int64_t batch;
   int64_t nheads;
@@ -323,7 +330,7 @@ typedef struct mamba_ssu_launch_plan {
   int32_t threads_per_block;
   int32_t warps_per_block;
   int32_t rows_per_warp;     /* state rows (dim) one warp serves */
-  int32_t algorithm;         /* the resolved layout: SIMPLE or VERTICAL */
+  int32_t algorithm;         /* the resolved layout: SIMPLE, VERTICAL or HORIZONTAL */
   int32_t compiled_kernel;   /* 1: a compiled-in (hot) kernel, 0: the run-time one */
   int32_t num_sms;           /* the SM count the plan is for */
 } mamba_ssu_launch_plan;
@@ -337,9 +344,11 @@ int mamba_ssu_selective_state_update_plan(const struct mamba_ssu_params *params,
 
 /* The algorithm ALGO_AUTO resolves to for batch*nheads on an sm_90-family device with num_sms
  * multiprocessors, or (num_sms <= 0) on the current device, whose compute capability counts
- * too (below 9: SIMPLE) (SIMPLE or VERTICAL; SIMPLE and VERTICAL resolve to themselves).
- * Failure: minus the status (ALGO_HORIZONTAL: MAMBA_SSU_ERROR_UNSUPPORTED; a value outside the
- * enumeration: MAMBA_SSU_ERROR_INVALID_VALUE; a failed device query: MAMBA_SSU_ERROR_CUDA). */
+ * too (below 9: SIMPLE), for an F32 state (SIMPLE or VERTICAL: FlashInfer's rule sends an F32
+ * state to HORIZONTAL on no GPU; mamba_ssu_resolve_algorithm_for_state takes the state dtype and
+ * head dim). SIMPLE, VERTICAL and HORIZONTAL resolve to themselves.
+ * Failure: minus the status (a value outside the enumeration: MAMBA_SSU_ERROR_INVALID_VALUE; a
+ * failed device query: MAMBA_SSU_ERROR_CUDA). */
 int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch,
                                 int64_t nheads, int32_t num_sms);
 
@@ -696,7 +705,9 @@ int mamba_ssu_prefetcher_prepare_replay(mamba_ssu_prefetcher *p, mamba_ssu_strea
  *     with size(1) == cache_steps (FlashInfer's kernels step through the buffer by cache_steps;
  *     cache_steps 0 with a buffer is refused); intermediate_state_indices without
  *     intermediate_states is checked and not read.
- *   single-token HORIZONTAL: UNSUPPORTED (not served yet).
+ *   single-token HORIZONTAL: a head dim that is a multiple of 64 and at most 256, and no
+ *     state_scale (FlashInfer's horizontal kernel refuses both: INVALID_ARGUMENT, its
+ *     RuntimeError).
  *   options: a form, algorithm or seed mode / rule outside its enumeration, a reserved field
  *     not 0: INVALID_VALUE. The seed: see mamba_ssu_seed.
  *   limits (sizes, dstate 64/128/256, pointer alignment, 16-byte stride multiples, extents,
@@ -877,9 +888,20 @@ int mamba_ssu_plan_for_device(const mamba_ssu_args *args, const mamba_ssu_device
                               mamba_ssu_launch_plan *out);
 
 /* mamba_ssu_resolve_algorithm on a GPU with the properties *props (checked as by
- * mamba_ssu_plan_for_device; no device is touched). */
+ * mamba_ssu_plan_for_device; no device is touched), for an F32 state. */
 int mamba_ssu_resolve_algorithm_for_device(int32_t algorithm, int64_t batch, int64_t nheads,
                                            const mamba_ssu_device_props *props);
+
+/* The algorithm a single-token call of batch*nheads heads of dim rows with a state of
+ * state_dtype (F32, F16 or BF16) runs on a GPU with the properties *props: ALGO_AUTO by
+ * FlashInfer's rule (mamba_ssu_algorithm: HORIZONTAL from sm_100 on for a 2-byte state and a
+ * head dim it takes); SIMPLE, VERTICAL and HORIZONTAL resolve to themselves. A pure function.
+ * Failure: minus the status (MAMBA_SSU_ERROR_INVALID_ARGUMENT for a null or invalid props, a
+ * state_dtype that is not a float dtype, dim < 1, or HORIZONTAL with a head dim it does not
+ * take; MAMBA_SSU_ERROR_INVALID_VALUE for an algorithm outside the enumeration). */
+int mamba_ssu_resolve_algorithm_for_state(int32_t algorithm, int64_t batch, int64_t nheads,
+                                          int64_t dim, int32_t state_dtype,
+                                          const mamba_ssu_device_props *props);
 
 /* The fused path of the prefetcher, producing a mamba_ssu_seed:
  *

@@ -49,7 +49,8 @@ MTP_MAX_TOKENS = _C.MTP_MAX_TOKENS
 
 # FlashInfer's algorithm names -> the crate's mamba_ssu_algorithm values (FlashInfer's own
 # numbering). "async_horizontal" is served by FlashInfer's simple kernel, whose results it
-# therefore has; "horizontal" reaches the C check, which does not serve it.
+# therefore has; "horizontal" is FlashInfer's horizontal kernel (single token, head dims that
+# are a multiple of 64 up to 256: the C check refuses others with FlashInfer's RuntimeError).
 _ALGORITHMS = {"auto": 0, "simple": 1, "vertical": 2, "horizontal": 3, "async_horizontal": 1}
 # The stochastic-rounding conversion of a FlashInfer release -> mamba_ssu_sr_rule.
 _SR_RULES = {"0.7.2": 0, "0.7.4": 1}
@@ -176,16 +177,18 @@ def check_options(
     philox_rounds: Optional[int] = 10,
     sr_rule: str = "0.7.2",
     multi_token: bool = False,
+    head_dim: int = 64,
 ) -> None:
     """Raises what :func:`selective_state_update` raises for these options whatever the shapes:
     for engines that validate their configuration once, at start-up, instead of at the first
     decode step. ``philox_rounds=None``: no stochastic rounding (no seed); ``multi_token``: the
-    multi-token (verify) form. It runs the crate's C check on a small call of meta tensors
+    multi-token (verify) form; ``head_dim``: the head dim of the calls (``algorithm="horizontal"``
+    takes multiples of 64 up to 256). It runs the crate's C check on a small call of meta tensors
     (nothing is allocated on a device or launched), so its rules are the kernels' own: e.g.
-    ``NotImplementedError`` for ``algorithm="horizontal"``, ``ValueError`` for rounds below 1 or
-    an unknown name."""
+    ``ValueError`` for rounds below 1 or an unknown name, ``RuntimeError`` for
+    ``algorithm="horizontal"`` with a head dim it does not take or in the multi-token form."""
     m = dict(device="meta")
-    batch, nheads, dim, dstate, T = 1, 1, 64, 128, 2
+    batch, nheads, dim, dstate, T = 1, 1, int(head_dim), 128, 2
     lead = (batch, T) if multi_token else (batch,)
     x = torch.empty(*lead, nheads, dim, dtype=torch.bfloat16, **m)
     dt = torch.empty(*lead, nheads, 1, dtype=torch.bfloat16, **m).expand(*lead, nheads, dim)
@@ -331,10 +334,16 @@ def selective_state_update(
     (FlashInfer has no upper bound; 5 and 10 run the compiled-in kernels), or a
     :class:`FusedSeed` (the kernel derives the stock seed itself; chained inside
     :meth:`SeedPrefetcher.fused_forward`); without ``rand_seed`` the state is rounded to nearest.
-    ``algorithm``: "auto", "simple", "vertical" (FlashInfer's random mappings;
-    "async_horizontal" is served as "simple"); the multi-token path has one layout, served for
-    "auto", "simple" and "async_horizontal" ("vertical" and "horizontal" there are a
-    ``RuntimeError``, as FlashInfer's multi-token launcher built for sm_90 raises).
+    ``algorithm``: "auto", "simple", "vertical", "horizontal" (FlashInfer's kernels: their
+    random mappings, summation orders and operation forms; "async_horizontal" is served as
+    "simple"). "horizontal" takes head dims that are a multiple of 64 up to 256 and no
+    ``state_scale`` (else ``RuntimeError``, as FlashInfer's horizontal launcher raises).
+    "auto" is FlashInfer's rule for the GPU: "simple" below sm_90 and for small grids
+    (batch * nheads < 2 * SMs), else "vertical" on the sm_90 family and, from sm_100 on,
+    "horizontal" for an fp16 or bf16 state whose head dim it takes ("vertical" otherwise). The
+    multi-token path has one layout, served for "auto", "simple" and "async_horizontal"
+    ("vertical" and "horizontal" there are a ``RuntimeError``, as FlashInfer's multi-token
+    launcher built for sm_90 raises).
 
     ``sr_rule`` (keyword-only, not one of FlashInfer's arguments): the fp32 -> fp16 conversion
     of stochastic rounding, "0.7.2" (the default: FlashInfer 0.7.2's, what engines pin) or
@@ -349,8 +358,8 @@ def selective_state_update(
     ``ValueError`` for option values and conflicts and for the ``rand_seed`` tensor's element
     count, dtype and device (FlashInfer's Python checks), ``TypeError`` for a ``rand_seed`` that
     is neither a tensor nor a :class:`FusedSeed`. Not served (``NotImplementedError`` naming
-    it): ``state_scale`` / int16 state, ``intermediate_state_scales``,
-    ``algorithm="horizontal"``. Nothing is launched when a check fails.
+    it): ``state_scale`` / int16 state, ``intermediate_state_scales``. Nothing is launched when
+    a check fails.
 
     ``backend``: "auto", "flashinfer" and "cake" all run the crate's kernels (FlashInfer's "cake"
     is an opt-in sm100 backend that falls back to FlashInfer's kernels on every other GPU, and

@@ -87,9 +87,10 @@ class MambaSSUBackend(_VllmBackend):
 
     Raises:
         ValueError: an unknown seed mode; and, by the crate's C check (:func:`mamba_ssu.check_options`),
-            Philox rounds below 1 or an unknown algorithm.
-        NotImplementedError: an algorithm the crate does not serve yet ("horizontal").
-        Both at construction rather than at the first decode step.
+            Philox rounds below 1 or an unknown algorithm; at construction rather than at the
+            first decode step. ("horizontal" is served: FlashInfer's horizontal kernel, for head
+            dims that are a multiple of 64 up to 256; another head dim raises FlashInfer's
+            RuntimeError at the call, as vLLM's FlashInfer backend does.)
     """
 
     def __init__(self, mamba_config, *, seed_mode: Optional[str] = None, num_layers: int = 64):

@@ -136,7 +136,7 @@ def test_torch_compile_with_dynamic_shapes():
     [
         (dict(philox_rounds=0), ValueError, "philox_rounds"),
         (dict(B=torch.zeros(BATCH, NGROUPS, DSTATE, dtype=torch.float16, device="meta")), RuntimeError, "B"),
-        (dict(algorithm="horizontal"), NotImplementedError, "algorithm"),
+        (dict(make("meta", dim=80), algorithm="horizontal"), RuntimeError, "algorithm"),
     ],
 )
 def test_tracing_rejects_what_the_kernel_would(changes, exc, argument):
@@ -259,7 +259,11 @@ def _front_door(kw):
               dst_state_batch_indices=torch.zeros(BATCH, dtype=torch.int32)), ValueError, "dst_state_batch_indices"),
         # UNSUPPORTED: NotImplementedError.
         (dict(state_scale=torch.ones(SLOTS, NHEADS, DIM)), NotImplementedError, "state_scale"),
-        (dict(algorithm="horizontal"), NotImplementedError, "algorithm"),
+        # HORIZONTAL: FlashInfer's horizontal launcher refuses a block-scaled state and head dims
+        # that are not a multiple of 64 up to 256 (RuntimeError).
+        (dict(algorithm="horizontal", state_scale=torch.ones(SLOTS, NHEADS, DIM)), RuntimeError,
+         "algorithm"),
+        (dict(make(dim=80), algorithm="horizontal"), RuntimeError, "algorithm"),
         (dict(rand_seed=torch.zeros(1, dtype=torch.int64), state=torch.zeros(SLOTS, NHEADS, DIM, DSTATE)),
          NotImplementedError, "philox_rounds"),
     ],
@@ -418,8 +422,13 @@ def test_check_options_runs_the_c_check_on_options_alone():
     mamba_ssu.check_options()
     mamba_ssu.check_options(algorithm="vertical", philox_rounds=5, sr_rule="0.7.4")
     mamba_ssu.check_options(philox_rounds=None, multi_token=True)
-    with pytest.raises(NotImplementedError, match="^algorithm: "):
-        mamba_ssu.check_options(algorithm="horizontal")
+    for dim in (64, 128, 192, 256):
+        mamba_ssu.check_options(algorithm="horizontal", head_dim=dim)
+    for dim in (80, 96, 320):
+        with pytest.raises(RuntimeError, match="^algorithm: HORIZONTAL needs a head dim"):
+            mamba_ssu.check_options(algorithm="horizontal", head_dim=dim)
+    with pytest.raises(RuntimeError, match="^algorithm: "):
+        mamba_ssu.check_options(algorithm="horizontal", multi_token=True)
     with pytest.raises(ValueError, match="^philox_rounds: "):
         mamba_ssu.check_options(philox_rounds=0)
     with pytest.raises(RuntimeError, match="^algorithm: "):

@@ -78,7 +78,7 @@ fn plan_of(a: &sys::mamba_ssu_args, sms: i32) -> (i32, sys::mamba_ssu_launch_pla
 fn every_accepted_call_has_a_valid_launch_plan() {
     let f = [F32, F16, BF16];
     let hot = [F16, BF16, BF16];
-    let algos = [0, 1, 2];
+    let algos = [0, 1, 2, 3];
     let heads = [1usize, 2, 3, 8, 32, 128, 512, 1024, 8192];
     let batches = [1usize, 2, 4, 7, 64, 256, 512];
     let (mut accepted, mut k) = (0usize, 0usize);
@@ -104,7 +104,7 @@ fn every_accepted_call_has_a_valid_launch_plan() {
                     dstate,
                     dtypes,
                     rounds,
-                    algos[k % 3],
+                    algos[k % 4],
                     k % 2 == 1,
                     index,
                     k % 3 == 0,
@@ -207,8 +207,46 @@ fn plan_for(
     (status, plan)
 }
 
-/// A valid covering grid: blocks for every (batch, head), every row of a head served.
+/// FlashInfer's ALGO_AUTO (the crate's resolution of it): below sm_90 SIMPLE; SIMPLE below the
+/// SM-count switch; VERTICAL on the sm_90 family; from sm_100 on VERTICAL for an F32 state and
+/// HORIZONTAL for a 2-byte one whose head dim HORIZONTAL takes (VERTICAL for the others,
+/// FlashInfer 0.7.4's fallback).
+fn expected_auto(d: &sys::mamba_ssu_device_props, below: bool, dim: usize, state: i32) -> i32 {
+    let horizontal_dim = dim % 64 == 0 && (64..=256).contains(&dim);
+    if d.cc_major < 9 || below {
+        sys::MAMBA_SSU_ALGO_SIMPLE as i32
+    } else if d.cc_major >= 10 && state != F32 && horizontal_dim {
+        sys::MAMBA_SSU_ALGO_HORIZONTAL as i32
+    } else {
+        sys::MAMBA_SSU_ALGO_VERTICAL as i32
+    }
+}
+
+/// A valid covering grid: blocks for every (batch, head), every row of a head served. A
+/// HORIZONTAL plan's blocks are 4 warps of rows_per_warp rows, a multiple of 16 that divides
+/// the head dim, one (batch, head) per warp (a block may serve several heads): the warps of
+/// the grid (less a fused chain's extra block) cover every row once.
 fn assert_covering(what: &str, plan: &sys::mamba_ssu_launch_plan, heads: i64, dim: i64) {
+    if plan.algorithm == sys::MAMBA_SSU_ALGO_HORIZONTAL as i32 {
+        let rpw = i64::from(plan.rows_per_warp);
+        assert!(
+            rpw % 16 == 0 && dim % rpw == 0 && plan.warps_per_block == 4,
+            "{what}: {plan:?}"
+        );
+        assert_eq!(plan.threads_per_block, 128, "{what}: {plan:?}");
+        let warps = heads * (dim / rpw);
+        let blocks = (warps + 3) / 4;
+        assert!(
+            (blocks..=blocks + 1).contains(&plan.grid_blocks),
+            "{what}: {plan:?}: {warps} warps"
+        );
+        assert_eq!(
+            plan.blocks_per_head,
+            (dim / rpw + 3) / 4,
+            "{what}: {plan:?}"
+        );
+        return;
+    }
     assert!(
         (heads..=i64::from(i32::MAX)).contains(&plan.grid_blocks),
         "{what}: {plan:?}"
@@ -236,7 +274,8 @@ fn assert_covering(what: &str, plan: &sys::mamba_ssu_launch_plan, heads: i64, di
 /// warps, 8 for the 2-row kernels without SR, or one block per head); at head dim 64 and at
 /// the others the run-time head_dim kernels (HotDimConfig) serve.
 fn assert_hot_tiling(what: &str, plan: &sys::mamba_ssu_launch_plan, dim: i64) {
-    if plan.compiled_kernel == 0 {
+    // HORIZONTAL's grid: assert_covering.
+    if plan.compiled_kernel == 0 || plan.algorithm == sys::MAMBA_SSU_ALGO_HORIZONTAL as i32 {
         return;
     }
     let rpw = i64::from(plan.rows_per_warp);
@@ -273,7 +312,7 @@ fn every_gpu_family_gets_a_valid_covering_grid() {
                 for &batch in &batches {
                     let mut cases = Vec::new();
                     for rounds in [0, 5, 10] {
-                        for algo in [0, 1, 2] {
+                        for algo in [0, 1, 2, 3] {
                             cases.push((128, hot, rounds, algo, k % 2 == 0, k % 5 == 0));
                         }
                     }
@@ -287,7 +326,7 @@ fn every_gpu_family_gets_a_valid_covering_grid() {
                         [64, 128, 256][k % 3],
                         dtypes,
                         rounds,
-                        k % 3,
+                        k % 4,
                         k % 2 == 1,
                         false,
                     ));
@@ -317,8 +356,10 @@ fn every_gpu_family_gets_a_valid_covering_grid() {
                         assert_eq!(plan.num_sms, d.num_sms, "{what}");
                         if algo == 0 {
                             let below = ((batch * nheads) as i64) < 2 * i64::from(d.num_sms);
-                            let expect = if d.cc_major < 9 || below { 1 } else { 2 };
+                            let expect = expected_auto(&d, below, dim, dtypes[0]);
                             assert_eq!(plan.algorithm, expect, "{what}");
+                        } else {
+                            assert_eq!(plan.algorithm, algo as i32, "{what}");
                         }
                     }
                 }
@@ -492,6 +533,107 @@ fn auto_resolves_per_device_family() {
         assert_eq!(
             sys::mamba_ssu_device_props_sm90(0, &mut Default::default()),
             sys::MAMBA_SSU_ERROR_INVALID_ARGUMENT as i32
+        );
+    }
+}
+
+/// ALGO_AUTO per architecture with the state dtype and head dim
+/// (`mamba_ssu_resolve_algorithm_for_state`, and the plan of a checked call on the same
+/// properties): FlashInfer's rule, HORIZONTAL from sm_100 on for an F16 or BF16 state whose head
+/// dim is a multiple of 64 up to 256 above the SM-count switch; VERTICAL for an F32 state and for
+/// other head dims (FlashInfer 0.7.4's fallback; 0.7.2 runs its horizontal kernel out of bounds
+/// there); never HORIZONTAL below sm_100. Explicit choices resolve to themselves, HORIZONTAL
+/// with a head dim it does not take is refused, as are bad arguments.
+#[test]
+fn auto_follows_flashinfer_per_architecture() {
+    let auto = sys::MAMBA_SSU_ALGO_AUTO as i32;
+    let (simple, vertical, horizontal) = (
+        sys::MAMBA_SSU_ALGO_SIMPLE as i32,
+        sys::MAMBA_SSU_ALGO_VERTICAL as i32,
+        sys::MAMBA_SSU_ALGO_HORIZONTAL as i32,
+    );
+    let resolve = |algo: i32, batch: i64, nheads: i64, dim: i64, state: i32, d| {
+        // SAFETY: valid arguments; a pure function (no device is touched).
+        unsafe { sys::mamba_ssu_resolve_algorithm_for_state(algo, batch, nheads, dim, state, d) }
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for (name, d) in families() {
+        for (batch, nheads) in [(1i64, 32i64), (8, 32), (64, 128), (512, 8192)] {
+            let below = batch * nheads < 2 * i64::from(d.num_sms);
+            for dim in [8i64, 48, 64, 80, 96, 128, 192, 256, 320] {
+                for state in [F16, BF16, F32] {
+                    let want = expected_auto(&d, below, dim as usize, state);
+                    let what = format!("{name}: {batch} x {nheads}, dim {dim}, state {state}");
+                    assert_eq!(resolve(auto, batch, nheads, dim, state, &d), want, "{what}");
+                    seen.insert((d.cc_major >= 10, want));
+                    for fixed in [simple, vertical] {
+                        assert_eq!(resolve(fixed, batch, nheads, dim, state, &d), fixed);
+                    }
+                    let h = resolve(horizontal, batch, nheads, dim, state, &d);
+                    if dim % 64 == 0 && dim <= 256 {
+                        assert_eq!(h, horizontal, "{what}");
+                    } else {
+                        assert_eq!(h, -INV, "{what}");
+                    }
+                    // The plan of a checked call on these properties agrees.
+                    if batch * nheads <= 4096 {
+                        let dtypes = [state, BF16, BF16];
+                        let a = call(
+                            batch as usize,
+                            nheads as usize,
+                            dim as usize,
+                            128,
+                            dtypes,
+                            0,
+                            auto,
+                            false,
+                            None,
+                            false,
+                        );
+                        let (st, plan) = plan_for(&a, &d);
+                        assert_eq!((st, plan.algorithm), (OK, want), "{what}");
+                    }
+                }
+            }
+        }
+    }
+    // Every outcome occurs, HORIZONTAL only from sm_100 on.
+    assert!(seen.contains(&(true, horizontal)) && seen.contains(&(true, vertical)));
+    assert!(seen.contains(&(false, vertical)) && !seen.contains(&(false, horizontal)));
+    let d = families()[4].1;
+    // SAFETY: `d` is valid; a null pointer is refused, never read.
+    unsafe {
+        assert_eq!(
+            resolve(auto, 1, 1, 64, I32, &d),
+            -INV,
+            "an integer state dtype"
+        );
+        assert_eq!(resolve(auto, 1, 1, 0, F16, &d), -INV, "dim 0");
+        assert_eq!(
+            resolve(7, 1, 1, 64, F16, &d),
+            -VAL,
+            "an algorithm outside the enumeration"
+        );
+        assert_eq!(
+            sys::mamba_ssu_resolve_algorithm_for_state(auto, 1, 1, 64, F16, std::ptr::null()),
+            -INV
+        );
+    }
+    // The resolvers without the state answer as for an F32 state: never HORIZONTAL, and
+    // HORIZONTAL resolves to itself.
+    // SAFETY: valid arguments; no device is touched.
+    unsafe {
+        assert_eq!(
+            sys::mamba_ssu_resolve_algorithm_for_device(auto, 512, 8192, &d),
+            vertical
+        );
+        assert_eq!(
+            sys::mamba_ssu_resolve_algorithm_for_device(horizontal, 1, 1, &d),
+            horizontal
+        );
+        assert_eq!(
+            sys::mamba_ssu_resolve_algorithm(horizontal, 1, 1, 132),
+            horizontal
         );
     }
 }

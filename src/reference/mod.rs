@@ -9,6 +9,10 @@
 //!   ([`ssu::predict_sr_state_f16`]; under either release's conversion
 //!   [`ssu::predict_sr_state_f16_with_rule`]).
 //!
+//! - [`horizontal`]: FlashInfer's "horizontal" single-token kernel in fp32, bit for bit given
+//!   the values it computes with approximate instructions
+//!   ([`horizontal::selective_state_update_horizontal_f32`], [`horizontal::horizontal_visits`]).
+//!
 //! - [`mtp`]: the multi-token (speculative-decoding verify) selective-state-update in f64
 //!   ([`mtp::selective_state_update_mtp_f64`]): fixed-length and varlen sequences, read slots
 //!   with `num_accepted_tokens`, and the three write modes, with every write recorded.
@@ -16,10 +20,12 @@
 //! The seed draws' reference is [`crate::philox`].
 
 pub mod cvt_rs;
+pub mod horizontal;
 pub mod mtp;
 pub mod sr;
 pub mod ssu;
 
+pub use horizontal::{horizontal_visits, selective_state_update_horizontal_f32, HorizontalScalars};
 pub use mtp::{selective_state_update_mtp_f64, MtpHostArgs, MtpReference, MtpTarget, MtpWrite};
 pub use sr::{sr_f16_bits, sr_f16_bits_v074, SrMapping, SrRule};
 pub use ssu::{

@@ -103,6 +103,11 @@ pub fn sr_f16_bits_v074(x: f32, r13: u32) -> u16 {
 /// - simple kernel: column `n` of row `d` uses word `n % G` of Philox(`o = base + d * dstate +
 ///   G * floor(n / G)`) with `G = min(4, dstate / 32)`;
 /// - vertical kernel: word `n % 2` of Philox(`o = base + d * dstate + 2 * floor(n / 2)`);
+/// - horizontal kernel: columns in stages of 32 (`n = 32 k + c`); with `s = d & 14` (the rotation
+///   of row `d`'s visits) and `u = (c - s) mod 32`, word `u % 4` of Philox(`o = base +
+///   d * dstate + 32 k + ((u - u % 4 + s) mod 32)`): a call feeds four columns that are
+///   consecutive in the thread's visiting order, which wrap around the stage for the groups that
+///   start at column 30;
 ///
 /// and `r = word & 0x1FFF`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,15 +136,18 @@ impl SrMapping {
         seed: u64,
         rounds: u32,
     ) -> Result<Self> {
-        let group =
-            match algorithm {
-                Algorithm::Auto => return Err(Error::invalid(
+        let group = match algorithm {
+            Algorithm::Auto => {
+                return Err(Error::invalid(
                     "algorithm",
-                    "expected Simple or Vertical (resolve Auto with Algorithm::resolve), got Auto",
-                )),
-                Algorithm::Simple => (dstate / 32).min(4),
-                Algorithm::Vertical => 2,
-            };
+                    "expected Simple, Vertical or Horizontal (resolve Auto with \
+                     Algorithm::resolve), got Auto",
+                ))
+            }
+            Algorithm::Simple => (dstate / 32).min(4),
+            Algorithm::Vertical => 2,
+            Algorithm::Horizontal => 4,
+        };
         if !SUPPORTED_DSTATE.contains(&dstate) {
             return Err(Error::invalid(
                 "dstate",
@@ -160,12 +168,13 @@ impl SrMapping {
         })
     }
 
-    /// The kernel layout ([`Algorithm::Simple`] or [`Algorithm::Vertical`]).
+    /// The kernel layout ([`Algorithm::Simple`], [`Algorithm::Vertical`] or
+    /// [`Algorithm::Horizontal`]).
     pub fn algorithm(&self) -> Algorithm {
         self.algorithm
     }
 
-    /// Columns fed by one Philox call (`G`).
+    /// Columns fed by one Philox call (`G`; 4 for the horizontal kernel).
     pub fn group(&self) -> usize {
         self.group as usize
     }
@@ -191,9 +200,15 @@ impl SrMapping {
             .wrapping_mul(self.slot_stride)
             .wrapping_add((h as u64).wrapping_mul(self.dim).wrapping_mul(self.dstate));
         let n = n as u64;
-        let o = base
-            .wrapping_add((d as u64).wrapping_mul(self.dstate))
-            .wrapping_add(self.group * (n / self.group));
+        let row = base.wrapping_add((d as u64).wrapping_mul(self.dstate));
+        if self.algorithm == Algorithm::Horizontal {
+            let (stage, c) = (n / 32, n % 32);
+            let s = (d as u64) & 14;
+            let u = (c + 32 - s) % 32;
+            let first = (u - u % 4 + s) % 32;
+            return (row.wrapping_add(32 * stage + first), (u % 4) as usize);
+        }
+        let o = row.wrapping_add(self.group * (n / self.group));
         (o, (n % self.group) as usize)
     }
 

@@ -14,24 +14,34 @@ use crate::tensor::{DType, Tensor, TensorLayout, TensorMut};
 
 use super::seed::{SeedSource, SeedSpec};
 
-/// Which of FlashInfer's two kernels the results must match: it fixes the per-element random
-/// bits of stochastic rounding and the summation order of `out`.
+/// Which of FlashInfer's single-token kernels the results must match: it fixes the per-element
+/// random bits of stochastic rounding, the summation order of `out` and the form of the state
+/// update.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Algorithm {
-    /// FlashInfer's rule: [`Algorithm::Simple`] when `batch * nheads < 2 * SMs`, else
-    /// [`Algorithm::Vertical`] (see [`Algorithm::resolve`]).
+    /// FlashInfer's rule: below sm_90 [`Algorithm::Simple`]; else `Simple` when
+    /// `batch * nheads < 2 * SMs`, from there on [`Algorithm::Vertical`] on the sm_90 family
+    /// (see [`Algorithm::resolve`]) and, from sm_100 on, `Vertical` for an F32 state and
+    /// [`Algorithm::Horizontal`] for an F16 or BF16 one whose head dim it takes (see
+    /// [`Algorithm::resolve_for`]).
     #[default]
     Auto,
     /// FlashInfer's "simple" kernel.
     Simple,
     /// FlashInfer's "vertical" kernel.
     Vertical,
+    /// FlashInfer's "horizontal" kernel (single token): head dims that are a multiple of 64 up
+    /// to 256 (others are an [`Error::InvalidArgument`](crate::Error::InvalidArgument), as
+    /// FlashInfer 0.7.4's launcher refuses them), any state dtype.
+    Horizontal,
 }
 
 impl Algorithm {
-    /// The kernel this choice runs for `batch * nheads` on a device of the sm_90 family or newer
-    /// with `num_sms` multiprocessors: `Simple` or `Vertical`, never `Auto` (FlashInfer's rule for
-    /// `Auto`). Below sm_90 `Auto` is `Simple` ([`Algorithm::resolve_on`] reads the device).
+    /// The kernel this choice runs for `batch * nheads` on a device of the sm_90 family
+    /// with `num_sms` multiprocessors: `Simple` or `Vertical` for `Auto` (FlashInfer's rule
+    /// there), every other choice itself. Below sm_90 `Auto` is `Simple`
+    /// ([`Algorithm::resolve_on`] reads the device); from sm_100 on it depends on the state
+    /// dtype and head dim ([`Algorithm::resolve_for`]).
     pub fn resolve(self, batch: usize, nheads: usize, num_sms: u32) -> Algorithm {
         match self {
             Algorithm::Auto => {
@@ -45,10 +55,12 @@ impl Algorithm {
         }
     }
 
-    /// The kernel this choice runs on the device of `ctx`, as the launch resolves it there (the
-    /// library's rule over the device's properties, [`DeviceProps::of`],
-    /// `mamba_ssu_resolve_algorithm_for_device`): below sm_90 `Auto` is `Simple`, as FlashInfer's
-    /// kernels for those GPUs have that layout only; else [`Algorithm::resolve`].
+    /// The kernel this choice runs on the device of `ctx` for an F32 state, as the launch
+    /// resolves it there (the library's rule over the device's properties,
+    /// [`DeviceProps::of`], `mamba_ssu_resolve_algorithm_for_device`): below sm_90 `Auto` is
+    /// `Simple`, as FlashInfer's kernels for those GPUs have that layout only; else
+    /// [`Algorithm::resolve`]'s rule (an F32 state is never sent to `Horizontal`). For a 2-byte
+    /// state, [`Algorithm::resolve_for`].
     pub fn resolve_on(self, ctx: &CudaContext, batch: usize, nheads: usize) -> Result<Algorithm> {
         let props = DeviceProps::of(ctx.ordinal())?.ffi();
         let wide = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
@@ -61,11 +73,52 @@ impl Algorithm {
                 &props,
             )
         };
+        Self::from_resolved(r)
+    }
+
+    /// The kernel a single-token call of `batch * nheads` heads of `dim` rows with a state of
+    /// dtype `state` runs on a GPU with the properties `props`, as the launch resolves it
+    /// (`mamba_ssu_resolve_algorithm_for_state`, a pure function): `Auto` by FlashInfer's rule
+    /// (below sm_90 `Simple`; else `Simple` when `batch * nheads < 2 * SMs`; from there on
+    /// `Vertical` on the sm_90 family; from sm_100 on `Vertical` for an F32 state and
+    /// `Horizontal` for an F16 or BF16 one whose head dim is a multiple of 64 up to 256,
+    /// `Vertical` for other head dims, FlashInfer 0.7.4's fallback); every other choice itself.
+    ///
+    /// Errors: [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a state dtype that
+    /// is not a float, `dim` 0, or `Horizontal` with a head dim it does not take.
+    pub fn resolve_for(
+        self,
+        props: &DeviceProps,
+        batch: usize,
+        nheads: usize,
+        dim: usize,
+        state: DType,
+    ) -> Result<Algorithm> {
+        let p = props.ffi();
+        let wide = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        // SAFETY: `p` is valid for the call; the function reads it and touches no device.
+        let r = unsafe {
+            sys::mamba_ssu_resolve_algorithm_for_state(
+                self.ffi(),
+                wide(batch),
+                wide(nheads),
+                wide(dim),
+                state.ffi(),
+                &p,
+            )
+        };
+        Self::from_resolved(r)
+    }
+
+    /// A resolver's result: a resolved algorithm, or minus a status.
+    fn from_resolved(r: i32) -> Result<Algorithm> {
         if r < 0 {
             ffi::check(-r)?;
         }
         Ok(if r == sys::MAMBA_SSU_ALGO_SIMPLE as i32 {
             Algorithm::Simple
+        } else if r == sys::MAMBA_SSU_ALGO_HORIZONTAL as i32 {
+            Algorithm::Horizontal
         } else {
             Algorithm::Vertical
         })
@@ -76,6 +129,7 @@ impl Algorithm {
             Algorithm::Auto => sys::MAMBA_SSU_ALGO_AUTO,
             Algorithm::Simple => sys::MAMBA_SSU_ALGO_SIMPLE,
             Algorithm::Vertical => sys::MAMBA_SSU_ALGO_VERTICAL,
+            Algorithm::Horizontal => sys::MAMBA_SSU_ALGO_HORIZONTAL,
         }) as i32
     }
 }
@@ -372,5 +426,82 @@ mod tests {
         }
         assert_eq!(Algorithm::Simple.resolve(1000, 1000, 1), Algorithm::Simple);
         assert_eq!(Algorithm::Vertical.resolve(1, 1, 132), Algorithm::Vertical);
+        assert_eq!(
+            Algorithm::Horizontal.resolve(1, 1, 132),
+            Algorithm::Horizontal
+        );
+    }
+
+    /// `Auto` per GPU with the state dtype and head dim (FlashInfer's rule): HORIZONTAL from
+    /// sm_100 on for an F16 or BF16 state whose head dim it takes, above the SM-count switch;
+    /// VERTICAL for an F32 state or another head dim there, and on the sm_90 family; SIMPLE below
+    /// the switch and below sm_90.
+    #[test]
+    fn auto_resolution_per_gpu_state_and_head_dim() {
+        use Algorithm::{Auto, Horizontal, Simple, Vertical};
+        let h200 = DeviceProps::sm90(132).unwrap();
+        let b200 = DeviceProps {
+            compute_capability: (10, 0),
+            num_sms: 148,
+            ..h200
+        };
+        let a100 = DeviceProps {
+            compute_capability: (8, 0),
+            num_sms: 108,
+            ..h200
+        };
+        let big = (64usize, 128usize); // 8192 heads: above every switch
+        for (props, state, dim, want) in [
+            (&b200, DType::F16, 64, Horizontal),
+            (&b200, DType::BF16, 256, Horizontal),
+            (&b200, DType::F16, 192, Horizontal),
+            (&b200, DType::F32, 64, Vertical),
+            (&b200, DType::F16, 80, Vertical),
+            (&b200, DType::BF16, 320, Vertical),
+            (&h200, DType::F16, 64, Vertical),
+            (&h200, DType::F32, 128, Vertical),
+            (&a100, DType::F16, 64, Simple),
+        ] {
+            let got = Auto.resolve_for(props, big.0, big.1, dim, state).unwrap();
+            assert_eq!(got, want, "{props:?} {state:?} dim {dim}");
+        }
+        // Below the switch: SIMPLE everywhere.
+        assert_eq!(
+            Auto.resolve_for(&b200, 1, 32, 64, DType::F16).unwrap(),
+            Simple
+        );
+        // Explicit choices resolve to themselves; HORIZONTAL refuses a head dim it does not take.
+        assert_eq!(
+            Horizontal
+                .resolve_for(&h200, 1, 1, 128, DType::F32)
+                .unwrap(),
+            Horizontal
+        );
+        for dim in [16usize, 80, 320] {
+            let e = Horizontal
+                .resolve_for(&b200, 1, 1, dim, DType::F16)
+                .unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    crate::Error::InvalidArgument {
+                        argument: "algorithm",
+                        ..
+                    }
+                ),
+                "{e}"
+            );
+        }
+        let e = Auto.resolve_for(&b200, 1, 1, 64, DType::I32).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                crate::Error::InvalidArgument {
+                    argument: "state_dtype",
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 }

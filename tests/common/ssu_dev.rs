@@ -42,7 +42,7 @@ pub struct Flags {
     pub disable_state_update: bool,
     /// 0 = round to nearest.
     pub philox_rounds: u32,
-    /// `auto`, `simple`, `vertical`.
+    /// `auto`, `simple`, `vertical`, `horizontal`.
     pub algorithm: &'static str,
 }
 
@@ -84,6 +84,7 @@ pub fn algorithm(name: &str) -> Algorithm {
         "auto" => Algorithm::Auto,
         "simple" => Algorithm::Simple,
         "vertical" => Algorithm::Vertical,
+        "horizontal" => Algorithm::Horizontal,
         other => panic!("unknown algorithm {other}"),
     }
 }
@@ -112,7 +113,32 @@ pub fn launch_with_rule(
     call: &mut Call<'_>,
     rule: SrRule,
 ) -> mamba_ssu::Result<()> {
-    let seed = opt(&call.seed)?.map(SeedSource::Pointer);
+    launch_seeded(stream, call, rule, None)
+}
+
+/// [`launch_with_rule`] with a fused seed: the kernel derives the stock torch draw at
+/// generator state `(seed, offset)` itself (`SeedSource::FromValues`) instead of reading
+/// `call.seed`, with `call.flags.philox_rounds` rounds.
+pub fn launch_fused(
+    stream: &Arc<CudaStream>,
+    call: &mut Call<'_>,
+    rule: SrRule,
+    seed: u64,
+    offset: u64,
+) -> mamba_ssu::Result<()> {
+    launch_seeded(stream, call, rule, Some((seed, offset)))
+}
+
+fn launch_seeded(
+    stream: &Arc<CudaStream>,
+    call: &mut Call<'_>,
+    rule: SrRule,
+    fused: Option<(u64, u64)>,
+) -> mamba_ssu::Result<()> {
+    let seed = match fused {
+        Some((seed, offset)) => Some(SeedSource::FromValues { seed, offset }),
+        None => opt(&call.seed)?.map(SeedSource::Pointer),
+    };
     let mut args = SsuArgs {
         state: tensor_mut(&mut call.state)?,
         x: tensor(&call.x)?,

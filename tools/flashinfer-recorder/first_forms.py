@@ -8,9 +8,8 @@ SASS and checks it against the crate's rule (csrc/ssu.cu: first_form_f1).
 BUILD is a recorder build directory (default target/flashinfer-recorder/0.7.2.post1) or its
 dist/ directory; a group's code is read from dist/lib/groups/<group>.so, else from
 obj/<group>.o. Each group is disassembled with cuobjdump (scripts/cuobjdump.sh finds or
-installs it; --cuobjdump or $CUOBJDUMP overrides), and its simple, tiled simple and vertical
-single-token kernels are found by their mangled names (the horizontal kernel is not one the
-crate reproduces).
+installs it; --cuobjdump or $CUOBJDUMP overrides), and its simple, tiled simple, vertical and
+horizontal single-token kernels are found by their mangled names.
 
 The output y of a lane is a dot product over the lane's columns; lane 0 also adds D*x, through
 sel = (lane == 0 ? 1 : 0), which the SASS computes as `FSEL Rs, RZ, 1, P` (or `1, RZ`). With
@@ -30,9 +29,19 @@ disagreement: the rule gives one form), `?` when there is none or one is unclass
 does not guess. Registers are followed in program order (the last definition before a use), not
 along the control-flow graph, which is why a pattern split across branches reads as `?`.
 
-Output: one line per (group, kernel kind) with the form read and, for single-token groups with
-an fp16, bf16 or fp32 state whose dstate the crate serves (64, 128, 256), the form the rule
-predicts. Groups of another state dtype and multi-token groups are listed as not covered. Exit status: 0 when every
+The horizontal kernel has no lane-0 select (each row's two partial sums are added after the
+loop); what its compiler chose there is the state update's contraction and the epilogue's
+(classify_horizontal, forms written `<update>/<epilogue>`): every FFMA that takes dA
+(ex2 of a product by log2 e) as a multiplicand is the form S, s' = fma(dA, s, rn(x * dB)), every
+FFMA whose addend is a product by dA is the form H, s' = fma(x, dB, rn(dA * s)); the epilogue
+after the shuffle down by 16 is `fma` when the sum of the two partials is the addend of an
+FFMA (y = fma(D, x, rn(acc_0 + acc_1))). The crate's horizontal kernel (csrc/ssu_hz.cuh)
+implements H/fma for every state dtype (HORIZONTAL_FORM).
+
+Output: one line per (group, kernel kind) with the form read and, for single-token groups whose
+dstate the crate serves (64, 128, 256), the form the rule predicts (the first-form rule for the
+simple and vertical kernels of fp16-, bf16- and fp32-state groups, HORIZONTAL_FORM for the horizontal kernel of
+every state dtype). Multi-token groups are listed as not covered. Exit status: 0 when every
 classified form agrees with the rule, 1 when one disagrees (`?` forms are listed separately and
 are not a failure), 2 when the build or cuobjdump cannot be read.
 """
@@ -49,7 +58,11 @@ REPO = os.path.dirname(os.path.dirname(TOOL))
 DEFAULT_BUILD = os.path.join(REPO, "target", "flashinfer-recorder", "0.7.2.post1")
 
 KINDS = ("simple", "simple_tiled", "vertical")
+HORIZONTAL = "horizontal"
 SERVED_DSTATES = (64, 128, 256)
+# The update and epilogue forms of the crate's horizontal kernel (csrc/ssu_hz.cuh: every state
+# dtype, every round count).
+HORIZONTAL_FORM = "H/fma"
 
 
 # --- the crate's rule ---------------------------------------------------------------------------
@@ -139,7 +152,8 @@ def template_ints(name):
 
 
 def kernel_kind(name, dim):
-    """'simple', 'simple_tiled', 'vertical' for FlashInfer's single-token kernels, else None.
+    """'simple', 'simple_tiled', 'vertical', 'horizontal' for FlashInfer's single-token kernels,
+    else None.
     The simple kernel's integer arguments are <DIM, DSTATE, rows per block, warps, rounds>: the
     tiled one (a block per 4 rows) has fewer rows per block than DIM. 'simple?' when its
     arguments do not have that shape."""
@@ -150,6 +164,8 @@ def kernel_kind(name, dim):
         return "simple?"
     if "selective_state_update_kernel_producer_consumer_vertical" in name:
         return "vertical"
+    if "selective_state_update_kernel_producer_consumer_horizontal" in name:
+        return HORIZONTAL
     return None
 
 
@@ -283,6 +299,97 @@ def _occurrence(insns, i, sel_at, fmul_result):
     return {"form": "?", "why": "FMUL with sel: its product is not used"}
 
 
+L2E = "1.4426950216293334961"  # log2(e) as cuobjdump prints the fp32 immediate
+UREG = re.compile(r"^UR(\d+)(?:\.reuse)?$")
+
+
+def classify_horizontal(insns):
+    """The state update's and the epilogue's forms in a horizontal kernel: {'update': {'H': n,
+    'S': n}, 'epilogue': 'fma' | 'add' | '?', 'examples': [instruction texts]}. Values are
+    tagged in program order (a register's tag is set when it is written): a product by log2 e
+    ('l2e'), MUFU.EX2 of one ('dA'), a product by a 'dA' ('dA*'), followed through moves and
+    into uniform registers (R2UR); an FFMA reading a 'dA' multiplicand is S, one whose addend is
+    a 'dA*' is H. The epilogue: the sum FADD of a
+    SHFL.DOWN by 0x10 and the register it shuffled, then the next instruction reading the sum:
+    an FFMA taking it as its addend is 'fma', an FADD is 'add'."""
+    tag, utag = {}, {}
+    update = {"H": 0, "S": 0}
+    examples = []
+
+    def t(ins, k):
+        if k >= len(ins.args):
+            return None
+        a = ins.args[k]
+        if a == "RZ":
+            return "zero"
+        u = UREG.match(a)
+        if u:
+            return utag.get(int(u.group(1)))
+        r = ins.plain(k)
+        return tag.get(r) if r is not None else None
+
+    epilogue = "?"
+    for i, ins in enumerate(insns):
+        new = None
+        if ins.base == "FMUL" and L2E in ins.args:
+            new = "l2e"
+        elif ins.base == "MUFU" and ".EX2" in ins.op and t(ins, 1) == "l2e":
+            new = "dA"
+        elif ins.base == "MOV":
+            new = t(ins, 1)
+        elif ins.base == "FMUL" and "dA" in (t(ins, 1), t(ins, 2)):
+            new = "dA*"
+        elif ins.base == "FFMA" and len(ins.args) == 4:
+            if "dA" in (t(ins, 1), t(ins, 2)):
+                update["S"] += 1
+                examples.append(ins.text)
+            elif t(ins, 3) == "dA*":
+                update["H"] += 1
+                examples.append(ins.text)
+        if ins.base == "SHFL" and ".DOWN" in ins.op and "0x10" in ins.args and epilogue == "?":
+            epilogue = _horizontal_epilogue(insns, i)
+        for r in ins.dests():
+            tag.pop(r, None)
+        d = ins.dests()
+        if d and new is not None and not ins.text.startswith("@"):
+            tag[d[0]] = new
+        u = UREG.match(ins.args[0]) if ins.args else None
+        if u:  # a uniform register written (R2UR carries its source's tag)
+            ud = int(u.group(1))
+            utag.pop(ud, None)
+            if ins.base == "R2UR" and not ins.text.startswith("@") and t(ins, 1) is not None:
+                utag[ud] = t(ins, 1)
+    return {"update": update, "epilogue": epilogue, "examples": examples[:4]}
+
+
+def _horizontal_epilogue(insns, i):
+    sh = insns[i]
+    got, src = sh.plain(1), sh.plain(2)
+    total = None
+    for nxt in insns[i + 1:]:
+        if total is None:
+            if nxt.base == "FADD" and {nxt.plain(1), nxt.plain(2)} == {got, src}:
+                total = nxt.plain(0)
+            elif got in nxt.reads():
+                return "?"
+            continue
+        if total in nxt.reads():
+            if nxt.base == "FFMA" and nxt.plain(3) == total and total not in (nxt.plain(1), nxt.plain(2)):
+                return "fma"
+            if nxt.base == "FADD":
+                return "add"
+            return "?"
+    return "?"
+
+
+def horizontal_form(c):
+    """A horizontal kernel's form from classify_horizontal: '<update>/<epilogue>', the update
+    'H' or 'S' when all its FFMAs agree ('mixed' when they differ, '?' when there are none)."""
+    h, s = c["update"]["H"], c["update"]["S"]
+    upd = "?" if h == s == 0 else "mixed" if h and s else "H" if h else "S"
+    return f"{upd}/{c['epilogue']}"
+
+
 def kernel_form(occurrences):
     forms = [o["form"] for o in occurrences]
     if not forms or "?" in forms:
@@ -309,23 +416,44 @@ def disassemble(cuobjdump, path):
 
 
 def analyse_group(gid, sass):
-    """Rows of one covered group from its SASS: one per kernel kind found."""
+    """Rows of one covered group from its SASS: one per kernel kind found (the simple and
+    vertical kinds for fp16-, bf16- and fp32-state groups, the horizontal kind for every state
+    dtype)."""
     g = parse_group(gid)
+    simple_vertical = g["state_dtype"] in ("float16", "bfloat16", "float32")
     found = {}
     for arch, name, lines in split_functions(sass):
         kind = kernel_kind(name, g["dim"])
-        if kind is None:
+        if kind is None or (kind != HORIZONTAL and not simple_vertical):
             continue
-        occ = classify(parse_sass(lines))
-        e = found.setdefault(kind, {"functions": [], "occurrences": []})
+        e = found.setdefault(kind, {"functions": [], "occurrences": [], "forms": []})
         e["functions"].append({"arch": arch, "name": name})
-        e["occurrences"] += occ
+        if kind == HORIZONTAL:
+            c = classify_horizontal(parse_sass(lines))
+            e["forms"].append(horizontal_form(c))
+            e["occurrences"].append({"form": horizontal_form(c), "addr": 0,
+                                     "insn": "; ".join(c["examples"]),
+                                     "why": f"update {c['update']}, epilogue {c['epilogue']}"})
+        else:
+            e["occurrences"] += classify(parse_sass(lines))
     rows = []
-    for kind in sorted(found, key=lambda k: (KINDS.index(k) if k in KINDS else len(KINDS), k)):
+    order = KINDS + (HORIZONTAL,)
+    for kind in sorted(found, key=lambda k: (order.index(k) if k in order else len(order), k)):
         e = found[kind]
-        form = kernel_form(e["occurrences"])
-        served = kind in KINDS and g["dstate"] in SERVED_DSTATES
-        rule = predicted_form(kind, g["philox_rounds"], g["dstate"], g["state_dtype"]) if served else None
+        if kind == HORIZONTAL:
+            forms = set(e["forms"])
+            form = forms.pop() if len(forms) == 1 else "mixed"
+            if "?" in form:
+                form = "?"
+        else:
+            form = kernel_form(e["occurrences"])
+        served = (kind in KINDS or kind == HORIZONTAL) and g["dstate"] in SERVED_DSTATES
+        if not served:
+            rule = None
+        elif kind == HORIZONTAL:
+            rule = HORIZONTAL_FORM
+        else:
+            rule = predicted_form(kind, g["philox_rounds"], g["dstate"], g["state_dtype"])
         if rule is None:
             status = "not served"
         elif form == "?":
@@ -335,7 +463,9 @@ def analyse_group(gid, sass):
         rows.append({"group": gid, "kind": kind, "form": form, "rule": rule, "status": status,
                      "dim": g["dim"], "dstate": g["dstate"], "philox_rounds": g["philox_rounds"],
                      "functions": e["functions"], "occurrences": e["occurrences"]})
-    for kind in KINDS:
+    # FlashInfer 0.7.4 instantiates its horizontal kernel only for the head dims it takes.
+    hz_dim = g["dim"] % 64 == 0 and g["dim"] <= 256
+    for kind in (KINDS if simple_vertical else ()) + ((HORIZONTAL,) if hz_dim else ()):
         if kind not in found:
             rows.append({"group": gid, "kind": kind, "form": "?", "rule": None, "status": "kernel not found",
                          "dim": g["dim"], "dstate": g["dstate"], "philox_rounds": g["philox_rounds"],
@@ -344,7 +474,7 @@ def analyse_group(gid, sass):
 
 
 def covered(g):
-    return g["path"] == "stp" and g["state_dtype"] in ("float16", "bfloat16", "float32")
+    return g["path"] == "stp"
 
 
 def run(build, cuobjdump=None, only=None, jobs=2):
@@ -382,9 +512,9 @@ def main(argv=None):
         return 2
 
     width = max([len(r["group"]) for r in rows] + [5])
-    print(f"{'group':<{width}}  {'kernel':<12}  form   rule  status")
+    print(f"{'group':<{width}}  {'kernel':<12}  {'form':<7}  {'rule':<5}  status")
     for r in rows:
-        print(f"{r['group']:<{width}}  {r['kind']:<12}  {r['form']:<5}  {r['rule'] or '-':<4}  {r['status']}")
+        print(f"{r['group']:<{width}}  {r['kind']:<12}  {r['form']:<7}  {r['rule'] or '-':<5}  {r['status']}")
         if a.verbose:
             for o in r["occurrences"]:
                 print(f"      {o['form']:<2} /*{o['addr']:04x}*/ {o['insn']}  ({o['why']})")
@@ -406,7 +536,7 @@ def main(argv=None):
             why = "; ".join(sorted({o["why"] for o in r["occurrences"] if o["form"] == "?"})) or r["status"]
             print(f"  {r['group']} {r['kind']}: {why}")
     if skipped:
-        print(f"not covered (multi-token, or a state other than fp16/bf16/fp32): {len(skipped)} groups")
+        print(f"not covered (multi-token): {len(skipped)} groups")
         for gid in skipped:
             print(f"  {gid}")
     if a.json:

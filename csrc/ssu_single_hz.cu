@@ -1,0 +1,176 @@
+// ssu_single_hz.cu — host side of the single-token selective-state-update in FlashInfer's
+// "horizontal" mapping: planning (a pure function of a checked parameter block and a device's
+// properties) and dispatch. The device code is ssu_hz.cuh; ssu.cu checks the block (ssu_check:
+// the head dim rule of hz_dim_ok) and sends the calls whose algorithm resolves to HORIZONTAL
+// here. (The name sorts after ssu_mtp*.cu, so that the device link, which takes the objects in
+// that order, lays out the multi-token kernels' static shared memory as before: a translation
+// unit linked ahead of them swaps their shared variables' addresses.)
+//
+// Dispatch: an F16 state with BF16 inputs and weights and 0, 5 or 10 Philox rounds runs a
+// kernel with the round count and the input dtypes compiled in; a BF16 or F32 state with BF16
+// inputs and weights likewise (no rounding choice there); every other combination the kernel of
+// its state dtype that reads the input dtypes and the round count at run time. The
+// stochastic-rounding rule (0.7.2's or 0.7.4's conversion) is a run-time value of every kernel:
+// their fast pair conversion is exact under both, and the rare pairs it flags are converted by
+// the call's rule (sr.cuh).
+#include <algorithm>
+#include <limits>
+
+#include "checks.h"
+#include "common.cuh"
+#include "launch.h"
+#include "ssu_hz.cuh"
+
+namespace mamba_ssu {
+
+bool hz_dim_ok(int64_t dim) { return dim % 64 == 0 && dim >= 64 && dim <= 256; }
+
+namespace {
+
+using hz::Args;
+
+// Rows per warp: up to 64 (4 tiles of 16 rows; a multiple of 16 dividing every head dim the
+// horizontal kernel takes), halved while the grid has fewer than kMinWarpsPerSm warps per SM
+// (of the device's warp slots, scaled as tuning.h's thresholds are), down to 16. Not tuned
+// on a GPU yet: a warp's fixed work (its slot indices, dt', dA, B * dt' and C into shared
+// memory) is small against 16 rows of a head.
+constexpr int kMaxRowsPerWarp = 64;
+constexpr int64_t kMinWarpsPerSm = 32;
+
+struct Plan {
+  int rows_per_warp;
+  int64_t warps_per_head, total_warps, blocks;
+  unsigned nblocks;
+  size_t smem;
+  bool compiled;  // a kernel with the input dtypes (and the round count) compiled in
+};
+
+bool bf16_inputs(const mamba_ssu_params &p) {
+  return p.input_dtype == MAMBA_SSU_BF16 && p.weight_dtype == MAMBA_SSU_BF16;
+}
+
+bool compiled_kernel(const mamba_ssu_params &p) {
+  if (!bf16_inputs(p)) return false;
+  if (p.state_dtype != MAMBA_SSU_F16) return true;
+  return p.philox_rounds == 0 || p.philox_rounds == 5 || p.philox_rounds == 10;
+}
+
+int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) {
+  if (int s = check_props(&d)) return s;
+  if (!hz_dim_ok(p.dim))  // ssu_check rejects it first: a planning bug, never launched
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "launch plan: head dim %lld for HORIZONTAL",
+                ll(p.dim));
+  const int64_t blocks16 = p.dim / hz::kTileRows;  // 4, 8, 12 or 16
+  const int64_t heads = p.batch * p.nheads;        // < 2^31 (ssu_check's grid bound)
+  int rpw = kMaxRowsPerWarp;
+  while (rpw > hz::kTileRows &&
+         (blocks16 % (rpw / hz::kTileRows) != 0 ||
+          heads * (p.dim / rpw) < scaled_warps(d, kMinWarpsPerSm) * d.num_sms))
+    rpw /= 2;
+  Plan pl{};
+  pl.rows_per_warp = rpw;
+  pl.warps_per_head = p.dim / rpw;
+  pl.total_warps = heads * pl.warps_per_head;
+  pl.blocks = (pl.total_warps + hz::kWarpsPerBlock - 1) / hz::kWarpsPerBlock;
+  const int64_t nblocks = pl.blocks + (p.seed_next != nullptr ? 1 : 0);
+  if (nblocks < 1 || nblocks > std::numeric_limits<int32_t>::max() ||
+      pl.total_warps > std::numeric_limits<int32_t>::max())
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
+                "launch plan: no valid grid for HORIZONTAL (%lld blocks)", ll(nblocks));
+  pl.nblocks = static_cast<unsigned>(nblocks);
+  pl.smem = static_cast<size_t>(hz::block_smem_bytes(static_cast<int>(p.dstate)));
+  pl.compiled = compiled_kernel(p);
+  *out = pl;
+  return MAMBA_SSU_SUCCESS;
+}
+
+template <int kState, int kRounds, bool kBf16>
+int launch(const Args &a, const Plan &pl, cudaStream_t stream) {
+  hz::hz_kernel<kState, kRounds, kBf16>
+      <<<pl.nblocks, hz::kThreadsPerBlock, pl.smem, stream>>>(a);
+  return check_launch("selective_state_update (horizontal) launch");
+}
+
+}  // namespace
+
+int hz_plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d,
+            mamba_ssu_launch_plan *out) {
+  Plan pl;
+  if (int s = plan(p, d, &pl)) return s;
+  out->grid_blocks = pl.nblocks;
+  // A block's 4 warps serve consecutive warps of the grid: one head's, or several heads'.
+  out->blocks_per_head =
+      (pl.warps_per_head + hz::kWarpsPerBlock - 1) / hz::kWarpsPerBlock;
+  out->threads_per_block = hz::kThreadsPerBlock;
+  out->warps_per_block = hz::kWarpsPerBlock;
+  out->rows_per_warp = pl.rows_per_warp;
+  out->algorithm = MAMBA_SSU_ALGO_HORIZONTAL;
+  out->compiled_kernel = pl.compiled ? 1 : 0;
+  out->num_sms = d.num_sms;
+  return MAMBA_SSU_SUCCESS;
+}
+
+int hz_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba_ssu_seed &seed,
+              const mamba_ssu_device_props &d) {
+  Plan pl;
+  if (int s = plan(p, d, &pl)) return s;
+  Args a{};
+  a.x = p.x;
+  a.dt = p.dt;
+  a.dt_bias = p.dt_bias;
+  a.A = p.A;
+  a.B = p.B;
+  a.C = p.C;
+  a.D = p.D;
+  a.z = p.z;
+  a.out = p.out;
+  a.state = p.state;
+  a.state_batch_indices = p.state_batch_indices;
+  a.dst_state_batch_indices = p.dst_state_batch_indices;
+  lower_seed(seed, &a);
+  a.state_stride_batch = p.state_stride_batch;
+  a.x_stride_batch = p.x_stride_batch;
+  a.dt_stride_batch = p.dt_stride_batch;
+  a.B_stride_batch = p.B_stride_batch;
+  a.C_stride_batch = p.C_stride_batch;
+  a.z_stride_batch = p.z_stride_batch;
+  a.out_stride_batch = p.out_stride_batch;
+  a.state_batch_indices_stride = p.state_batch_indices_stride;
+  a.dst_state_batch_indices_stride = p.dst_state_batch_indices_stride;
+  a.pad_slot_id = p.pad_slot_id;
+  a.state_cache_size = p.state_cache_size;
+  a.total_warps = pl.total_warps;
+  a.nheads = static_cast<uint32_t>(p.nheads);
+  a.heads_per_group = static_cast<uint32_t>(p.nheads / p.ngroups);
+  a.warps_per_head = static_cast<uint32_t>(pl.warps_per_head);
+  a.rows_per_warp = pl.rows_per_warp;
+  a.dim = static_cast<int32_t>(p.dim);
+  a.dstate = static_cast<int32_t>(p.dstate);
+  a.input_dtype = p.input_dtype;
+  a.weight_dtype = p.weight_dtype;
+  a.index_dtype = p.index_dtype;
+  a.dt_softplus = p.dt_softplus != 0;
+  a.update_state = p.update_state != 0;
+
+  const auto st = reinterpret_cast<cudaStream_t>(stream);
+  const bool bf16 = bf16_inputs(p);
+  switch (p.state_dtype) {
+  case MAMBA_SSU_F16:
+    if (pl.compiled) {
+      switch (a.philox_rounds) {
+      case 0: return launch<MAMBA_SSU_F16, 0, true>(a, pl, st);
+      case 5: return launch<MAMBA_SSU_F16, 5, true>(a, pl, st);
+      default: return launch<MAMBA_SSU_F16, 10, true>(a, pl, st);
+      }
+    }
+    return launch<MAMBA_SSU_F16, -1, false>(a, pl, st);
+  case MAMBA_SSU_BF16:
+    return bf16 ? launch<MAMBA_SSU_BF16, 0, true>(a, pl, st)
+                : launch<MAMBA_SSU_BF16, 0, false>(a, pl, st);
+  default:
+    return bf16 ? launch<MAMBA_SSU_F32, 0, true>(a, pl, st)
+                : launch<MAMBA_SSU_F32, 0, false>(a, pl, st);
+  }
+}
+
+}  // namespace mamba_ssu
