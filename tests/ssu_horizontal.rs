@@ -27,7 +27,7 @@ mod ssu_dev;
 
 use std::sync::Arc;
 
-use common::{dtype_size, gen, DevBuf};
+use common::{dtype_size, gen, run_seed, DevBuf, Rng};
 use cudarc::driver::CudaStream;
 use half::{bf16, f16};
 use mamba_ssu::reference::{
@@ -35,35 +35,6 @@ use mamba_ssu::reference::{
     HostTensor, SrMapping, SsuHostArgs,
 };
 use mamba_ssu::ssu::{Algorithm, SrRule};
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(gen::GOLDEN);
-        gen::mix64(self.0)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn coin(&mut self) -> bool {
-        self.next() & 1 == 1
-    }
-}
-
-fn run_seed() -> u64 {
-    let seed = std::env::var("MAMBA_SSU_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("MAMBA_SSU_TEST_SEED={seed}");
-    seed
-}
 
 #[derive(Clone, Debug)]
 struct Cfg {

@@ -1327,3 +1327,38 @@ pub fn recorded_sr_rule(manifest: &Value, case: &Value) -> mamba_ssu::ssu::SrRul
         _ => SrRule::V072,
     }
 }
+
+/// The test problems' random source: a splitmix sequence over the input generator's mix.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(gen::GOLDEN);
+        gen::mix64(self.0)
+    }
+    /// A value below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    /// A fair coin.
+    pub fn coin(&mut self) -> bool {
+        self.next() & 1 == 1
+    }
+}
+
+/// The seed of a randomised test run: `MAMBA_SSU_TEST_SEED` when set, else the clock; printed
+/// so that a failure can be replayed.
+pub fn run_seed() -> u64 {
+    let seed = std::env::var("MAMBA_SSU_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("MAMBA_SSU_TEST_SEED={seed}");
+    seed
+}
