@@ -108,11 +108,16 @@ int plan_launch(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d, 
                 : p.philox_rounds == 0 && heads >= Tuning::kMtpFourRowPairs ? 4
                 : heads >= Tuning::kMtpTwoRowPairs                         ? 2
                                                                            : 1;
+  // A block's static and dynamic shared memory together within the per-block limit (48 KiB
+  // without an opt-in: a launch past it is refused).
+  auto fits = [&](const Plan &g) {
+    return static_cast<int64_t>(g.smem) + kStaticSmemBytes <= smem_limit;
+  };
   Plan g;
   grid_for(p, d, hot, r, &g);
   // The four-row kernels' lane partials (4 x 8 floats per token and group) pass 48 KiB of
   // shared memory at long token counts: two rows there.
-  if (r == 4 && static_cast<int64_t>(g.smem) > smem_limit) grid_for(p, d, hot, 2, &g);
+  if (r == 4 && !fits(g)) grid_for(p, d, hot, 2, &g);
   if (g.blocks > std::numeric_limits<int32_t>::max())
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "batch * nheads * ceil(dim / 64): expected a grid of <= %d blocks, got %lld x "
@@ -120,8 +125,7 @@ int plan_launch(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d, 
                 std::numeric_limits<int32_t>::max(), ll(p.batch), ll(p.nheads),
                 ll(g.blocks_per_head));
   const int64_t rpb = g.rows_per_block, bph = g.blocks_per_head;
-  if (rpb < 1 || rpb > mtp::kMaxRowsPerBlock || bph * rpb < p.dim ||
-      static_cast<int64_t>(g.smem) > smem_limit)
+  if (rpb < 1 || rpb > mtp::kMaxRowsPerBlock || bph * rpb < p.dim || !fits(g))
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "launch plan: no valid grid (rows per block %lld, blocks per head %lld, shared "
                 "memory %zu bytes)",

@@ -1208,12 +1208,13 @@ fn token_counts(rng: &mut Rng) -> Vec<Problem> {
 const TWO_ROW_PAIRS: usize = 1024;
 const FOUR_ROW_PAIRS: usize = 4096;
 /// The four-row grids of [`large_grid_cfgs`] (no SR, from `FOUR_ROW_PAIRS` pairs).
-const LARGE_FOUR_ROW: usize = 3;
+const LARGE_FOUR_ROW: usize = 4;
 
 /// Grids of the two-row kernels (batch 33 x 32 heads = 1056 pairs, hot dtypes): every write
 /// mode, fixed and varlen, pads, dims 64, 40 and 100 (a last pass of 8 or 18 of its 32 rows)
-/// and 128 (two blocks per head), T 3, 5, 8 and 16, 0/5/10 rounds; and three of the four-row
-/// kernels (no SR, 33 x 128 = 4224 pairs; dims 64, 40 and 100).
+/// and 128 (two blocks per head), T 3, 5, 8 and 16, 0/5/10 rounds; and four grids of the
+/// four-row kernels (no SR, 33 x 128 = 4224 pairs; dims 64, 40 and 100, and 50 at T 14 with z,
+/// where the shared memory sends the call to two rows).
 fn large_grids(rng: &mut Rng) -> Vec<Problem> {
     large_grid_cfgs()
         .into_iter()
@@ -1267,6 +1268,16 @@ fn large_grid_cfgs() -> Vec<Cfg> {
         (cfg.nheads, cfg.ngroups) = (128, 8);
         cfg
     }));
+    // Four rows asked at T 14 with z and 50 rows per block: 49 120 bytes of dynamic shared
+    // memory, within 48 KiB only without the kernel's static part; two rows run.
+    let mut cfg = Cfg::base();
+    cfg.write = Write::Final;
+    cfg.dim = 50;
+    cfg.tokens = 14;
+    cfg.read = Read::OneD;
+    cfg.batch = 33;
+    (cfg.nheads, cfg.ngroups) = (128, 8);
+    v.push(cfg);
     v
 }
 
