@@ -2,13 +2,15 @@
 // of the checked parameters and the SM count) and dispatch. The contract check is
 // ssu_mtp_check.cu, the device code ssu_mtp.cuh.
 //
-// Dispatch: F16 state, BF16 inputs and weights, dstate 128 and 0, 5 or 10 Philox rounds run
-// compiled-in kernels (mtp_kernel<true, 128, rounds, rows per group, small>: one row per group
-// below Tuning::kMtpTwoRowPairs (sequence, head) pairs, in the small-grid form when the grid
-// fits Tuning::kMtpSmallBlocks blocks per SM; two rows from there on; without SR four rows
-// from Tuning::kMtpFourRowPairs pairs on; tuning.h) when num_accepted_tokens and cu_seqlens
-// (where given) have the slot indices' dtype; everything else that passes the check runs a
-// kernel per dstate that takes dtypes, index dtypes and rounds at run time
+// Dispatch: F16 state, BF16 inputs and weights, dstate 64, 128 or 256 and 0, 5 or 10 Philox
+// rounds run compiled-in kernels (mtp_kernel<true, dstate, rounds, rows per group, small>: one
+// row per group below Tuning::kMtpTwoRowPairs (sequence, head) pairs, in the small-grid form
+// when the grid fits the small kernel's floor of blocks per SM (Tuning::kMtpSmallBlocks; at
+// dstate 256 kMtpDs256SmallBlocks / kMtpDs256SmallSrBlocks); two rows from there on; without SR
+// four rows from Tuning::kMtpFourRowPairs pairs on, at most kMtpDs256MaxRows at dstate 256;
+// fewer where a block's shared memory would pass 48 KiB; tuning.h) when num_accepted_tokens and
+// cu_seqlens (where given) have the slot indices' dtype; everything else that passes the check
+// runs a kernel per dstate that takes dtypes, index dtypes and rounds at run time
 // (mtp_kernel<false, dstate, -1, 1>; with an fp32 state mtp_kernel<false, dstate, -1, 1, false,
 // true>, FlashInfer's 4-column lane blocks of an fp32 state: ssu_mtp.cuh).
 #include <algorithm>
@@ -32,7 +34,8 @@ constexpr int64_t kStaticSmemBytes =
 
 bool is_hot(const mamba_ssu_mtp_params &p) {
   return p.state_dtype == MAMBA_SSU_F16 && p.input_dtype == MAMBA_SSU_BF16 &&
-         p.weight_dtype == MAMBA_SSU_BF16 && p.dstate == 128 &&
+         p.weight_dtype == MAMBA_SSU_BF16 &&
+         (p.dstate == 64 || p.dstate == 128 || p.dstate == 256) &&
          (p.philox_rounds == 0 || p.philox_rounds == 5 || p.philox_rounds == 10) &&
          // The compiled-in kernels read every index tensor with index_dtype.
          (p.num_accepted_tokens == nullptr ||
@@ -47,6 +50,9 @@ bool is_hot(const mamba_ssu_mtp_params &p) {
 // Tuning::kMtpFourRowPairs pairs on, four rows per group: a block's 64 rows are all in registers
 // and written token by token (the block's whole 16 KiB state of a token before the next
 // token's). With SR four rows were slower (their Philox words need the registers): SR keeps two.
+// At dstate 256 at most Tuning::kMtpDs256MaxRows (mtp_max_rows); where a block's shared memory
+// (B/C of every token, lane partials of every row, x and z) would pass the per-block limit,
+// half the rows, down to one (which always fits).
 // Blocks per (sequence, head): at least enough for 64 rows per block (the rows a block
 // stages); doubled, up to 4, while the grid stays within one wave of resident blocks (the
 // kernel's register floor times the SM count) and a block keeps a full pass of rows for its
@@ -65,12 +71,9 @@ void grid_for(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d, bo
               Plan *g) {
   const int64_t heads = p.batch * p.nheads;  // < 2^31 (checked)
   const int min_blocks =
-      !hot     ? 4
-      : r == 4 ? mtp::mtp_min_blocks<true, 0, 4>()
-      : r == 2 ? (p.philox_rounds == 0 ? mtp::mtp_min_blocks<true, 0, 2>()
-                                       : mtp::mtp_min_blocks<true, 10, 2>())
-               : (p.philox_rounds == 0 ? mtp::mtp_min_blocks<true, 0, 1>()
-                                       : mtp::mtp_min_blocks<true, 10, 1>());
+      !hot ? 4
+           : mtp::mtp_min_blocks(true, static_cast<int>(p.dstate),
+                                 static_cast<int>(p.philox_rounds), r, false);
   int64_t bph = (p.dim + mtp::kMaxRowsPerBlock - 1) / mtp::kMaxRowsPerBlock;
   // At most 4 (or the 64-row minimum), which bounds the grid in the check.
   const int64_t pass = int64_t{mtp::kGroups} * r;
@@ -104,10 +107,11 @@ int plan_launch(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d, 
   const int64_t smem_limit = d.smem_per_block;
   const bool hot = is_hot(p);
   const int64_t heads = p.batch * p.nheads;  // < 2^31 (checked)
-  const int r = !hot                                  ? 1
-                : p.philox_rounds == 0 && heads >= Tuning::kMtpFourRowPairs ? 4
-                : heads >= Tuning::kMtpTwoRowPairs                         ? 2
-                                                                           : 1;
+  int r = !hot                                        ? 1
+          : p.philox_rounds == 0 && heads >= Tuning::kMtpFourRowPairs ? 4
+          : heads >= Tuning::kMtpTwoRowPairs                          ? 2
+                                                                      : 1;
+  r = std::min(r, mtp::mtp_max_rows(static_cast<int>(p.dstate)));
   // A block's static and dynamic shared memory together within the per-block limit (48 KiB
   // without an opt-in: a launch past it is refused).
   auto fits = [&](const Plan &g) {
@@ -115,9 +119,9 @@ int plan_launch(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d, 
   };
   Plan g;
   grid_for(p, d, hot, r, &g);
-  // The four-row kernels' lane partials (4 x 8 floats per token and group) pass 48 KiB of
-  // shared memory at long token counts: two rows there.
-  if (r == 4 && !fits(g)) grid_for(p, d, hot, 2, &g);
+  // The lane partials of four rows (4 x 8 floats per token and group; of two at dstate 256,
+  // with twice the B/C) pass 48 KiB of shared memory at long token counts: half the rows there.
+  while (g.rows_per_group > 1 && !fits(g)) grid_for(p, d, hot, g.rows_per_group / 2, &g);
   if (g.blocks > std::numeric_limits<int32_t>::max())
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "batch * nheads * ceil(dim / 64): expected a grid of <= %d blocks, got %lld x "
@@ -133,9 +137,11 @@ int plan_launch(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d, 
   g.nblocks = static_cast<unsigned>(g.blocks);
   // The small-grid kernels (one row per group) where the grid fits their occupancy floor.
   g.small = hot && g.rows_per_group == 1 &&
-            g.blocks <= int64_t{resident_blocks(d, mtp::mtp_min_blocks<true, 0, 1, true>(),
-                                                mtp::kThreads,
-                                                static_cast<int64_t>(g.smem) + kStaticSmemBytes)} *
+            g.blocks <= int64_t{resident_blocks(
+                            d,
+                            mtp::mtp_min_blocks(true, static_cast<int>(p.dstate),
+                                                static_cast<int>(p.philox_rounds), 1, true),
+                            mtp::kThreads, static_cast<int64_t>(g.smem) + kStaticSmemBytes)} *
                             d.num_sms;
   *out = g;
   return MAMBA_SSU_SUCCESS;
@@ -146,6 +152,25 @@ int launch(const mtp::Args &a, const Plan &plan, cudaStream_t st) {
   mtp::mtp_kernel<kHot, kDstate, kRounds, kR, kSmall, kF32>
       <<<plan.nblocks, mtp::kThreads, plan.smem, st>>>(a);
   return check_launch("multi-token selective-state-update kernel launch");
+}
+
+// The plan's compiled-in kernel at dstate kDstate (0, 5 or 10 rounds).
+template <int kDstate>
+int launch_hot(const mtp::Args &a, const Plan &plan, int rounds, cudaStream_t st) {
+  if constexpr (mtp::mtp_max_rows(kDstate) >= 4) {
+    if (plan.rows_per_group == 4) return launch<true, kDstate, 0, 4>(a, plan, st);  // no SR only
+  }
+  if (plan.rows_per_group == 2)
+    return rounds == 0   ? launch<true, kDstate, 0, 2>(a, plan, st)
+           : rounds == 5 ? launch<true, kDstate, 5, 2>(a, plan, st)
+                         : launch<true, kDstate, 10, 2>(a, plan, st);
+  if (plan.small)
+    return rounds == 0   ? launch<true, kDstate, 0, 1, true>(a, plan, st)
+           : rounds == 5 ? launch<true, kDstate, 5, 1, true>(a, plan, st)
+                         : launch<true, kDstate, 10, 1, true>(a, plan, st);
+  return rounds == 0   ? launch<true, kDstate, 0>(a, plan, st)
+         : rounds == 5 ? launch<true, kDstate, 5>(a, plan, st)
+                       : launch<true, kDstate, 10>(a, plan, st);
 }
 
 }  // namespace
@@ -243,23 +268,10 @@ int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
   const auto st = reinterpret_cast<cudaStream_t>(stream);
   int s;
   if (plan.hot) {
-    if (plan.rows_per_group == 4) {  // no SR only
-      s = launch<true, 128, 0, 4>(a, plan, st);
-    } else if (plan.rows_per_group == 2) {
-      s = p.philox_rounds == 0   ? launch<true, 128, 0, 2>(a, plan, st)
-          : p.philox_rounds == 5 ? launch<true, 128, 5, 2>(a, plan, st)
-                                 : launch<true, 128, 10, 2>(a, plan, st);
-    } else {
-      if (plan.small) {
-        s = p.philox_rounds == 0   ? launch<true, 128, 0, 1, true>(a, plan, st)
-            : p.philox_rounds == 5 ? launch<true, 128, 5, 1, true>(a, plan, st)
-                                   : launch<true, 128, 10, 1, true>(a, plan, st);
-      } else {
-        s = p.philox_rounds == 0   ? launch<true, 128, 0>(a, plan, st)
-            : p.philox_rounds == 5 ? launch<true, 128, 5>(a, plan, st)
-                                   : launch<true, 128, 10>(a, plan, st);
-      }
-    }
+    const int rounds = static_cast<int>(p.philox_rounds);
+    s = p.dstate == 64    ? launch_hot<64>(a, plan, rounds, st)
+        : p.dstate == 128 ? launch_hot<128>(a, plan, rounds, st)
+                          : launch_hot<256>(a, plan, rounds, st);
   } else if (p.state_dtype == MAMBA_SSU_F32) {
     s = p.dstate == 64    ? launch<false, 64, -1, 1, false, true>(a, plan, st)
         : p.dstate == 128 ? launch<false, 128, -1, 1, false, true>(a, plan, st)

@@ -36,11 +36,14 @@
 //
 // Kernels: one row per group (small and mid grids) or two rows sharing each token's B/C loads
 // (from Tuning::kMtpTwoRowPairs (sequence, head) pairs; without SR four rows from
-// Tuning::kMtpFourRowPairs, so that a block writes its 64 rows token by token); on grids within
-// Tuning::kMtpSmallBlocks blocks per SM the one-row "small" kernels, where a call is latency:
-// their token loop has no branch (predicated stores; with SR the rare row whose conversion
-// needs the exact path is replayed from the state as read after its last token) and is
-// unrolled so that consecutive tokens overlap.
+// Tuning::kMtpFourRowPairs, so that a block writes its 64 rows token by token; at most two at
+// dstate 256, mtp_max_rows); on grids within their floor of blocks per SM
+// (Tuning::kMtpSmallBlocks; at dstate 256 kMtpDs256Small*) the one-row "small" kernels, where a
+// call is latency: their token loop has no branch (predicated stores; with SR the rare row
+// whose conversion needs the exact path is replayed from the state as read after its last
+// token) and is unrolled so that consecutive tokens overlap. The compiled-in ("hot") kernels
+// serve an F16 state with BF16 inputs and weights at dstate 64, 128 and 256 and 0, 5 or 10
+// rounds (any head dim); the run-time ones every other call.
 //
 // Numerics per token, exactly FlashInfer's (every operation pinned; the build flushes
 // subnormals): dt' = rn(dt + dt_bias), softplus when enabled and dt' <= 20; dA =
@@ -844,15 +847,27 @@ __device__ __forceinline__ void mtp_body(const Args &a) {
 }
 
 // Resident blocks per SM the register budget is set for: the hot kernels' floors (tuning.h), by
-// rows per group and SR; 1 (no floor) for the run-time kernels.
-template <bool kHot, int kRounds, int kR, bool kSmall = false>
-__host__ __device__ constexpr int mtp_min_blocks() {
-  return !kHot          ? 1
-         : kSmall       ? Tuning::kMtpSmallBlocks
-         : kR == 4      ? Tuning::kMtpFourRowBlocks
-         : kR == 2      ? (kRounds == 0 ? Tuning::kMtpTwoRowBlocks : Tuning::kMtpTwoRowSrBlocks)
-         : kRounds == 0 ? Tuning::kMtpBlocks
-                        : Tuning::kMtpSrBlocks;
+// dstate (64 takes 128's), rows per group, SR and the small-grid form; 1 (no floor) for the
+// run-time kernels.
+__host__ __device__ constexpr int mtp_min_blocks(bool hot, int dstate, int rounds, int rows,
+                                                 bool small) {
+  return !hot ? 1
+         : dstate == 256
+             ? (small       ? (rounds == 0 ? Tuning::kMtpDs256SmallBlocks
+                                           : Tuning::kMtpDs256SmallSrBlocks)
+                : rows == 2 ? (rounds == 0 ? Tuning::kMtpDs256TwoRowBlocks
+                                           : Tuning::kMtpDs256TwoRowSrBlocks)
+                            : (rounds == 0 ? Tuning::kMtpDs256Blocks : Tuning::kMtpDs256SrBlocks))
+         : small       ? Tuning::kMtpSmallBlocks
+         : rows == 4   ? Tuning::kMtpFourRowBlocks
+         : rows == 2   ? (rounds == 0 ? Tuning::kMtpTwoRowBlocks : Tuning::kMtpTwoRowSrBlocks)
+         : rounds == 0 ? Tuning::kMtpBlocks
+                       : Tuning::kMtpSrBlocks;
+}
+
+// The most rows a group of the hot kernels computes together at `dstate` (tuning.h).
+__host__ __device__ constexpr int mtp_max_rows(int dstate) {
+  return dstate == 256 ? Tuning::kMtpDs256MaxRows : 4;
 }
 
 // kSmall: the hot one-row kernels for grids within Tuning::kMtpSmallBlocks blocks per SM,
@@ -860,9 +875,10 @@ __host__ __device__ constexpr int mtp_min_blocks() {
 // of the rare rows that need the exact conversion) unrolled so that tokens overlap.
 // kF32: the run-time kernels of an fp32 state (FlashInfer's 4-column lane blocks).
 template <bool kHot, int kDstate, int kRounds, int kR, bool kSmall = false, bool kF32 = false>
-__global__ void __launch_bounds__(kThreads, (mtp_min_blocks<kHot, kRounds, kR, kSmall>()))
+__global__ void __launch_bounds__(kThreads, (mtp_min_blocks(kHot, kDstate, kRounds, kR, kSmall)))
     mtp_kernel(const Args a) {
   static_assert(!kSmall || (kHot && kR == 1), "small-grid kernels: hot, one row per group");
+  static_assert(kR <= mtp_max_rows(kDstate), "rows per group past the dstate's limit");
   mtp_body<kHot, kDstate, kRounds, kR, kSmall, kF32>(a);
 }
 

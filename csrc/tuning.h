@@ -177,6 +177,21 @@ struct Sm90 {
   // perf-notes: the multi-token kernel; the multi-token kernel's latency, store backpressure
   // (2026-12-01).
   static constexpr bool kMtpOneRowBf16Stage = true;
+
+  // The compiled-in multi-token kernels at dstate 64 take the dstate-128 floors above (half the
+  // registers: none spills). At dstate 256 a lane holds 32 columns per row: the floors below are
+  // the highest without spills (ptxas, CUDA 13.0, sm_90; one more block spills), not timed.
+  // One row: 5 without SR (93 registers), 2 with SR (about 205); small-grid kernels 3 / 2 (151 /
+  // 209, also their grid threshold); two rows 3 / 2 (164 / 255).
+  static constexpr int kMtpDs256Blocks = 5;
+  static constexpr int kMtpDs256SrBlocks = 2;
+  static constexpr int kMtpDs256SmallBlocks = 3;
+  static constexpr int kMtpDs256SmallSrBlocks = 2;
+  static constexpr int kMtpDs256TwoRowBlocks = 3;
+  static constexpr int kMtpDs256TwoRowSrBlocks = 2;
+  // Rows per group at dstate 256: at most two (a block's 32 rows then write 16 KiB per token,
+  // what four rows write at dstate 128; four rows would need all 255 registers: 2 blocks).
+  static constexpr int kMtpDs256MaxRows = 2;
 };
 
 // The configuration of this build.

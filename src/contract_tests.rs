@@ -811,40 +811,49 @@ fn flashinfer_argument_rules_are_accepted() {
         }
     }
 
-    // The compiled-in kernels (F16 state, BF16 inputs, dstate 128, 0, 5 or 10 rounds) serve
-    // indices of one dtype; other dtypes of num_accepted_tokens or cu_seqlens, and other
-    // rounds, run the run-time kernels.
-    let hot = |mut a: sys::mamba_ssu_args| {
-        let ds = 128;
-        a.state = dense(1, F16, &[SLOTS, NH, DIM, ds]);
-        a.A = tensor(4, F32, &[NH, DIM, ds], &[1, 0, 0]);
-        let lead = a.B.shape[..a.B.rank as usize - 1].to_vec();
-        let shape = [&lead[..lead.len() - 1], &[NG, ds]].concat();
-        a.B = dense(5, BF16, &shape);
-        a.C = dense(6, BF16, &shape);
-        if a.intermediate_states.rank > 0 {
-            let s = a.intermediate_states.shape;
-            a.intermediate_states = dense(14, F16, &[s[0], s[1], NH, DIM, ds]);
-        }
-        a
-    };
-    let mixed = hot(mixed);
-    assert_eq!(plan(&mixed).compiled_kernel, 0, "I64 num_accepted_tokens");
-    let uniform = sys::mamba_ssu_args {
-        num_accepted_tokens: dense(16, I32, &[BATCH + 5]),
-        ..mixed
-    };
-    assert_eq!(plan(&uniform).compiled_kernel, 1, "I32 everywhere");
-    let mut twelve = uniform;
-    twelve.seed.rounds = 12;
-    assert_eq!(plan(&twelve).compiled_kernel, 0, "12 rounds");
-    let v = hot(varlen());
-    assert_eq!(plan(&v).compiled_kernel, 1, "varlen, I32 everywhere");
-    let v64 = sys::mamba_ssu_args {
-        cu_seqlens: dense(13, I64, &[BATCH + 1]),
-        ..v
-    };
-    assert_eq!(plan(&v64).compiled_kernel, 0, "varlen, I64 cu_seqlens");
+    // The compiled-in kernels (F16 state, BF16 inputs, dstate 64, 128 or 256, 0, 5 or 10
+    // rounds) serve indices of one dtype; other dtypes of num_accepted_tokens or cu_seqlens, and
+    // other rounds, run the run-time kernels.
+    for ds in [64, 128, 256] {
+        let hot = |mut a: sys::mamba_ssu_args| {
+            a.state = dense(1, F16, &[SLOTS, NH, DIM, ds]);
+            a.A = tensor(4, F32, &[NH, DIM, ds], &[1, 0, 0]);
+            let lead = a.B.shape[..a.B.rank as usize - 1].to_vec();
+            let shape = [&lead[..lead.len() - 1], &[NG, ds]].concat();
+            a.B = dense(5, BF16, &shape);
+            a.C = dense(6, BF16, &shape);
+            if a.intermediate_states.rank > 0 {
+                let s = a.intermediate_states.shape;
+                a.intermediate_states = dense(14, F16, &[s[0], s[1], NH, DIM, ds]);
+            }
+            a
+        };
+        let mixed = hot(mixed);
+        assert_eq!(
+            plan(&mixed).compiled_kernel,
+            0,
+            "{ds}: I64 num_accepted_tokens"
+        );
+        let uniform = sys::mamba_ssu_args {
+            num_accepted_tokens: dense(16, I32, &[BATCH + 5]),
+            ..mixed
+        };
+        assert_eq!(plan(&uniform).compiled_kernel, 1, "{ds}: I32 everywhere");
+        let mut twelve = uniform;
+        twelve.seed.rounds = 12;
+        assert_eq!(plan(&twelve).compiled_kernel, 0, "{ds}: 12 rounds");
+        let v = hot(varlen());
+        assert_eq!(plan(&v).compiled_kernel, 1, "{ds}: varlen, I32 everywhere");
+        let v64 = sys::mamba_ssu_args {
+            cu_seqlens: dense(13, I64, &[BATCH + 1]),
+            ..v
+        };
+        assert_eq!(
+            plan(&v64).compiled_kernel,
+            0,
+            "{ds}: varlen, I64 cu_seqlens"
+        );
+    }
 }
 
 #[test]

@@ -1195,7 +1195,8 @@ fn token_counts(rng: &mut Rng) -> Vec<Problem> {
             };
             cfg.write = WRITES[t % WRITES.len()];
             cfg.pads = t % 3 == 0;
-            cfg.rounds = [0, 5, 10][t % 3];
+            // Every dstate with each round count (t % 3 picks the dstate).
+            cfg.rounds = [0, 5, 10][(t + t / 3) % 3];
             cfg.batch = 2 + t % 3;
             cfg.padded_strides = t % 2 == 1;
             Problem::new(cfg, rng)
@@ -1208,13 +1209,14 @@ fn token_counts(rng: &mut Rng) -> Vec<Problem> {
 const TWO_ROW_PAIRS: usize = 1024;
 const FOUR_ROW_PAIRS: usize = 4096;
 /// The four-row grids of [`large_grid_cfgs`] (no SR, from `FOUR_ROW_PAIRS` pairs).
-const LARGE_FOUR_ROW: usize = 4;
+const LARGE_FOUR_ROW: usize = 6;
 
 /// Grids of the two-row kernels (batch 33 x 32 heads = 1056 pairs, hot dtypes): every write
 /// mode, fixed and varlen, pads, dims 64, 40 and 100 (a last pass of 8 or 18 of its 32 rows)
-/// and 128 (two blocks per head), T 3, 5, 8 and 16, 0/5/10 rounds; and four grids of the
-/// four-row kernels (no SR, 33 x 128 = 4224 pairs; dims 64, 40 and 100, and 50 at T 14 with z,
-/// where the shared memory sends the call to two rows).
+/// and 128 (two blocks per head), T 3, 5, 8 and 16, 0/5/10 rounds; four grids of the four-row
+/// kernels (no SR, 33 x 128 = 4224 pairs; dims 64, 40 and 100, and 50 at T 14 with z, where the
+/// shared memory sends the call to two rows); and at dstate 64 and 256 three two-row grids
+/// (0/5/10 rounds) and one four-row grid each (two rows at dstate 256).
 fn large_grids(rng: &mut Rng) -> Vec<Problem> {
     large_grid_cfgs()
         .into_iter()
@@ -1278,6 +1280,40 @@ fn large_grid_cfgs() -> Vec<Cfg> {
     cfg.batch = 33;
     (cfg.nheads, cfg.ngroups) = (128, 8);
     v.push(cfg);
+    // The compiled-in kernels at dstate 64 and 256: two rows (1056 pairs, 0/5/10 rounds; at
+    // dstate 256 T 16 with z is one row: shared memory) and four rows asked (4224 pairs, no SR;
+    // at dstate 256 two: tuning.h). Final-state writes at dstate 256 (a buffer would be large).
+    for (i, dstate) in [64usize, 256].into_iter().enumerate() {
+        for (j, rounds) in [0u32, 5, 10].into_iter().enumerate() {
+            let mut cfg = Cfg::base();
+            cfg.dstate = dstate;
+            cfg.rounds = rounds;
+            cfg.write = if dstate == 64 {
+                WRITES[[0, 3, 4][j]]
+            } else {
+                Write::Final
+            };
+            cfg.varlen = j == 1;
+            cfg.dim = [64, 40, 100][j];
+            cfg.tokens = [8, 5, 16][(i + j) % 3];
+            cfg.pads = j != 0;
+            cfg.pad_slot_id = [-1, 0][(i + j) % 2];
+            cfg.read = Read::TwoD { nat: true };
+            cfg.index = ["int32", "int64"][j % 2];
+            cfg.padded_strides = j == 2;
+            cfg.batch = 33;
+            (cfg.nheads, cfg.ngroups) = (32, 8);
+            v.push(cfg);
+        }
+        let mut cfg = Cfg::base();
+        cfg.dstate = dstate;
+        cfg.write = Write::Final;
+        cfg.read = Read::OneD;
+        cfg.pads = true;
+        cfg.batch = 33;
+        (cfg.nheads, cfg.ngroups) = (128, 8);
+        v.push(cfg);
+    }
     v
 }
 
@@ -2111,7 +2147,9 @@ fn sr_offsets_sign_extend_past_2_pow_31_sparse_state() {
 
 /// Every problem of the GPU sets (two fixed seeds; the GPU tests draw theirs) is accepted
 /// by the API's host validation with the sizes it was built with, and (one seed, the cheaper
-/// problems) by the reference.
+/// problems) by the reference; its launch plan (132 SMs) runs a compiled-in kernel exactly for
+/// the hot dtypes with 0, 5 or 10 rounds and one index dtype, which the sets have at dstate 64,
+/// 128 and 256.
 #[test]
 fn every_problem_is_valid_for_the_reference_and_the_api() {
     for (k, seed) in [0x5EEDu64, 0xDEAD_BEEF].into_iter().enumerate() {
@@ -2120,7 +2158,8 @@ fn every_problem_is_valid_for_the_reference_and_the_api() {
 }
 
 fn problems_are_valid(seed: u64, run_reference: bool) {
-    use mamba_ssu::ssu::validate_mtp;
+    use mamba_ssu::ssu::{mtp_launch_plan, validate_mtp};
+    let mut hot_dstates = std::collections::BTreeSet::new();
     let mut rng = Rng(seed);
     let mut all = dtype_table(&mut rng);
     all.extend(write_modes(&mut rng));
@@ -2145,7 +2184,18 @@ fn problems_are_valid(seed: u64, run_reference: bool) {
     for p in &all {
         let c = &p.cfg;
         assert!(in_place_consistent(p));
-        let prob = validate_mtp(&spec_of(p)).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+        let spec = spec_of(p);
+        let prob = validate_mtp(&spec).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+        // The compiled-in kernels serve the hot dtypes at every dstate with 0, 5 or 10 rounds
+        // and one index dtype; the GPU tests of those problems run them.
+        let hot = (c.state, c.input, c.weight) == ("float16", "bfloat16", "bfloat16")
+            && [0, 5, 10].contains(&c.rounds)
+            && (p.aux_index() == c.index || (p.nat.is_none() && p.cu.is_none()));
+        let plan = mtp_launch_plan(&spec, 132).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+        assert_eq!(plan.compiled_kernel, hot, "{c:?}");
+        if hot {
+            hot_dstates.insert(c.dstate);
+        }
         assert_eq!(
             (prob.batch, prob.nheads, prob.dim, prob.dstate, prob.ngroups),
             (c.batch, c.nheads, c.dim, c.dstate, c.ngroups)
@@ -2156,6 +2206,11 @@ fn problems_are_valid(seed: u64, run_reference: bool) {
         }
     }
     assert!(seen_zero_len, "no zero-length sequence in the sets");
+    assert_eq!(
+        hot_dstates.into_iter().collect::<Vec<_>>(),
+        [64, 128, 256],
+        "compiled-in kernels at every dstate"
+    );
     // The reference accepts each (the cheap ones: every write mode and token count).
     if !run_reference {
         return;

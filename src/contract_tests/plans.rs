@@ -294,7 +294,7 @@ fn assert_hot_tiling(what: &str, plan: &sys::mamba_ssu_launch_plan, dim: i64) {
 /// On every GPU family's properties, every accepted single- and multi-token call gets a valid
 /// covering grid; ALGO_AUTO resolves to SIMPLE below sm_90 (FlashInfer's kernels for those GPUs
 /// have that layout only) and by the SM-count rule from sm_90 on; the plan is for the given SM
-/// count.
+/// count; the multi-token hot dtypes plan a compiled-in kernel at dstate 64, 128 and 256.
 #[test]
 fn every_gpu_family_gets_a_valid_covering_grid() {
     let f = [F32, F16, BF16];
@@ -389,6 +389,9 @@ fn every_gpu_family_gets_a_valid_covering_grid() {
                                 let (st, plan) = plan_for(&a, &d);
                                 assert_eq!(st, OK, "{what}");
                                 assert_covering(&what, &plan, batch * nheads, dim);
+                                // F16 state, BF16 inputs, 0 or 10 rounds: compiled in at every
+                                // dstate (also where shared memory takes rows per group away).
+                                assert_eq!(plan.compiled_kernel, i32::from(!f32_state), "{what}");
                             }
                         }
                     }
