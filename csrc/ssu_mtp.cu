@@ -28,9 +28,14 @@ namespace {
 using tuning::Tuning;
 
 // Static shared memory of a block (ssu_mtp.cuh: the tokens' targets, output rows, dt' and dA,
-// and the fused seed): what residency on a device counts per block beside the dynamic part.
+// and the fused seed; 392 bytes), rounded up to the dynamic buffer's 16-byte alignment (the
+// dynamic part starts there: 400 bytes, what the linked kernels report beside the 1 KiB the
+// GPU reserves): what residency on a device and the per-block limit count beside the dynamic
+// part.
 constexpr int64_t kStaticSmemBytes =
-    2 * mtp::kMaxTokens * sizeof(char *) + 2 * mtp::kMaxTokens * sizeof(float) + sizeof(uint64_t);
+    (2 * mtp::kMaxTokens * sizeof(char *) + 2 * mtp::kMaxTokens * sizeof(float) +
+     sizeof(uint64_t) + 15) /
+    16 * 16;
 
 bool is_hot(const mamba_ssu_mtp_params &p) {
   return p.state_dtype == MAMBA_SSU_F16 && p.input_dtype == MAMBA_SSU_BF16 &&
