@@ -461,7 +461,7 @@ __device__ __forceinline__ void mtp_body(const Args &a) {
       static_cast<uint64_t>(head_elems);
   // The stochastic-rounding words of the rows d0 + r * kGroups, once for all tokens: word p
   // of the lane's Philox calls feeds its column pair p (columns mtp_col(m, 2p), +1: bits
-  // 12..0 and 28..16). (A 2-byte state: kF32 kernels have no SR.)
+  // 12..0 and 28..16). (SR needs an F16 state: the kF32 kernels have none.)
   uint32_t wrd[R][NP];
   auto row_words = [&](int d0, uint64_t seed) {
     const uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
@@ -870,8 +870,8 @@ __host__ __device__ constexpr int mtp_max_rows(int dstate) {
   return dstate == 256 ? Tuning::kMtpDs256MaxRows : 4;
 }
 
-// kSmall: the hot one-row kernels for grids within Tuning::kMtpSmallBlocks blocks per SM,
-// where a call is latency: a token loop without branches (predicated stores; with SR, a replay
+// kSmall: the hot one-row kernels for grids within their floor of blocks per SM
+// (Tuning::kMtpSmallBlocks; at dstate 256 kMtpDs256Small*), where a call is latency: a token loop without branches (predicated stores; with SR, a replay
 // of the rare rows that need the exact conversion) unrolled so that tokens overlap.
 // kF32: the run-time kernels of an fp32 state (FlashInfer's 4-column lane blocks).
 template <bool kHot, int kDstate, int kRounds, int kR, bool kSmall = false, bool kF32 = false>
