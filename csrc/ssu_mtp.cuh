@@ -142,14 +142,18 @@ __host__ __device__ constexpr int mtp_part_stride(int ntokens, int rows_per_grou
 // Dynamic shared memory of a block: B and C of every token (ntokens x dstate, bf16 bits or fp32
 // each); the lane partials of every group when the kernel defers its row sums (defer_rows = the
 // rows a group computes together, 0 when it does not); then x and z of the block's rows for
-// every token (ntokens x rows_per_block fp32 each).
+// every token (ntokens x rows_per_block fp32 each); and with several rows per group, (rows - 1)
+// x kGroups floats past them: a group's last pass fetches x of its rows past the block's end
+// too (the values are unused: those rows are never stored), which at the last token reads up to
+// that far past the x (or z) rows.
 __host__ __device__ constexpr size_t mtp_smem_bytes(int ntokens, int dstate, int rows_per_block,
                                                     bool has_z, bool bf16_stage, int defer_rows) {
   return (bf16_stage ? 2 : 4) * 2 * static_cast<size_t>(ntokens) * dstate +
          (defer_rows > 0
               ? sizeof(float) * kGroups * static_cast<size_t>(mtp_part_stride(ntokens, defer_rows))
               : 0) +
-         sizeof(float) * static_cast<size_t>(ntokens) * rows_per_block * (has_z ? 2 : 1);
+         sizeof(float) * static_cast<size_t>(ntokens) * rows_per_block * (has_z ? 2 : 1) +
+         (defer_rows > 1 ? sizeof(float) * kGroups * static_cast<size_t>(defer_rows - 1) : 0);
 }
 
 // n / d for n < 2^31 and d >= 1 as a multiply and a shift (mtp_fast_div_params gives mul and

@@ -842,7 +842,9 @@ fn run(stream: &Arc<CudaStream>, p: &Problem) -> After {
         mtp_dev::launch(stream, &mut cl)
             .unwrap_or_else(|e| panic!("launch failed for {:?}: {e}", p.cfg));
     }
-    stream.synchronize().expect("kernel");
+    stream
+        .synchronize()
+        .unwrap_or_else(|e| panic!("kernel failed for {:?}: {e}", p.cfg));
     After {
         state: dev.state.download_all(stream),
         inter: dev.inter.as_mut().map(|b| b.download_all(stream)),

@@ -27,7 +27,6 @@ Only torch and the standard library are used (no numpy).
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import hashlib
 import json
@@ -80,20 +79,33 @@ def bits_dtype(name: str) -> torch.dtype:
     return DTYPES[name][2]
 
 
+def _byte_view(t: torch.Tensor):
+    """The elements of a tensor as a flat uint8 NumPy array on the CPU (row-major, no copy
+    beyond the move to the CPU; any size, also past 2 GiB)."""
+    t = t.detach().to("cpu").contiguous().reshape(-1)
+    return t.view(torch.uint8).numpy()
+
+
 def tensor_bytes(t: torch.Tensor) -> bytes:
     """The raw little-endian bytes of a tensor's elements in row-major order (copied to the CPU)."""
-    t = t.detach().to("cpu").contiguous()
-    n = t.numel() * t.element_size()
-    if n == 0:
+    if t.numel() == 0:
         return b""
-    return ctypes.string_at(t.data_ptr(), n)
+    return _byte_view(t).tobytes()
 
 
 def sha256_hex(data) -> str:
-    """Lower-case hex SHA-256 of a bytes-like object or of a tensor's bytes."""
+    """Lower-case hex SHA-256 of a bytes-like object or of a tensor's bytes (hashed from the
+    tensor's memory in 256 MiB pieces: blocks past 2 GiB hash without a second copy)."""
+    h = hashlib.sha256()
     if isinstance(data, torch.Tensor):
-        data = tensor_bytes(data)
-    return hashlib.sha256(data).hexdigest()
+        if data.numel() > 0:
+            view = memoryview(_byte_view(data))
+            piece = 1 << 28
+            for i in range(0, len(view), piece):
+                h.update(view[i : i + piece])
+        return h.hexdigest()
+    h.update(data)
+    return h.hexdigest()
 
 
 def to_signed64(u: int) -> int:
