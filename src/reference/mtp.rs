@@ -112,6 +112,10 @@ pub struct MtpReference {
     /// `out` as (token rows, nheads, dim), row-major, unrounded: rows `b * T + t` (fixed
     /// length) or the rows of `x` (varlen); varlen rows outside every sequence are NaN.
     pub out: Vec<f64>,
+    /// The magnitude of each `out` element's terms, indexed as `out`: `|D · x| + Σ_n |C_n ·
+    /// s_n|` (times the gate's `|z · sigmoid(z)|` with z). A kernel that sums in fp32 is off by
+    /// a few fp32 ulps of this, not of `out`, which cancellation can make far smaller.
+    pub out_magnitude: Vec<f64>,
     /// Read slot of each sequence (`None`: a pad).
     pub read_slots: Vec<Option<usize>>,
     /// Token rows of each sequence, `(first row, length)`.
@@ -239,6 +243,7 @@ pub fn selective_state_update_mtp_f64(args: &MtpHostArgs<'_>) -> Result<MtpRefer
         .ok_or_else(|| Error::invalid("x", "tokens * nheads * dim overflows usize"))?;
     let mut out = zeros(out_len, "x")?;
     out.fill(f64::NAN);
+    let mut out_magnitude = out.clone();
     let (batch, sequences, rows_per_seq) = if varlen {
         let total = args.x.shape[0];
         let Some(cu) = &args.cu_seqlens else {
@@ -512,10 +517,13 @@ pub fn selective_state_update_mtp_f64(args: &MtpHostArgs<'_>) -> Result<MtpRefer
                     }
                     let x = tok(&args.x, b, step, row, h, d);
                     let mut y = args.d.as_ref().map_or(0.0, |t| t.at(&[h, d])) * x;
+                    let mut mag = y.abs();
                     for (n, v) in s.iter_mut().enumerate() {
                         let da = (args.a.at(&[h, d, n]) * dt).exp();
                         *v = da * *v + x * (tok(&args.b, b, step, row, g, n) * dt);
-                        y += tok(&args.c, b, step, row, g, n) * *v;
+                        let term = tok(&args.c, b, step, row, g, n) * *v;
+                        y += term;
+                        mag += term.abs();
                     }
                     for w in my_writes.iter().filter(|w| w.step == step) {
                         for (n, &v) in s.iter().enumerate() {
@@ -544,8 +552,10 @@ pub fn selective_state_update_mtp_f64(args: &MtpHostArgs<'_>) -> Result<MtpRefer
                     if let Some(z) = &args.z {
                         let zv = tok(z, b, step, row, h, d);
                         y *= zv * sigmoid(zv);
+                        mag *= (zv * sigmoid(zv)).abs();
                     }
                     out[(row * nheads + h) * dim + d] = y;
+                    out_magnitude[(row * nheads + h) * dim + d] = mag;
                 }
             }
         }
@@ -555,6 +565,7 @@ pub fn selective_state_update_mtp_f64(args: &MtpHostArgs<'_>) -> Result<MtpRefer
         state: new_state,
         intermediate: new_inter,
         out,
+        out_magnitude,
         read_slots,
         sequences,
         writes,
