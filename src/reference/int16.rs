@@ -91,6 +91,8 @@ pub fn encode_scale(max_abs: f32, ops: ScaleOps) -> f32 {
 /// `fminf` drop a NaN product, so NaN (e.g. 0 · Inf) gives -32767.
 pub fn quantize_value(v: f32, encode: f32) -> i16 {
     let p = ftz(ftz(v) * encode);
+    // Not `clamp`: fmaxf then fminf send a NaN to -32767, `clamp` would keep it.
+    #[allow(clippy::manual_clamp)]
     let c = p.max(-INT16_SCALE_MAX).min(INT16_SCALE_MAX);
     c.round_ties_even() as i16
 }
@@ -544,8 +546,8 @@ mod tests {
                 assert!(want.values.iter().any(|v| v.abs() == 32767));
                 // The update started from the READ slot's dequantised row.
                 let s0 = f64::from(dequantize(q[(read * dim + d) * ds], s[read * dim + d]));
-                let dt_eff = 0.5;
-                let want0 = (-dt_eff as f64).exp() * s0
+                let dt_eff: f64 = 0.5;
+                let want0 = (-dt_eff).exp() * s0
                     + x[(if slot == 3 { 0 } else { 2 }) * dim + d]
                         * b[(if slot == 3 { 0 } else { 2 }) * ds]
                         * dt_eff;
