@@ -13,6 +13,11 @@
 //!   the values it computes with approximate instructions
 //!   ([`horizontal::selective_state_update_horizontal_f32`], [`horizontal::horizontal_visits`]).
 //!
+//! - [`int16`]: FlashInfer's int16 block-scaled state (`state_scale`): the dequantised state
+//!   the f64 references take ([`int16::dequantize_state`]) and the int16 rows and decode
+//!   scales written from their result ([`int16::quantize_row`], [`int16::predict_int16_state`],
+//!   [`int16::predict_int16_mtp`]).
+//!
 //! - [`mtp`]: the multi-token (speculative-decoding verify) selective-state-update in f64
 //!   ([`mtp::selective_state_update_mtp_f64`]): fixed-length and varlen sequences, read slots
 //!   with `num_accepted_tokens`, and the three write modes, with every write recorded.
@@ -21,6 +26,7 @@
 
 pub mod cvt_rs;
 pub mod horizontal;
+pub mod int16;
 pub mod mtp;
 pub mod sr;
 pub mod ssu;

@@ -4,7 +4,7 @@ manifest.json and fixtures.bin) into one manifest.json and one fixtures.bin, the
 conformance tests embed (tests/data/*/).
 
   python3 tools/flashinfer-recorder/merge.py OUT_DIR CASE_DIR... --path stp|mtp [--cap BYTES]
-      [--algorithms A,B,..] [--exclude SUBSTRING]...
+      [--algorithms A,B,..] [--exclude SUBSTRING]... [--store-always TENSOR]...
 
 Only the cases of one path (single token or multi token: their manifests name different
 kernels) go into one output. Blocks longer than --cap bytes (default 65536), and blocks that
@@ -12,7 +12,10 @@ are hash-only in the recording, are listed by hash only: the tests regenerate su
 the manifest's generator and compare such outputs by hash. Identical blocks are stored once.
 Every stored block is checked against its SHA-256. --algorithms keeps only the runs of those
 algorithms (a case left without runs is dropped), --exclude drops the cases whose name contains
-the substring: a subset for a test of what a build serves. A CASE_DIR may be a merged output.
+the substring: a subset for a test of what a build serves. --store-always keeps every stored
+block of the named tensor whatever --cap says (e.g. `state_scale` and
+`intermediate_state_scales` of the int16 block-scaled state: small, and what a CPU check of the
+quantisation reads beside a hash-only state). A CASE_DIR may be a merged output.
 Runs on any host (no GPU).
 """
 import argparse
@@ -38,6 +41,8 @@ def main():
     ap.add_argument("--cap", type=int, default=65536)
     ap.add_argument("--algorithms", help="comma-separated: keep only these algorithms' runs")
     ap.add_argument("--exclude", action="append", default=[], help="drop cases whose name contains this")
+    ap.add_argument("--store-always", action="append", default=[], metavar="TENSOR",
+                    help="store this tensor's blocks whatever --cap says (repeatable)")
     a = ap.parse_args()
     keep = set(a.algorithms.split(",")) if a.algorithms else None
     header, cases, data = None, [], {}
@@ -77,7 +82,7 @@ def main():
             cases.append(c)
     if not cases:
         raise SystemExit(f"merge: no {a.path} cases")
-    m = write_manifest(a.out, header, cases, data, [True] * len(cases), a.cap)
+    m = write_manifest(a.out, header, cases, data, [True] * len(cases), a.cap, always=set(a.store_always))
     blob_bytes = m["bins"][0]["bytes"]
     print(f"merge: {len(cases)} {a.path} cases into {a.out} (fixtures.bin {blob_bytes} bytes)")
 

@@ -29,7 +29,15 @@ TAGS = {
     "D": 8,
     "z": 9,
     "intermediate_states_buffer": 10,
+    # The int16 block-scaled state (FlashInfer's `state_scale`): a state of dtype int16 takes
+    # tag 11 instead of 1, its decode scales tag 12; the multi-token `intermediate_state_scales`
+    # are poison like the intermediate buffer (every byte 0xFF: a float32 NaN).
+    "state_int16": 11,
+    "state_scale": 12,
+    "intermediate_state_scales": 13,
 }
+#: Tags whose storages are poison (every byte 0xFF), not values.
+POISON_TAGS = (10, 13)
 KINDS = {
     1: "gauss_int*2^-16",
     2: "gauss_int*2^-15",
@@ -41,6 +49,9 @@ KINDS = {
     8: "1+((r%33)-16)/64",
     5: "-(512+(r&511))*2^(((r>>9)%5)-2-9)",
     10: "const_bits_0xFFFF",
+    11: "(r%65535)-32767",
+    12: "(1024+(r&1023))*2^(((r>>10)%6)-31)",
+    13: "const_bits_0xFF",
 }
 ELEM_SIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "int16": 2, "int32": 4, "int64": 8}
 
@@ -74,6 +85,10 @@ def value(tag, r):
         return 1.0 + ((r % 33) - 16) / 64.0
     if tag == 5:
         return -float(512 + (r & 511)) * 2.0 ** (((r >> 9) % 5) - 2 - 9)
+    if tag == 11:  # an int16 state element: every value but -32768 (FlashInfer writes none)
+        return float((r % 65535) - 32767)
+    if tag == 12:  # a positive decode scale in [2^-21, 2^-15): 11 significant bits
+        return float(1024 + (r & 1023)) * 2.0 ** (((r >> 10) % 6) - 31)
     raise ValueError(f"unknown generator tag {tag}")
 
 
@@ -94,6 +109,8 @@ def _block_bytes_py(gen_seed, tag, dtype, start, n):
         elif dtype == "bfloat16":
             (b,) = struct.unpack("<I", struct.pack("<f", v))
             out += struct.pack("<H", _bf16_bits(b))
+        elif dtype == "int16" and tag == 11:
+            out += struct.pack("<h", int(v))
         else:
             raise ValueError(f"the generator makes no {dtype} values")
     return bytes(out)
@@ -129,6 +146,13 @@ def _block_bytes_np(gen_seed, tag, dtype, start, n):
         m = (np.uint64(512) + (r & np.uint64(511))).astype(np.float64)
         e = ((r >> np.uint64(9)) % np.uint64(5)).astype(np.int64) - 11
         v = -np.ldexp(m, e)
+    elif tag == 11:
+        q = (r % np.uint64(65535)).astype(np.int64) - 32767
+        return q.astype("<i2").tobytes()  # block_bytes asks for dtype int16 only
+    elif tag == 12:
+        m = (np.uint64(1024) + (r & np.uint64(1023))).astype(np.float64)
+        e = ((r >> np.uint64(10)) % np.uint64(6)).astype(np.int64) - 31
+        v = np.ldexp(m, e)
     else:
         raise ValueError(f"unknown generator tag {tag}")
     f32 = v.astype(np.float32)  # exact: every value fits fp32
@@ -145,8 +169,10 @@ def _block_bytes_np(gen_seed, tag, dtype, start, n):
 
 def block_bytes(gen_seed, tag, dtype, start, n, use_numpy=None):
     """Storage elements [start, start + n) of tensor `tag` as little-endian bytes of dtype."""
-    if tag == 10:
+    if tag in POISON_TAGS:
         return b"\xff" * (n * ELEM_SIZE[dtype])
+    if (dtype == "int16") != (tag == 11):
+        raise ValueError(f"the generator makes int16 values with tag 11 only (tag {tag}, dtype {dtype})")
     if use_numpy is None:
         use_numpy = _np is not None
     if use_numpy:

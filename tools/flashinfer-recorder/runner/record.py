@@ -333,8 +333,9 @@ def run_case(drv, case, entry_symbol, sms, ref_case=None, progress=None, timings
             if "intermediate_states_buffer" in ins:
                 res["intermediate_states_buffer"] = drv.download(
                     ptrs["intermediate_states_buffer"], len(storage["intermediate_states_buffer"]))
-            if "state_scale" in ins:
-                res["state_scale"] = drv.download(ptrs["state_scale"], len(storage["state_scale"]))
+            for name in ("state_scale", "intermediate_state_scales"):
+                if name in ins:
+                    res[name] = drv.download(ptrs[name], len(storage[name]))
             return 0, "", res
         finally:
             for p in owned:
@@ -391,13 +392,31 @@ def run_case(drv, case, entry_symbol, sms, ref_case=None, progress=None, timings
                 r["intermediate_slots_written"] = got
         else:
             r["state_outside_written_slots_unchanged"] = outside_ok
+        if "state_scale" in ins:
+            # The decode scales: written exactly where the state is (a row's scale at its
+            # destination slot), untouched elsewhere.
+            sc = ins["state_scale"]
+            sc_head, sc_stride, sc_es = sc["shape"][1] * sc["shape"][2], sc["strides"][0], elem_size(sc["dtype"])
+            r["state_scale_outside_written_slots_unchanged"] = unchanged_outside(
+                storage["state_scale"], r1["state_scale"], slot_ranges(written, sc_stride, sc_head, sc_es))
+            r["state_scale_slots_changed"] = changed_slots(storage["state_scale"], r1["state_scale"], sc["shape"][0],
+                                                           sc_stride, sc_head, sc_es)
+        if "intermediate_state_scales" in ins:
+            isc = ins["intermediate_state_scales"]
+            row = isc["shape"][2] * isc["shape"][3]
+            ies = elem_size(isc["dtype"])
+            nrows = isc["shape"][0] * isc["shape"][1]
+            ff = b"\xff" * (row * ies)
+            got = [s for s in range(nrows) if r1["intermediate_state_scales"][s * row * ies : (s + 1) * row * ies] != ff]
+            r["intermediate_scales_slots_written"] = got
+            r["intermediate_scales_written_exactly_expected"] = got == expected["intermediate_slots_written"]
         r["bit_identical_to"] = []
         outputs = []
         ref_outs = {}
         if ref_case:
             ref_r = next((x for x in ref_case["results"] if x["algorithm_requested"] == alg), ref_case["results"][0])
             ref_outs = {t["name"]: t for t in ref_r["outputs"]}
-        for name in ("state", "out", "intermediate_states_buffer", "state_scale"):
+        for name in ("state", "out", "intermediate_states_buffer", "state_scale", "intermediate_state_scales"):
             if name not in r1:
                 continue
             base = out_desc if name == "out" else ins[name]
@@ -443,9 +462,10 @@ def run_case(drv, case, entry_symbol, sms, ref_case=None, progress=None, timings
 # ------------------------------------------------------------------------------------------
 
 
-def write_manifest(path_dir, header, cases, data, store_flags, cap_bytes, ref_bins=None):
+def write_manifest(path_dir, header, cases, data, store_flags, cap_bytes, ref_bins=None, always=()):
     """Writes manifest.json and fixtures.bin. A block is stored when its case is stored, it is
-    at most cap_bytes long and `data` has its bytes (keyed by SHA-256; merge.py passes only the
+    at most cap_bytes long (whatever its length for a tensor named in `always`, e.g. the int16
+    state's `state_scale`) and `data` has its bytes (keyed by SHA-256; merge.py passes only the
     bytes its recordings stored); identical blocks are stored once (64-byte-aligned offsets)."""
     import json
     import os
@@ -457,7 +477,7 @@ def write_manifest(path_dir, header, cases, data, store_flags, cap_bytes, ref_bi
         tensors = list(case["inputs"]) + [t for r in case["results"] for t in r["outputs"]]
         for t in tensors:
             for b in t["blocks"]:
-                keep = store and b["nbytes"] <= cap_bytes and b["sha256"] in data
+                keep = store and (b["nbytes"] <= cap_bytes or t["name"] in always) and b["sha256"] in data
                 if keep and b["sha256"] not in placed:
                     pad = (-size) % 64
                     if pad:

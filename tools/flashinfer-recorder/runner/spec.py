@@ -37,6 +37,7 @@ DEFAULTS = {
     "cu_seqlens_dtype": "int32",
     "num_accepted_tokens_dtype": "int32",
     "state_scale_dtype": None,
+    "state_scale_stride_batch": None,
     "dim": 64,
     "dstate": 128,
     "nheads": 8,
@@ -104,8 +105,8 @@ def group_key(case):
     return gid, key
 
 
-def _gen_tensor(name, dtype, shape, strides, storage, gen_seed):
-    tag = TAGS[name]
+def _gen_tensor(name, dtype, shape, strides, storage, gen_seed, tag=None):
+    tag = TAGS[name] if tag is None else tag
     return {
         "name": name,
         "dtype": dtype,
@@ -182,8 +183,29 @@ def build_case(c):
             "index_dtype": ix,
         }
     )
+    scdt = c["state_scale_dtype"]
+    if scdt is not None:
+        # FlashInfer's block-scaled state (docs/flashinfer-ssu.md, "int16 block-scaled state").
+        if scdt != "float32":
+            raise SpecError(f"{c['name']}: state_scale_dtype must be float32 (FlashInfer's multi-token kernel "
+                            f"writes the scales as float whatever their type)")
+        if sdt != "int16":
+            raise SpecError(f"{c['name']}: a state_scale needs state_dtype int16")
+        if pr:
+            raise SpecError(f"{c['name']}: a state_scale takes no stochastic rounding (philox_rounds 0; FlashInfer's "
+                            f"Python layer raises ValueError for rand_seed with state_scale)")
+        pads = [v for v in _flat(sbi or []) if v == c["pad_slot_id"]]
+        if path == "stp" and pads and not 0 <= c["pad_slot_id"] < cache:
+            raise SpecError(f"{c['name']}: a pad's slot must lie in the state with a state_scale: FlashInfer's "
+                            f"single-token kernels read the pad slot's scales (out of bounds otherwise)")
+    elif c["state_scale_stride_batch"] is not None:
+        raise SpecError(f"{c['name']}: state_scale_stride_batch without state_scale_dtype")
+    if sdt == "int16" and pr:
+        raise SpecError(f"{c['name']}: stochastic rounding needs an fp16 state (FlashInfer's static_assert)")
+    state_tag = TAGS["state_int16"] if sdt == "int16" else TAGS["state"]
     inputs = [
-        _gen_tensor("state", sdt, [cache, nh, dim, ds], [sstride, dim * ds, ds, 1], (cache - 1) * sstride + head, gs)
+        _gen_tensor("state", sdt, [cache, nh, dim, ds], [sstride, dim * ds, ds, 1], (cache - 1) * sstride + head, gs,
+                    tag=state_tag)
     ]
     present = {"z": bool(c["z"]), "dt_bias": bool(c["dt_bias"]), "D": True}
     if path == "stp":
@@ -245,9 +267,32 @@ def build_case(c):
                 "generator": {"gen_seed": gs, "tag": 10, "kind": KINDS[10]},
             }
         )
-        inputs.append(_idx_tensor("intermediate_state_indices", ix, inter.get("indices") if inter.get("indices") is not None else list(range(batch))))
-    if c["state_scale_dtype"] is not None:
-        raise SpecError(f"{c['name']}: state_scale (int16 state) has no generator formula yet (see README)")
+        inter_idx = inter.get("indices") if inter.get("indices") is not None else list(range(batch))
+        inputs.append(_idx_tensor("intermediate_state_indices", ix, inter_idx))
+        if scdt is not None:
+            # FlashInfer's shape (batch, cache_steps, nheads, dim), contiguous; its kernel writes
+            # step t of entry e at row e * cache_steps + t, so an entry >= batch would write past it.
+            if any(e >= batch or e < 0 for e in inter_idx):
+                raise SpecError(f"{c['name']}: intermediate indices must lie in [0, batch) with an int16 buffer "
+                                f"(FlashInfer writes entry e's scales at row e of a (batch, ...) tensor)")
+            iss, isn = _contig([batch, cache_steps, nh, dim])
+            inputs.append(
+                {
+                    "name": "intermediate_state_scales",
+                    "dtype": scdt,
+                    "shape": [batch, cache_steps, nh, dim],
+                    "strides": iss,
+                    "storage_elems": isn,
+                    "generator": {"gen_seed": gs, "tag": TAGS["intermediate_state_scales"],
+                                  "kind": KINDS[TAGS["intermediate_state_scales"]]},
+                }
+            )
+    if scdt is not None:
+        scstride = c["state_scale_stride_batch"] or nh * dim
+        if scstride < nh * dim:
+            raise SpecError(f"{c['name']}: state_scale_stride_batch below nheads * dim")
+        inputs.append(_gen_tensor("state_scale", scdt, [cache, nh, dim], [scstride, dim, 1],
+                                  (cache - 1) * scstride + nh * dim, gs))
     seed = c["seed"] if pr > 0 else None
     if seed is not None:
         inputs.append(_idx_tensor("rand_seed", "int64", [seed]))
@@ -271,6 +316,10 @@ def build_case(c):
             }
         )
     present["rand_seed"] = seed is not None
+    if scdt is not None:
+        present["state_scale"] = True
+        if path == "mtp":
+            present["intermediate_state_scales"] = bool(c["intermediate"])
     if path == "mtp":
         case.update(
             {

@@ -376,6 +376,155 @@ class FakeRuns(unittest.TestCase):
                     self.assertEqual(m.cache_steps(c), m.case_json[c.name]["cache_steps"])
 
 
+INT16 = os.path.join(TOOL, "cases", "int16_cases.json")
+
+
+class Int16(unittest.TestCase):
+    """The int16 block-scaled state: generator tags 11-13, the spec's state_scale and
+    intermediate_state_scales blocks, the runner's scale outputs and merge's --store-always."""
+
+    def test_generator_tags(self):
+        import struct
+
+        q = struct.unpack("<4000h", gen.block_bytes(9, 11, "int16", 0, 4000, use_numpy=False))
+        # Never -32768 (FlashInfer's saturation bound is +-32767), the whole range covered.
+        self.assertTrue(all(-32767 <= v <= 32767 for v in q))
+        self.assertLess(min(q), -32000)
+        self.assertGreater(max(q), 32000)
+        self.assertEqual(gen.value(11, 0), -32767.0)
+        self.assertEqual(gen.value(11, 65534), 32767.0)
+        s = struct.unpack("<4000f", gen.block_bytes(9, 12, "float32", 0, 4000, use_numpy=False))
+        self.assertTrue(all(2.0**-21 <= v < 2.0**-15 for v in s))
+        # 11 significant bits: exact in fp32, bf16-free; both ends of the exponent range occur.
+        self.assertTrue(all((v * 2.0**31) % 1 == 0 and 1024 <= v / 2.0 ** (int(__import__("math").frexp(v)[1]) - 11) < 2048
+                            for v in s[:200]))
+        self.assertEqual({int(__import__("math").frexp(v)[1]) for v in s}, set(range(-20, -14)))
+        self.assertEqual(gen.block_bytes(9, 13, "float32", 5, 3), b"\xff" * 12)
+        self.assertEqual(gen.block_bytes(9, 10, "int16", 5, 3), b"\xff" * 6)
+        with self.assertRaises(ValueError):
+            gen.block_bytes(9, 11, "float32", 0, 4)
+        with self.assertRaises(ValueError):
+            gen.block_bytes(9, 1, "int16", 0, 4)
+        # Known words: element 0 of stream (gen_seed 9, tag 11), from the formula by hand.
+        r = gen.mix64((gen.stream_seed(9, 11) + gen.GOLDEN) & gen.MASK)
+        self.assertEqual(q[0], (r % 65535) - 32767)
+        r = gen.mix64((gen.stream_seed(9, 12) + gen.GOLDEN) & gen.MASK)
+        self.assertEqual(s[0], (1024 + (r & 1023)) * 2.0 ** (((r >> 10) % 6) - 31))
+
+    @unittest.skipUnless(gen.have_numpy(), "numpy not installed")
+    def test_numpy_and_python_paths_agree_int16(self):
+        for tag, dtype in [(11, "int16"), (12, "float32"), (12, "float16"), (12, "bfloat16"), (13, "float32")]:
+            a = gen.block_bytes(77, tag, dtype, 1000, 5000, use_numpy=True)
+            b = gen.block_bytes(77, tag, dtype, 1000, 5000, use_numpy=False)
+            self.assertEqual(a, b, (tag, dtype))
+
+    def test_spec_parses_and_fits(self):
+        cases = specmod.load_spec(INT16)
+        self.assertEqual(len(cases), 42)
+        groups = set()
+        for c in cases:
+            ins = {t["name"]: t for t in c["inputs"]}
+            for t in c["inputs"]:
+                reach = sum((n - 1) * s for n, s in zip(t["shape"], t["strides"]))
+                self.assertLess(reach, t["storage_elems"], f"{c['name']} {t['name']}")
+            self.assertEqual(ins["state"]["dtype"], "int16")
+            self.assertEqual(ins["state"]["generator"]["tag"], 11)
+            sc = ins["state_scale"]
+            self.assertEqual((sc["dtype"], sc["generator"]["tag"]), ("float32", 12))
+            self.assertEqual(sc["shape"], ins["state"]["shape"][:3])
+            self.assertEqual(sc["strides"][1:], [c["dim"], 1])
+            self.assertEqual(c["philox_rounds"], 0)
+            self.assertNotIn("rand_seed", ins)
+            self.assertTrue(c["present"]["state_scale"])
+            gid, key = specmod.group_key(c)
+            self.assertIn("_si16_", gid)
+            self.assertIn("_scf32_pr0", gid)
+            groups.add(gid)
+            if "intermediate_states_buffer" in ins:
+                ib, isc = ins["intermediate_states_buffer"], ins["intermediate_state_scales"]
+                self.assertEqual(ib["dtype"], "int16")
+                self.assertEqual(isc["shape"], [c["batch"], c["cache_steps"], c["nheads"], c["dim"]])
+                self.assertEqual((isc["dtype"], isc["generator"]["tag"]), ("float32", 13))
+                self.assertTrue(c["present"]["intermediate_state_scales"])
+            elif c.get("path") == "mtp":
+                self.assertFalse(c["present"]["intermediate_state_scales"])
+        self.assertEqual(len(groups), 16)
+        c = next(c for c in cases if c["name"] == "i16_stp_d64_ds128_strided")
+        sc = next(t for t in c["inputs"] if t["name"] == "state_scale")
+        self.assertEqual((sc["strides"], sc["storage_elems"]), ([528, 64, 1], 5 * 528 + 512))
+
+    def test_spec_errors(self):
+        base = {"name": "x", "gen_seed": 1, "state_dtype": "int16", "state_scale_dtype": "float32", "philox_rounds": 0}
+        specmod.build_case(base)
+        for bad in ({"state_dtype": "float16"}, {"philox_rounds": 10}, {"state_scale_dtype": "float16"},
+                    {"batch": 2, "state_batch_indices": [1, -1]},  # the pad slot -1 is outside the state
+                    {"path": "mtp", "T": 4, "batch": 2, "intermediate": {"cache_size": 3, "indices": [2, 0]}}):
+            with self.assertRaises(specmod.SpecError, msg=str(bad)):
+                specmod.build_case({**base, **bad})
+        with self.assertRaises(specmod.SpecError):
+            specmod.build_case({"name": "x", "gen_seed": 1, "state_scale_stride_batch": 600, "philox_rounds": 0})
+        with self.assertRaises(specmod.SpecError):
+            specmod.build_case({"name": "x", "gen_seed": 1, "state_dtype": "int16", "philox_rounds": 5})
+        # Unscaled int16 (FlashInfer's plain clamp-and-round store) and a multi-token pad read
+        # slot outside the state (the multi-token kernel reads no pad scale) are taken.
+        specmod.build_case({"name": "x", "gen_seed": 1, "state_dtype": "int16", "philox_rounds": 0})
+        specmod.build_case({**base, "path": "mtp", "T": 2, "batch": 2, "state_batch_indices": [1, -1]})
+
+    def test_runner_records_the_scale_blocks(self):
+        by_name = {c["name"]: c for c in specmod.load_spec(INT16)}
+        hdr = {"format": "flashinfer-ssu-golden", "format_version": 1, "reference": "fake", "byte_order": "little",
+               "environment": {"gpu": "fake"}}
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, mtp in (("i16_stp_d64_ds64_dst", False), ("i16_mtp_d64_ds64_T4_inter", True)):
+                c = by_name[name]
+                rec, data, store = record.run_case(FakeDriver(reject={3}), c, "firec_fake", 132)
+                d = os.path.join(tmp, name)
+                record.write_manifest(d, hdr, [rec], data, [store], 1 << 16)
+                m, bin_ = load(d)
+                (mc,) = m["cases"]
+                for r in mc["results"]:
+                    outs = {t["name"]: t for t in r["outputs"]}
+                    want = {"state", "out", "state_scale"} | (
+                        {"intermediate_states_buffer", "intermediate_state_scales"} if mtp else set())
+                    self.assertEqual(set(outs), want)
+                    # The fake kernel writes neither state nor scales.
+                    self.assertTrue(r["state_scale_outside_written_slots_unchanged"])
+                    self.assertEqual(r["state_scale_slots_changed"], [])
+                    sc_in = next(t for t in mc["inputs"] if t["name"] == "state_scale")
+                    self.assertEqual(outs["state_scale"]["blocks"][0]["sha256"], sc_in["blocks"][0]["sha256"])
+                    self.assertIsNotNone(stored(bin_, outs["state_scale"]["blocks"][0]))
+                    if mtp:
+                        self.assertEqual(r["intermediate_scales_slots_written"], [])
+                        self.assertFalse(r["intermediate_scales_written_exactly_expected"])
+                        self.assertEqual(mc["expected"]["intermediate_slots_written"],
+                                         [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])
+                if not mtp:
+                    self.assertEqual(mc["results"][0]["algorithm_requested"], "simple")
+
+    def test_merge_stores_named_tensors_past_the_cap(self):
+        c = next(c for c in specmod.load_spec(INT16) if c["name"] == "i16_stp_d64_ds64")
+        rec, data, store = record.run_case(FakeDriver(reject={3}), c, "firec_fake", 132)
+        hdr = {"format": "flashinfer-ssu-golden", "format_version": 1, "reference": "fake", "byte_order": "little"}
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "rec", c["name"])
+            record.write_manifest(src, hdr, [rec], data, [store], 1 << 30)
+            import subprocess
+
+            for extra, scale_stored in (([], False), (["--store-always", "state_scale"], True)):
+                out = os.path.join(tmp, "merged" + str(len(extra)))
+                subprocess.run([sys.executable, os.path.join(TOOL, "merge.py"), out, src, "--path", "stp",
+                                "--cap", "1024"] + extra, check=True, capture_output=True)
+                m, bin_ = load(out)
+                (mc,) = m["cases"]
+                scales = [t for r in mc["results"] for t in r["outputs"] if t["name"] == "state_scale"]
+                scales.append(next(t for t in mc["inputs"] if t["name"] == "state_scale"))
+                for t in scales:
+                    self.assertGreater(t["blocks"][0]["nbytes"], 1024)
+                    self.assertEqual(stored(bin_, t["blocks"][0]) is not None, scale_stored)
+                st = next(t for t in mc["inputs"] if t["name"] == "state")
+                self.assertIsNone(stored(bin_, st["blocks"][0]))
+
+
 CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
                      "mamba-ssu", "flashinfer", "0.7.2.post1", "extract", "flashinfer")
 
