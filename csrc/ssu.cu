@@ -112,13 +112,6 @@ int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedN
         "algorithm: HORIZONTAL needs a head dim that is a multiple of 64 and at most 256 "
         "(FlashInfer's horizontal kernel), got dim %lld",
         ll(p->dim));
-  // FlashInfer's horizontal kernel is instantiated for 1, 2, 4, ..., 64 heads per group.
-  if (p->algorithm == MAMBA_SSU_ALGO_HORIZONTAL &&
-      !flashinfer_heads_per_group_ok(p->nheads, p->ngroups))
-    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
-                "ngroups: HORIZONTAL needs nheads / ngroups in 1, 2, 4, ..., 64 (FlashInfer's "
-                "horizontal kernel), got %lld / %lld",
-                ll(p->nheads), ll(p->ngroups));
 
   // Pointers and alignment.
   const int sb = float_bytes(p->state_dtype);

@@ -60,13 +60,6 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
   if (!hz_dim_ok(p.dim))  // ssu_check rejects it first: a planning bug, never launched
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "launch plan: head dim %lld for HORIZONTAL",
                 ll(p.dim));
-  // AUTO's choice on sm_100 and newer reaches here unchecked: FlashInfer's horizontal kernel
-  // refuses other heads-per-group ratios (a RuntimeError), and so does the crate.
-  if (!flashinfer_heads_per_group_ok(p.nheads, p.ngroups))
-    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
-                "ngroups: HORIZONTAL needs nheads / ngroups in 1, 2, 4, ..., 64 (FlashInfer's "
-                "horizontal kernel), got %lld / %lld",
-                ll(p.nheads), ll(p.ngroups));
   const int64_t blocks16 = p.dim / hz::kTileRows;  // 4, 8, 12 or 16
   const int64_t heads = p.batch * p.nheads;        // < 2^31 (ssu_check's grid bound)
   int rpw = kMaxRowsPerWarp;

@@ -22,7 +22,9 @@ pub(super) fn multi(
     z: bool,
 ) -> sys::mamba_ssu_args {
     let (sd, id) = (if f32_state { F32 } else { F16 }, BF16);
-    let ng = 1;
+    // One group up to 64 heads; 128 heads in 2 (FlashInfer's multi-token kernel takes 1, 2, 4,
+    // ..., 64 heads per group).
+    let ng = (nheads / 64).max(1);
     let mut seed = pointer_seed();
     seed.rounds = rounds;
     if rounds == 0 {
