@@ -972,6 +972,100 @@ fn plans_come_from_the_checked_call() {
     assert_eq!(status, INV);
 }
 
+/// The dstate rule of FlashInfer's sm_90 module (docs/flashinfer-ssu.md, "Shapes FlashInfer
+/// takes on sm_90"), through the single-token block: 64, 128 and 256 served; every other dstate
+/// FlashInfer's build takes (2-byte state: multiples of 32 from 64; fp32 state: multiples of 16
+/// from 32) UNSUPPORTED, the rest INVALID_ARGUMENT (FlashInfer's RuntimeError), naming `dstate`.
+#[test]
+fn dstates_follow_flashinfers_sm90_module() {
+    let good = sys::mamba_ssu_params {
+        batch: BATCH,
+        nheads: NH,
+        dim: DIM,
+        dstate: DS,
+        ngroups: NG,
+        state_cache_size: SLOTS,
+        state_stride_batch: NH * DIM * DS,
+        x_stride_batch: NH * DIM,
+        dt_stride_batch: NH,
+        B_stride_batch: NG * DS,
+        C_stride_batch: NG * DS,
+        out_stride_batch: NH * DIM,
+        pad_slot_id: -1,
+        state: ph(1),
+        x: ph(2),
+        dt: ph(3),
+        A: ph(4) as *const f32,
+        B: ph(5),
+        C: ph(6),
+        out: ph(10),
+        state_dtype: F16,
+        input_dtype: BF16,
+        weight_dtype: BF16,
+        index_dtype: I32,
+        update_state: 1,
+        num_sms: SMS,
+        ..Default::default()
+    };
+    let c = |p: &sys::mamba_ssu_params| {
+        // SAFETY: the check reads `p` only.
+        let status = unsafe { sys::mamba_ssu_selective_state_update_check(p) };
+        // SAFETY: static or thread-local NUL-terminated strings.
+        let (arg, detail) = unsafe {
+            (
+                CStr::from_ptr(sys::mamba_ssu_last_error_argument()).to_string_lossy(),
+                CStr::from_ptr(sys::mamba_ssu_last_error_detail()).to_string_lossy(),
+            )
+        };
+        (status, arg.into_owned(), detail.into_owned())
+    };
+    assert_eq!(c(&good).0, OK);
+    let mut taken = Vec::new();
+    for state_dtype in [F16, BF16, F32] {
+        for ds in -1..=520i64 {
+            if [64, 128, 256].contains(&ds) {
+                continue;
+            }
+            let p = sys::mamba_ssu_params {
+                dstate: ds,
+                state_dtype,
+                ..good
+            };
+            let flashinfer_takes = if state_dtype == F32 {
+                ds >= 32 && ds % 16 == 0
+            } else {
+                ds >= 64 && ds % 32 == 0
+            };
+            let (status, arg, detail) = c(&p);
+            assert_eq!(arg, "dstate", "{ds}: {detail}");
+            if flashinfer_takes {
+                assert_eq!(status, UNS, "{ds}: {detail}");
+                assert_eq!(
+                    detail,
+                    format!(
+                        "dstate: expected 64, 128 or 256, got {ds} (FlashInfer's sm_90 kernels \
+                         take it; not served yet)"
+                    )
+                );
+                taken.push((state_dtype, ds));
+            } else {
+                assert_eq!(status, INV, "{ds}: {detail}");
+                assert!(
+                    detail.starts_with("dstate: expected a multiple of"),
+                    "{detail}"
+                );
+            }
+        }
+    }
+    // dstate 96 is taken for every state dtype; 48 and 80 for an fp32 state only.
+    for ds in [96, 160, 192] {
+        for t in [F16, BF16, F32] {
+            assert!(taken.contains(&(t, ds)), "{t} {ds}");
+        }
+    }
+    assert!(taken.contains(&(F32, 48)) && !taken.contains(&(F16, 48)));
+}
+
 /// The deprecated parameter blocks keep their behaviour: the flat seed fields become one
 /// mamba_ssu_seed at entry and meet the same seed check, under the blocks' own names.
 #[test]

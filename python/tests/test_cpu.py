@@ -439,3 +439,78 @@ def test_check_options_runs_the_c_check_on_options_alone():
         mamba_ssu.check_options(philox_rounds=rounds, multi_token=True)
     with pytest.raises(ValueError, match="^sr_rule: "):
         mamba_ssu.check_options(sr_rule="0.7.3")
+
+
+# ---------------------------------------------------------------------------------------------
+# Shapes FlashInfer's sm_90 module takes (docs/flashinfer-ssu.md, "Shapes FlashInfer takes on
+# sm_90"): a dstate it takes but the crate does not serve yet is NotImplementedError naming
+# `dstate`; one its build refuses (a RuntimeError there, "Ninja build failed") is RuntimeError;
+# heads per group outside 1, 2, 4, ..., 64 on the multi-token path (FlashInfer's RuntimeError)
+# are served.
+# ---------------------------------------------------------------------------------------------
+
+
+def _flashinfer_takes_dstate(dstate, state_dtype):
+    """The dstate rule of FlashInfer 0.7.2.post1's and 0.7.4's sm_90 module (restated)."""
+    if state_dtype == torch.float32:
+        return dstate >= 32 and dstate % 16 == 0
+    return dstate >= 64 and dstate % 32 == 0
+
+
+def _with_dstate(kw, dstate, multi):
+    """kw (single token or multi token) with every dstate-sized tensor resized."""
+    kw = dict(kw)
+    s = kw["state"]
+    kw["state"] = torch.zeros(*s.shape[:-1], dstate, dtype=s.dtype, device=s.device)
+    nh, dim = s.shape[1], s.shape[2]
+    kw["A"] = torch.zeros(nh, dtype=torch.float32, device=s.device)[:, None, None].expand(-1, dim, dstate)
+    for name in ("B", "C"):
+        t = kw[name]
+        kw[name] = torch.zeros(*t.shape[:-1], dstate, dtype=t.dtype, device=t.device)
+    return kw
+
+
+@pytest.mark.parametrize("state_dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("dstate", [16, 32, 48, 80, 96, 100, 160, 192, 512])
+@pytest.mark.parametrize("multi", [False, True])
+def test_dstates_flashinfer_takes_are_not_implemented_and_others_runtime_errors(state_dtype, dstate, multi):
+    from test_cpu_mtp import make_mtp
+
+    kw = make_mtp() if multi else make()
+    s = kw["state"]
+    kw["state"] = s.to(state_dtype)
+    kw = _with_dstate(kw, dstate, multi)
+    kw["rand_seed"] = None  # no SR: every state dtype reaches the dstate rule alike
+    want = NotImplementedError if _flashinfer_takes_dstate(dstate, state_dtype) else RuntimeError
+    got = outcome(lambda: check(**kw))
+    assert got[0] is want and got[1].startswith("dstate: "), (dstate, state_dtype, got)
+    assert _front_door(kw) == got
+    if want is NotImplementedError:
+        assert "FlashInfer's sm_90 kernels take it" in got[1], got
+
+
+def test_multi_token_heads_per_group_outside_flashinfers_set_is_served():
+    """FlashInfer's multi-token kernel is instantiated for 1, 2, 4, ..., 64 heads per group
+    (its launcher raises for others); the crate serves every divisor (e.g. Nemotron 3 Nano 4B's
+    12 heads per group): a superset of FlashInfer's calls, documented in docs/flashinfer-ssu.md."""
+    from test_cpu_mtp import make_mtp
+
+    def with_groups(kw, ngroups):
+        kw = dict(kw)
+        for name in ("B", "C"):
+            t = kw[name]
+            kw[name] = torch.zeros(*t.shape[:-2], ngroups, t.shape[-1], dtype=t.dtype)
+        kw["rand_seed"] = None
+        return kw
+
+    assert outcome(lambda: check(**with_groups(make_mtp(), 1)))[0] == "ok"
+    kw = make_mtp()
+    nh, dim, ds = 12, kw["state"].shape[2], kw["state"].shape[3]
+    kw["state"] = torch.zeros(kw["state"].shape[0], nh, dim, ds, dtype=kw["state"].dtype)
+    kw["x"] = torch.zeros(*kw["x"].shape[:2], nh, dim, dtype=kw["x"].dtype)
+    kw["dt"] = torch.zeros(*kw["x"].shape[:2], nh, dtype=kw["x"].dtype)[..., None].expand(-1, -1, -1, dim)
+    kw["A"] = torch.zeros(nh)[:, None, None].expand(-1, dim, ds)
+    kw["D"] = torch.zeros(nh, dtype=torch.bfloat16)[:, None].expand(-1, dim)
+    kw["dt_bias"] = torch.zeros(nh, dtype=torch.bfloat16)[:, None].expand(-1, dim)
+    kw = with_groups(kw, 4)
+    assert outcome(lambda: check(**kw))[0] == "ok"

@@ -157,6 +157,13 @@ fn the_multi_token_block_check_rejects_each_field_out_of_range() {
         (|p| p.nheads = 0, INV, "nheads"),
         (|p| p.dim = (1 << 30) + 1, INV, "dim: expected 1..=1073741824"),
         (|p| p.dstate = 96, UNS, "dstate: expected 64, 128 or 256, got 96"),
+        // Dstates FlashInfer's sm_90 module does not build (its RuntimeError).
+        (|p| p.dstate = 100, INV, "dstate: expected a multiple of 32 from 64"),
+        (|p| p.dstate = 32, INV, "dstate: expected a multiple of 32 from 64"),
+        (|p| { p.dstate = 48; p.state_dtype = F32; p.philox_rounds = 0; }, UNS,
+            "dstate: expected 64, 128 or 256, got 48"),
+        (|p| { p.dstate = 40; p.state_dtype = F32; p.philox_rounds = 0; }, INV,
+            "dstate: expected a multiple of 16 from 32"),
         (|p| p.ngroups = 3, INV, "ngroups: expected a divisor of nheads (4), got 3"),
         (|p| p.state_cache_size = 0, INV, "state_cache_size"),
         (|p| { p.state_batch_indices = std::ptr::null(); p.state_cache_size = 1; }, INV,
