@@ -21,10 +21,12 @@ int ssu_plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d,
              mamba_ssu_launch_plan *out);
 // ALGO_AUTO's layout for batch x nheads on device d with a head dim of dim rows and a state
 // of state_dtype (FlashInfer's rule: below sm_90 SIMPLE; else SIMPLE below 2 (batch, head)
-// pairs per SM; from there on VERTICAL on the sm_90 family, and from sm_100 on VERTICAL for an
+// pairs per SM and for a head dim VERTICAL does not take (vertical_dim_ok, 0.7.4's rule); from
+// there on VERTICAL on the sm_90 family, and from sm_100 on VERTICAL for an
 // F32 state and HORIZONTAL for a 2-byte one whose head dim its horizontal kernel takes
 // (hz_dim_ok; VERTICAL for the others, FlashInfer 0.7.4's fallback)):
 // MAMBA_SSU_ALGO_SIMPLE, MAMBA_SSU_ALGO_VERTICAL or MAMBA_SSU_ALGO_HORIZONTAL.
+bool vertical_dim_ok(int64_t dim);
 int32_t auto_algorithm(int64_t batch, int64_t nheads, int64_t dim, int32_t state_dtype,
                        const mamba_ssu_device_props &d);
 

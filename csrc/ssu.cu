@@ -488,11 +488,19 @@ int plan_launch(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan
 
 }  // namespace
 
+// The head dims FlashInfer's vertical kernel takes (0.7.4's launcher check: a multiple of 16,
+// at least 48).
+bool vertical_dim_ok(int64_t dim) { return dim % 16 == 0 && dim >= 48; }
+
 int32_t auto_algorithm(int64_t batch, int64_t nheads, int64_t dim, int32_t state_dtype,
                        const mamba_ssu_device_props &d) {
   // FlashInfer's kernels for GPUs below sm_90 have the simple layout only.
   if (d.cc_major < 9) return MAMBA_SSU_ALGO_SIMPLE;
   if (below_switch(batch, nheads, d.num_sms)) return MAMBA_SSU_ALGO_SIMPLE;
+  // A head dim FlashInfer's vertical kernel does not take (not a multiple of 16, or below 48):
+  // 0.7.4's rule runs simple (0.7.2's module builds neither such a dim nor any dim that is not
+  // a multiple of 64: docs/flashinfer-ssu.md, "Shapes FlashInfer takes on sm_90").
+  if (!vertical_dim_ok(dim)) return MAMBA_SSU_ALGO_SIMPLE;
   if (d.cc_major < 10) return MAMBA_SSU_ALGO_VERTICAL;
   // FlashInfer's module for sm_100 and newer: vertical for an fp32 state (it measured faster
   // there), horizontal for an fp16 or bf16 one. For a head dim its horizontal kernel does not

@@ -934,11 +934,12 @@ fn plans_come_from_the_checked_call() {
         assert_eq!(out.num_sms, SMS, "{what}");
         assert_eq!(out.threads_per_block, 32 * out.warps_per_block, "{what}");
     }
-    // The single-token layout follows the SM count: 8 (batch, head) pairs on 2 SMs is above
-    // FlashInfer's switch.
+    // 8 (batch, head) pairs on 2 SMs is above FlashInfer's switch, but head dim 8 is not one
+    // its vertical kernel takes (multiples of 16 from 48): SIMPLE, as FlashInfer 0.7.4's rule
+    // (the SM-count switch at other head dims: plans::auto_follows_flashinfer_per_architecture).
     assert_eq!(
         plan(&single(), 2).1.algorithm,
-        sys::MAMBA_SSU_ALGO_VERTICAL as i32
+        sys::MAMBA_SSU_ALGO_SIMPLE as i32
     );
     // A fused chain's link block is part of the grid.
     let with_next = sys::mamba_ssu_args {

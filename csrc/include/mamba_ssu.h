@@ -162,10 +162,11 @@ typedef enum mamba_ssu_dtype {
 /* Which of FlashInfer's single-token kernels the results must match: it fixes the
  * per-element random bits of stochastic rounding, the summation order of the output and the
  * form of the state update. AUTO is FlashInfer's rule: below sm_90 SIMPLE; else SIMPLE when
- * batch * nheads < 2 * (number of SMs); from there on VERTICAL on the sm_90 family, and from
- * sm_100 on VERTICAL for an F32 state and HORIZONTAL for an F16 or BF16 one whose head dim
- * HORIZONTAL takes (else VERTICAL, FlashInfer 0.7.4's fallback). The multi-token path has one
- * layout (AUTO or SIMPLE). */
+ * batch * nheads < 2 * (number of SMs), or when the head dim is not one VERTICAL takes in
+ * FlashInfer (a multiple of 16, at least 48; 0.7.4's rule); from there on VERTICAL on the
+ * sm_90 family, and from sm_100 on VERTICAL for an F32 state and HORIZONTAL for an F16 or BF16
+ * one whose head dim HORIZONTAL takes (else VERTICAL, FlashInfer 0.7.4's fallback). The
+ * multi-token path has one layout (AUTO or SIMPLE). */
 typedef enum mamba_ssu_algorithm {
   MAMBA_SSU_ALGO_AUTO = 0,
   MAMBA_SSU_ALGO_SIMPLE = 1,

@@ -339,7 +339,8 @@ def selective_state_update(
     "simple"). "horizontal" takes head dims that are a multiple of 64 up to 256 and no
     ``state_scale`` (else ``RuntimeError``, as FlashInfer's horizontal launcher raises).
     "auto" is FlashInfer's rule for the GPU: "simple" below sm_90 and for small grids
-    (batch * nheads < 2 * SMs), else "vertical" on the sm_90 family and, from sm_100 on,
+    (batch * nheads < 2 * SMs) or at a head dim FlashInfer's vertical kernel does not take (not a
+    multiple of 16, or below 48), else "vertical" on the sm_90 family and, from sm_100 on,
     "horizontal" for an fp16 or bf16 state whose head dim it takes ("vertical" otherwise). The
     multi-token path has one layout, served for "auto", "simple" and "async_horizontal"
     ("vertical" and "horizontal" there are a ``RuntimeError``, as FlashInfer's multi-token

@@ -213,7 +213,9 @@ fn plan_for(
 /// FlashInfer 0.7.4's fallback).
 fn expected_auto(d: &sys::mamba_ssu_device_props, below: bool, dim: usize, state: i32) -> i32 {
     let horizontal_dim = dim % 64 == 0 && (64..=256).contains(&dim);
-    if d.cc_major < 9 || below {
+    // FlashInfer 0.7.4: a head dim its vertical kernel does not take runs simple.
+    let vertical_dim = dim % 16 == 0 && dim >= 48;
+    if d.cc_major < 9 || below || !vertical_dim {
         sys::MAMBA_SSU_ALGO_SIMPLE as i32
     } else if d.cc_major >= 10 && state != F32 && horizontal_dim {
         sys::MAMBA_SSU_ALGO_HORIZONTAL as i32
@@ -539,7 +541,8 @@ fn auto_resolves_per_device_family() {
 
 /// ALGO_AUTO per architecture with the state dtype and head dim
 /// (`mamba_ssu_resolve_algorithm_for_state`, and the plan of a checked call on the same
-/// properties): FlashInfer's rule, HORIZONTAL from sm_100 on for an F16 or BF16 state whose head
+/// properties): FlashInfer's rule, SIMPLE for a head dim its vertical kernel does not take (not
+/// a multiple of 16 or below 48: 0.7.4's rule), HORIZONTAL from sm_100 on for an F16 or BF16 state whose head
 /// dim is a multiple of 64 up to 256 above the SM-count switch; VERTICAL for an F32 state and for
 /// other head dims (FlashInfer 0.7.4's fallback; 0.7.2 runs its horizontal kernel out of bounds
 /// there); never HORIZONTAL below sm_100. Explicit choices resolve to themselves, HORIZONTAL

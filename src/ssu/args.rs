@@ -20,7 +20,9 @@ use super::seed::{SeedSource, SeedSpec};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Algorithm {
     /// FlashInfer's rule: below sm_90 [`Algorithm::Simple`]; else `Simple` when
-    /// `batch * nheads < 2 * SMs`, from there on [`Algorithm::Vertical`] on the sm_90 family
+    /// `batch * nheads < 2 * SMs` or the head dim is not one its vertical kernel takes (a
+    /// multiple of 16, at least 48: FlashInfer 0.7.4), from there on [`Algorithm::Vertical`] on
+    /// the sm_90 family
     /// (see [`Algorithm::resolve`]) and, from sm_100 on, `Vertical` for an F32 state and
     /// [`Algorithm::Horizontal`] for an F16 or BF16 one whose head dim it takes (see
     /// [`Algorithm::resolve_for`]).
@@ -38,8 +40,8 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// The kernel this choice runs for `batch * nheads` on a device of the sm_90 family
-    /// with `num_sms` multiprocessors: `Simple` or `Vertical` for `Auto` (FlashInfer's rule
-    /// there), every other choice itself. Below sm_90 `Auto` is `Simple`
+    /// with `num_sms` multiprocessors at a head dim its vertical kernel takes (e.g. 64):
+    /// `Simple` or `Vertical` for `Auto` (FlashInfer's rule there), every other choice itself. Below sm_90 `Auto` is `Simple`
     /// ([`Algorithm::resolve_on`] reads the device); from sm_100 on it depends on the state
     /// dtype and head dim ([`Algorithm::resolve_for`]).
     pub fn resolve(self, batch: usize, nheads: usize, num_sms: u32) -> Algorithm {
