@@ -97,6 +97,46 @@ fn generator_regenerates_every_generated_block() {
     );
 }
 
+/// The int16 block-scaled state's tags (11 state, 12 decode scales, 13 scale poison) give the
+/// bytes of the recorder's Python generator (`tools/flashinfer-recorder/runner/gen.py`,
+/// `block_bytes(611, tag, dtype, 5, 64)`: its SHA-256 and first 8 bytes, computed there).
+#[test]
+fn generator_int16_tags_match_the_recorder() {
+    use sha2::{Digest, Sha256};
+    for (tag, dtype, sha, head) in [
+        (
+            gen::TAG_STATE_INT16,
+            "int16",
+            "4c2d78c92d71aa8400e0fb2233c2a9795bf5d7c07f988d8bc6cbec7afd3788a2",
+            "921d00a5571dffff",
+        ),
+        (
+            gen::TAG_STATE_SCALE,
+            "float32",
+            "6333f9b211d94ec926c26be7242f5576b2931da7297a6b860df61eb60d9ec84f",
+            "0040d83500601d35",
+        ),
+        (
+            gen::TAG_INTERMEDIATE_SCALES,
+            "float32",
+            "3d6876a0146de8576eb2395a858de1213d1b92c65b779df3a331cfd5a4584546",
+            "ffffffffffffffff",
+        ),
+    ] {
+        let b = gen::block_bytes(611, tag, dtype, 5, 64);
+        let hex = |bytes: &[u8]| bytes.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        assert_eq!(hex(&b[..8]), head, "tag {tag}");
+        assert_eq!(hex(&Sha256::digest(&b)), sha, "tag {tag}");
+    }
+    assert_eq!(gen::value(gen::TAG_STATE_INT16, 0), -32767.0);
+    assert_eq!(gen::value(gen::TAG_STATE_INT16, 65534), 32767.0);
+    assert_eq!(gen::value(gen::TAG_STATE_SCALE, 0), 2f32.powi(-21));
+    assert_eq!(
+        gen::value(gen::TAG_STATE_SCALE, 1023 | (5 << 10)),
+        2047.0 * 2f32.powi(-26)
+    );
+}
+
 #[test]
 fn generator_known_values() {
     // mix64 is SplitMix64's finaliser: mix64(0x9E3779B97F4A7C15) is SplitMix64(0)'s first output.

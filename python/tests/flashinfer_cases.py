@@ -59,6 +59,7 @@ DTYPES: Dict[str, Tuple[torch.dtype, int, torch.dtype]] = {
     "float16": (torch.float16, 2, torch.int16),
     "bfloat16": (torch.bfloat16, 2, torch.int16),
     "float32": (torch.float32, 4, torch.int32),
+    "int16": (torch.int16, 2, torch.int16),
     "int32": (torch.int32, 4, torch.int32),
     "int64": (torch.int64, 8, torch.int64),
 }
@@ -128,7 +129,8 @@ _MIX1 = 0xBF58476D1CE4E5B9
 _MIX2 = 0x94D049BB133111EB
 
 #: Tags of the generated tensors.
-TAGS = {"state": 1, "x": 2, "dt": 3, "dt_bias": 4, "A": 5, "B": 6, "C": 7, "D": 8, "z": 9}
+TAGS = {"state": 1, "x": 2, "dt": 3, "dt_bias": 4, "A": 5, "B": 6, "C": 7, "D": 8, "z": 9,
+        "state_int16": 11, "state_scale": 12}
 #: The ``kind`` string the manifest records for each tag.
 KINDS = {
     1: "gauss_int*2^-16",
@@ -140,6 +142,8 @@ KINDS = {
     7: "gauss_int*2^-17",
     8: "1+((r%33)-16)/64",
     9: "gauss_int*2^-15",
+    11: "(r%65535)-32767",
+    12: "(1024+(r&1023))*2^(((r>>10)%6)-31)",
 }
 
 
@@ -207,6 +211,12 @@ def values_from_words(tag: int, r: torch.Tensor) -> torch.Tensor:
         mant = (512 + (r & 511)).to(f32)
         pow2 = torch.tensor([2.0**e for e in range(-11, -6)], dtype=f32)
         return -mant * pow2[_srl(r, 9) % 5]
+    if tag == 11:  # an int16 state element: every int16 but -32768 (exact in fp32)
+        return (_umod(r, 65535) - 32767).to(f32)
+    if tag == 12:  # a float32 decode scale in [2^-21, 2^-15)
+        mant = (1024 + (r & 1023)).to(f32)
+        pow2 = torch.tensor([2.0**e for e in range(-31, -25)], dtype=f32)
+        return mant * pow2[_srl(r, 10) % 6]
     raise ValueError(f"unknown generator tag {tag}")
 
 
@@ -218,7 +228,9 @@ def values_f32(gen_seed: int, tag: int, start: int, n: int) -> torch.Tensor:
 def generated_block(gen_seed: int, tag: int, dtype: str, start: int, n: int) -> torch.Tensor:
     """Storage elements ``[start, start + n)`` of tensor ``tag`` rounded to ``dtype``
     (round-to-nearest-even, fp16 subnormals kept), as a CPU tensor of that dtype."""
-    if dtype not in ("float16", "bfloat16", "float32"):
+    if (dtype == "int16") != (tag == 11):
+        raise ValueError(f"the generator makes int16 values with tag 11 only (tag {tag}, {dtype})")
+    if dtype not in ("float16", "bfloat16", "float32", "int16"):
         raise ValueError(f"the generator makes no {dtype} values")
     return values_f32(gen_seed, tag, start, n).to(torch_dtype(dtype))
 

@@ -40,6 +40,9 @@ MANIFEST_ENV = "MAMBA_SSU_FLASHINFER_MTP_MANIFEST"
 #: Generator tag of the intermediate buffer's initial content, and the kind the manifest gives it.
 POISON_TAG = 10
 POISON_KIND = "const_bits_0xFFFF"
+#: Generator tag of ``intermediate_state_scales``' initial content (an int16 buffer's scales):
+#: every byte 0xFF as well.
+SCALE_POISON_TAG = 13
 
 #: The algorithms every multi-token case was recorded with (one kernel layout serves both).
 ALGORITHMS = ("auto", "simple")
@@ -62,8 +65,9 @@ def poison_block(dtype: str, elems: int) -> torch.Tensor:
 
 
 def regenerate_block(t: fc.TensorDesc, b: fc.Block) -> Optional[torch.Tensor]:
-    """An input block rebuilt without the bin: the poison for tag 10, else as single token."""
-    if t.generator is not None and t.generator[1] == POISON_TAG:
+    """An input block rebuilt without the bin: the poison for tags 10 and 13, else as single
+    token."""
+    if t.generator is not None and t.generator[1] in (POISON_TAG, SCALE_POISON_TAG):
         return poison_block(t.dtype, b.elems)
     return fc.regenerate_block(t, b)
 

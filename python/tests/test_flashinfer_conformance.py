@@ -178,6 +178,29 @@ def test_generator_known_values():
     assert fc.tensor_bytes(bf) == bytes([0x80, 0x3F, 0x82, 0x3F])
 
 
+def test_int16_state_tags_match_the_recorder():
+    """The int16 block-scaled state's tags (11 state, 12 decode scales) give the bytes of the
+    recorder's Python generator (`block_bytes(611, tag, dtype, 5, 64)`: SHA-256 computed there;
+    the same digests as the Rust test `generator_int16_tags_match_the_recorder`), and the value
+    formulas' extremes."""
+    import hashlib
+
+    for tag, dtype, sha in (
+        (11, "int16", "4c2d78c92d71aa8400e0fb2233c2a9795bf5d7c07f988d8bc6cbec7afd3788a2"),
+        (12, "float32", "6333f9b211d94ec926c26be7242f5576b2931da7297a6b860df61eb60d9ec84f"),
+    ):
+        got = fc.tensor_bytes(fc.generated_block(611, tag, dtype, 5, 64))
+        assert hashlib.sha256(got).hexdigest() == sha, tag
+
+    def value(tag, r):
+        return fc.values_from_words(tag, torch.tensor([r], dtype=torch.int64)).item()
+
+    assert value(11, 0) == -32767.0 and value(11, 65534) == 32767.0
+    assert value(12, 0) == 2.0**-21 and value(12, 1023 | (5 << 10)) == 2047 * 2.0**-26
+    with pytest.raises(ValueError):
+        fc.generated_block(611, 1, "int16", 0, 4)
+
+
 # ---------------------------------------------------------------------------------------------
 # CPU: cases
 # ---------------------------------------------------------------------------------------------

@@ -77,7 +77,7 @@ pub fn hex(bytes: &[u8]) -> String {
 /// Bytes per element of a manifest dtype name.
 pub fn dtype_size(dtype: &str) -> usize {
     match dtype {
-        "float16" | "bfloat16" => 2,
+        "float16" | "bfloat16" | "int16" => 2,
         "float32" | "int32" => 4,
         "int64" => 8,
         other => panic!("unknown dtype {other}"),
@@ -228,6 +228,13 @@ pub mod gen {
     /// The multi-token path's `intermediate_states_buffer` poison: every element's bits are
     /// all ones (no value formula; see [`block_bytes`]).
     pub const TAG_INTERMEDIATE: u64 = 10;
+    /// An int16 (block-scaled) state: `(r % 65535) - 32767`, every int16 but -32768.
+    pub const TAG_STATE_INT16: u64 = 11;
+    /// `state_scale`, the float32 decode scales of an int16 state: `(1024 + (r & 1023)) ·
+    /// 2^(((r >> 10) % 6) - 31)`, in [2^-21, 2^-15).
+    pub const TAG_STATE_SCALE: u64 = 12;
+    /// The multi-token path's `intermediate_state_scales` poison: every byte 0xFF.
+    pub const TAG_INTERMEDIATE_SCALES: u64 = 13;
 
     /// The SplitMix64 finaliser.
     pub fn mix64(mut z: u64) -> u64 {
@@ -270,6 +277,12 @@ pub mod gen {
                 let e = ((r >> 9) % 5) as i32 - 2 - 9;
                 -m * 2f32.powi(e)
             }
+            TAG_STATE_INT16 => ((r % 65535) as i64 - 32767) as f32,
+            TAG_STATE_SCALE => {
+                let m = (1024 + (r & 1023)) as f32;
+                let e = ((r >> 10) % 6) as i32 - 31;
+                m * 2f32.powi(e)
+            }
             other => panic!("unknown generator tag {other}"),
         }
     }
@@ -285,6 +298,9 @@ pub mod gen {
             TAG_D => "1+((r%33)-16)/64",
             TAG_A => "-(512+(r&511))*2^(((r>>9)%5)-2-9)",
             TAG_INTERMEDIATE => "const_bits_0xFFFF",
+            TAG_STATE_INT16 => "(r%65535)-32767",
+            TAG_STATE_SCALE => "(1024+(r&1023))*2^(((r>>10)%6)-31)",
+            TAG_INTERMEDIATE_SCALES => "const_bits_0xFF",
             other => panic!("unknown generator tag {other}"),
         }
     }
@@ -316,8 +332,20 @@ pub mod gen {
 
     /// Storage elements `[start, start + n)` of tensor `tag` as bytes of `dtype`.
     pub fn block_bytes(gen_seed: u64, tag: u64, dtype: &str, start: u64, n: usize) -> Vec<u8> {
-        if tag == TAG_INTERMEDIATE {
+        if tag == TAG_INTERMEDIATE || tag == TAG_INTERMEDIATE_SCALES {
             return vec![0xFF; n * super::dtype_size(dtype)];
+        }
+        assert_eq!(
+            dtype == "int16",
+            tag == TAG_STATE_INT16,
+            "the generator makes int16 values with tag {TAG_STATE_INT16} only (tag {tag}, {dtype})"
+        );
+        if tag == TAG_STATE_INT16 {
+            // Every value is an integer in [-32767, 32767]: exact in fp32 and in int16.
+            return values_f32(gen_seed, tag, start, n)
+                .iter()
+                .flat_map(|v| (*v as i16).to_le_bytes())
+                .collect();
         }
         to_dtype_bytes(&values_f32(gen_seed, tag, start, n), dtype)
     }
