@@ -346,20 +346,29 @@ bool is_hot(const mamba_ssu_params *p) {
          !(p->philox_rounds > 0 && p->sr_rule == MAMBA_SSU_SR_V074);
 }
 
-// The first accumulate form of FlashInfer 0.7.2.post1's fp16-state kernel that the call's
-// algorithm selects (docs/flashinfer-ssu.md, "Summation order of y"): a choice its compiler makes per
-// instantiation (its build contracts multiply-adds), read from the SASS of its sm_90 kernels.
-// Without SR, and with 1 round, F1 for the tiled simple kernel (below the auto switch) and F0
-// otherwise, except with an fp32 state at dstate 256: F1 for vertical, F0 for both simple
-// kernels (fp32 and bf16 state kernels read as the fp16 ones otherwise); with more rounds simple
-// F0 and vertical F1, except simple F1 at dstate 256 with 10 rounds and vertical F0 at dstate
-// 64. Instantiations whose SASS was not read (other round counts at dstate 64 and 256) follow
-// the rule of their dstate. `f32`: the state is fp32.
-bool first_form_f1(bool simple, bool below, int64_t rounds, int64_t dstate, bool f32) {
+// The first accumulate form of FlashInfer's single-token kernel that the call's algorithm
+// selects (docs/flashinfer-ssu.md, "Summation order of y"): a choice its compiler makes per
+// instantiation (its build contracts multiply-adds), read from the SASS of its sm_90 kernels
+// (tools/flashinfer-recorder/first_forms.py; fp16 state, 0 to 12 and 16 rounds, head dims 64,
+// 80 and 128, which do not change it). Per kernel (simple, tiled simple below the auto switch,
+// vertical), F1 = 1:
+//   no SR: 0 1 0 at every dstate; an fp32 state at dstate 256: 0 0 1 (bf16 as fp16);
+//   dstate 64: 0 1 0 with 1 or 2 rounds, 0 0 0 from 3 on;
+//   dstate 128: 0 1 0 with 1 round, 0 0 1 from 2 on;
+//   dstate 256, 0.7.2.post1: 0 1 1 with 1 to 3 rounds, 0 0 1 with 4 or 5, 1 1 1 from 6 on;
+//   dstate 256, 0.7.4 (v074: the call's SR rule): 0 0 1 with 1 to 4 rounds, 1 1 1 from 5 on.
+// Round counts above 16 are taken as 16. `f32`: the state is fp32.
+bool first_form_f1(bool simple, bool below, int64_t rounds, int64_t dstate, bool f32,
+                   bool v074) {
   if (rounds <= 1 && f32 && dstate == 256) return !simple;
-  if (rounds <= 1) return simple && below;
-  if (simple) return dstate == 256 && rounds == 10;
-  return dstate != 64;
+  if (rounds == 0) return simple && below;
+  if (dstate == 64) return simple && below && rounds <= 2;
+  if (dstate == 128 && rounds <= 1) return simple && below;
+  if (dstate == 128) return !simple;
+  if (v074) return rounds >= 5 || !simple;
+  if (rounds >= 6) return true;
+  if (rounds >= 4) return !simple;
+  return !simple || below;
 }
 
 // The launch configuration of a checked problem: a pure function of the parameters and the
@@ -384,7 +393,8 @@ int plan_launch(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan
        auto_algorithm(p.batch, p.nheads, p.dim, p.state_dtype, d) == MAMBA_SSU_ALGO_SIMPLE);
   // First accumulate form of FlashInfer's build (first_form_f1).
   const bool f1 =
-      first_form_f1(simple, below, p.philox_rounds, p.dstate, p.state_dtype == MAMBA_SSU_F32);
+      first_form_f1(simple, below, p.philox_rounds, p.dstate, p.state_dtype == MAMBA_SSU_F32,
+                    p.philox_rounds > 0 && p.sr_rule == MAMBA_SSU_SR_V074);
 
   const bool hot = is_hot(&p);
   const int64_t rows = p.batch * p.nheads * p.dim;

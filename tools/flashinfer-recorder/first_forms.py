@@ -67,23 +67,51 @@ HORIZONTAL_FORM = "H/fma"
 
 # --- the crate's rule ---------------------------------------------------------------------------
 
-def first_form_f1(simple, below, rounds, dstate, f32=False):
-    """Python copy of first_form_f1 in csrc/ssu.cu (FlashInfer 0.7.2.post1's single-token
-    kernels); it must be kept equal to it. `below`: the tiled simple kernel (FlashInfer runs it
-    below the auto switch); `f32`: the state is fp32."""
+def first_form_f1(simple, below, rounds, dstate, f32=False, v074=False):
+    """Python copy of first_form_f1 in csrc/ssu.cu (FlashInfer's single-token kernels; v074:
+    FlashInfer 0.7.4's build, else 0.7.2.post1's); it must be kept equal to it. `below`: the
+    tiled simple kernel (FlashInfer runs it below the auto switch); `f32`: the state is fp32."""
     if rounds <= 1 and f32 and dstate == 256:
         return not simple
-    if rounds <= 1:
+    if rounds == 0:
         return simple and below
-    if simple:
-        return dstate == 256 and rounds == 10
-    return dstate != 64
+    if dstate == 64:
+        return simple and below and rounds <= 2
+    if dstate == 128 and rounds <= 1:
+        return simple and below
+    if dstate == 128:
+        return not simple
+    if v074:
+        return rounds >= 5 or not simple
+    if rounds >= 6:
+        return True
+    if rounds >= 4:
+        return not simple
+    return not simple or below
 
 
-def predicted_form(kind, rounds, dstate, state_dtype="float16"):
+def is_v074(release):
+    """Whether a FlashInfer release builds its kernels as 0.7.4 does (the crate's rules know
+    0.7.2.post1 and 0.7.4)."""
+    return not str(release).startswith("0.7.2")
+
+
+def predicted_form(kind, rounds, dstate, state_dtype="float16", release="0.7.2.post1"):
     simple = kind in ("simple", "simple_tiled")
     f32 = state_dtype == "float32"
-    return "F1" if first_form_f1(simple, kind == "simple_tiled", rounds, dstate, f32) else "F0"
+    f1 = first_form_f1(simple, kind == "simple_tiled", rounds, dstate, f32, is_v074(release))
+    return "F1" if f1 else "F0"
+
+
+def build_release(build):
+    """The FlashInfer release of a recorder build (its build.json), else 0.7.2.post1."""
+    for d in (build, os.path.join(build, "dist")):
+        try:
+            with open(os.path.join(d, "build.json")) as f:
+                return json.load(f)["flashinfer"]
+        except (OSError, ValueError, KeyError):
+            continue
+    return "0.7.2.post1"
 
 
 # --- groups -------------------------------------------------------------------------------------
@@ -415,7 +443,7 @@ def disassemble(cuobjdump, path):
     return r.stdout
 
 
-def analyse_group(gid, sass):
+def analyse_group(gid, sass, release="0.7.2.post1"):
     """Rows of one covered group from its SASS: one per kernel kind found (the simple and
     vertical kinds for fp16-, bf16- and fp32-state groups, the horizontal kind for every state
     dtype)."""
@@ -453,7 +481,7 @@ def analyse_group(gid, sass):
         elif kind == HORIZONTAL:
             rule = HORIZONTAL_FORM
         else:
-            rule = predicted_form(kind, g["philox_rounds"], g["dstate"], g["state_dtype"])
+            rule = predicted_form(kind, g["philox_rounds"], g["dstate"], g["state_dtype"], release)
         if rule is None:
             status = "not served"
         elif form == "?":
@@ -487,7 +515,8 @@ def run(build, cuobjdump=None, only=None, jobs=2):
     exe = find_cuobjdump(cuobjdump) if todo else None
     with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
         sass = dict(zip(todo, pool.map(lambda p: disassemble(exe, p), todo.values())))
-    rows = [r for gid in todo for r in analyse_group(gid, sass[gid])]
+    release = build_release(build)
+    rows = [r for gid in todo for r in analyse_group(gid, sass[gid], release)]
     return rows, skipped
 
 

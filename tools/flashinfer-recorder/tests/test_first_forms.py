@@ -333,12 +333,12 @@ class Rule(unittest.TestCase):
         rule = c_rule()
         for simple in (False, True):
             for below in (False, True):
-                for rounds in range(0, 16):
+                for rounds in range(0, 20):
                     for dstate in (64, 96, 128, 256):
                         for f32 in (False, True):
-                            self.assertEqual(bool(rule(simple, below, rounds, dstate, f32)),
-                                             ff.first_form_f1(simple, below, rounds, dstate, f32),
-                                             (simple, below, rounds, dstate, f32))
+                            for v074 in (False, True):
+                                args = (simple, below, rounds, dstate, f32, v074)
+                                self.assertEqual(bool(rule(*args)), ff.first_form_f1(*args), args)
 
     def test_forms_of_0_7_2_post1(self):
         p = ff.predicted_form
@@ -350,6 +350,25 @@ class Rule(unittest.TestCase):
         self.assertEqual([p(k, 0, 256, "float32") for k in ff.KINDS], ["F0", "F0", "F1"])
         self.assertEqual([p(k, 0, 128, "float32") for k in ff.KINDS], ["F0", "F1", "F0"])
         self.assertEqual([p(k, 0, 256, "bfloat16") for k in ff.KINDS], ["F0", "F1", "F0"])
+        # Read from the SASS of both releases' builds (head dim 64, 0 to 12 and 16 rounds).
+        self.assertEqual([p(k, 2, 64) for k in ff.KINDS], ["F0", "F1", "F0"])
+        self.assertEqual([p(k, 3, 64) for k in ff.KINDS], ["F0", "F0", "F0"])
+        self.assertEqual([p(k, 2, 128) for k in ff.KINDS], ["F0", "F0", "F1"])
+        self.assertEqual([p(k, 1, 256) for k in ff.KINDS], ["F0", "F1", "F1"])
+        self.assertEqual([p(k, 4, 256) for k in ff.KINDS], ["F0", "F0", "F1"])
+        self.assertEqual([p(k, 5, 256) for k in ff.KINDS], ["F0", "F0", "F1"])
+        self.assertEqual([p(k, 6, 256) for k in ff.KINDS], ["F1", "F1", "F1"])
+
+    def test_forms_of_0_7_4(self):
+        def p(kind, rounds, dstate):
+            return ff.predicted_form(kind, rounds, dstate, "float16", "0.7.4")
+        self.assertEqual([p(k, 0, 256) for k in ff.KINDS], ["F0", "F1", "F0"])
+        self.assertEqual([p(k, 1, 256) for k in ff.KINDS], ["F0", "F0", "F1"])
+        self.assertEqual([p(k, 4, 256) for k in ff.KINDS], ["F0", "F0", "F1"])
+        self.assertEqual([p(k, 5, 256) for k in ff.KINDS], ["F1", "F1", "F1"])
+        self.assertEqual([p(k, 10, 128) for k in ff.KINDS], ["F0", "F0", "F1"])
+        self.assertEqual([p(k, 2, 64) for k in ff.KINDS], ["F0", "F1", "F0"])
+        self.assertTrue(ff.is_v074("0.7.4") and not ff.is_v074("0.7.2.post1"))
 
 
 def local_cuobjdump():
