@@ -973,13 +973,9 @@ fn plans_come_from_the_checked_call() {
     assert_eq!(status, INV);
 }
 
-/// The dstate rule of FlashInfer's sm_90 module (docs/flashinfer-ssu.md, "Shapes FlashInfer
-/// takes on sm_90"), through the single-token block: 64, 128 and 256 served; every other dstate
-/// FlashInfer's build takes (2-byte state: multiples of 32 from 64; fp32 state: multiples of 16
-/// from 32) UNSUPPORTED, the rest INVALID_ARGUMENT (FlashInfer's RuntimeError), naming `dstate`.
-#[test]
-fn dstates_follow_flashinfers_sm90_module() {
-    let good = sys::mamba_ssu_params {
+/// A valid deprecated single-token parameter block (no seed).
+fn legacy_single() -> sys::mamba_ssu_params {
+    sys::mamba_ssu_params {
         batch: BATCH,
         nheads: NH,
         dim: DIM,
@@ -1007,19 +1003,31 @@ fn dstates_follow_flashinfers_sm90_module() {
         update_state: 1,
         num_sms: SMS,
         ..Default::default()
+    }
+}
+
+/// The deprecated single-token check of `p`: (status, the error's argument, its detail).
+fn legacy_check(p: &sys::mamba_ssu_params) -> (i32, String, String) {
+    // SAFETY: the check reads `p` only.
+    let status = unsafe { sys::mamba_ssu_selective_state_update_check(p) };
+    // SAFETY: static or thread-local NUL-terminated strings.
+    let (arg, detail) = unsafe {
+        (
+            CStr::from_ptr(sys::mamba_ssu_last_error_argument()).to_string_lossy(),
+            CStr::from_ptr(sys::mamba_ssu_last_error_detail()).to_string_lossy(),
+        )
     };
-    let c = |p: &sys::mamba_ssu_params| {
-        // SAFETY: the check reads `p` only.
-        let status = unsafe { sys::mamba_ssu_selective_state_update_check(p) };
-        // SAFETY: static or thread-local NUL-terminated strings.
-        let (arg, detail) = unsafe {
-            (
-                CStr::from_ptr(sys::mamba_ssu_last_error_argument()).to_string_lossy(),
-                CStr::from_ptr(sys::mamba_ssu_last_error_detail()).to_string_lossy(),
-            )
-        };
-        (status, arg.into_owned(), detail.into_owned())
-    };
+    (status, arg.into_owned(), detail.into_owned())
+}
+
+/// The dstate rule of FlashInfer's sm_90 module (docs/flashinfer-ssu.md, "Shapes FlashInfer
+/// takes on sm_90"), through the single-token block: 64, 128 and 256 served; every other dstate
+/// FlashInfer's build takes (2-byte state: multiples of 32 from 64; fp32 state: multiples of 16
+/// from 32) UNSUPPORTED, the rest INVALID_ARGUMENT (FlashInfer's RuntimeError), naming `dstate`.
+#[test]
+fn dstates_follow_flashinfers_sm90_module() {
+    let good = legacy_single();
+    let c = legacy_check;
     assert_eq!(c(&good).0, OK);
     let mut taken = Vec::new();
     for state_dtype in [F16, BF16, F32] {
@@ -1072,49 +1080,12 @@ fn dstates_follow_flashinfers_sm90_module() {
 #[test]
 fn deprecated_blocks_meet_the_same_seed_check() {
     let mut p = sys::mamba_ssu_params {
-        batch: BATCH,
-        nheads: NH,
-        dim: DIM,
-        dstate: DS,
-        ngroups: NG,
-        state_cache_size: SLOTS,
-        state_stride_batch: NH * DIM * DS,
-        x_stride_batch: NH * DIM,
-        dt_stride_batch: NH,
-        B_stride_batch: NG * DS,
-        C_stride_batch: NG * DS,
-        out_stride_batch: NH * DIM,
-        pad_slot_id: -1,
-        state: ph(1),
-        x: ph(2),
-        dt: ph(3),
-        A: ph(4) as *const f32,
-        B: ph(5),
-        C: ph(6),
-        out: ph(10),
-        state_dtype: F16,
-        input_dtype: BF16,
-        weight_dtype: BF16,
-        index_dtype: I32,
-        update_state: 1,
         philox_rounds: 10,
         seed_source: sys::MAMBA_SSU_SEED_FROM_VALUES as i32,
         seed_offset: 8,
-        num_sms: SMS,
-        ..Default::default()
+        ..legacy_single()
     };
-    let c = |p: &sys::mamba_ssu_params| {
-        // SAFETY: the check reads `p` only.
-        let status = unsafe { sys::mamba_ssu_selective_state_update_check(p) };
-        // SAFETY: static or thread-local NUL-terminated strings.
-        let (arg, detail) = unsafe {
-            (
-                CStr::from_ptr(sys::mamba_ssu_last_error_argument()).to_string_lossy(),
-                CStr::from_ptr(sys::mamba_ssu_last_error_detail()).to_string_lossy(),
-            )
-        };
-        (status, arg.into_owned(), detail.into_owned())
-    };
+    let c = legacy_check;
     assert_eq!(c(&p).0, OK);
     p.seed_offset = 6;
     assert_eq!(

@@ -48,7 +48,7 @@ mod mtp_dev;
 
 use std::sync::Arc;
 
-use common::{dtype_size, gen, DevBuf};
+use common::{dtype_size, gen, run_seed, DevBuf, Rng};
 use cudarc::driver::CudaStream;
 use half::{bf16, f16};
 use mamba_ssu::philox;
@@ -75,41 +75,6 @@ const STATE_PATTERN: u8 = 0xA5;
 // ---------------------------------------------------------------------------------------------
 // Random problems
 // ---------------------------------------------------------------------------------------------
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(gen::GOLDEN);
-        gen::mix64(self.0)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn coin(&mut self) -> bool {
-        self.next() & 1 == 1
-    }
-    fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = self.below(i as u64 + 1) as usize;
-            v.swap(i, j);
-        }
-    }
-}
-
-fn run_seed() -> u64 {
-    let seed = std::env::var("MAMBA_SSU_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("MAMBA_SSU_TEST_SEED={seed}");
-    seed
-}
 
 /// How the read slots are given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1341,16 +1306,16 @@ fn run_set(name: &str, problems: &[Problem]) {
             failures.push(f);
         }
     }
-    eprintln!(
-        "{name}: {} runs, {} failures",
-        problems.len(),
-        failures.len()
-    );
+    report(name, problems.len(), &failures, "failed");
+}
+
+/// Prints a set's tally and fails with its first 8 failures, if any (`what`: how a run failed).
+fn report(name: &str, runs: usize, failures: &[String], what: &str) {
+    eprintln!("{name}: {runs} runs, {} failures", failures.len());
     assert!(
         failures.is_empty(),
-        "{name}: {} of {} runs failed: {:#?}",
+        "{name}: {} of {runs} runs {what}: {:#?}",
         failures.len(),
-        problems.len(),
         &failures[..failures.len().min(8)]
     );
 }
@@ -1755,17 +1720,11 @@ fn run_exact_set(name: &str, problems: &[Problem]) {
             failures.push(f);
         }
     }
-    eprintln!(
-        "{name}: {} runs, {} failures",
+    report(
+        name,
         problems.len(),
-        failures.len()
-    );
-    assert!(
-        failures.is_empty(),
-        "{name}: {} of {} runs differ from the fp32 emulation: {:#?}",
-        failures.len(),
-        problems.len(),
-        &failures[..failures.len().min(8)]
+        &failures,
+        "differ from the fp32 emulation",
     );
 }
 

@@ -1373,6 +1373,13 @@ impl Rng {
     pub fn coin(&mut self) -> bool {
         self.next() & 1 == 1
     }
+    /// Shuffles `v` in place (Fisher-Yates, from the last element down).
+    pub fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            let j = self.below(i as u64 + 1) as usize;
+            v.swap(i, j);
+        }
+    }
 }
 
 /// The seed of a randomised test run: `MAMBA_SSU_TEST_SEED` when set, else the clock; printed
