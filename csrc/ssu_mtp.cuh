@@ -43,7 +43,8 @@
 // whose conversion needs the exact path is replayed from the state as read after its last
 // token) and is unrolled so that consecutive tokens overlap. The compiled-in ("hot") kernels
 // serve an F16 state with BF16 inputs and weights at dstate 64, 128 and 256 and 0, 5 or 10
-// rounds (any head dim); the run-time ones every other call.
+// rounds (any head dim), and a BF16 state likewise without SR (mtp_kernel_bf16); the run-time
+// ones every other call.
 //
 // Numerics per token, exactly FlashInfer's (every operation pinned; the build flushes
 // subnormals): dt' = rn(dt + dt_bias), softplus when enabled and dt' <= 20; dA =
@@ -222,19 +223,23 @@ __device__ __forceinline__ void st_state(T *p, const T &v) {
   __stcs(p, v);
 }
 
-// kHot: F16 state, BF16 inputs and weights (vector state and B/C accesses); otherwise every
-// dtype at run time. kDstate: 64, 128 or 256. kRounds: 0, 5, 10 compiled in; -1 at run time.
+// kHot: F16 state (kBf16State: BF16, no SR), BF16 inputs and weights (vector state and B/C
+// accesses); otherwise every dtype at run time. kDstate: 64, 128 or 256. kRounds: 0, 5, 10 compiled in; -1 at run time.
 // kR: rows a group computes together (1, or 2 and 4 in the hot kernels for large grids).
 // kF32 (run-time kernels only): an fp32 state, in FlashInfer's 4-column lane blocks (mtp_col),
 // with vector state loads and no stochastic rounding (it needs an F16 state). The launcher runs
 // every fp32 state there; the other run-time kernels' fp32 branches (the 8-column map) are kept
 // as they were, so that their code is unchanged, and are not launched.
-template <bool kHot, int kDstate, int kRounds, int kR, bool kSmall, bool kF32 = false>
+template <bool kHot, int kDstate, int kRounds, int kR, bool kSmall, bool kF32 = false,
+          bool kBf16State = false>
 __device__ __forceinline__ void mtp_body(const Args &a) {
   static_assert(!kF32 || (!kHot && kR == 1 && !kSmall), "kF32: the run-time kernels");
+  static_assert(!kBf16State || (kHot && kRounds == 0), "kBf16State: hot kernels without SR");
   constexpr int NC = kDstate / 8;  // columns per lane
   constexpr int NP = NC / 2;       // column pairs per lane
-  const int32_t sdt = kHot ? MAMBA_SSU_F16 : kF32 ? MAMBA_SSU_F32 : a.state_dtype;
+  const int32_t sdt = kHot ? (kBf16State ? MAMBA_SSU_BF16 : MAMBA_SSU_F16)
+                     : kF32 ? MAMBA_SSU_F32
+                            : a.state_dtype;
   const int32_t idt = kHot ? MAMBA_SSU_BF16 : a.input_dtype;
   const int32_t wdt = kHot ? MAMBA_SSU_BF16 : a.weight_dtype;
   const int rounds = kRounds >= 0 ? kRounds : kF32 ? 0 : a.philox_rounds;
@@ -518,7 +523,7 @@ __device__ __forceinline__ void mtp_body(const Args &a) {
       for (int r = 0; r < R; ++r) {
         if (!pad && ok[r]) {
 #pragma unroll
-          for (int j = 0; j < NC / 8; ++j) widen8<true>(cur.v[r][j], s[r] + 8 * j);
+          for (int j = 0; j < NC / 8; ++j) widen8<!kBf16State>(cur.v[r][j], s[r] + 8 * j);
         } else {
 #pragma unroll
           for (int i = 0; i < NC; ++i) s[r][i] = 0.0f;
@@ -651,7 +656,8 @@ __device__ __forceinline__ void mtp_body(const Args &a) {
       }
 
       char *const head = s_tgt[t];
-      // The branch-free paths' store of row r's fp16 bits (predicated on a target and the row).
+      // The branch-free paths' store of row r's fp16 (kBf16State: bf16) bits (predicated on a
+      // target and the row).
       auto store_row_if = [&](int r, const uint32_t *h2) {
         const uintptr_t row = reinterpret_cast<uintptr_t>(head) +
                               static_cast<uintptr_t>(d0 + r * kGroups) * kDstate * 2;
@@ -669,8 +675,13 @@ __device__ __forceinline__ void mtp_body(const Args &a) {
           uint32_t h2[NP];
 #pragma unroll
           for (int p = 0; p < NP; ++p) {
-            const __half2 v = __floats2half2_rn(s[r][2 * p], s[r][2 * p + 1]);
-            h2[p] = *reinterpret_cast<const uint32_t *>(&v);
+            if constexpr (kBf16State) {
+              const __nv_bfloat162 v = __floats2bfloat162_rn(s[r][2 * p], s[r][2 * p + 1]);
+              h2[p] = *reinterpret_cast<const uint32_t *>(&v);
+            } else {
+              const __half2 v = __floats2half2_rn(s[r][2 * p], s[r][2 * p + 1]);
+              h2[p] = *reinterpret_cast<const uint32_t *>(&v);
+            }
           }
           store_row_if(r, h2);
         }
@@ -884,6 +895,18 @@ __global__ void __launch_bounds__(kThreads, (mtp_min_blocks(kHot, kDstate, kRoun
   static_assert(!kSmall || (kHot && kR == 1), "small-grid kernels: hot, one row per group");
   static_assert(kR <= mtp_max_rows(kDstate), "rows per group past the dstate's limit");
   mtp_body<kHot, kDstate, kRounds, kR, kSmall, kF32>(a);
+}
+
+// The hot kernels' code for a BF16 state (BF16 inputs and weights, no SR: stochastic rounding
+// needs an F16 state): the state widened from and rounded to nearest bf16, every other
+// operation and the lane map as the F16 kernels' (the run-time kernels' BF16 branch's
+// arithmetic). A kernel of its own, so that the F16 kernels' names and code stay as they are.
+template <int kDstate, int kR, bool kSmall = false>
+__global__ void __launch_bounds__(kThreads, (mtp_min_blocks(true, kDstate, 0, kR, kSmall)))
+    mtp_kernel_bf16(const Args a) {
+  static_assert(!kSmall || kR == 1, "small-grid kernels: one row per group");
+  static_assert(kR <= mtp_max_rows(kDstate), "rows per group past the dstate's limit");
+  mtp_body<true, kDstate, 0, kR, kSmall, false, true>(a);
 }
 
 }  // namespace mtp

@@ -1638,7 +1638,8 @@ fn exact_small(rng: &mut Rng) -> Vec<Problem> {
 /// (sequence, head) pairs), two rows (33 x 32 = 1056 pairs), and without SR four rows (33 x 128
 /// = 4224 pairs); at 1056 pairs also T 16 at dstate 256 (shared memory: one row per group) and
 /// T 13 (two rows); at 4224 pairs T 15 with 40 rows per block at dstate 128 (the four-row
-/// kernel's shared memory with the static part just past 48 KiB: two rows).
+/// kernel's shared memory with the static part just past 48 KiB: two rows); and a bf16 state
+/// without SR (the compiled-in bf16-state kernels) at 768, 1056 and 4224 pairs at each dstate.
 fn exact_large(rng: &mut Rng) -> Vec<Problem> {
     let mut cfgs = Vec::new();
     for (i, dstate) in [64usize, 128, 256].into_iter().enumerate() {
@@ -1695,6 +1696,35 @@ fn exact_large(rng: &mut Rng) -> Vec<Problem> {
     cfg.write = Write::Final;
     cfg.read = Read::OneD;
     cfgs.push(cfg);
+    // A bf16 state (no SR) in the compiled-in kernels' grid forms: one row (mid grid), two
+    // rows, four rows (two at dstate 256).
+    for dstate in [64usize, 128, 256] {
+        for (k, (batch, nheads)) in [(24usize, 32usize), (33, 32), (33, 128)]
+            .into_iter()
+            .enumerate()
+        {
+            let mut cfg = exact(Cfg::base());
+            cfg.state = "bfloat16";
+            cfg.dstate = dstate;
+            (cfg.batch, cfg.nheads, cfg.ngroups) = (batch, nheads, 8);
+            cfg.dim = [40, 64, 64][k];
+            cfg.tokens = [5, 8, 8][k];
+            cfg.write = [
+                Write::Inter { indices: true },
+                Write::Dst { in_place: true },
+                Write::Final,
+            ][k];
+            cfg.read = [
+                Read::TwoD { nat: true },
+                Read::TwoD { nat: true },
+                Read::OneD,
+            ][k];
+            cfg.varlen = k == 0;
+            cfg.pads = true;
+            cfg.padded_strides = k == 1;
+            cfgs.push(cfg);
+        }
+    }
     cfgs.into_iter().map(|cfg| Problem::new(cfg, rng)).collect()
 }
 
@@ -1740,7 +1770,8 @@ fn lane_order_bit_exact_every_dtype_and_dstate() {
 }
 
 /// Bit for bit on the grids of the compiled-in kernels' other forms (one, two and four rows per
-/// group, the shared-memory fallbacks) at dstate 64, 128 and 256 ([`exact_large`]).
+/// group, the shared-memory fallbacks; fp16 and bf16 states) at dstate 64, 128 and 256
+/// ([`exact_large`]).
 #[test]
 #[ignore = "requires a CUDA GPU"]
 fn lane_order_bit_exact_compiled_kernel_grids() {

@@ -416,9 +416,9 @@ int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch,
  * Stochastic rounding: Philox once per state element per call (the token is not in the
  * counter, as FlashInfer's; see docs/flashinfer-ssu.md of the crate for the mapping).
  * Speed: F16 state, BF16 inputs and weights, dstate 64, 128 or 256 and 0, 5 or 10 Philox
- * rounds run compiled-in kernels (any head dim; dstate 128 the tuned ones), when
- * num_accepted_tokens and cu_seqlens have index_dtype; every other combination a kernel that
- * takes them at run time. */
+ * rounds run compiled-in kernels (any head dim; dstate 128 the tuned ones), and a BF16 state
+ * likewise without SR, when num_accepted_tokens and cu_seqlens have index_dtype; every other
+ * combination a kernel that takes them at run time. */
 typedef struct mamba_ssu_mtp_params {
   int64_t batch;   /* sequences: >= 1 */
   int64_t ntokens; /* 1..MAMBA_SSU_MTP_MAX_TOKENS: T (fixed length) or the longest (varlen) */
