@@ -11,7 +11,7 @@
 // fewer where a block's shared memory would pass 48 KiB; tuning.h) when num_accepted_tokens and
 // cu_seqlens (where given) have the slot indices' dtype; a BF16 state without SR (otherwise as
 // above) the same kernels' code for a BF16 state (mtp_kernel_bf16<dstate, rows per group,
-// small>); everything else that passes the check
+// small>, ssu_mtp_bf16.cu); everything else that passes the check
 // runs a kernel per dstate that takes dtypes, index dtypes and rounds at run time
 // (mtp_kernel<false, dstate, -1, 1>; with an fp32 state mtp_kernel<false, dstate, -1, 1, false,
 // true>, FlashInfer's 4-column lane blocks of an fp32 state: ssu_mtp.cuh).
@@ -181,21 +181,6 @@ int launch_hot(const mtp::Args &a, const Plan &plan, int rounds, cudaStream_t st
                        : launch<true, kDstate, 10>(a, plan, st);
 }
 
-// The plan's compiled-in kernel for a BF16 state at dstate kDstate (no SR).
-template <int kDstate>
-int launch_hot_bf16(const mtp::Args &a, const Plan &plan, cudaStream_t st) {
-  auto go = [&](auto kernel) {
-    kernel<<<plan.nblocks, mtp::kThreads, plan.smem, st>>>(a);
-    return check_launch("multi-token selective-state-update kernel launch");
-  };
-  if constexpr (mtp::mtp_max_rows(kDstate) >= 4) {
-    if (plan.rows_per_group == 4) return go(mtp::mtp_kernel_bf16<kDstate, 4>);
-  }
-  if (plan.rows_per_group == 2) return go(mtp::mtp_kernel_bf16<kDstate, 2>);
-  if (plan.small) return go(mtp::mtp_kernel_bf16<kDstate, 1, true>);
-  return go(mtp::mtp_kernel_bf16<kDstate, 1>);
-}
-
 }  // namespace
 
 int mtp_plan(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d,
@@ -291,9 +276,8 @@ int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
   const auto st = reinterpret_cast<cudaStream_t>(stream);
   int s;
   if (plan.hot && p.state_dtype == MAMBA_SSU_BF16) {
-    s = p.dstate == 64    ? launch_hot_bf16<64>(a, plan, st)
-        : p.dstate == 128 ? launch_hot_bf16<128>(a, plan, st)
-                          : launch_hot_bf16<256>(a, plan, st);
+    s = mtp::launch_hot_bf16(a, static_cast<int>(p.dstate), plan.rows_per_group, plan.small,
+                             plan.nblocks, plan.smem, st);
   } else if (plan.hot) {
     const int rounds = static_cast<int>(p.philox_rounds);
     s = p.dstate == 64    ? launch_hot<64>(a, plan, rounds, st)

@@ -909,5 +909,12 @@ __global__ void __launch_bounds__(kThreads, (mtp_min_blocks(true, kDstate, 0, kR
   mtp_body<true, kDstate, 0, kR, kSmall, false, true>(a);
 }
 
+// Launches the mtp_kernel_bf16 of a plan (dstate 64, 128 or 256; rows per group 1, 2 or 4; the
+// small-grid form) on `nblocks` blocks with `smem` bytes of dynamic shared memory; the launch
+// status (ssu_mtp_bf16.cu: its own translation unit, linked after ssu_mtp.cu's kernels, so
+// that theirs keep their shared-memory layout in the device link).
+int launch_hot_bf16(const Args &a, int dstate, int rows_per_group, bool small, unsigned nblocks,
+                    size_t smem, cudaStream_t st);
+
 }  // namespace mtp
 }  // namespace mamba_ssu

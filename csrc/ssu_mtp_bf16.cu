@@ -1,0 +1,39 @@
+// ssu_mtp_bf16.cu — the multi-token SSU's compiled-in kernels for a BF16 state (no SR):
+// mtp_kernel_bf16 (ssu_mtp.cuh), launched for plans of ssu_mtp.cu. A translation unit of its own,
+// sorted after ssu_mtp.cu, so that the device link keeps the static shared-memory layout of
+// the F16 and run-time multi-token kernels.
+#include "checks.h"
+#include "common.cuh"
+#include "ssu_mtp.cuh"
+
+namespace mamba_ssu {
+namespace mtp {
+
+namespace {
+
+template <int kDstate>
+int launch_dstate(const Args &a, int rows_per_group, bool small, unsigned nblocks, size_t smem,
+                  cudaStream_t st) {
+  auto go = [&](auto kernel) {
+    kernel<<<nblocks, kThreads, smem, st>>>(a);
+    return check_launch("multi-token selective-state-update kernel launch");
+  };
+  if constexpr (mtp_max_rows(kDstate) >= 4) {
+    if (rows_per_group == 4) return go(mtp_kernel_bf16<kDstate, 4>);
+  }
+  if (rows_per_group == 2) return go(mtp_kernel_bf16<kDstate, 2>);
+  if (small) return go(mtp_kernel_bf16<kDstate, 1, true>);
+  return go(mtp_kernel_bf16<kDstate, 1>);
+}
+
+}  // namespace
+
+int launch_hot_bf16(const Args &a, int dstate, int rows_per_group, bool small, unsigned nblocks,
+                    size_t smem, cudaStream_t st) {
+  return dstate == 64    ? launch_dstate<64>(a, rows_per_group, small, nblocks, smem, st)
+         : dstate == 128 ? launch_dstate<128>(a, rows_per_group, small, nblocks, smem, st)
+                         : launch_dstate<256>(a, rows_per_group, small, nblocks, smem, st);
+}
+
+}  // namespace mtp
+}  // namespace mamba_ssu
