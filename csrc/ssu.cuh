@@ -1168,5 +1168,16 @@ __global__ void __launch_bounds__(32 * Cfg::kBlockWarps,
   ssu_body<Cfg>(a);
 }
 
+// The compiled-in kernels for a BF16 state without SR (ssu_stp_bf16.cu): the hot kernels' code
+// of a family with the state converted from and to bf16, launched for a plan of ssu.cu.
+enum class StpBf16Family {
+  kDim64,  // HotConfig: head dim 64, dstate 128
+  kRtDim,  // HotDimConfig: another head dim, dstate 128
+  kDs64,   // HotDsConfig<64>
+  kDs256,  // HotDsConfig<256>
+};
+int launch_hot_bf16_state(const Args &a, StpBf16Family family, unsigned blocks, int wpb,
+                          cudaStream_t st, int64_t rows, int small_rows, bool simple);
+
 }  // namespace ssu
 }  // namespace mamba_ssu

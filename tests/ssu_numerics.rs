@@ -77,6 +77,7 @@ impl Cfg {
 }
 
 /// A problem on the host: storages as bytes plus the layout.
+#[derive(Clone)]
 struct Problem {
     cfg: Cfg,
     cache: usize,
@@ -201,6 +202,32 @@ impl Problem {
     fn check_sizes(self, _sb: usize, _wb: usize) -> Self {
         assert_eq!(self.x.len(), self.z.as_ref().map_or(self.x.len(), Vec::len));
         self
+    }
+
+    /// The same problem with bf16 inputs and weights given as fp32 (each value exact): a call
+    /// that the generic kernel serves, whose arithmetic is the compiled-in kernels'.
+    fn widened(&self) -> Problem {
+        assert_eq!((self.cfg.input, self.cfg.weight), ("bfloat16", "bfloat16"));
+        assert!(
+            !self.cfg.padded_strides,
+            "strides in elements of the narrow dtype"
+        );
+        let f32s = |v: &[u8]| -> Vec<u8> {
+            common::as_u16(v)
+                .into_iter()
+                .flat_map(|b| bf16::from_bits(b).to_f32().to_le_bytes())
+                .collect()
+        };
+        let mut w = self.clone();
+        (w.cfg.input, w.cfg.weight) = ("float32", "float32");
+        w.x = f32s(&self.x);
+        w.dt = f32s(&self.dt);
+        w.b = f32s(&self.b);
+        w.c = f32s(&self.c);
+        w.d = self.d.as_deref().map(f32s);
+        w.z = self.z.as_deref().map(f32s);
+        w.dt_bias = self.dt_bias.as_deref().map(f32s);
+        w
     }
 
     fn out_elems(&self) -> usize {
@@ -883,6 +910,75 @@ fn dstates_64_and_256_match_f64_reference() {
 
 /// A problem whose exact new state is `s + 2^-12` with `s` in [1, 2) (fp16 ulp 2^-10): a
 /// quarter ulp above a representable value, which round-to-nearest always rounds down.
+/// A bf16 state without SR runs the compiled-in kernels (`src/contract_tests/plans.rs` checks
+/// the plan); the same problem with its bf16 inputs and weights given as fp32 runs the generic
+/// kernel, FlashInfer's arithmetic for any dtypes. Both must write the same state bits, and the
+/// compiled-in kernel's bf16 `out` must be the generic kernel's fp32 `out` rounded to nearest:
+/// every head dim family (64; 80 and 128 at run time), dstate 64/128/256, both layouts, small
+/// (2-row) and large grids (both grid-size forms), z, pads and dst slots, int32/int64 indices.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn bf16_state_compiled_kernels_match_the_generic_kernel_bit_for_bit() {
+    let Some((_ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let mut rng = Rng(run_seed());
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    let mut shapes = Vec::new();
+    for dim in [64usize, 80, 128] {
+        for dstate in [64usize, 128, 256] {
+            for (batch, nheads) in [(1usize, 8usize), (3, 32), (16, 128)] {
+                shapes.push((dim, dstate, batch, nheads));
+            }
+        }
+    }
+    // From Tuning::kLargeGridRows (262144) rows on: the large-grid forms.
+    shapes.extend([(64, 64, 40, 128), (80, 128, 26, 128), (128, 256, 17, 128)]);
+    for (k, &(dim, dstate, batch, nheads)) in shapes.iter().enumerate() {
+        let mut cfg = Cfg::base();
+        cfg.state = "bfloat16";
+        (cfg.dim, cfg.dstate, cfg.batch, cfg.nheads) = (dim, dstate, batch, nheads);
+        cfg.ngroups = if nheads >= 32 { 8 } else { 2 };
+        cfg.z = k % 2 == 0;
+        cfg.pad = batch > 1 && k % 3 != 2;
+        cfg.dst = k % 4 == 1;
+        cfg.index = if k % 2 == 1 { "int64" } else { "int32" };
+        let p = Problem::new(cfg, &mut rng);
+        let wide = p.widened();
+        for alg in ["simple", "vertical"] {
+            let (s, o) = run(&stream, &p, alg);
+            let (ws, wo) = run(&stream, &wide, alg);
+            runs += 1;
+            let what = format!("dim {dim} dstate {dstate} b{batch} h{nheads} {alg}");
+            if let Some(e) = (0..s.len())
+                .step_by(2)
+                .find(|&e| s[e..e + 2] != ws[e..e + 2])
+            {
+                failures.push(format!("{what}: state differs at byte {e}"));
+                continue;
+            }
+            let (o, wo) = (common::as_u16(&o), common::as_u32(&wo));
+            assert_eq!(o.len(), wo.len());
+            // Elements neither call writes keep the poison (0xFF bytes) in both.
+            let bad = (0..o.len())
+                .filter(|&e| {
+                    let unwritten = o[e] == 0xFFFF && wo[e] == u32::MAX;
+                    !unwritten && bf16::from_f32(f32::from_bits(wo[e])).to_bits() != o[e]
+                })
+                .count();
+            if bad > 0 {
+                failures.push(format!("{what}: {bad} out elements differ"));
+            }
+        }
+    }
+    eprintln!(
+        "bf16 state, compiled-in vs generic: {runs} runs, {} failures",
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
 fn biased_problem(rng: &mut Rng, rounds: u32, seed: i64) -> Problem {
     let mut cfg = Cfg::base();
     cfg.batch = 4;
