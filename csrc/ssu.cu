@@ -11,9 +11,10 @@
 // (HotDimConfig) serve every other multiple of 16 up to 256 (hot_dim), their warps' rows a
 // divisor of it (snap_rows_per_warp). At dstate 64 and 256 the same kernels over rows of that
 // many columns (HotDsConfig, head dim at run time; one form per grid size: 30 kernels each)
-// serve the same head dims. A bf16 state without SR (otherwise as above) runs the same kernels'
-// code with the state converted from and to bf16 (ssu_stp_bf16.cu: Bf16State over each family,
-// 40 kernels). The large-grid 10-round kernels' grids at dstate 128 are tapered
+// serve the same head dims. A bf16 or fp32 state without SR (otherwise as above) runs the same
+// kernels' code with the state converted from and to bf16, or in fp32 in FlashInfer's lane
+// columns for 4-byte elements (ssu_stp_states.cu: Bf16State and F32State over each family, 40
+// kernels each). The large-grid 10-round kernels' grids at dstate 128 are tapered
 // (their last wave of blocks in quarter-head warps, see Tuning::kTaperShift). Everything else that
 // passes the checks runs the generic kernel (DynConfig), and so does every SR call under
 // FlashInfer 0.7.4's conversion (sr_rule MAMBA_SSU_SR_V074; the hot kernels are 0.7.2's).
@@ -341,8 +342,7 @@ int snap_rows_per_warp(int64_t dim, int rpw, int rows_per_chunk, int block_warps
 // MAMBA_SSU_SR_V074 runs the generic kernel (same layouts, random words and summation forms;
 // its exact SR path takes the rule). Without SR the rule changes nothing.
 bool is_hot(const mamba_ssu_params *p) {
-  return (p->state_dtype == MAMBA_SSU_F16 ||
-          (p->state_dtype == MAMBA_SSU_BF16 && p->philox_rounds == 0)) &&
+  return (p->state_dtype == MAMBA_SSU_F16 || p->philox_rounds == 0) &&
          p->input_dtype == MAMBA_SSU_BF16 &&
          p->weight_dtype == MAMBA_SSU_BF16 && hot_dim(p->dim) &&
          (p->dstate == 64 || p->dstate == 128 || p->dstate == 256) &&
@@ -612,13 +612,13 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
   const unsigned nblocks = plan.nblocks;
   const int wpb = warps_per_block;
   if (!hot) return launch<DynConfig>(a, nblocks, wpb, st);
-  if (p.state_dtype == MAMBA_SSU_BF16)
-    return ssu::launch_hot_bf16_state(a,
-                                      p.dstate == 64    ? ssu::StpBf16Family::kDs64
-                                      : p.dstate == 256 ? ssu::StpBf16Family::kDs256
-                                      : plan.hot_rt_dim ? ssu::StpBf16Family::kRtDim
-                                                        : ssu::StpBf16Family::kDim64,
-                                      nblocks, wpb, st, rows, small_rows, simple);
+  if (p.state_dtype != MAMBA_SSU_F16)
+    return ssu::launch_hot_state(a,
+                                 p.dstate == 64    ? ssu::StpStateFamily::kDs64
+                                 : p.dstate == 256 ? ssu::StpStateFamily::kDs256
+                                 : plan.hot_rt_dim ? ssu::StpStateFamily::kRtDim
+                                                   : ssu::StpStateFamily::kDim64,
+                                 nblocks, wpb, st, rows, small_rows, simple);
   if (p.dstate == 64)
     return launch_hot_shape<ssu::HotDs<64>::template Cfg>(a, nblocks, wpb, st, rows, small_rows,
                                                           simple);

@@ -1168,16 +1168,17 @@ __global__ void __launch_bounds__(32 * Cfg::kBlockWarps,
   ssu_body<Cfg>(a);
 }
 
-// The compiled-in kernels for a BF16 state without SR (ssu_stp_bf16.cu): the hot kernels' code
-// of a family with the state converted from and to bf16, launched for a plan of ssu.cu.
-enum class StpBf16Family {
+// The compiled-in kernels for a BF16 or an F32 state without SR (ssu_stp_states.cu): the hot
+// kernels' code of a family with the state converted from and to bf16, or in fp32 with
+// FlashInfer's lane columns for 4-byte elements, launched for a plan of ssu.cu.
+enum class StpStateFamily {
   kDim64,  // HotConfig: head dim 64, dstate 128
   kRtDim,  // HotDimConfig: another head dim, dstate 128
   kDs64,   // HotDsConfig<64>
   kDs256,  // HotDsConfig<256>
 };
-int launch_hot_bf16_state(const Args &a, StpBf16Family family, unsigned blocks, int wpb,
-                          cudaStream_t st, int64_t rows, int small_rows, bool simple);
+int launch_hot_state(const Args &a, StpStateFamily family, unsigned blocks, int wpb,
+                     cudaStream_t st, int64_t rows, int small_rows, bool simple);
 
 }  // namespace ssu
 }  // namespace mamba_ssu

@@ -908,17 +908,16 @@ fn dstates_64_and_256_match_f64_reference() {
 // 2. SR is unbiased, RN is not (on data built to be biased under RN)
 // ---------------------------------------------------------------------------------------------
 
-/// A problem whose exact new state is `s + 2^-12` with `s` in [1, 2) (fp16 ulp 2^-10): a
-/// quarter ulp above a representable value, which round-to-nearest always rounds down.
-/// A bf16 state without SR runs the compiled-in kernels (`src/contract_tests/plans.rs` checks
-/// the plan); the same problem with its bf16 inputs and weights given as fp32 runs the generic
-/// kernel, FlashInfer's arithmetic for any dtypes. Both must write the same state bits, and the
-/// compiled-in kernel's bf16 `out` must be the generic kernel's fp32 `out` rounded to nearest:
-/// every head dim family (64; 80 and 128 at run time), dstate 64/128/256, both layouts, small
-/// (2-row) and large grids (both grid-size forms), z, pads and dst slots, int32/int64 indices.
+/// A bf16 or fp32 state without SR runs the compiled-in kernels (`src/contract_tests/plans.rs`
+/// checks the plan); the same problem with its bf16 inputs and weights given as fp32 runs the
+/// generic kernel, FlashInfer's arithmetic for any dtypes. Both must write the same state bits,
+/// and the compiled-in kernel's bf16 `out` must be the generic kernel's fp32 `out` rounded to
+/// nearest: both states, every head dim family (64; 80 and 128 at run time), dstate
+/// 64/128/256, both layouts, small (2-row) and large grids (both grid-size forms), z, pads and
+/// dst slots, int32/int64 indices.
 #[test]
 #[ignore = "requires a CUDA GPU"]
-fn bf16_state_compiled_kernels_match_the_generic_kernel_bit_for_bit() {
+fn bf16_and_f32_state_compiled_kernels_match_the_generic_kernel_bit_for_bit() {
     let Some((_ctx, stream)) = common::gpu() else {
         return;
     };
@@ -926,18 +925,24 @@ fn bf16_state_compiled_kernels_match_the_generic_kernel_bit_for_bit() {
     let mut failures = Vec::new();
     let mut runs = 0;
     let mut shapes = Vec::new();
-    for dim in [64usize, 80, 128] {
-        for dstate in [64usize, 128, 256] {
-            for (batch, nheads) in [(1usize, 8usize), (3, 32), (16, 128)] {
-                shapes.push((dim, dstate, batch, nheads));
+    for state in ["bfloat16", "float32"] {
+        for dim in [64usize, 80, 128] {
+            for dstate in [64usize, 128, 256] {
+                for (batch, nheads) in [(1usize, 8usize), (3, 32), (16, 128)] {
+                    shapes.push((state, dim, dstate, batch, nheads));
+                }
             }
         }
+        // From Tuning::kLargeGridRows (262144) rows on: the large-grid forms.
+        shapes.extend([
+            (state, 64, 64, 40, 128),
+            (state, 80, 128, 26, 128),
+            (state, 128, 256, 17, 128),
+        ]);
     }
-    // From Tuning::kLargeGridRows (262144) rows on: the large-grid forms.
-    shapes.extend([(64, 64, 40, 128), (80, 128, 26, 128), (128, 256, 17, 128)]);
-    for (k, &(dim, dstate, batch, nheads)) in shapes.iter().enumerate() {
+    for (k, &(state, dim, dstate, batch, nheads)) in shapes.iter().enumerate() {
         let mut cfg = Cfg::base();
-        cfg.state = "bfloat16";
+        cfg.state = state;
         (cfg.dim, cfg.dstate, cfg.batch, cfg.nheads) = (dim, dstate, batch, nheads);
         cfg.ngroups = if nheads >= 32 { 8 } else { 2 };
         cfg.z = k % 2 == 0;
@@ -950,11 +955,8 @@ fn bf16_state_compiled_kernels_match_the_generic_kernel_bit_for_bit() {
             let (s, o) = run(&stream, &p, alg);
             let (ws, wo) = run(&stream, &wide, alg);
             runs += 1;
-            let what = format!("dim {dim} dstate {dstate} b{batch} h{nheads} {alg}");
-            if let Some(e) = (0..s.len())
-                .step_by(2)
-                .find(|&e| s[e..e + 2] != ws[e..e + 2])
-            {
+            let what = format!("{state} dim {dim} dstate {dstate} b{batch} h{nheads} {alg}");
+            if let Some(e) = (0..s.len()).find(|&e| s[e] != ws[e]) {
                 failures.push(format!("{what}: state differs at byte {e}"));
                 continue;
             }
@@ -973,12 +975,14 @@ fn bf16_state_compiled_kernels_match_the_generic_kernel_bit_for_bit() {
         }
     }
     eprintln!(
-        "bf16 state, compiled-in vs generic: {runs} runs, {} failures",
+        "bf16/fp32 state, compiled-in vs generic: {runs} runs, {} failures",
         failures.len()
     );
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
+/// A problem whose exact new state is `s + 2^-12` with `s` in [1, 2) (fp16 ulp 2^-10): a
+/// quarter ulp above a representable value, which round-to-nearest always rounds down.
 fn biased_problem(rng: &mut Rng, rounds: u32, seed: i64) -> Problem {
     let mut cfg = Cfg::base();
     cfg.batch = 4;

@@ -166,41 +166,35 @@ fn the_v074_rule_runs_the_generic_kernel_and_the_plan_says_so() {
     }
 }
 
-/// A BF16 state without SR, with BF16 inputs and weights, runs the compiled-in kernels (the F16
-/// ones' code with the state converted from and to bf16) at every head dim and dstate they
-/// take, in both layouts, on small and large grids, tiling the head as the F16 ones do; with
-/// FP32 inputs and weights (what `tests/ssu_numerics.rs` compares it with) the generic kernel.
+/// A BF16 or F32 state without SR, with BF16 inputs and weights, runs the compiled-in kernels
+/// (the F16 ones' code with the state converted from and to bf16, or in fp32) at every head dim
+/// and dstate they take, in both layouts, on small and large grids, tiling the head as the F16
+/// ones do; with FP32 inputs and weights (what `tests/ssu_numerics.rs` compares it with) the
+/// generic kernel.
 #[test]
-fn a_bf16_state_without_sr_plans_the_compiled_in_kernels() {
+fn bf16_and_f32_states_without_sr_plan_the_compiled_in_kernels() {
     let simple = sys::MAMBA_SSU_ALGO_SIMPLE as i32;
     let vertical = sys::MAMBA_SSU_ALGO_VERTICAL as i32;
-    for dim in [64, 80, 128, 256] {
-        for dstate in [64, 128, 256] {
-            for algo in [simple, vertical] {
-                for (batch, nheads, z) in [(1, 8, false), (16, 128, true), (40, 128, false)] {
-                    let what = format!("dim {dim} dstate {dstate} alg {algo} b{batch} h{nheads}");
-                    let a = call(
-                        batch, nheads, dim, dstate, [BF16; 3], 0, algo, z, None, false,
-                    );
-                    let (st, plan) = plan_of(&a, 132);
-                    assert_eq!(st, OK, "{what}");
-                    assert_eq!(plan.compiled_kernel, 1, "{what}");
-                    assert_hot_tiling(&what, &plan, dim as i64);
-                    let wide = call(
-                        batch,
-                        nheads,
-                        dim,
-                        dstate,
-                        [BF16, F32, F32],
-                        0,
-                        algo,
-                        z,
-                        None,
-                        false,
-                    );
-                    let (st, plan) = plan_of(&wide, 132);
-                    assert_eq!(st, OK, "{what}, fp32 inputs");
-                    assert_eq!(plan.compiled_kernel, 0, "{what}, fp32 inputs");
+    for state in [BF16, F32] {
+        for dim in [64, 80, 128, 256] {
+            for dstate in [64, 128, 256] {
+                for algo in [simple, vertical] {
+                    for (batch, nheads, z) in [(1, 8, false), (16, 128, true), (40, 128, false)] {
+                        let what = format!(
+                            "state {state} dim {dim} dstate {dstate} alg {algo} b{batch} h{nheads}"
+                        );
+                        let narrow = [state, BF16, BF16];
+                        let a = call(batch, nheads, dim, dstate, narrow, 0, algo, z, None, false);
+                        let (st, plan) = plan_of(&a, 132);
+                        assert_eq!(st, OK, "{what}");
+                        assert_eq!(plan.compiled_kernel, 1, "{what}");
+                        assert_hot_tiling(&what, &plan, dim as i64);
+                        let wide = [state, F32, F32];
+                        let a = call(batch, nheads, dim, dstate, wide, 0, algo, z, None, false);
+                        let (st, plan) = plan_of(&a, 132);
+                        assert_eq!(st, OK, "{what}, fp32 inputs");
+                        assert_eq!(plan.compiled_kernel, 0, "{what}, fp32 inputs");
+                    }
                 }
             }
         }
