@@ -231,8 +231,9 @@ typedef enum mamba_ssu_sr_rule {
  * rounds run compiled-in kernels (dim 64 with dstate 128 the tuned ones; with the head dim read
  * at run time every multiple of 16 up to 256, e.g. Nemotron Nano 2's 80, and 128; dstate 64 and
  * 256 with the head dim at run time), each built with and without z
- * (z == NULL runs a loop with no z work); every other combination a kernel that takes them at
- * run time. ALGO_HORIZONTAL: BF16 inputs and weights run kernels with them compiled in (an F16
+ * (z == NULL runs a loop with no z work); a BF16 or F32 state without SR likewise (the same
+ * kernels with the state converted from and to bf16, or held in fp32); every other combination
+ * a kernel that takes them at run time. ALGO_HORIZONTAL: BF16 inputs and weights run kernels with them compiled in (an F16
  * state with 0, 5 or 10 rounds, a BF16 or F32 state), everything else a kernel per state dtype
  * that reads them at run time; the head dim and dstate are run-time values in all. */
 typedef struct mamba_ssu_params {
