@@ -13,9 +13,9 @@
 namespace mamba_ssu {
 namespace ssu {
 
-namespace {
-
-using tuning::Tuning;
+// The state wrappers live in a named namespace (not an anonymous one), so that their kernels'
+// names are the same in every build and scripts/sass_diff.sh can match them.
+namespace states {
 
 // Base's kernel for a BF16 state: the same layouts, loads, stores and arithmetic; only the state
 // element's conversions differ (the two-byte element read as bf16, the new state rounded to
@@ -127,6 +127,15 @@ struct Families {
   template <bool kSimple, int kRounds, int kU, bool kGate, int kZW>
   using Ds256 = W<HotDsConfig<256, kSimple, kRounds, kU, kGate>>;
 };
+
+}  // namespace states
+
+namespace {
+
+using states::Bf16State;
+using states::F32State;
+using states::Families;
+using tuning::Tuning;
 
 template <class Cfg>
 int launch(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream) {
