@@ -10,11 +10,24 @@
 
 namespace mamba_ssu {
 
+// An int16 state's decode scales on the single-token path (FlashInfer's block-scaled state,
+// its state_scale), which only mamba_ssu_args carries (contract.cu; the deprecated parameter block
+// has no int16 state): float32, element (slot, h, d) at data[slot * slot_stride + h * dim + d].
+// data nullptr: an int16 state without scales (its integers read as they are, written rounded
+// and clamped to +-32767).
+struct StateScale {
+  const float *data = nullptr;
+  int64_t slot_stride = 0;
+};
+
 // Single token (ssu.cu). ssu_check: the parameter block's own rules (sizes, dstate, pointers
 // and alignment, strides, extents, grid bounds) and the seed's; ssu_launch and ssu_plan take a
-// block and seed that passed it.
-int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedNames &names);
-int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba_ssu_seed &seed);
+// block and seed that passed it. An I16 state is taken only with `scale` given (contract.cu),
+// whose rules ssu_check checks too (pointer alignment, slot stride, extent).
+int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedNames &names,
+              const StateScale *scale = nullptr);
+int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba_ssu_seed &seed,
+               const StateScale &scale = StateScale{});
 // Planning is a pure function of the checked block and a device's properties (device.cu:
 // planning_props, launch_props).
 int ssu_plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d,

@@ -155,7 +155,8 @@ typedef enum mamba_ssu_dtype {
   MAMBA_SSU_BF16 = 2,
   MAMBA_SSU_I32 = 3,
   MAMBA_SSU_I64 = 4,
-  /* int16 (FlashInfer's block-scaled state): not served yet (MAMBA_SSU_ERROR_UNSUPPORTED). */
+  /* int16: FlashInfer's block-scaled state (mamba_ssu_args.state_scale), single token only
+   * and only through mamba_ssu_args (the multi-token path: MAMBA_SSU_ERROR_UNSUPPORTED). */
   MAMBA_SSU_I16 = 5
 } mamba_ssu_dtype;
 
@@ -692,7 +693,13 @@ int mamba_ssu_prefetcher_prepare_replay(mamba_ssu_prefetcher *p, mamba_ssu_strea
  *     dst_state_batch_indices has state_batch_indices' dtype, and so has
  *     intermediate_state_indices when both are given; num_accepted_tokens and cu_seqlens each
  *     have their own (FlashInfer compiles them independently).
- *     An int16 state, a state_scale, an intermediate_state_scales (multi token): UNSUPPORTED.
+ *     state I16 (single token): FlashInfer's int16 state, with or without state_scale; an
+ *     I16 state, a state_scale or an intermediate_state_scales on the multi-token path, a
+ *     state_scale with a float state, a state_scale of another dtype than F32: UNSUPPORTED.
+ *   state_scale (single token, I16 state): (slots, nheads, dim) or (slots, nheads, dim, 1)
+ *     (squeezed, as FlashInfer's Python layer), size(0) == state.size(0), stride(2) == 1,
+ *     stride(1) == dim, stride(0) >= nheads * dim (slots' rows apart), 4-byte aligned; a seed
+ *     with it: INVALID_VALUE (above).
  *   sizes: every tensor's leading sizes agree with x's (batch, T or total_tokens) and its inner
  *     ones with state's (nheads, dim, dstate) and B's (ngroups); state_batch_indices and
  *     dst_state_batch_indices 1-D or 2-D, size(0) >= batch, a 2-D one size(1) >= T (1 single
@@ -800,8 +807,15 @@ typedef struct mamba_ssu_args {
   /* Multi-token only (optional): */
   mamba_ssu_tensor intermediate_states, intermediate_state_indices;
   mamba_ssu_tensor cu_seqlens, num_accepted_tokens;
-  /* int16 block-scaled state (FlashInfer's state_scale, intermediate_state_scales): not
-   * served yet, rejected as MAMBA_SSU_ERROR_UNSUPPORTED when given. */
+  /* An I16 state's float32 decode scales, one per state row (FlashInfer's block-scaled state;
+   * single token): the state is read as rn(float(q) * state_scale[read slot, h, d]) and, where
+   * it is written, each row is quantised from its fp32 values with m = max |s| over the row
+   * (NaN ignored), e = 1 when m is 0 else rn(rcp.approx(m) * 32767), q = round-to-nearest-even
+   * of clamp(rn(s * e), -32767, 32767), and rcp.approx(e) written to state_scale[write slot,
+   * h, d] (docs/flashinfer-ssu.md, "int16 block-scaled state"). Without state_scale an I16
+   * state is read as its integers and written with e = 1. A pad slot reads zeros (its scales
+   * are not read). intermediate_state_scales (the multi-token form's): not served yet
+   * (UNSUPPORTED when given on that path; ignored on the single-token path, as FlashInfer). */
   mamba_ssu_tensor state_scale, intermediate_state_scales;
   int64_t pad_slot_id;
   int64_t cache_steps;          /* FlashInfer's: 0 = not given */
