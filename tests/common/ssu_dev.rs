@@ -150,6 +150,7 @@ fn launch_seeded(
         z: opt(&call.z)?,
         dt_bias: opt(&call.dt_bias)?,
         out: tensor_mut(&mut call.out)?,
+        state_scale: None,
         state_batch_indices: opt(&call.state_batch_indices)?,
         dst_state_batch_indices: opt(&call.dst_state_batch_indices)?,
         pad_slot_id: call.flags.pad_slot_id,
