@@ -149,11 +149,13 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        // An int16 state (FlashInfer's block-scaled state) is not served.
+        // An int16 state (FlashInfer's block-scaled state) is not served on the multi-token
+        // path (cache_steps >= 1 selects it).
         let mut args = sys::mamba_ssu_args::default();
         args.state.rank = 1;
         args.state.dtype = sys::MAMBA_SSU_I16 as i32;
         args.state.shape[0] = 1;
+        args.cache_steps = 1;
         // SAFETY: a valid call description; the check reads it only.
         let status = unsafe { sys::mamba_ssu_check(&args, std::ptr::null_mut()) };
         match check(status) {
