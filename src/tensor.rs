@@ -99,7 +99,7 @@ impl DType {
             DType::I16,
         ]
         .into_iter()
-            .find(|d| d.ffi() == v)
+        .find(|d| d.ffi() == v)
     }
 }
 
