@@ -10,14 +10,19 @@
 
 namespace mamba_ssu {
 
-// An int16 state's decode scales on the single-token path (FlashInfer's block-scaled state,
-// its state_scale), which only mamba_ssu_args carries (contract.cu; the deprecated parameter block
-// has no int16 state): float32, element (slot, h, d) at data[slot * slot_stride + h * dim + d].
-// data nullptr: an int16 state without scales (its integers read as they are, written rounded
-// and clamped to +-32767).
+// An int16 state's decode scales (FlashInfer's block-scaled state: its state_scale and, multi
+// token, intermediate_state_scales), which only mamba_ssu_args carries (contract.cu; the
+// deprecated parameter blocks have no int16 state): float32, element (slot, h, d) at
+// data[slot * slot_stride + h * dim + d]; data nullptr: an int16 state without scales (its
+// integers read as they are, written rounded and clamped to +-32767). Multi token with an int16
+// intermediate buffer and scales: the buffer's step t of entry e has its scales at
+// inter[((e * cache_steps + t) * nheads + h) * dim + d] for e < inter_entries (a contiguous
+// (inter_entries, cache_steps, nheads, dim) tensor).
 struct StateScale {
   const float *data = nullptr;
   int64_t slot_stride = 0;
+  float *inter = nullptr;
+  int64_t inter_entries = 0;
 };
 
 // Single token (ssu.cu). ssu_check: the parameter block's own rules (sizes, dstate, pointers
@@ -53,9 +58,11 @@ int hz_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba_
               const mamba_ssu_device_props &d);
 
 // Multi token (ssu_mtp_check.cu, ssu_mtp.cu), likewise.
-int mtp_check(const mamba_ssu_mtp_params *p, const mamba_ssu_seed &seed, const SeedNames &names);
+// An I16 state is taken only with `scale` given, as for ssu_check.
+int mtp_check(const mamba_ssu_mtp_params *p, const mamba_ssu_seed &seed, const SeedNames &names,
+              const StateScale *scale = nullptr);
 int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
-               const mamba_ssu_seed &seed);
+               const mamba_ssu_seed &seed, const StateScale &scale = StateScale{});
 int mtp_plan(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d,
              mamba_ssu_launch_plan *out);
 

@@ -213,14 +213,10 @@ fn descriptors_and_what_is_not_served() {
         // With a seed: FlashInfer's Python check of the pair comes first (ValueError).
         (single, |a| a.state_scale = dense(20, F32, &[SLOTS, NH, DIM]), VAL, "state_scale",
             "not allowed together with a seed"),
-        // An int16 state is single-token only.
-        (fixed, |a| { a.state.dtype = I16; a.seed.mode = sys::MAMBA_SSU_SEED_MODE_NONE as i32; },
-            UNS, "state", "served on the single-token path only"),
-        (fixed, |a| { a.state.dtype = I16; a.seed.mode = sys::MAMBA_SSU_SEED_MODE_NONE as i32;
-                      a.state_scale = dense(20, F32, &[SLOTS, NH, DIM]); },
-            UNS, "state_scale", "served on the single-token path only"),
+        // Intermediate scales without state_scale (an int16 buffer without scales holds its
+        // integers).
         (fixed, |a| a.intermediate_state_scales = dense(21, F32, &[BATCH, T, NH, DIM]), UNS,
-            "intermediate_state_scales", "not served"),
+            "intermediate_state_scales", "without state_scale are not served"),
         (single, |a| a.reserved = 1, VAL, "reserved", "expected 0, got 1"),
     ]);
 }
@@ -234,10 +230,32 @@ fn int16() -> sys::mamba_ssu_args {
     a
 }
 
-/// FlashInfer's int16 block-scaled state on the single-token path: `state_scale` (slots, nheads,
-/// dim) F32 with FlashInfer's host-wrapper rules (sizes, stride(2) == 1, stride(1) == dim; a 4-D
-/// one with a trailing 1 squeezed), its slots' rows apart; an int16 state without scales; the
-/// multi-token path refuses both (`descriptors_and_what_is_not_served`).
+/// `fixed()` with an int16 state and decode scales, no seed.
+fn int16_fixed() -> sys::mamba_ssu_args {
+    let mut a = fixed();
+    a.state.dtype = I16;
+    a.state_scale = dense(20, F32, &[SLOTS, NH, DIM]);
+    a.seed.mode = sys::MAMBA_SSU_SEED_MODE_NONE as i32;
+    a
+}
+
+/// `varlen()` (an intermediate buffer) with an int16 state and buffer, both sets of scales, no
+/// seed.
+fn int16_varlen() -> sys::mamba_ssu_args {
+    let mut a = varlen();
+    a.state.dtype = I16;
+    a.intermediate_states.dtype = I16;
+    a.state_scale = dense(20, F32, &[SLOTS, NH, DIM]);
+    a.intermediate_state_scales = dense(21, F32, &[BATCH, T, NH, DIM]);
+    a.seed.mode = sys::MAMBA_SSU_SEED_MODE_NONE as i32;
+    a
+}
+
+/// FlashInfer's int16 block-scaled state: `state_scale` (slots, nheads, dim) F32 with
+/// FlashInfer's host-wrapper rules (sizes, stride(2) == 1, stride(1) == dim; a 4-D one with a
+/// trailing 1 squeezed), its slots' rows apart; an int16 state without scales; multi token
+/// `intermediate_state_scales` (batch, cache_steps, nheads, dim), contiguous, required with an
+/// int16 buffer and scales.
 #[rustfmt::skip]
 #[test]
 fn int16_state_rules() {
@@ -270,6 +288,26 @@ fn int16_state_rules() {
             "not allowed together with a seed"),
         (int16, |a| { a.state_scale = absent(); a.seed.mode = sys::MAMBA_SSU_SEED_MODE_POINTER as i32; },
             UNS, "philox_rounds", "needs an F16 state"),
+        // Multi token: the intermediate buffer's scales (FlashInfer's host-wrapper rules).
+        (int16_varlen, |a| a.intermediate_state_scales = absent(), INV,
+            "intermediate_state_scales", "required with an int16 intermediate_states_buffer and \
+             state_scale"),
+        (int16_varlen, |a| a.intermediate_state_scales.shape[0] = BATCH + 1, INV,
+            "intermediate_state_scales", "expected size(0) == batch (2), got 3"),
+        (int16_varlen, |a| a.intermediate_state_scales.shape[1] = T + 1, INV,
+            "intermediate_state_scales", "expected size(1) == cache_steps (4), got 5"),
+        (int16_varlen, |a| a.intermediate_state_scales.shape[3] = DIM - 1, INV,
+            "intermediate_state_scales", "expected size(3) == dim (8), got 7"),
+        (int16_varlen, |a| a.intermediate_state_scales.strides[0] = T * NH * DIM + 8, INV,
+            "intermediate_state_scales", "expected stride(0) == cache_steps * nheads * dim (128)"),
+        (int16_varlen, |a| a.intermediate_state_scales.dtype = BF16, UNS,
+            "intermediate_state_scales", "of dtype BF16 are not served"),
+        (int16_varlen, |a| a.intermediate_state_scales.data = (ph(21) as usize + 2) as *mut c_void,
+            INV, "intermediate_state_scales", "4-byte aligned"),
+        (int16_varlen, |a| a.intermediate_states.dtype = F16, INV, "intermediate_states_buffer",
+            "expected dtype I16 (the dtype of state), got F16"),
+        (int16_fixed, |a| a.state_scale.shape[0] = SLOTS - 1, INV, "state_scale",
+            "expected size(0) == state.size(0) (3), got 2"),
     ]);
     // Accepted: with scales (3-D, 4-D with a trailing 1, slot rows padded), without, every
     // algorithm but HORIZONTAL, both index dtypes; the problem reports the I16 state.
@@ -308,6 +346,25 @@ fn int16_state_rules() {
         }
     }
     assert_eq!(accepted, 12);
+    // Multi token: every form, with and without scales, the run-time kernel.
+    for (base, what) in [
+        (int16_fixed as fn() -> sys::mamba_ssu_args, "fixed"),
+        (int16_varlen, "varlen"),
+    ] {
+        for scaled in [true, false] {
+            let mut a = base();
+            if !scaled {
+                a.state_scale = absent();
+                a.intermediate_state_scales = absent();
+            }
+            let p = check(&a).unwrap_or_else(|e| panic!("{what}, scaled {scaled}: {e:?}"));
+            assert_eq!((p.state_dtype, p.form), (I16, sys::MAMBA_SSU_FORM_MULTI as i32));
+            let mut out = sys::mamba_ssu_launch_plan::default();
+            // SAFETY: valid pointers; num_sms > 0 touches no device.
+            assert_eq!(unsafe { sys::mamba_ssu_plan(&a, SMS, &mut out) }, OK);
+            assert_eq!(out.compiled_kernel, 0, "{what}: {out:?}");
+        }
+    }
 }
 
 #[rustfmt::skip]

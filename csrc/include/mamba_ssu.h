@@ -155,8 +155,8 @@ typedef enum mamba_ssu_dtype {
   MAMBA_SSU_BF16 = 2,
   MAMBA_SSU_I32 = 3,
   MAMBA_SSU_I64 = 4,
-  /* int16: FlashInfer's block-scaled state (mamba_ssu_args.state_scale), single token only
-   * and only through mamba_ssu_args (the multi-token path: MAMBA_SSU_ERROR_UNSUPPORTED). */
+  /* int16: FlashInfer's block-scaled state (mamba_ssu_args.state_scale), only through
+   * mamba_ssu_args. */
   MAMBA_SSU_I16 = 5
 } mamba_ssu_dtype;
 
@@ -693,13 +693,16 @@ int mamba_ssu_prefetcher_prepare_replay(mamba_ssu_prefetcher *p, mamba_ssu_strea
  *     dst_state_batch_indices has state_batch_indices' dtype, and so has
  *     intermediate_state_indices when both are given; num_accepted_tokens and cu_seqlens each
  *     have their own (FlashInfer compiles them independently).
- *     state I16 (single token): FlashInfer's int16 state, with or without state_scale; an
- *     I16 state, a state_scale or an intermediate_state_scales on the multi-token path, a
- *     state_scale with a float state, a state_scale of another dtype than F32: UNSUPPORTED.
- *   state_scale (single token, I16 state): (slots, nheads, dim) or (slots, nheads, dim, 1)
- *     (squeezed, as FlashInfer's Python layer), size(0) == state.size(0), stride(2) == 1,
- *     stride(1) == dim, stride(0) >= nheads * dim (slots' rows apart), 4-byte aligned; a seed
- *     with it: INVALID_VALUE (above).
+ *     state I16: FlashInfer's int16 state, with or without state_scale (an int16
+ *     intermediate_states_buffer with it); a state_scale with a float state, decode scales of
+ *     another dtype than F32, intermediate_state_scales without state_scale, HORIZONTAL with
+ *     an I16 state: UNSUPPORTED.
+ *   state_scale (I16 state): (slots, nheads, dim) or (slots, nheads, dim, 1) (squeezed, as
+ *     FlashInfer's Python layer), size(0) == state.size(0), stride(2) == 1, stride(1) == dim,
+ *     stride(0) >= nheads * dim (slots' rows apart), 4-byte aligned; a seed with it:
+ *     INVALID_VALUE (above). intermediate_state_scales (multi token): (batch, cache_steps,
+ *     nheads, dim), contiguous, 4-byte aligned; required with an int16 intermediate buffer and
+ *     state_scale, not read without the buffer.
  *   sizes: every tensor's leading sizes agree with x's (batch, T or total_tokens) and its inner
  *     ones with state's (nheads, dim, dstate) and B's (ngroups); state_batch_indices and
  *     dst_state_batch_indices 1-D or 2-D, size(0) >= batch, a 2-D one size(1) >= T (1 single
@@ -814,8 +817,12 @@ typedef struct mamba_ssu_args {
    * of clamp(rn(s * e), -32767, 32767), and rcp.approx(e) written to state_scale[write slot,
    * h, d] (docs/flashinfer-ssu.md, "int16 block-scaled state"). Without state_scale an I16
    * state is read as its integers and written with e = 1. A pad slot reads zeros (its scales
-   * are not read). intermediate_state_scales (the multi-token form's): not served yet
-   * (UNSUPPORTED when given on that path; ignored on the single-token path, as FlashInfer). */
+   * are not read). Multi token the state is read once and carried in fp32 across the tokens;
+   * each written step (a dst slot, the read slot, or an intermediate entry's step) is quantised
+   * from that step's values, its scales at the slot's state_scale row or, for the intermediate
+   * buffer, at intermediate_state_scales[entry, step] (an entry >= its size(0) is not written;
+   * FlashInfer writes past the tensor there). intermediate_state_scales is ignored on the
+   * single-token path, as FlashInfer ignores it. */
   mamba_ssu_tensor state_scale, intermediate_state_scales;
   int64_t pad_slot_id;
   int64_t cache_steps;          /* FlashInfer's: 0 = not given */
