@@ -163,7 +163,10 @@ mod tests {
         match check(status) {
             Err(Error::Unsupported { argument, message }) => {
                 assert_eq!(argument, "state_scale");
-                assert!(message.contains("block scaling is for an I16 state"), "{message}");
+                assert!(
+                    message.contains("block scaling is for an I16 state"),
+                    "{message}"
+                );
             }
             other => panic!("{other:?}"),
         }

@@ -31,6 +31,8 @@ pub(super) fn call_of(spec: &MtpSpec) -> Call {
     t[contract::DST_STATE_BATCH_INDICES] = spec.dst_state_batch_indices;
     t[contract::INTERMEDIATE_STATES] = spec.intermediate_states_buffer;
     t[contract::INTERMEDIATE_STATE_INDICES] = spec.intermediate_state_indices;
+    t[contract::STATE_SCALE] = spec.state_scale;
+    t[contract::INTERMEDIATE_STATE_SCALES] = spec.intermediate_state_scales;
     t[contract::CU_SEQLENS] = spec.cu_seqlens;
     t[contract::NUM_ACCEPTED_TOKENS] = spec.num_accepted_tokens;
     let mut call = Call::new(sys::MAMBA_SSU_FORM_MULTI, t);
@@ -323,6 +325,8 @@ mod tests {
             cu_seqlens: given(varlen, index(cu_dtype, &[batch + 1]))?,
             intermediate_states_buffer: given(with_buffer, buffer())?,
             intermediate_state_indices: given(with_isi, index(c.index, &[batch]))?,
+            state_scale: None,
+            intermediate_state_scales: None,
             cache_steps: cache_steps.unwrap_or(if varlen {
                 Some(if with_buffer { steps } else { t })
             } else {
