@@ -305,8 +305,11 @@ struct Got {
     inter: Option<Vec<(u64, Vec<u8>)>>,
     out: Vec<(u64, Vec<u8>)>,
     /// An int16 state's decode scales: `state_scale`, `intermediate_state_scales` (where given).
-    scales: Vec<(&'static str, Vec<(u64, Vec<u8>)>)>,
+    scales: Vec<(&'static str, Pieces)>,
 }
+
+/// Downloaded pieces of a storage: `(elem offset, bytes)`.
+type Pieces = Vec<(u64, Vec<u8>)>;
 
 /// The decode-scale tensors of an int16 call, read and written like the state.
 const SCALES: [&str; 2] = ["state_scale", "intermediate_state_scales"];
