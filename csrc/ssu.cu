@@ -633,13 +633,15 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
   // Fused seeds once per block on large grids (perf-notes: Tried (2026-11-30)).
   a.block_seed = !below ? 1 : 0;
 
-  a.state_scale = scale.data;
-  a.scale_stride = scale.slot_stride;
 
   const auto st = reinterpret_cast<cudaStream_t>(stream);
   const unsigned nblocks = plan.nblocks;
   const int wpb = warps_per_block;
-  if (p.state_dtype == MAMBA_SSU_I16) return launch<ssu::DynI16Config>(a, nblocks, wpb, st);
+  if (p.state_dtype == MAMBA_SSU_I16) {
+    const ssu::ScaleArgs sc{const_cast<float *>(scale.data), scale.slot_stride};
+    ssu::ssu_kernel_scaled<ssu::DynI16Config><<<nblocks, 32 * wpb, 0, st>>>(a, sc);
+    return check_launch("selective_state_update launch");
+  }
   if (!hot) return launch<DynConfig>(a, nblocks, wpb, st);
   if (p.state_dtype != MAMBA_SSU_F16)
     return ssu::launch_hot_state(a,

@@ -173,11 +173,14 @@ struct Args {
   // kernels implement FlashInfer 0.7.2's and are never launched for MAMBA_SSU_SR_V074 with SR.
   // Last, like gen_offset.
   int32_t sr_rule;
-  // An int16 state's decode scales (DynI16Config only): element (slot, h, d) at
-  // state_scale[slot * scale_stride + h * dim + d]; nullptr: an int16 state without scales.
-  // Appended after sr_rule, as gen_offset was.
-  const float *state_scale;
-  int64_t scale_stride;
+};
+
+// An int16 state's decode scales (ssu_kernel_i16, DynI16Config): element (slot, h, d) at
+// state_scale[slot * slot_stride + h * dim + d]; nullptr: an int16 state without scales. A kernel
+// argument of their own, so that Args (every other kernel's parameter block) is unchanged.
+struct ScaleArgs {
+  float *state_scale;
+  int64_t slot_stride;
 };
 
 // ---------------------------------------------------------------------------
@@ -921,7 +924,7 @@ __device__ __forceinline__ void quantize_i16_row(const Cfg &cfg, const float (&s
 }
 
 template <class Cfg>
-__device__ __forceinline__ void ssu_body(const Args &a) {
+__device__ __forceinline__ void ssu_body(const Args &a, const ScaleArgs &sc = ScaleArgs{}) {
   constexpr int K = Cfg::kMaxCols;
   constexpr int U = Cfg::kRowsPerChunk;
   const Cfg cfg(a);
@@ -1024,11 +1027,10 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
   [[maybe_unused]] const float *read_scale = nullptr;
   [[maybe_unused]] float *write_scale = nullptr;
   if constexpr (scaled_state<Cfg>()) {
-    if (a.state_scale != nullptr) {
+    if (sc.state_scale != nullptr) {
       const int64_t scale_head = h * dim;
-      if (!pad) read_scale = a.state_scale + read_slot * a.scale_stride + scale_head;
-      if (write)
-        write_scale = const_cast<float *>(a.state_scale) + write_slot * a.scale_stride + scale_head;
+      if (!pad) read_scale = sc.state_scale + read_slot * sc.slot_stride + scale_head;
+      if (write) write_scale = sc.state_scale + write_slot * sc.slot_stride + scale_head;
     }
   }
 
@@ -1265,6 +1267,15 @@ __global__ void __launch_bounds__(32 * Cfg::kBlockWarps,
                                       ? Cfg::kMinBlocksPerSM * kWarpsPerBlock / Cfg::kBlockWarps
                                       : 1) ssu_kernel(const Args a) {
   ssu_body<Cfg>(a);
+}
+
+// The kernel of an int16 state (Cfg: DynI16Config), its decode scales a second argument (a
+// template, so that only the unit that launches it instantiates it).
+template <class Cfg>
+__global__ void __launch_bounds__(32 * Cfg::kBlockWarps, Cfg::kMinBlocksPerSM)
+    ssu_kernel_scaled(const Args a, const ScaleArgs sc) {
+  static_assert(scaled_state<Cfg>(), "ssu_kernel_scaled: an int16-state config");
+  ssu_body<Cfg>(a, sc);
 }
 
 // The compiled-in kernels for a BF16 or an F32 state without SR (ssu_stp_states.cu): the hot
