@@ -519,9 +519,10 @@ def test_multi_token_heads_per_group_outside_flashinfers_set_is_served():
 @pytest.mark.parametrize("scale_shape", [(SLOTS, NHEADS, DIM), (SLOTS, NHEADS, DIM, 1), None])
 def test_int16_state_is_taken_on_the_single_token_path(scale_shape):
     """FlashInfer's int16 state: with decode scales (3-D, or 4-D with the trailing 1 its Python
-    layer squeezes) or without, the single-token call passes the check (on meta tensors through
-    the op's fake implementation too); the multi-token path, a scale of another dtype and
-    "horizontal" are NotImplementedError, a mis-shaped scale a RuntimeError, all naming the
+    layer squeezes) or without, the single-token and the multi-token call pass the check (on
+    meta tensors through the op's fake implementation too); a scale of another dtype and
+    "horizontal" with an unscaled int16 state are NotImplementedError, a mis-shaped scale and
+    "horizontal" with scales a RuntimeError, a seed with scales a ValueError, all naming the
     argument."""
     kw = make(device="meta")
     kw["rand_seed"] = None
@@ -531,8 +532,9 @@ def test_int16_state_is_taken_on_the_single_token_path(scale_shape):
     assert outcome(lambda: check(**kw))[0] == "ok"
     got = outcome(lambda: mamba_ssu.selective_state_update(**kw))
     assert got[0] == "ok" and got[1].device.type == "meta", got
+    multi = dict(kw, cache_steps=2)
+    assert outcome(lambda: check(**multi))[0] == "ok"
     cases = [
-        (dict(cache_steps=2), NotImplementedError, "state_scale" if scale_shape else "state"),
         (dict(algorithm="horizontal"), RuntimeError if scale_shape else NotImplementedError,
          "algorithm"),
     ]
