@@ -287,7 +287,7 @@ fn int16_state_rules() {
         (int16, |a| a.seed.mode = sys::MAMBA_SSU_SEED_MODE_POINTER as i32, VAL, "state_scale",
             "not allowed together with a seed"),
         (int16, |a| { a.state_scale = absent(); a.seed.mode = sys::MAMBA_SSU_SEED_MODE_POINTER as i32; },
-            UNS, "philox_rounds", "needs an F16 state"),
+            INV, "philox_rounds", "needs an F16 state"),
         // Multi token: the intermediate buffer's scales (FlashInfer's host-wrapper rules).
         (int16_varlen, |a| a.intermediate_state_scales = absent(), INV,
             "intermediate_state_scales", "required with an int16 intermediate_states_buffer and \
@@ -651,7 +651,7 @@ fn seed_rules() {
         // FlashInfer's Python check: before any tensor rule.
         (varlen, |a| { a.seed.rounds = 0; a.x.shape[1] = NH + 1; }, VAL, "philox_rounds",
             "got 0"),
-        (single, |a| { a.state.dtype = BF16; }, UNS, "philox_rounds",
+        (single, |a| { a.state.dtype = BF16; }, INV, "philox_rounds",
             "stochastic rounding (10 rounds) needs an F16 state"),
         (single, |a| a.seed.pointer = std::ptr::null(), INV, "seed.pointer", "null pointer"),
         (fixed, |a| a.seed.pointer = (ph(40) as usize + 4) as *const i64, INV, "seed.pointer",
@@ -1247,7 +1247,7 @@ fn deprecated_blocks_meet_the_same_seed_check() {
     p.seed_offset = 8;
     p.state_dtype = BF16;
     let (status, arg, _) = c(&p);
-    assert_eq!((status, arg.as_str()), (UNS, "philox_rounds"));
+    assert_eq!((status, arg.as_str()), (INV, "philox_rounds"));
     p.state_dtype = F16;
     p.seed_next = (ph(41) as usize + 4) as *mut i64;
     let (status, arg, _) = c(&p);

@@ -781,7 +781,7 @@ typedef enum mamba_ssu_seed_mode {
 /* The seed of one call: its source, its rounds and its SR rule, the same for both forms.
  * Checked: mode and rule in their enumerations and reserved 0 (INVALID_VALUE); with a seed
  * (POINTER, DERIVED) rounds >= 1 (INVALID_VALUE; no upper bound, as FlashInfer) and an F16 state
- * (UNSUPPORTED); pointer (POINTER), position's device pointers (when given) and next 8-byte
+ * (INVALID_ARGUMENT: FlashInfer's build refuses SR of another state dtype); pointer (POINTER), position's device pointers (when given) and next 8-byte
  * aligned; position's offset a multiple of 4 when it is read (DERIVED, or next set). Errors
  * name "philox_rounds", "sr_rule", "seed.mode", "seed.pointer", "seed.position", "seed.next". */
 typedef struct mamba_ssu_seed {

@@ -155,7 +155,7 @@ mod tests {
                 "out_stride_token: expected >= nheads * dim (32)"),
             (|s| s.dst_state_batch_indices = Some(contiguous(DType::I32, &[BATCH - 1, T])), false,
                 "dst_state_batch_indices", "expected size(0) >= batch (2), got 1"),
-            (|s| s.state.dtype = DType::BF16, true, "philox_rounds", "needs an F16 state"),
+            (|s| s.state.dtype = DType::BF16, false, "philox_rounds", "needs an F16 state"),
             (|s| s.seed = None, false, "seed.pointer", "null pointer"),
             // The multi-token form is asked for: a 3-D x without cu_seqlens or cache_steps is
             // the single-token form, refused.
