@@ -25,6 +25,21 @@ struct StateScale {
   int64_t inter_entries = 0;
 };
 
+// The rules of an int16 state's decode scales both forms share (ssu_check, mtp_check): data
+// 4-byte aligned, the rows of different slots apart (blocks of different batch entries write
+// them).
+inline int check_state_scale(const StateScale &s, int64_t nheads, int64_t dim,
+                             int64_t state_cache_size) {
+  if (int st = check_pointer(s.data, "state_scale", 4)) return st;
+  const __int128 scale_row = static_cast<__int128>(nheads) * dim;
+  if (state_cache_size > 1 && s.slot_stride < scale_row)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                "state_scale: expected stride(0) >= nheads * dim (%lld: the scales of different "
+                "slots must not overlap), got %lld",
+                ll128(scale_row), ll(s.slot_stride));
+  return MAMBA_SSU_SUCCESS;
+}
+
 // Single token (ssu.cu). ssu_check: the parameter block's own rules (sizes, dstate, pointers
 // and alignment, strides, extents, grid bounds) and the seed's; ssu_launch and ssu_plan take a
 // block and seed that passed it. An I16 state is taken only with `scale` given (contract.cu),

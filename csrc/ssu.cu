@@ -137,18 +137,9 @@ int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedN
   if (p->state_dtype == MAMBA_SSU_I16 && p->algorithm == MAMBA_SSU_ALGO_HORIZONTAL)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "algorithm: HORIZONTAL with an I16 state is not served (SIMPLE, VERTICAL or AUTO)");
-  // The decode scales (slots, nheads, dim) of an I16 state: 4-byte aligned, the rows of
-  // different slots apart (blocks of different batch entries write them).
+  // The decode scales (slots, nheads, dim) of an I16 state.
   const bool scaled = scale != nullptr && scale->data != nullptr;
-  if (scaled) {
-    if ((s = check_pointer(scale->data, "state_scale", 4))) return s;
-    const __int128 scale_row = static_cast<__int128>(p->nheads) * p->dim;
-    if (p->state_cache_size > 1 && scale->slot_stride < scale_row)
-      return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
-                  "state_scale: expected stride(0) >= nheads * dim (%lld: the scales of "
-                  "different slots must not overlap), got %lld",
-                  ll128(scale_row), ll(scale->slot_stride));
-  }
+  if (scaled && (s = check_state_scale(*scale, p->nheads, p->dim, p->state_cache_size))) return s;
   if ((s = check_index(p->state_batch_indices, "state_batch_indices", p->index_dtype,
                        p->state_batch_indices_stride, "state_batch_indices_stride")))
     return s;

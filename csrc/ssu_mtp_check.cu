@@ -127,13 +127,7 @@ int mtp_check(const mamba_ssu_mtp_params *p, const mamba_ssu_seed &seed, const S
   // intermediate buffer's with an int16 buffer and scales (the contract requires them there).
   const bool scaled = scale != nullptr && scale->data != nullptr;
   if (scaled) {
-    if ((s = check_pointer(scale->data, "state_scale", 4))) return s;
-    const __int128 scale_row = static_cast<__int128>(p->nheads) * p->dim;
-    if (p->state_cache_size > 1 && scale->slot_stride < scale_row)
-      return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
-                  "state_scale: expected stride(0) >= nheads * dim (%lld: the scales of "
-                  "different slots must not overlap), got %lld",
-                  ll128(scale_row), ll(scale->slot_stride));
+    if ((s = check_state_scale(*scale, p->nheads, p->dim, p->state_cache_size))) return s;
     if (p->intermediate_states != nullptr) {
       if (scale->inter == nullptr)
         return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,

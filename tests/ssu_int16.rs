@@ -177,6 +177,42 @@ fn fill_state(rng: &mut Rng, p: &mut Problem, scaled: bool) {
     }
 }
 
+/// A problem's inputs as the f64 references take them: the state dequantised with its scales
+/// (ones without), the bf16-rounded inputs, the read slots; `scale` the decode scales read.
+struct Host64 {
+    scale: Vec<f32>,
+    state: Vec<f64>,
+    x: Vec<f64>,
+    dt: Vec<f64>,
+    a: Vec<f64>,
+    b: Vec<f64>,
+    c: Vec<f64>,
+    d: Vec<f64>,
+    dt_bias: Vec<f64>,
+    read: Vec<i64>,
+}
+
+fn host64(p: &Problem) -> Host64 {
+    let rows = p.slots * NH * p.dim;
+    let scale = p.scale.clone().unwrap_or_else(|| vec![1.0; rows]);
+    let st = HostTensor::contiguous(&p.state, &[p.slots, NH, p.dim, p.dstate]);
+    let state = dequantize_state(&st, &HostTensor::contiguous(&scale, &[p.slots, NH, p.dim]))
+        .expect("dequantize");
+    let f = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<f64>>();
+    Host64 {
+        state,
+        x: f(&p.x),
+        dt: f(&p.dt),
+        a: f(&p.a),
+        b: f(&p.b),
+        c: f(&p.c),
+        d: f(&p.d),
+        dt_bias: f(&p.dt_bias),
+        read: p.read.iter().map(|&v| i64::from(v)).collect(),
+        scale,
+    }
+}
+
 fn ulps(a: f32, b: f32) -> u32 {
     let (a, b) = (a.to_bits() as i32, b.to_bits() as i32);
     a.abs_diff(b)
@@ -309,34 +345,22 @@ fn int16_state_matches_the_f64_reference() {
                     p.x.iter_mut().for_each(|v| *v = bf(*v * 1000.0));
                 }
                 let got = run(&stream, &p, algorithm).expect("launch");
-                let ones = vec![1f32; p.slots * NH * dim];
-                let sc = p.scale.as_deref().unwrap_or(&ones);
+                let h = host64(&p);
+                let sc = &h.scale[..];
                 let st = HostTensor::contiguous(&p.state, &[p.slots, NH, dim, dstate]);
                 let sct = HostTensor::contiguous(sc, &[p.slots, NH, dim]);
-                let s64 = dequantize_state(&st, &sct).expect("dequantize");
-                let f64v = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<f64>>();
-                let (x, dt, a, b, c, d, bias) = (
-                    f64v(&p.x),
-                    f64v(&p.dt),
-                    f64v(&p.a),
-                    f64v(&p.b),
-                    f64v(&p.c),
-                    f64v(&p.d),
-                    f64v(&p.dt_bias),
-                );
-                let read: Vec<i64> = p.read.iter().map(|&v| i64::from(v)).collect();
                 let write: Vec<i64> = p.write.iter().map(|&v| i64::from(v)).collect();
                 let reference = selective_state_update_f64(&SsuHostArgs {
-                    state: HostTensor::contiguous(&s64, &[p.slots, NH, dim, dstate]),
-                    x: HostTensor::contiguous(&x, &[batch, NH, dim]),
-                    dt: HostTensor::new(&dt, &[batch, NH, dim], &[NH, 1, 0]),
-                    a: HostTensor::new(&a, &[NH, dim, dstate], &[1, 0, 0]),
-                    b: HostTensor::contiguous(&b, &[batch, NG, dstate]),
-                    c: HostTensor::contiguous(&c, &[batch, NG, dstate]),
-                    d: Some(HostTensor::new(&d, &[NH, dim], &[1, 0])),
+                    state: HostTensor::contiguous(&h.state, &[p.slots, NH, dim, dstate]),
+                    x: HostTensor::contiguous(&h.x, &[batch, NH, dim]),
+                    dt: HostTensor::new(&h.dt, &[batch, NH, dim], &[NH, 1, 0]),
+                    a: HostTensor::new(&h.a, &[NH, dim, dstate], &[1, 0, 0]),
+                    b: HostTensor::contiguous(&h.b, &[batch, NG, dstate]),
+                    c: HostTensor::contiguous(&h.c, &[batch, NG, dstate]),
+                    d: Some(HostTensor::new(&h.d, &[NH, dim], &[1, 0])),
                     z: None,
-                    dt_bias: Some(HostTensor::new(&bias, &[NH, dim], &[1, 0])),
-                    state_batch_indices: Some(HostTensor::contiguous(&read, &[batch])),
+                    dt_bias: Some(HostTensor::new(&h.dt_bias, &[NH, dim], &[1, 0])),
+                    state_batch_indices: Some(HostTensor::contiguous(&h.read, &[batch])),
                     dst_state_batch_indices: Some(HostTensor::contiguous(&write, &[batch])),
                     pad_slot_id: PAD,
                     dt_softplus: false,
@@ -570,36 +594,24 @@ fn int16_multi_token_matches_the_f64_reference() {
                     .collect();
 
                 // Reference.
-                let ones = vec![1f32; slots * NH * dim];
-                let sc = p.scale.as_deref().unwrap_or(&ones);
+                let h = host64(&p);
+                let sc = &h.scale[..];
                 let st = HostTensor::contiguous(&p.state, &[slots, NH, dim, dstate]);
                 let sct = HostTensor::contiguous(sc, &[slots, NH, dim]);
-                let s64 = dequantize_state(&st, &sct).unwrap();
-                let f = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<f64>>();
-                let (x64, dt64, a64, b64, c64, d64, bias64) = (
-                    f(&p.x),
-                    f(&p.dt),
-                    f(&p.a),
-                    f(&p.b),
-                    f(&p.c),
-                    f(&p.d),
-                    f(&p.dt_bias),
-                );
-                let read64: Vec<i64> = p.read.iter().map(|&v| i64::from(v)).collect();
                 let dst64: Vec<i64> = dst.iter().map(|&v| i64::from(v)).collect();
                 let ii64: Vec<i64> = inter_idx.iter().map(|&v| i64::from(v)).collect();
                 let inter64 = vec![0f64; entries * T * head];
                 let reference = selective_state_update_mtp_f64(&MtpHostArgs {
-                    state: HostTensor::contiguous(&s64, &[slots, NH, dim, dstate]),
-                    x: HostTensor::contiguous(&x64, &[batch, T, NH, dim]),
-                    dt: HostTensor::new(&dt64, &[batch, T, NH, dim], &[T * NH, NH, 1, 0]),
-                    a: HostTensor::new(&a64, &[NH, dim, dstate], &[1, 0, 0]),
-                    b: HostTensor::contiguous(&b64, &[batch, T, NG, dstate]),
-                    c: HostTensor::contiguous(&c64, &[batch, T, NG, dstate]),
-                    d: Some(HostTensor::new(&d64, &[NH, dim], &[1, 0])),
+                    state: HostTensor::contiguous(&h.state, &[slots, NH, dim, dstate]),
+                    x: HostTensor::contiguous(&h.x, &[batch, T, NH, dim]),
+                    dt: HostTensor::new(&h.dt, &[batch, T, NH, dim], &[T * NH, NH, 1, 0]),
+                    a: HostTensor::new(&h.a, &[NH, dim, dstate], &[1, 0, 0]),
+                    b: HostTensor::contiguous(&h.b, &[batch, T, NG, dstate]),
+                    c: HostTensor::contiguous(&h.c, &[batch, T, NG, dstate]),
+                    d: Some(HostTensor::new(&h.d, &[NH, dim], &[1, 0])),
                     z: None,
-                    dt_bias: Some(HostTensor::new(&bias64, &[NH, dim], &[1, 0])),
-                    state_batch_indices: Some(HostTensor::contiguous(&read64, &[batch])),
+                    dt_bias: Some(HostTensor::new(&h.dt_bias, &[NH, dim], &[1, 0])),
+                    state_batch_indices: Some(HostTensor::contiguous(&h.read, &[batch])),
                     dst_state_batch_indices: (mode == Mode::Dst)
                         .then(|| HostTensor::contiguous(&dst64, &[batch, T])),
                     num_accepted_tokens: None,
