@@ -205,6 +205,7 @@ fn enqueue(
         z: None,
         dt_bias: Some(Tensor::new(&s.dt_bias, &[h, dim], &[1, 0])?),
         out: TensorMut::new(&mut s.out, &[b, h, dim], &[h * dim, dim, 1])?,
+        state_scale: None,
         state_batch_indices: Some(Tensor::new(&s.indices[k % s.copies], &[b], &[1])?),
         dst_state_batch_indices: None,
         pad_slot_id: -1,

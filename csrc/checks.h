@@ -158,9 +158,12 @@ inline int check_seed_values(const mamba_ssu_seed &s, const SeedNames &n) {
 inline int check_seed(const mamba_ssu_seed &s, int32_t state_dtype, const SeedNames &n) {
   int st;
   if ((st = check_seed_values(s, n))) return st;
+  // FlashInfer's kernels assert an fp16 state for stochastic rounding at compile time: its
+  // build fails (a RuntimeError), so this is INVALID_ARGUMENT.
   if (s.mode != MAMBA_SSU_SEED_MODE_NONE && state_dtype != MAMBA_SSU_F16)
-    return reject(MAMBA_SSU_ERROR_UNSUPPORTED, n.rounds,
-                  "stochastic rounding (%d rounds) needs an F16 state, got state_dtype %d",
+    return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, n.rounds,
+                  "stochastic rounding (%d rounds) needs an F16 state (FlashInfer's build refuses "
+                  "it for any other), got state_dtype %d",
                   s.rounds, state_dtype);
   const mamba_ssu_position &pos = s.position;
   auto device_word = [](const int64_t *ptr, const char *name, const char *field) {

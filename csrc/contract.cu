@@ -161,7 +161,8 @@ int expect_dtype(const View &v, int32_t want, const char *why) {
 
 // The tensors of a call, normalised, and what the form rules found.
 struct Call {
-  View state, x, dt, A, B, C, D, z, dt_bias, out, sbi, dsbi, inter, inter_idx, cu, nat;
+  View state, x, dt, A, B, C, D, z, dt_bias, out, sbi, dsbi, inter, inter_idx, cu, nat,
+      state_scale, inter_scales;
   bool multi = false, varlen = false;
   int64_t batch = 0, ntokens = 1, total_tokens = 0;
   int64_t slots = 0, nheads = 0, dim = 0, dstate = 0, ngroups = 0;
@@ -254,15 +255,19 @@ int check_options_and_form(const mamba_ssu_args &a, Call *c) {
                   "FlashInfer's horizontal kernel cannot quantise a row it sees in stages");
 
   // FlashInfer's arguments this crate does not serve (the single-token path ignores the
-  // multi-token ones, intermediate_state_scales included, as FlashInfer's does).
-  if (a.state_scale.rank > 0)
-    return reject(MAMBA_SSU_ERROR_UNSUPPORTED, "state_scale",
-                  "an int16 state with block scaling is not served");
-  if (a.state.rank > 0 && a.state.dtype == MAMBA_SSU_I16)
-    return reject(MAMBA_SSU_ERROR_UNSUPPORTED, "state", "an int16 state is not served");
-  if (c->multi && a.intermediate_state_scales.rank > 0)
+  // multi-token ones, intermediate_state_scales included, as FlashInfer's does): decode scales
+  // of a state that is not int16 (FlashInfer's block scaling is for an int16 state);
+  // intermediate scales without state_scale (FlashInfer's kernel writes none then).
+  const bool i16 = a.state.rank > 0 && a.state.dtype == MAMBA_SSU_I16;
+  if (c->multi && a.intermediate_state_scales.rank > 0 && a.state_scale.rank == 0)
     return reject(MAMBA_SSU_ERROR_UNSUPPORTED, "intermediate_state_scales",
-                  "an int16 intermediate buffer with block scaling is not served");
+                  "intermediate scales without state_scale are not served (the buffer of an "
+                  "int16 state without scales holds its integers)");
+  if (a.state_scale.rank > 0 && a.state.rank > 0 && !i16)
+    return reject(MAMBA_SSU_ERROR_UNSUPPORTED, "state_scale",
+                  "decode scales with a state of dtype %s are not served (block scaling is for "
+                  "an I16 state)",
+                  dtype_name(a.state.dtype));
   for (const Arg &g : all) {
     if (!g.optional && g.t->rank == 0)
       return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, g.name,
@@ -307,11 +312,16 @@ int check_options_and_form(const mamba_ssu_args &a, Call *c) {
   c->inter_idx = view_of(a.intermediate_state_indices, "intermediate_state_indices");
   c->cu = view_of(a.cu_seqlens, "cu_seqlens");
   c->nat = view_of(a.num_accepted_tokens, "num_accepted_tokens");
+  c->state_scale = view_of(a.state_scale, "state_scale");
+  c->inter_scales = view_of(a.intermediate_state_scales, "intermediate_state_scales");
+  // FlashInfer's Python layer squeezes a trailing size-1 dimension of a 4-D state_scale.
+  if (c->state_scale.rank == 4 && c->state_scale.shape[3] == 1) c->state_scale.rank = 3;
   if (!c->multi) {
     // The single-token path ignores the multi-token arguments (FlashInfer's does).
     c->inter = View{};
     c->inter_idx = View{};
     c->nat = View{};
+    c->inter_scales = View{};
   }
   if (c->state.rank == 3) unsqueeze(&c->state, 1);
   if (c->A.rank == 2) unsqueeze(&c->A, 0);
@@ -327,12 +337,13 @@ int check_options_and_form(const mamba_ssu_args &a, Call *c) {
   return MAMBA_SSU_SUCCESS;
 }
 
-// state (slots, nheads, dim, dstate): a float dtype, the inner three dims contiguous.
+// state (slots, nheads, dim, dstate): a float dtype, or I16 (FlashInfer's block-scaled state),
+// the inner three dims contiguous.
 int check_state(Call *c) {
   int s;
   const View &st = c->state;
   if ((s = expect_rank(st, 4, "(slots, nheads, dim, dstate), or 3 (slots, dim, dstate)"))) return s;
-  if ((s = expect_float(st))) return s;
+  if (st.dtype != MAMBA_SSU_I16 && (s = expect_float(st))) return s;
   c->slots = st.shape[0];
   c->nheads = st.shape[1];
   c->dim = st.shape[2];
@@ -340,6 +351,55 @@ int check_state(Call *c) {
   if ((s = expect_stride(st, 3, 1, "1"))) return s;
   if ((s = expect_stride(st, 2, c->dstate, "dstate"))) return s;
   return expect_stride(st, 1, static_cast<__int128>(c->dim) * c->dstate, "dim * dstate");
+}
+
+// state_scale (slots, nheads, dim) of an I16 state (a 4-D one with a trailing 1 was squeezed):
+// FlashInfer's host wrapper's rules, size(0) == state.size(0), size(1) == nheads, size(2) == dim,
+// stride(2) == 1, stride(1) == dim; F32 (FlashInfer compiles the scale type from its dtype, but
+// its multi-token kernel writes every scale as float32: the one consistent choice, the only one
+// served).
+int check_state_scale(const Call &c) {
+  int s;
+  const View &v = c.state_scale;
+  if (!v.present()) return MAMBA_SSU_SUCCESS;
+  if ((s = expect_rank(v, 3, "(slots, nheads, dim), or 4 with a trailing 1"))) return s;
+  if ((s = expect_size(v, 0, c.slots, "state.size(0)"))) return s;
+  if ((s = expect_size(v, 1, c.nheads, "nheads"))) return s;
+  if ((s = expect_size(v, 2, c.dim, "dim"))) return s;
+  if (v.dtype != MAMBA_SSU_F32)
+    return reject(MAMBA_SSU_ERROR_UNSUPPORTED, v.name,
+                  "decode scales of dtype %s are not served (F32 expected)", dtype_name(v.dtype));
+  if ((s = expect_stride(v, 2, 1, "1"))) return s;
+  return expect_stride(v, 1, c.dim, "dim");
+}
+
+// intermediate_state_scales (multi token, with state_scale): FlashInfer's host-wrapper rules,
+// (batch, cache_steps, nheads, dim) and contiguous; F32 (as state_scale). Required with an int16
+// intermediate buffer and scales (FlashInfer's kernel writes the buffer's scales through it: a
+// null pointer otherwise); not read without the buffer.
+int check_inter_scales(const Call &c, int64_t cache_steps) {
+  int s;
+  const View &v = c.inter_scales;
+  if (!v.present()) {
+    if (c.inter.present() && c.state_scale.present())
+      return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "intermediate_state_scales",
+                    "required with an int16 intermediate_states_buffer and state_scale, got "
+                    "none");
+    return MAMBA_SSU_SUCCESS;
+  }
+  if ((s = expect_rank(v, 4, "(batch, cache_steps, nheads, dim)"))) return s;
+  if ((s = expect_size(v, 0, c.batch, "batch"))) return s;
+  if ((s = expect_size(v, 1, cache_steps, "cache_steps"))) return s;
+  if ((s = expect_size(v, 2, c.nheads, "nheads"))) return s;
+  if ((s = expect_size(v, 3, c.dim, "dim"))) return s;
+  if (v.dtype != MAMBA_SSU_F32)
+    return reject(MAMBA_SSU_ERROR_UNSUPPORTED, v.name,
+                  "decode scales of dtype %s are not served (F32 expected)", dtype_name(v.dtype));
+  const __int128 row = static_cast<__int128>(c.nheads) * c.dim;
+  if ((s = expect_stride(v, 3, 1, "1"))) return s;
+  if ((s = expect_stride(v, 2, c.dim, "dim"))) return s;
+  if ((s = expect_stride(v, 1, row, "nheads * dim"))) return s;
+  return expect_stride(v, 0, row * cache_steps, "cache_steps * nheads * dim");
 }
 
 // A (nheads, dim, dstate) F32 strides (1, 0, 0); D, dt_bias (nheads, dim) strides (1, 0), the
@@ -540,8 +600,10 @@ int check_call(const mamba_ssu_args &a, Call *c) {
     c->total_tokens = mul_sat(c->batch, c->ntokens);
   }
   if ((s = check_per_head(*c))) return s;
+  if ((s = check_state_scale(*c))) return s;
   if ((s = check_indices(c))) return s;
-  return check_intermediate(*c, a.cache_steps);
+  if ((s = check_intermediate(*c, a.cache_steps))) return s;
+  return c->multi ? check_inter_scales(*c, a.cache_steps) : MAMBA_SSU_SUCCESS;
 }
 
 // What the single- and multi-token parameter blocks (P: mamba_ssu_params or
@@ -722,15 +784,35 @@ int renamed(int status, bool varlen) {
 // The whole contract: the call's rules, then the parameter block's and the seed's (one
 // check each, after the lowering). Fills the lowered block of the call's form.
 int check_lowered(const mamba_ssu_args *a, Call *c, mamba_ssu_params *single,
-                  mamba_ssu_mtp_params *multi) {
+                  mamba_ssu_mtp_params *multi, StateScale *scale) {
   if (a == nullptr) return reject(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "args", "null pointer");
   if (int s = check_call(*a, c)) return s;
   if (!c->multi) {
     *single = lower_single(*a, *c);
-    return renamed(ssu_check(single, a->seed, kSeedNames), false);
+    // The decode scales of an I16 state (the single-token path's only block-scaled form).
+    *scale = StateScale{};
+    if (c->state_scale.present()) {
+      scale->data = static_cast<const float *>(c->state_scale.data);
+      scale->slot_stride =
+          outer(c->state_scale, 0, mul_sat(c->nheads, c->dim));
+    }
+    return renamed(ssu_check(single, a->seed, kSeedNames,
+                             c->state.dtype == MAMBA_SSU_I16 ? scale : nullptr),
+                   false);
   }
   *multi = lower_multi(*a, *c);
-  return renamed(mtp_check(multi, a->seed, kSeedNames), c->varlen);
+  *scale = StateScale{};
+  if (c->state_scale.present()) {
+    scale->data = static_cast<const float *>(c->state_scale.data);
+    scale->slot_stride = outer(c->state_scale, 0, mul_sat(c->nheads, c->dim));
+    if (c->inter.present() && c->inter_scales.present()) {
+      scale->inter = static_cast<float *>(const_cast<void *>(c->inter_scales.data));
+      scale->inter_entries = c->inter_scales.shape[0];
+    }
+  }
+  return renamed(mtp_check(multi, a->seed, kSeedNames,
+                           c->state.dtype == MAMBA_SSU_I16 ? scale : nullptr),
+                 c->varlen);
 }
 
 }  // namespace
@@ -743,7 +825,8 @@ extern "C" int mamba_ssu_check(const mamba_ssu_args *args, mamba_ssu_problem *pr
   Call c;
   mamba_ssu_params single;
   mamba_ssu_mtp_params multi;
-  if (int s = check_lowered(args, &c, &single, &multi)) return s;
+  StateScale scale;
+  if (int s = check_lowered(args, &c, &single, &multi, &scale)) return s;
   if (problem == nullptr) return MAMBA_SSU_SUCCESS;
   mamba_ssu_problem p{};
   p.form = c.multi ? MAMBA_SSU_FORM_MULTI : MAMBA_SSU_FORM_SINGLE;
@@ -788,7 +871,8 @@ int plan_on(const mamba_ssu_args *args, const mamba_ssu_device_props *d, int32_t
   Call c;
   mamba_ssu_params single;
   mamba_ssu_mtp_params multi;
-  if (int s = check_lowered(args, &c, &single, &multi)) return s;
+  StateScale scale;
+  if (int s = check_lowered(args, &c, &single, &multi, &scale)) return s;
   mamba_ssu_device_props queried;
   if (d == nullptr) {
     if (int s = planning_props(num_sms, &queried)) return s;
@@ -817,9 +901,10 @@ extern "C" int mamba_ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_args 
   Call c;
   mamba_ssu_params single;
   mamba_ssu_mtp_params multi;
-  if (int s = check_lowered(args, &c, &single, &multi)) return s;
-  const int s = renamed(c.multi ? mtp_launch(stream, multi, args->seed)
-                                : ssu_launch(stream, single, args->seed),
+  StateScale scale;
+  if (int s = check_lowered(args, &c, &single, &multi, &scale)) return s;
+  const int s = renamed(c.multi ? mtp_launch(stream, multi, args->seed, scale)
+                                : ssu_launch(stream, single, args->seed, scale),
                         c.varlen);
   if (s == MAMBA_SSU_SUCCESS && args->seed.chain != nullptr)
     prefetcher_link_enqueued(args->seed.chain, args->seed.next);

@@ -10,11 +10,44 @@
 
 namespace mamba_ssu {
 
+// An int16 state's decode scales (FlashInfer's block-scaled state: its state_scale and, multi
+// token, intermediate_state_scales), which only mamba_ssu_args carries (contract.cu; the
+// deprecated parameter blocks have no int16 state): float32, element (slot, h, d) at
+// data[slot * slot_stride + h * dim + d]; data nullptr: an int16 state without scales (its
+// integers read as they are, written rounded and clamped to +-32767). Multi token with an int16
+// intermediate buffer and scales: the buffer's step t of entry e has its scales at
+// inter[((e * cache_steps + t) * nheads + h) * dim + d] for e < inter_entries (a contiguous
+// (inter_entries, cache_steps, nheads, dim) tensor).
+struct StateScale {
+  const float *data = nullptr;
+  int64_t slot_stride = 0;
+  float *inter = nullptr;
+  int64_t inter_entries = 0;
+};
+
+// The rules of an int16 state's decode scales both forms share (ssu_check, mtp_check): data
+// 4-byte aligned, the rows of different slots apart (blocks of different batch entries write
+// them).
+inline int check_state_scale(const StateScale &s, int64_t nheads, int64_t dim,
+                             int64_t state_cache_size) {
+  if (int st = check_pointer(s.data, "state_scale", 4)) return st;
+  const __int128 scale_row = static_cast<__int128>(nheads) * dim;
+  if (state_cache_size > 1 && s.slot_stride < scale_row)
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                "state_scale: expected stride(0) >= nheads * dim (%lld: the scales of different "
+                "slots must not overlap), got %lld",
+                ll128(scale_row), ll(s.slot_stride));
+  return MAMBA_SSU_SUCCESS;
+}
+
 // Single token (ssu.cu). ssu_check: the parameter block's own rules (sizes, dstate, pointers
 // and alignment, strides, extents, grid bounds) and the seed's; ssu_launch and ssu_plan take a
-// block and seed that passed it.
-int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedNames &names);
-int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba_ssu_seed &seed);
+// block and seed that passed it. An I16 state is taken only with `scale` given (contract.cu),
+// whose rules ssu_check checks too (pointer alignment, slot stride, extent).
+int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedNames &names,
+              const StateScale *scale = nullptr);
+int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba_ssu_seed &seed,
+               const StateScale &scale = StateScale{});
 // Planning is a pure function of the checked block and a device's properties (device.cu:
 // planning_props, launch_props).
 int ssu_plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d,
@@ -40,9 +73,11 @@ int hz_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba_
               const mamba_ssu_device_props &d);
 
 // Multi token (ssu_mtp_check.cu, ssu_mtp.cu), likewise.
-int mtp_check(const mamba_ssu_mtp_params *p, const mamba_ssu_seed &seed, const SeedNames &names);
+// An I16 state is taken only with `scale` given, as for ssu_check.
+int mtp_check(const mamba_ssu_mtp_params *p, const mamba_ssu_seed &seed, const SeedNames &names,
+              const StateScale *scale = nullptr);
 int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
-               const mamba_ssu_seed &seed);
+               const mamba_ssu_seed &seed, const StateScale &scale = StateScale{});
 int mtp_plan(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d,
              mamba_ssu_launch_plan *out);
 

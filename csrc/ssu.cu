@@ -58,7 +58,8 @@ bool extent_ok(int64_t batch, int64_t stride, int64_t inner, int bytes) {
 }  // namespace
 
 // The parameter block's own rules and the seed's (launch.h).
-int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedNames &names) {
+int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedNames &names,
+              const StateScale *scale) {
   if (p == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "params: null pointer");
   int s;
 
@@ -92,8 +93,8 @@ int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedN
                   ll(p->nheads), ll((p->dim + kMinRowsPerBlock - 1) / kMinRowsPerBlock));
   }
 
-  // Enumerations.
-  if (!is_float_dtype(p->state_dtype))
+  // Enumerations. An I16 state comes with its scales (StateScale, mamba_ssu_args only).
+  if (!is_float_dtype(p->state_dtype) && !(scale != nullptr && p->state_dtype == MAMBA_SSU_I16))
     return invalid("state_dtype: expected F32, F16 or BF16, got %lld", ll(p->state_dtype));
   if (!is_float_dtype(p->input_dtype))
     return invalid("input_dtype: expected F32, F16 or BF16, got %lld", ll(p->input_dtype));
@@ -131,6 +132,14 @@ int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedN
   if (p->D != nullptr && (s = check_pointer(p->D, "D", wb))) return s;
   if (p->dt_bias != nullptr && (s = check_pointer(p->dt_bias, "dt_bias", wb))) return s;
   if ((s = check_seed(seed, p->state_dtype, names))) return s;
+  // FlashInfer's horizontal kernel has no int16 path (with scales its launcher refuses the call,
+  // which mamba_ssu_check rejects first).
+  if (p->state_dtype == MAMBA_SSU_I16 && p->algorithm == MAMBA_SSU_ALGO_HORIZONTAL)
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
+                "algorithm: HORIZONTAL with an I16 state is not served (SIMPLE, VERTICAL or AUTO)");
+  // The decode scales (slots, nheads, dim) of an I16 state.
+  const bool scaled = scale != nullptr && scale->data != nullptr;
+  if (scaled && (s = check_state_scale(*scale, p->nheads, p->dim, p->state_cache_size))) return s;
   if ((s = check_index(p->state_batch_indices, "state_batch_indices", p->index_dtype,
                        p->state_batch_indices_stride, "state_batch_indices_stride")))
     return s;
@@ -175,6 +184,8 @@ int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedN
     if (e.present && !extent_ok(e.n, e.stride, e.inner, e.bytes))
       return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "%s: extent above 2^60 bytes", e.name);
   }
+  if (scaled && !extent_ok(p->state_cache_size, scale->slot_stride, row, 4))
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "state_scale: extent above 2^60 bytes");
   return MAMBA_SSU_SUCCESS;
 }
 
@@ -342,7 +353,8 @@ int snap_rows_per_warp(int64_t dim, int rpw, int rows_per_chunk, int block_warps
 // MAMBA_SSU_SR_V074 runs the generic kernel (same layouts, random words and summation forms;
 // its exact SR path takes the rule). Without SR the rule changes nothing.
 bool is_hot(const mamba_ssu_params *p) {
-  return (p->state_dtype == MAMBA_SSU_F16 || p->philox_rounds == 0) &&
+  return p->state_dtype != MAMBA_SSU_I16 &&
+         (p->state_dtype == MAMBA_SSU_F16 || p->philox_rounds == 0) &&
          p->input_dtype == MAMBA_SSU_BF16 &&
          p->weight_dtype == MAMBA_SSU_BF16 && hot_dim(p->dim) &&
          (p->dstate == 64 || p->dstate == 128 || p->dstate == 256) &&
@@ -519,7 +531,10 @@ int32_t auto_algorithm(int64_t batch, int64_t nheads, int64_t dim, int32_t state
   // FlashInfer's module for sm_100 and newer: vertical for an fp32 state (it measured faster
   // there), horizontal for an fp16 or bf16 one. For a head dim its horizontal kernel does not
   // take, 0.7.4 falls back to vertical (0.7.2 runs the horizontal kernel out of its bounds).
-  if (state_dtype == MAMBA_SSU_F32 || !hz_dim_ok(dim)) return MAMBA_SSU_ALGO_VERTICAL;
+  // An int16 state: vertical (FlashInfer's AUTO sends a block-scaled state there, as its
+  // horizontal kernel refuses it).
+  if (state_dtype == MAMBA_SSU_F32 || state_dtype == MAMBA_SSU_I16 || !hz_dim_ok(dim))
+    return MAMBA_SSU_ALGO_VERTICAL;
   return MAMBA_SSU_ALGO_HORIZONTAL;
 }
 
@@ -550,7 +565,8 @@ int ssu_plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d,
   return MAMBA_SSU_SUCCESS;
 }
 
-int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba_ssu_seed &seed) {
+int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba_ssu_seed &seed,
+               const StateScale &scale) {
   mamba_ssu_device_props d;
   if (int s = launch_props(p.num_sms, &d)) return s;
   if (resolved_algorithm(p, d) == MAMBA_SSU_ALGO_HORIZONTAL) return hz_launch(stream, p, seed, d);
@@ -608,9 +624,15 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
   // Fused seeds once per block on large grids (perf-notes: Tried (2026-11-30)).
   a.block_seed = !below ? 1 : 0;
 
+
   const auto st = reinterpret_cast<cudaStream_t>(stream);
   const unsigned nblocks = plan.nblocks;
   const int wpb = warps_per_block;
+  if (p.state_dtype == MAMBA_SSU_I16) {
+    const ssu::ScaleArgs sc{const_cast<float *>(scale.data), scale.slot_stride};
+    ssu::ssu_kernel_scaled<ssu::DynI16Config><<<nblocks, 32 * wpb, 0, st>>>(a, sc);
+    return check_launch("selective_state_update launch");
+  }
   if (!hot) return launch<DynConfig>(a, nblocks, wpb, st);
   if (p.state_dtype != MAMBA_SSU_F16)
     return ssu::launch_hot_state(a,

@@ -175,6 +175,14 @@ struct Args {
   int32_t sr_rule;
 };
 
+// An int16 state's decode scales (ssu_kernel_i16, DynI16Config): element (slot, h, d) at
+// state_scale[slot * slot_stride + h * dim + d]; nullptr: an int16 state without scales. A kernel
+// argument of their own, so that Args (every other kernel's parameter block) is unchanged.
+struct ScaleArgs {
+  float *state_scale;
+  int64_t slot_stride;
+};
+
 // ---------------------------------------------------------------------------
 // Configs
 // ---------------------------------------------------------------------------
@@ -650,6 +658,44 @@ struct DynConfig {
   }
 };
 
+// The generic path for an int16 state (FlashInfer's block-scaled state, single token;
+// docs/flashinfer-ssu.md, "int16 block-scaled state"): DynConfig's lane columns for a 2-byte
+// state, a row's integers read as rn(float(q) * scale) with the read slot's decode scale of the
+// row (Raw::scale, loaded by ssu_body: load_scales; 1 without scales), written by ssu_body
+// (quantize_i16_row) from the row's fp32 values. A config of its own, so that DynConfig's
+// kernel keeps its code.
+struct DynI16Config : DynConfig {
+  struct Raw {
+    uint32_t w[kMaxCols];
+    float scale;
+  };
+
+  __device__ explicit DynI16Config(const Args &a) : DynConfig(a) {}
+
+  __device__ void load_state(const void *row, int lane, Raw &r) const {
+#pragma unroll
+    for (int i = 0; i < kMaxCols; ++i) {
+      if (i < ncols_) r.w[i] = static_cast<const unsigned short *>(row)[col(lane, i)];
+    }
+  }
+  __device__ float state_value(const Raw &r, int i) const {
+    return __fmul_rn(static_cast<float>(static_cast<int16_t>(static_cast<uint16_t>(r.w[i]))),
+                     r.scale);
+  }
+  __device__ void store_state(void *row, int lane, const uint32_t (&bits)[kMaxCols]) const {
+#pragma unroll
+    for (int i = 0; i < kMaxCols; ++i) {
+      if (i < ncols_) store_cs_u16(static_cast<unsigned short *>(row) + col(lane, i), bits[i]);
+    }
+  }
+};
+
+// Whether a config's state is int16 with decode scales (DynI16Config).
+template <class Cfg>
+__device__ constexpr bool scaled_state() {
+  return std::is_same<Cfg, DynI16Config>::value;
+}
+
 // ---------------------------------------------------------------------------
 // The body
 // ---------------------------------------------------------------------------
@@ -836,8 +882,49 @@ __device__ __forceinline__ const char *zero_page_of() {
   }
 }
 
+// The decode scales of a chunk's rows (DynI16Config): row d's from the read slot's scale row,
+// 1 where there is none (a pad, an int16 state without scales, a row past d_end).
 template <class Cfg>
-__device__ __forceinline__ void ssu_body(const Args &a) {
+__device__ __forceinline__ void load_scales(Chunk<Cfg> &c, int d0, int d_end,
+                                            const float *read_scale) {
+#pragma unroll
+  for (int r = 0; r < Cfg::kRowsPerChunk; ++r)
+    c.state[r].scale = read_scale != nullptr && d0 + r < d_end ? read_scale[d0 + r] : 1.0f;
+}
+
+// One row of an int16 state from its fp32 values s (the lane's columns), FlashInfer's
+// quantisation: with scales, m = max |s| over the row (fmaxf from -FLT_MAX: NaN ignored; a
+// warp's butterfly, as the order does not change a maximum), the encode factor e = 1 when m is 0
+// (under -ftz: also a subnormal m), else rn(rcp.approx(m) * 32767), and the decode scale
+// rcp.approx(e) stored at write_scale[d] by lane 0; without scales (write_scale nullptr) e = 1.
+// Each element q = rni(min(max(rn(s * e), -32767), 32767)) (a NaN product reads -32767), its low
+// 16 bits in bits[i]. Called by every lane of the warp (the row loop is warp-uniform).
+template <class Cfg>
+__device__ __forceinline__ void quantize_i16_row(const Cfg &cfg, const float (&s)[Cfg::kMaxCols],
+                                                 uint32_t (&bits)[Cfg::kMaxCols],
+                                                 float *write_scale, int d, int lane) {
+  float e = 1.0f;
+  if (write_scale != nullptr) {  // warp-uniform
+    float m = -3.40282347e38f;
+#pragma unroll
+    for (int i = 0; i < Cfg::kMaxCols; ++i)
+      if (i < cfg.ncols()) m = fmaxf(m, fabsf(s[i]));
+#pragma unroll
+    for (int off = 16; off >= 1; off /= 2) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, off));
+    e = m == 0.0f ? 1.0f : __fmul_rn(rcp_approx(m), 32767.0f);
+    if (lane == 0) write_scale[d] = rcp_approx(e);
+  }
+#pragma unroll
+  for (int i = 0; i < Cfg::kMaxCols; ++i) {
+    if (i < cfg.ncols()) {
+      const float q = fminf(fmaxf(__fmul_rn(s[i], e), -32767.0f), 32767.0f);
+      bits[i] = static_cast<uint32_t>(__float2int_rn(q)) & 0xffffu;
+    }
+  }
+}
+
+template <class Cfg>
+__device__ __forceinline__ void ssu_body(const Args &a, const ScaleArgs &sc = ScaleArgs{}) {
   constexpr int K = Cfg::kMaxCols;
   constexpr int U = Cfg::kRowsPerChunk;
   const Cfg cfg(a);
@@ -936,11 +1023,22 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
   const int64_t out_row = b * a.out_stride_batch + h * dim;
   const int my_row = chunk_row<U>(lane);  // the row whose output this lane may hold
   const bool out_lane = (lane & (32 / U - 1)) == 0;
+  // An int16 state's scale rows of this head (DynI16Config): the read slot's, the write slot's.
+  [[maybe_unused]] const float *read_scale = nullptr;
+  [[maybe_unused]] float *write_scale = nullptr;
+  if constexpr (scaled_state<Cfg>()) {
+    if (sc.state_scale != nullptr) {
+      const int64_t scale_head = h * dim;
+      if (!pad) read_scale = sc.state_scale + read_slot * sc.slot_stride + scale_head;
+      if (write) write_scale = sc.state_scale + write_slot * sc.slot_stride + scale_head;
+    }
+  }
 
   // The first chunk's loads go out before anything else: the scalars, B, C and the
   // Philox key below are computed while they are in flight.
   Chunk<Cfg> cur = {};
   load_chunk(cfg, a, cur, d_begin, d_end, lane, read_head, x_row, z_row, pad);
+  if constexpr (scaled_state<Cfg>()) load_scales(cur, d_begin, d_end, read_scale);
   // L2 prefetch of the warp's later rows (Cfg::kL2Prefetch): one bulk prefetch of every row
   // after the first two chunks, issued here. A warp's rows are contiguous.
   constexpr int kRowBytes = Cfg::kFullChunks ? cfg.dstate() * cfg.state_bytes() : 0;
@@ -1014,6 +1112,7 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
     // Every field the body reads is loaded, or zeroed by fresh_chunk (see there).
     Chunk<Cfg> next = fresh_chunk<Cfg>();
     if (d0 + U < d_end) load_chunk(cfg, a, next, d0 + U, d_end, lane, read_head, x_row, z_row, pad);
+    if constexpr (scaled_state<Cfg>()) load_scales(next, d0 + U, d_end, read_scale);
 
     // s' = dA * s + x * (B * dt') in fp32 (rows past d_end compute garbage
     // that is neither stored nor output), and the lane partials of y.
@@ -1110,7 +1209,9 @@ __device__ __forceinline__ void ssu_body(const Args &a) {
         const int d = d0 + r;
         if (!Cfg::kFullChunks && d >= d_end) break;  // warp-uniform
         uint32_t bits[K] = {};
-        if (sr) {
+        if constexpr (scaled_state<Cfg>()) {
+          quantize_i16_row(cfg, s[r], bits, write_scale, d, lane);
+        } else if (sr) {
           uint32_t rnd[K] = {};
           uint32_t flags = 0;
           sr_words(cfg, key, sr_chunk + static_cast<uint64_t>(r * dstate), lane, rnd);
@@ -1166,6 +1267,15 @@ __global__ void __launch_bounds__(32 * Cfg::kBlockWarps,
                                       ? Cfg::kMinBlocksPerSM * kWarpsPerBlock / Cfg::kBlockWarps
                                       : 1) ssu_kernel(const Args a) {
   ssu_body<Cfg>(a);
+}
+
+// The kernel of an int16 state (Cfg: DynI16Config), its decode scales a second argument (a
+// template, so that only the unit that launches it instantiates it).
+template <class Cfg>
+__global__ void __launch_bounds__(32 * Cfg::kBlockWarps, Cfg::kMinBlocksPerSM)
+    ssu_kernel_scaled(const Args a, const ScaleArgs sc) {
+  static_assert(scaled_state<Cfg>(), "ssu_kernel_scaled: an int16-state config");
+  ssu_body<Cfg>(a, sc);
 }
 
 // The compiled-in kernels for a BF16 or an F32 state without SR (ssu_stp_states.cu): the hot

@@ -203,7 +203,7 @@ int mtp_plan(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d,
 }
 
 int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
-               const mamba_ssu_seed &seed) {
+               const mamba_ssu_seed &seed, const StateScale &scale) {
   mamba_ssu_device_props d;
   if (int s = launch_props(p.num_sms, &d)) return s;
   Plan plan;
@@ -275,7 +275,15 @@ int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
 
   const auto st = reinterpret_cast<cudaStream_t>(stream);
   int s;
-  if (plan.hot && p.state_dtype == MAMBA_SSU_BF16) {
+  if (p.state_dtype == MAMBA_SSU_I16) {
+    mtp::ScaleArgs sc{};
+    sc.state_scale = const_cast<float *>(scale.data);
+    sc.slot_stride = scale.slot_stride;
+    sc.inter_scales = scale.data != nullptr && p.intermediate_states != nullptr ? scale.inter
+                                                                                : nullptr;
+    sc.inter_entries = scale.inter_entries;
+    s = mtp::launch_i16(a, sc, static_cast<int>(p.dstate), plan.nblocks, plan.smem, st);
+  } else if (plan.hot && p.state_dtype == MAMBA_SSU_BF16) {
     s = mtp::launch_hot_bf16(a, static_cast<int>(p.dstate), plan.rows_per_group, plan.small,
                              plan.nblocks, plan.smem, st);
   } else if (plan.hot) {

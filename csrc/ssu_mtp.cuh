@@ -128,6 +128,18 @@ struct Args {
   int16_t nat_dtype, cu_dtype;
 };
 
+// An int16 state's decode scales (mtp_kernel_i16; FlashInfer's block-scaled state), a kernel
+// argument of their own so that Args (every other kernel's parameter block) is unchanged:
+// state_scale (slots, nheads, dim) at slot * slot_stride + h * dim + d, nullptr without scales;
+// inter_scales (inter_entries, cache_steps, nheads, dim) contiguous, the int16 intermediate
+// buffer's (nullptr without the buffer or without scales).
+struct ScaleArgs {
+  float *state_scale;
+  int64_t slot_stride;
+  float *inter_scales;
+  int64_t inter_entries;
+};
+
 // Whether a kernel stages B and C as bf16 bits (else fp32): the hot one-row kernels (tuning.h).
 __host__ __device__ constexpr bool mtp_bf16_stage(bool hot, int rows_per_group) {
   return hot && rows_per_group == 1 && Tuning::kMtpOneRowBf16Stage;
@@ -230,10 +242,18 @@ __device__ __forceinline__ void st_state(T *p, const T &v) {
 // with vector state loads and no stochastic rounding (it needs an F16 state). The launcher runs
 // every fp32 state there; the other run-time kernels' fp32 branches (the 8-column map) are kept
 // as they were, so that their code is unchanged, and are not launched.
+// kI16 (run-time kernels only): an int16 state (mtp_kernel_i16, `sc` its scales): read as
+// rn(float(q) * the read slot's decode scale of the row) before the first token, carried in
+// fp32, and each written step's row quantised from that step's fp32 values (FlashInfer's block
+// scaling: the row's max |s| over its 8 lanes, the encode factor rn(rcp.approx(max) * 32767), 1
+// for a zero row or without scales; q = rni(clamp(rn(s * e), +-32767)); the decode scale
+// rcp.approx(e) stored by lane 0 at the target's scale row: the dst or read slot's, or the
+// intermediate entry's step). No stochastic rounding (FlashInfer's rule).
 template <bool kHot, int kDstate, int kRounds, int kR, bool kSmall, bool kF32 = false,
-          bool kBf16State = false>
-__device__ __forceinline__ void mtp_body(const Args &a) {
+          bool kBf16State = false, bool kI16 = false>
+__device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = ScaleArgs{}) {
   static_assert(!kF32 || (!kHot && kR == 1 && !kSmall), "kF32: the run-time kernels");
+  static_assert(!kI16 || (!kHot && kR == 1 && !kSmall && !kF32), "kI16: the run-time kernels");
   static_assert(!kBf16State || (kHot && kRounds == 0), "kBf16State: hot kernels without SR");
   constexpr int NC = kDstate / 8;  // columns per lane
   constexpr int NP = NC / 2;       // column pairs per lane
@@ -547,6 +567,18 @@ __device__ __forceinline__ void mtp_body(const Args &a) {
             s[r][4 * j + 2] = v.z;
             s[r][4 * j + 3] = v.w;
           }
+        } else if constexpr (kI16) {
+          // The row's decode scale at the read slot (none is read for a pad).
+          const float f = sc.state_scale != nullptr && !pad && ok[r]
+                              ? sc.state_scale[read_slot * sc.slot_stride + h * dim + d]
+                              : 1.0f;
+#pragma unroll
+          for (int i = 0; i < NC; ++i)
+            s[r][i] = pad || !ok[r]
+                          ? 0.0f
+                          : __fmul_rn(static_cast<float>(reinterpret_cast<const int16_t *>(
+                                          read_head)[d * kDstate + mtp_col(m, i)]),
+                                      f);
         } else {
 #pragma unroll
           for (int i = 0; i < NC; ++i)
@@ -726,6 +758,51 @@ __device__ __forceinline__ void mtp_body(const Args &a) {
       for (int r = 0; r < R; ++r) {
         if (!ok[r]) continue;  // group-uniform
         char *const row = head + static_cast<int64_t>(d0 + r * kGroups) * kDstate * esize;
+        if constexpr (kI16) {
+          const int d = d0 + r * kGroups;
+          // The scale row of this head at the target: an intermediate entry's step (its
+          // element offset / dstate is ((e * cache_steps + t) * nheads + h) * dim), else the
+          // slot's. An entry past intermediate_state_scales (FlashInfer writes past it) is
+          // not written.
+          float *scale_head = nullptr;
+          if (sc.state_scale != nullptr) {
+            if (a.inter != nullptr) {
+              const int64_t at = (head - static_cast<char *>(a.inter)) / 2 / kDstate;
+              if (at / (static_cast<int64_t>(a.nheads) * dim) >= sc.inter_entries * a.cache_steps)
+                continue;  // group-uniform
+              scale_head = sc.inter_scales + at;
+            } else {
+              const int64_t slot =
+                  ((head - static_cast<char *>(a.state)) / 2 - head_elems) / a.state_stride;
+              scale_head = sc.state_scale + slot * sc.slot_stride + h * dim;
+            }
+          }
+          float e = 1.0f;
+          if (scale_head != nullptr) {  // group-uniform
+            float mx = -3.40282347e38f;
+#pragma unroll
+            for (int i = 0; i < NC; ++i) mx = fmaxf(mx, fabsf(s[r][i]));
+            mx = fmaxf(mx, __shfl_xor_sync(gmask, mx, 4, kGroupLanes));
+            mx = fmaxf(mx, __shfl_xor_sync(gmask, mx, 2, kGroupLanes));
+            mx = fmaxf(mx, __shfl_xor_sync(gmask, mx, 1, kGroupLanes));
+            e = mx == 0.0f ? 1.0f : __fmul_rn(ssu::rcp_approx(mx), 32767.0f);
+            if (m == 0) scale_head[d] = ssu::rcp_approx(e);
+          }
+          auto q16 = [&](float v) {
+            const float c = fminf(fmaxf(__fmul_rn(v, e), -32767.0f), 32767.0f);
+            return static_cast<uint32_t>(__float2int_rn(c)) & 0xffffu;
+          };
+#pragma unroll
+          for (int j = 0; j < NC / 8; ++j) {
+            uint32_t w[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+              w[k] = q16(s[r][8 * j + 2 * k]) | (q16(s[r][8 * j + 2 * k + 1]) << 16);
+            st_state(reinterpret_cast<uint4 *>(row + 2 * (64 * j + 8 * m)),
+                     uint4{w[0], w[1], w[2], w[3]});
+          }
+          continue;
+        }
         if (sdt == MAMBA_SSU_F16 || kHot) {
           uint32_t h2[NP];
           if (rounds > 0) {
@@ -908,6 +985,20 @@ __global__ void __launch_bounds__(kThreads, (mtp_min_blocks(true, kDstate, 0, kR
   static_assert(kR <= mtp_max_rows(kDstate), "rows per group past the dstate's limit");
   mtp_body<true, kDstate, 0, kR, kSmall, false, true>(a);
 }
+
+// The run-time kernel of an int16 state (kI16: FlashInfer's block-scaled state, no SR), one row
+// per group; `sc` its decode scales. A kernel of its own, with the scales as a second argument,
+// so that the other kernels' names, parameter blocks and code stay as they are.
+template <int kDstate>
+__global__ void __launch_bounds__(kThreads, 1) mtp_kernel_i16(const Args a, const ScaleArgs sc) {
+  mtp_body<false, kDstate, -1, 1, false, false, false, true>(a, sc);
+}
+
+// Launches the mtp_kernel_i16 of a plan (dstate 64, 128 or 256) on `nblocks` blocks with `smem`
+// bytes of dynamic shared memory; the launch status (ssu_mtp_i16.cu, its own translation unit,
+// linked after the other multi-token kernels).
+int launch_i16(const Args &a, const ScaleArgs &sc, int dstate, unsigned nblocks, size_t smem,
+               cudaStream_t st);
 
 // Launches the mtp_kernel_bf16 of a plan (dstate 64, 128 or 256; rows per group 1, 2 or 4; the
 // small-grid form) on `nblocks` blocks with `smem` bytes of dynamic shared memory; the launch

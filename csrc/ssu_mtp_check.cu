@@ -37,7 +37,8 @@ __int128 extent_bytes(int64_t n0, int64_t s0, int64_t n1, int64_t s1, __int128 i
 
 }  // namespace
 
-int mtp_check(const mamba_ssu_mtp_params *p, const mamba_ssu_seed &seed, const SeedNames &names) {
+int mtp_check(const mamba_ssu_mtp_params *p, const mamba_ssu_seed &seed, const SeedNames &names,
+              const StateScale *scale) {
   if (p == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "params: null pointer");
   int s;
   const bool varlen = p->cu_seqlens != nullptr;
@@ -79,8 +80,8 @@ int mtp_check(const mamba_ssu_mtp_params *p, const mamba_ssu_seed &seed, const S
   if (varlen && p->total_tokens < 0)
     return invalid("total_tokens: expected >= 0, got %lld", ll(p->total_tokens));
 
-  // Enumerations.
-  if (!is_float_dtype(p->state_dtype))
+  // Enumerations. An I16 state comes with its scales (StateScale, mamba_ssu_args only).
+  if (!is_float_dtype(p->state_dtype) && !(scale != nullptr && p->state_dtype == MAMBA_SSU_I16))
     return invalid("state_dtype: expected F32, F16 or BF16, got %lld", ll(p->state_dtype));
   if (!is_float_dtype(p->input_dtype))
     return invalid("input_dtype: expected F32, F16 or BF16, got %lld", ll(p->input_dtype));
@@ -122,6 +123,19 @@ int mtp_check(const mamba_ssu_mtp_params *p, const mamba_ssu_seed &seed, const S
     return s;
   // The seed, exactly as the single-token check.
   if ((s = check_seed(seed, p->state_dtype, names))) return s;
+  // An I16 state's decode scales: 4-byte aligned, the rows of different slots apart; the
+  // intermediate buffer's with an int16 buffer and scales (the contract requires them there).
+  const bool scaled = scale != nullptr && scale->data != nullptr;
+  if (scaled) {
+    if ((s = check_state_scale(*scale, p->nheads, p->dim, p->state_cache_size))) return s;
+    if (p->intermediate_states != nullptr) {
+      if (scale->inter == nullptr)
+        return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                    "intermediate_state_scales: required with an int16 intermediate buffer and "
+                    "state_scale (FlashInfer's kernel writes the buffer's scales there)");
+      if ((s = check_pointer(scale->inter, "intermediate_state_scales", 4))) return s;
+    }
+  }
   if ((s = check_index(p->state_batch_indices, "state_batch_indices", p->index_dtype,
                        p->state_batch_indices_stride, "state_batch_indices_stride")))
     return s;
@@ -266,6 +280,11 @@ int mtp_check(const mamba_ssu_mtp_params *p, const mamba_ssu_seed &seed, const S
     if (e.present && e.bytes > kMaxExtentBytes)
       return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "%s: extent above 2^60 bytes", e.name);
   }
+  if (scaled && extent_bytes(p->state_cache_size, scale->slot_stride, 1, 0, row, 4) > kMaxExtentBytes)
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "state_scale: extent above 2^60 bytes");
+  if (scaled && scale->inter != nullptr &&
+      mul_sat(mul_sat(mul_sat(scale->inter_entries, p->cache_steps), row), 4) > kMaxExtentBytes)
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "intermediate_state_scales: extent above 2^60 bytes");
   return MAMBA_SSU_SUCCESS;
 }
 

@@ -34,6 +34,7 @@ constexpr const char *kArgumentNames[] = {
     "seed.pointer", "seed.position", "seed.next", "seed.reserved", "n", "offset",
     "intragraph_offset", "seed_ptr", "offset_ptr", "prefetcher", "generator", "position",
     "links", "seed", "stream", "layer", "seed_out", "seeds_per_forward", "prefetch_point",
+    "state_scale", "intermediate_state_scales",
     "layout", "graph_increment", "increment", "buf", "rounds",
 };
 

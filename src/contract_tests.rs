@@ -206,17 +206,165 @@ fn descriptors_and_what_is_not_served() {
         (single, |a| a.C.shape[1] = -2, INV, "C", "expected size(1) >= 0, got -2"),
         (single, |a| a.D.data = std::ptr::null_mut(), INV, "D", "null data pointer"),
         (single, |a| a.out.rank = 0, INV, "out", "a required tensor, got none"),
+        // Decode scales with a float state (block scaling is for an int16 state).
         (single, |a| { a.state_scale = dense(20, F32, &[SLOTS, NH, DIM]);
                        a.seed.mode = sys::MAMBA_SSU_SEED_MODE_NONE as i32; }, UNS, "state_scale",
-            "not served"),
+            "decode scales with a state of dtype F16 are not served"),
         // With a seed: FlashInfer's Python check of the pair comes first (ValueError).
         (single, |a| a.state_scale = dense(20, F32, &[SLOTS, NH, DIM]), VAL, "state_scale",
             "not allowed together with a seed"),
-        (single, |a| a.state.dtype = I16, UNS, "state", "int16 state is not served"),
+        // Intermediate scales without state_scale (an int16 buffer without scales holds its
+        // integers).
         (fixed, |a| a.intermediate_state_scales = dense(21, F32, &[BATCH, T, NH, DIM]), UNS,
-            "intermediate_state_scales", "not served"),
+            "intermediate_state_scales", "without state_scale are not served"),
         (single, |a| a.reserved = 1, VAL, "reserved", "expected 0, got 1"),
     ]);
+}
+
+/// `single()` with an int16 state, its decode scales (dense F32 (SLOTS, NH, DIM)) and no seed.
+fn int16() -> sys::mamba_ssu_args {
+    let mut a = single();
+    a.state.dtype = I16;
+    a.state_scale = dense(20, F32, &[SLOTS, NH, DIM]);
+    a.seed.mode = sys::MAMBA_SSU_SEED_MODE_NONE as i32;
+    a
+}
+
+/// `fixed()` with an int16 state and decode scales, no seed.
+fn int16_fixed() -> sys::mamba_ssu_args {
+    let mut a = fixed();
+    a.state.dtype = I16;
+    a.state_scale = dense(20, F32, &[SLOTS, NH, DIM]);
+    a.seed.mode = sys::MAMBA_SSU_SEED_MODE_NONE as i32;
+    a
+}
+
+/// `varlen()` (an intermediate buffer) with an int16 state and buffer, both sets of scales, no
+/// seed.
+fn int16_varlen() -> sys::mamba_ssu_args {
+    let mut a = varlen();
+    a.state.dtype = I16;
+    a.intermediate_states.dtype = I16;
+    a.state_scale = dense(20, F32, &[SLOTS, NH, DIM]);
+    a.intermediate_state_scales = dense(21, F32, &[BATCH, T, NH, DIM]);
+    a.seed.mode = sys::MAMBA_SSU_SEED_MODE_NONE as i32;
+    a
+}
+
+/// FlashInfer's int16 block-scaled state: `state_scale` (slots, nheads, dim) F32 with
+/// FlashInfer's host-wrapper rules (sizes, stride(2) == 1, stride(1) == dim; a 4-D one with a
+/// trailing 1 squeezed), its slots' rows apart; an int16 state without scales; multi token
+/// `intermediate_state_scales` (batch, cache_steps, nheads, dim), contiguous, required with an
+/// int16 buffer and scales.
+#[rustfmt::skip]
+#[test]
+fn int16_state_rules() {
+    check_rules(&[
+        (int16, |a| a.state_scale.shape[0] = SLOTS + 1, INV, "state_scale",
+            "expected size(0) == state.size(0) (3), got 4"),
+        (int16, |a| a.state_scale.shape[1] = NH - 1, INV, "state_scale",
+            "expected size(1) == nheads (4), got 3"),
+        (int16, |a| a.state_scale.shape[2] = DIM * 2, INV, "state_scale",
+            "expected size(2) == dim (8), got 16"),
+        (int16, |a| a.state_scale = dense(20, F32, &[SLOTS, NH, DIM, 2]), INV, "state_scale",
+            "expected 3 dimensions (slots, nheads, dim), or 4 with a trailing 1, got 4"),
+        (int16, |a| a.state_scale = dense(20, F32, &[SLOTS, NH * DIM]), INV, "state_scale",
+            "expected 3 dimensions"),
+        (int16, |a| a.state_scale.strides[2] = 2, INV, "state_scale",
+            "expected stride(2) == 1 (1), got 2"),
+        (int16, |a| a.state_scale.strides[1] = DIM + 1, INV, "state_scale",
+            "expected stride(1) == dim (8), got 9"),
+        (int16, |a| a.state_scale.strides[0] = NH * DIM - 1, INV, "state_scale",
+            "expected stride(0) >= nheads * dim (32: the scales of different slots must not \
+             overlap), got 31"),
+        (int16, |a| a.state_scale.dtype = BF16, UNS, "state_scale",
+            "decode scales of dtype BF16 are not served (F32 expected)"),
+        (int16, |a| a.state_scale.dtype = I16, UNS, "state_scale", "of dtype I16"),
+        (int16, |a| a.state_scale.data = (ph(20) as usize + 2) as *mut std::ffi::c_void, INV,
+            "state_scale", "4-byte aligned"),
+        // FlashInfer's Python check of a seed with scales comes first (ValueError); a seed with
+        // an int16 state without scales is refused by the seed's rule.
+        (int16, |a| a.seed.mode = sys::MAMBA_SSU_SEED_MODE_POINTER as i32, VAL, "state_scale",
+            "not allowed together with a seed"),
+        (int16, |a| { a.state_scale = absent(); a.seed.mode = sys::MAMBA_SSU_SEED_MODE_POINTER as i32; },
+            INV, "philox_rounds", "needs an F16 state"),
+        // Multi token: the intermediate buffer's scales (FlashInfer's host-wrapper rules).
+        (int16_varlen, |a| a.intermediate_state_scales = absent(), INV,
+            "intermediate_state_scales", "required with an int16 intermediate_states_buffer and \
+             state_scale"),
+        (int16_varlen, |a| a.intermediate_state_scales.shape[0] = BATCH + 1, INV,
+            "intermediate_state_scales", "expected size(0) == batch (2), got 3"),
+        (int16_varlen, |a| a.intermediate_state_scales.shape[1] = T + 1, INV,
+            "intermediate_state_scales", "expected size(1) == cache_steps (4), got 5"),
+        (int16_varlen, |a| a.intermediate_state_scales.shape[3] = DIM - 1, INV,
+            "intermediate_state_scales", "expected size(3) == dim (8), got 7"),
+        (int16_varlen, |a| a.intermediate_state_scales.strides[0] = T * NH * DIM + 8, INV,
+            "intermediate_state_scales", "expected stride(0) == cache_steps * nheads * dim (128)"),
+        (int16_varlen, |a| a.intermediate_state_scales.dtype = BF16, UNS,
+            "intermediate_state_scales", "of dtype BF16 are not served"),
+        (int16_varlen, |a| a.intermediate_state_scales.data = (ph(21) as usize + 2) as *mut c_void,
+            INV, "intermediate_state_scales", "4-byte aligned"),
+        (int16_varlen, |a| a.intermediate_states.dtype = F16, INV, "intermediate_states_buffer",
+            "expected dtype I16 (the dtype of state), got F16"),
+        (int16_fixed, |a| a.state_scale.shape[0] = SLOTS - 1, INV, "state_scale",
+            "expected size(0) == state.size(0) (3), got 2"),
+    ]);
+    // Accepted: with scales (3-D, 4-D with a trailing 1, slot rows padded), without, every
+    // algorithm but HORIZONTAL, both index dtypes; the problem reports the I16 state.
+    let mut accepted = 0;
+    for algorithm in [
+        sys::MAMBA_SSU_ALGO_AUTO,
+        sys::MAMBA_SSU_ALGO_SIMPLE,
+        sys::MAMBA_SSU_ALGO_VERTICAL,
+    ] {
+        for scales in 0..4 {
+            let mut a = int16();
+            a.algorithm = algorithm as i32;
+            match scales {
+                0 => a.state_scale = absent(),
+                1 => {}
+                2 => a.state_scale = dense(20, F32, &[SLOTS, NH, DIM, 1]),
+                _ => a.state_scale = tensor(20, F32, &[SLOTS, NH, DIM], &[NH * DIM + 4, DIM, 1]),
+            }
+            if scales == 3 {
+                a.state_batch_indices.dtype = I64;
+                a.dst_state_batch_indices.dtype = I64;
+            }
+            let p = check(&a).unwrap_or_else(|e| panic!("algorithm {algorithm}, scales {scales}: {e:?}"));
+            assert_eq!((p.state_dtype, p.form), (I16, sys::MAMBA_SSU_FORM_SINGLE as i32));
+            // The run-time kernel, in the layout asked (AUTO: simple for this small grid).
+            let mut out = sys::mamba_ssu_launch_plan::default();
+            // SAFETY: valid pointers; num_sms > 0 touches no device.
+            assert_eq!(unsafe { sys::mamba_ssu_plan(&a, SMS, &mut out) }, OK);
+            let want = if algorithm == sys::MAMBA_SSU_ALGO_VERTICAL {
+                sys::MAMBA_SSU_ALGO_VERTICAL
+            } else {
+                sys::MAMBA_SSU_ALGO_SIMPLE
+            };
+            assert_eq!((out.compiled_kernel, out.algorithm), (0, want as i32), "{out:?}");
+            accepted += 1;
+        }
+    }
+    assert_eq!(accepted, 12);
+    // Multi token: every form, with and without scales, the run-time kernel.
+    for (base, what) in [
+        (int16_fixed as fn() -> sys::mamba_ssu_args, "fixed"),
+        (int16_varlen, "varlen"),
+    ] {
+        for scaled in [true, false] {
+            let mut a = base();
+            if !scaled {
+                a.state_scale = absent();
+                a.intermediate_state_scales = absent();
+            }
+            let p = check(&a).unwrap_or_else(|e| panic!("{what}, scaled {scaled}: {e:?}"));
+            assert_eq!((p.state_dtype, p.form), (I16, sys::MAMBA_SSU_FORM_MULTI as i32));
+            let mut out = sys::mamba_ssu_launch_plan::default();
+            // SAFETY: valid pointers; num_sms > 0 touches no device.
+            assert_eq!(unsafe { sys::mamba_ssu_plan(&a, SMS, &mut out) }, OK);
+            assert_eq!(out.compiled_kernel, 0, "{what}: {out:?}");
+        }
+    }
 }
 
 #[rustfmt::skip]
@@ -298,10 +446,10 @@ fn horizontal_rules() {
                            a.state.dtype = I16;
                            a.seed.mode = sys::MAMBA_SSU_SEED_MODE_NONE as i32; }, INV, "algorithm",
             "does not take a block-scaled int16 state"),
-        // An int16 state without scales: the crate's refusal of that dtype.
+        // An int16 state without scales: the crate's horizontal kernel has no int16 path.
         (horizontal, |a| { a.state.dtype = I16;
-                           a.seed.mode = sys::MAMBA_SSU_SEED_MODE_NONE as i32; }, UNS, "state",
-            "int16 state is not served"),
+                           a.seed.mode = sys::MAMBA_SSU_SEED_MODE_NONE as i32; }, UNS, "algorithm",
+            "HORIZONTAL with an I16 state is not served"),
         // With a seed, FlashInfer's Python check of a seed with state_scale still comes first.
         (horizontal, |a| a.state_scale = dense(20, F32, &[SLOTS, NH, 64]), VAL, "state_scale",
             "not allowed together with a seed"),
@@ -503,7 +651,7 @@ fn seed_rules() {
         // FlashInfer's Python check: before any tensor rule.
         (varlen, |a| { a.seed.rounds = 0; a.x.shape[1] = NH + 1; }, VAL, "philox_rounds",
             "got 0"),
-        (single, |a| { a.state.dtype = BF16; }, UNS, "philox_rounds",
+        (single, |a| { a.state.dtype = BF16; }, INV, "philox_rounds",
             "stochastic rounding (10 rounds) needs an F16 state"),
         (single, |a| a.seed.pointer = std::ptr::null(), INV, "seed.pointer", "null pointer"),
         (fixed, |a| a.seed.pointer = (ph(40) as usize + 4) as *const i64, INV, "seed.pointer",
@@ -1099,7 +1247,7 @@ fn deprecated_blocks_meet_the_same_seed_check() {
     p.seed_offset = 8;
     p.state_dtype = BF16;
     let (status, arg, _) = c(&p);
-    assert_eq!((status, arg.as_str()), (UNS, "philox_rounds"));
+    assert_eq!((status, arg.as_str()), (INV, "philox_rounds"));
     p.state_dtype = F16;
     p.seed_next = (ph(41) as usize + 4) as *mut i64;
     let (status, arg, _) = c(&p);

@@ -149,17 +149,24 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        // An int16 state (FlashInfer's block-scaled state) is not served.
+        // Decode scales (FlashInfer's block-scaled state) with an fp16 state are not served.
         let mut args = sys::mamba_ssu_args::default();
         args.state.rank = 1;
-        args.state.dtype = sys::MAMBA_SSU_I16 as i32;
+        args.state.dtype = sys::MAMBA_SSU_F16 as i32;
         args.state.shape[0] = 1;
+        args.state_scale.rank = 1;
+        args.state_scale.dtype = sys::MAMBA_SSU_F32 as i32;
+        args.state_scale.shape[0] = 1;
+        args.state_scale.data = 0x1000 as *mut std::ffi::c_void;
         // SAFETY: a valid call description; the check reads it only.
         let status = unsafe { sys::mamba_ssu_check(&args, std::ptr::null_mut()) };
         match check(status) {
             Err(Error::Unsupported { argument, message }) => {
-                assert_eq!(argument, "state");
-                assert!(message.contains("int16"), "{message}");
+                assert_eq!(argument, "state_scale");
+                assert!(
+                    message.contains("block scaling is for an I16 state"),
+                    "{message}"
+                );
             }
             other => panic!("{other:?}"),
         }

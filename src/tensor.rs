@@ -43,13 +43,16 @@ pub enum DType {
     I32,
     /// 64-bit signed integer.
     I64,
+    /// 16-bit signed integer: FlashInfer's int16 state (block-scaled with
+    /// [`SsuArgs::state_scale`](crate::ssu::SsuArgs::state_scale); single token).
+    I16,
 }
 
 impl DType {
     /// Size of one element in bytes.
     pub const fn size_bytes(self) -> usize {
         match self {
-            DType::F16 | DType::BF16 => 2,
+            DType::F16 | DType::BF16 | DType::I16 => 2,
             DType::F32 | DType::I32 => 4,
             DType::I64 => 8,
         }
@@ -68,6 +71,7 @@ impl DType {
             DType::BF16 => "BF16",
             DType::I32 => "I32",
             DType::I64 => "I64",
+            DType::I16 => "I16",
         }
     }
 
@@ -79,15 +83,23 @@ impl DType {
             DType::BF16 => sys::MAMBA_SSU_BF16,
             DType::I32 => sys::MAMBA_SSU_I32,
             DType::I64 => sys::MAMBA_SSU_I64,
+            DType::I16 => sys::MAMBA_SSU_I16,
         }) as i32
     }
 
     /// The dtype of a C ABI `mamba_ssu_dtype` value (`None` for one this type has no variant
     /// for).
     pub(crate) fn from_ffi(v: i32) -> Option<DType> {
-        [DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64]
-            .into_iter()
-            .find(|d| d.ffi() == v)
+        [
+            DType::F32,
+            DType::F16,
+            DType::BF16,
+            DType::I32,
+            DType::I64,
+            DType::I16,
+        ]
+        .into_iter()
+        .find(|d| d.ffi() == v)
     }
 }
 
@@ -100,22 +112,24 @@ impl fmt::Display for DType {
 mod sealed {
     use super::*;
 
-    /// A borrowed device view of one of the five element types.
+    /// A borrowed device view of one of the six element types.
     pub enum AnyView<'a> {
         F32(CudaView<'a, f32>),
         F16(CudaView<'a, f16>),
         BF16(CudaView<'a, bf16>),
         I32(CudaView<'a, i32>),
         I64(CudaView<'a, i64>),
+        I16(CudaView<'a, i16>),
     }
 
-    /// A borrowed mutable device view of one of the five element types.
+    /// A borrowed mutable device view of one of the six element types.
     pub enum AnyViewMut<'a> {
         F32(CudaViewMut<'a, f32>),
         F16(CudaViewMut<'a, f16>),
         BF16(CudaViewMut<'a, bf16>),
         I32(CudaViewMut<'a, i32>),
         I64(CudaViewMut<'a, i64>),
+        I16(CudaViewMut<'a, i16>),
     }
 
     /// Seals [`super::Element`]: a wrong `DTYPE` would break the bounds checks.
@@ -141,6 +155,7 @@ mod sealed {
     sealed_impl!(bf16, BF16);
     sealed_impl!(i32, I32);
     sealed_impl!(i64, I64);
+    sealed_impl!(i16, I16);
 
     macro_rules! each {
         ($e:expr, $enum:ident, $v:ident => $body:expr) => {
@@ -150,6 +165,7 @@ mod sealed {
                 $enum::BF16($v) => $body,
                 $enum::I32($v) => $body,
                 $enum::I64($v) => $body,
+                $enum::I16($v) => $body,
             }
         };
     }
@@ -205,6 +221,9 @@ impl Element for i32 {
 }
 impl Element for i64 {
     const DTYPE: DType = DType::I64;
+}
+impl Element for i16 {
+    const DTYPE: DType = DType::I16;
 }
 
 /// A read-only device buffer a [`Tensor`] can borrow: `&CudaSlice<T>`, `CudaView<T>` or
@@ -623,16 +642,24 @@ mod tests {
             (DType::BF16, 2),
             (DType::I32, 4),
             (DType::I64, 8),
+            (DType::I16, 2),
         ] {
             assert_eq!(t.size_bytes(), size);
             assert_eq!(t.to_string(), t.name());
         }
         assert_eq!(DType::F16.ffi(), sys::MAMBA_SSU_F16 as i32);
         assert_eq!(DType::I64.ffi(), 4);
-        for t in [DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64] {
+        for t in [
+            DType::F32,
+            DType::F16,
+            DType::BF16,
+            DType::I32,
+            DType::I64,
+            DType::I16,
+        ] {
             assert_eq!(DType::from_ffi(t.ffi()), Some(t));
         }
-        assert_eq!(DType::from_ffi(sys::MAMBA_SSU_I16 as i32), None);
+        assert_eq!(DType::I16.ffi(), sys::MAMBA_SSU_I16 as i32);
         assert_eq!(DType::from_ffi(sys::MAMBA_SSU_DTYPE_OTHER), None);
     }
 }

@@ -132,6 +132,10 @@ fn outside_blocks_changed(
     changed
 }
 
+/// The downloaded pieces of a launch: the state, `out`, and an int16 state's decode scales.
+type Pieces = Vec<(u64, Vec<u8>)>;
+type LaunchResult = (Pieces, Pieces, Option<Pieces>);
+
 /// One launch of our kernel on a case's inputs with algorithm `alg`: the whole input state
 /// storage uploaded with the recorded strides, `out` (laid out as `out_desc`) poisoned with 0xFF
 /// bytes like the reference rig, the case's flags; the launch's result, and (when it launched)
@@ -146,12 +150,16 @@ fn launch_case(
     hosts: &BTreeMap<String, common::HostStorage>,
     alg: &'static str,
     out_desc: &common::TensorDesc,
-) -> Result<(Vec<(u64, Vec<u8>)>, Vec<(u64, Vec<u8>)>), (bool, String)> {
+) -> Result<LaunchResult, (bool, String)> {
     let state_desc = case.input("state").unwrap();
     let mut state = SparseStorage::upload(ctx, stream, state_desc, &hosts["state"]);
+    // An int16 state's decode scales: read and written, downloaded after the call.
+    let scale_desc = case.input("state_scale");
+    let mut scale =
+        scale_desc.map(|t| DevBuf::from_bytes(stream, &t.dtype, &hosts[&t.name].to_dense()));
     let mut bufs: BTreeMap<&str, DevBuf> = BTreeMap::new();
     for t in &case.inputs {
-        if t.name != "state" {
+        if t.name != "state" && t.name != "state_scale" {
             bufs.insert(
                 t.name.as_str(),
                 DevBuf::from_bytes(stream, &t.dtype, &hosts[&t.name].to_dense()),
@@ -169,6 +177,11 @@ fn launch_case(
         })
     };
     let mut call = ssu_dev::Call {
+        state_scale: scale.as_mut().zip(scale_desc).map(|(buf, t)| ssu_dev::Out {
+            buf,
+            shape: usizes(&t.shape),
+            strides: usizes(&t.strides),
+        }),
         state: ssu_dev::Out {
             buf: state.buf_mut(),
             shape: usizes(&state_desc.shape),
@@ -214,7 +227,12 @@ fn launch_case(
     stream
         .synchronize()
         .map_err(|e| (false, format!("KERNEL ERROR: {e}")))?;
-    Ok((state.download(), vec![(0u64, out.download_all(stream))]))
+    let scale = scale.as_mut().map(|b| vec![(0u64, b.download_all(stream))]);
+    Ok((
+        state.download(),
+        vec![(0u64, out.download_all(stream))],
+        scale,
+    ))
 }
 
 /// The runs FlashInfer's launcher refused (`rejected_algorithms` entries of status "rejected";
@@ -315,26 +333,43 @@ fn run_one(
         };
     };
     let out_desc = r.output("out");
-    let (got_state, got_out) = match launch_case(ctx, stream, m, case, hosts, name, out_desc) {
-        Ok(v) => v,
-        Err((_, e)) => {
-            return Outcome {
-                line: format!("{label} {e} |"),
-                failed: true,
+    let (got_state, got_out, got_scale) =
+        match launch_case(ctx, stream, m, case, hosts, name, out_desc) {
+            Ok(v) => v,
+            Err((_, e)) => {
+                return Outcome {
+                    line: format!("{label} {e} |"),
+                    failed: true,
+                }
             }
-        }
-    };
+        };
 
     let (sd, s_ulp, s_hash, s_first) = compare_output(m, r.output("state"), &got_state);
     let untouched = outside_blocks_changed(r.output("state"), &got_state, &hosts["state"]);
     let (od, o_ulp, o_hash, o_first) = compare_output(m, out_desc, &got_out);
-    let state_ok = sd == 0 && s_hash == 0 && untouched == 0;
+    // An int16 state's decode scales, compared like the state (every block, and nothing
+    // outside them changed); a missing recorded output is a difference.
+    let (mut cd, mut c_first) = (0usize, String::new());
+    if let Some(got) = &got_scale {
+        match r.outputs.iter().find(|t| t.name == "state_scale") {
+            Some(t) => {
+                let (n, _, h, f) = compare_output(m, t, got);
+                cd = n + h + outside_blocks_changed(t, got, &hosts["state_scale"]);
+                c_first = f;
+            }
+            None => {
+                cd = 1;
+                c_first = "no recorded state_scale output".into();
+            }
+        }
+    }
+    let state_ok = sd == 0 && s_hash == 0 && untouched == 0 && cd == 0;
     let out_ok = od == 0 && o_hash == 0;
     let state_col = if state_ok {
         "ok".to_string()
     } else {
         format!(
-            "DIFFERS {sd} el (max {s_ulp} ulp){}{}",
+            "DIFFERS {sd} el (max {s_ulp} ulp){}{}{}",
             if s_hash > 0 {
                 format!(", {s_hash} hash-only blocks")
             } else {
@@ -342,6 +377,11 @@ fn run_one(
             },
             if untouched > 0 {
                 format!(", {untouched} outside blocks")
+            } else {
+                String::new()
+            },
+            if cd > 0 {
+                format!(", {cd} scales")
             } else {
                 String::new()
             }
@@ -362,7 +402,7 @@ fn run_one(
             "-".into()
         }
     );
-    for f in [&s_first, &o_first] {
+    for f in [&s_first, &o_first, &c_first] {
         if !f.is_empty() {
             line.push_str(&format!(" first: {f};"));
         }
@@ -819,6 +859,7 @@ fn sparse_stride_case(stride: u64) {
         let mut out = DevBuf::alloc(&stream, "bfloat16", batch * nheads * dim);
         out.fill_bytes(&stream, 0, batch * nheads * dim, 0xFF);
         let mut call = ssu_dev::Call {
+            state_scale: None,
             state: ssu_dev::Out {
                 buf: state.buf_mut(),
                 shape: vec![slots, nheads, dim, dstate],
@@ -1056,6 +1097,7 @@ fn replicated_call(
         strides: vec![1],
     };
     let mut call = ssu_dev::Call {
+        state_scale: None,
         state: ssu_dev::Out {
             buf: &mut state,
             shape: vec![1 + batch, NH, DIM, DS],
@@ -1305,6 +1347,7 @@ fn sr_special_values_match_the_software_conversion() {
             let mut st = DevBuf::from_bytes(&stream, "float16", &vec![0u8; slots * slot_elems * 2]);
             let mut out = DevBuf::alloc(&stream, "bfloat16", batch * nheads * DIM);
             let mut call = ssu_dev::Call {
+                state_scale: None,
                 state: ssu_dev::Out {
                     buf: &mut st,
                     shape: vec![slots, nheads, DIM, DS],

@@ -311,6 +311,7 @@ fn call<'a>(p: &Problem, dev: &'a mut Dev, rounds: u32, disable: bool) -> ssu_de
     let x_like = |buf: &'a DevBuf| inp(buf, vec![bt, nh, dim], vec![p.x_stride, dim, 1]);
     let head = |buf: &'a DevBuf| inp(buf, vec![nh, dim], vec![1, 0]);
     ssu_dev::Call {
+        state_scale: None,
         state: ssu_dev::Out {
             buf: &mut dev.state,
             shape: vec![p.cache, nh, dim, ds],

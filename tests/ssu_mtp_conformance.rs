@@ -304,7 +304,15 @@ struct Got {
     state: Vec<(u64, Vec<u8>)>,
     inter: Option<Vec<(u64, Vec<u8>)>>,
     out: Vec<(u64, Vec<u8>)>,
+    /// An int16 state's decode scales: `state_scale`, `intermediate_state_scales` (where given).
+    scales: Vec<(&'static str, Pieces)>,
 }
+
+/// Downloaded pieces of a storage: `(elem offset, bytes)`.
+type Pieces = Vec<(u64, Vec<u8>)>;
+
+/// The decode-scale tensors of an int16 call, read and written like the state.
+const SCALES: [&str; 2] = ["state_scale", "intermediate_state_scales"];
 
 /// Runs the case's call once on freshly uploaded storages, with `out` laid out as `out_desc`.
 fn run_case(
@@ -323,12 +331,14 @@ fn run_case(
             .iter()
             .map(|(o, b)| (*o, o + (b.len() / t.elem_size()) as u64))
             .collect();
-        // The intermediate buffer is poisoned whole, like the recording (its blocks are too).
-        let fill = if t.name == "intermediate_states_buffer" {
-            0xFF
-        } else {
-            0
-        };
+        // The intermediate buffer and its scales are poisoned whole, like the recording (their
+        // blocks are too).
+        let fill =
+            if t.name == "intermediate_states_buffer" || t.name == "intermediate_state_scales" {
+                0xFF
+            } else {
+                0
+            };
         dev.insert(
             t.name.clone(),
             storage(ctx, stream, t, &ranges, fill, &host.pieces),
@@ -336,6 +346,10 @@ fn run_case(
     }
     let mut state = dev.remove("state").expect("state input");
     let mut inter = dev.remove("intermediate_states_buffer");
+    let mut scale_bufs: Vec<(&'static str, SparseStorage)> = SCALES
+        .iter()
+        .filter_map(|&n| dev.remove(n).map(|s| (n, s)))
+        .collect();
     let mut out = storage(ctx, stream, out_desc, &block_ranges(out_desc), 0xFF, &[]);
 
     let input = |name: &str| {
@@ -376,6 +390,8 @@ fn run_case(
             strides: usizes(&t.strides),
         }),
         intermediate_state_indices: input("intermediate_state_indices"),
+        state_scale: None,
+        intermediate_state_scales: None,
         cache_steps: cache_steps(case),
         pad_slot_id: case.pad_slot_id,
         dt_softplus: case.dt_softplus,
@@ -388,6 +404,19 @@ fn run_case(
         },
         sr_rule,
     };
+    for (name, buf) in scale_bufs.iter_mut() {
+        let t = case.input(name).unwrap();
+        let o = mtp_dev::Out {
+            buf: buf.buf_mut(),
+            shape: usizes(&t.shape),
+            strides: usizes(&t.strides),
+        };
+        if *name == "state_scale" {
+            call.state_scale = Some(o);
+        } else {
+            call.intermediate_state_scales = Some(o);
+        }
+    }
     mtp_dev::launch(stream, &mut call).map_err(|e| format!("LAUNCH ERROR: {e}"))?;
     drop(call);
     stream
@@ -397,6 +426,10 @@ fn run_case(
         state: state.download(),
         inter: inter.as_mut().map(SparseStorage::download),
         out: out.download(),
+        scales: scale_bufs
+            .iter_mut()
+            .map(|(n, s)| (*n, s.download()))
+            .collect(),
     })
 }
 
@@ -589,6 +622,9 @@ fn same_bytes(a: &Got, b: &Got) -> Vec<&'static str> {
     if a.out != b.out {
         differ.push("out");
     }
+    if a.scales != b.scales {
+        differ.push("decode scales");
+    }
     differ
 }
 
@@ -684,18 +720,50 @@ fn check_case(
             _ => None,
         };
         let od = compare_output(m, out_desc, &got.out, None, 0xFF);
+        // An int16 call's decode scales, each against its recorded output (a missing one is a
+        // difference).
+        let cds: Vec<(&str, Diff)> = got
+            .scales
+            .iter()
+            .map(|(n, p)| {
+                let gap = if *n == "intermediate_state_scales" {
+                    0xFF
+                } else {
+                    0
+                };
+                let d = match r.outputs.iter().find(|o| o.name == *n) {
+                    Some(t) => compare_output(m, t, p, hosts.get(*n), gap),
+                    None => Diff {
+                        blocks: 1,
+                        first: format!("no recorded {n} output"),
+                        ..Diff::default()
+                    },
+                };
+                (*n, d)
+            })
+            .collect();
         let mut line = format!(
             "{label} {:<28} | {:<28} | {:<28} |",
             sd.cell(),
             id.as_ref().map_or("-".to_string(), Diff::cell),
             od.cell()
         );
-        for d in [Some(&sd), id.as_ref(), Some(&od)].into_iter().flatten() {
+        for (n, d) in &cds {
+            line.push_str(&format!(" {n}: {} |", d.cell()));
+        }
+        for d in [Some(&sd), id.as_ref(), Some(&od)]
+            .into_iter()
+            .flatten()
+            .chain(cds.iter().map(|(_, d)| d))
+        {
             if !d.first.is_empty() {
                 line.push_str(&format!(" first: {};", d.first));
             }
         }
-        let ok = sd.ok() && id.as_ref().is_none_or(Diff::ok) && od.ok();
+        let ok = sd.ok()
+            && id.as_ref().is_none_or(Diff::ok)
+            && od.ok()
+            && cds.iter().all(|(_, d)| d.ok());
         if !ok {
             failed.push(format!("{}/{} (run {k})", case.name, r.algorithm_requested));
         }
@@ -962,6 +1030,8 @@ fn case_spec(case: &Case, out_desc: &common::TensorDesc) -> mamba_ssu::ssu::MtpS
         cu_seqlens: opt("cu_seqlens"),
         intermediate_states_buffer: opt("intermediate_states_buffer"),
         intermediate_state_indices: opt("intermediate_state_indices"),
+        state_scale: None,
+        intermediate_state_scales: None,
         cache_steps: cache_steps(case),
         out: lay(out_desc),
         philox_rounds: case.philox_rounds,

@@ -792,6 +792,8 @@ fn call<'a>(p: &'a Problem, dev: &'a mut Dev) -> mtp_dev::MtpCall<'a> {
             }
         }),
         intermediate_state_indices: dev.inter_idx.as_ref().map(|b| idx(b, &[c.batch])),
+        state_scale: None,
+        intermediate_state_scales: None,
         cache_steps: p.cache_steps(),
         pad_slot_id: c.pad_slot_id,
         dt_softplus: c.softplus,
@@ -2283,6 +2285,8 @@ fn spec_of(p: &Problem) -> mamba_ssu::ssu::MtpSpec {
             .map(|_| idx_lay_as(p.aux_index(), &[c.batch + 1])),
         intermediate_states_buffer: p.inter_shape().map(|l| lay(c.state, l, p.inter_elems())),
         intermediate_state_indices: p.inter_idx.as_ref().map(|_| idx_lay(&[c.batch])),
+        state_scale: None,
+        intermediate_state_scales: None,
         cache_steps: p.cache_steps(),
         out: lay(c.input, p.out_layout(), p.out_elems()),
         philox_rounds: c.rounds,

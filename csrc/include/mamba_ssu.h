@@ -155,7 +155,8 @@ typedef enum mamba_ssu_dtype {
   MAMBA_SSU_BF16 = 2,
   MAMBA_SSU_I32 = 3,
   MAMBA_SSU_I64 = 4,
-  /* int16 (FlashInfer's block-scaled state): not served yet (MAMBA_SSU_ERROR_UNSUPPORTED). */
+  /* int16: FlashInfer's block-scaled state (mamba_ssu_args.state_scale), only through
+   * mamba_ssu_args. */
   MAMBA_SSU_I16 = 5
 } mamba_ssu_dtype;
 
@@ -692,7 +693,16 @@ int mamba_ssu_prefetcher_prepare_replay(mamba_ssu_prefetcher *p, mamba_ssu_strea
  *     dst_state_batch_indices has state_batch_indices' dtype, and so has
  *     intermediate_state_indices when both are given; num_accepted_tokens and cu_seqlens each
  *     have their own (FlashInfer compiles them independently).
- *     An int16 state, a state_scale, an intermediate_state_scales (multi token): UNSUPPORTED.
+ *     state I16: FlashInfer's int16 state, with or without state_scale (an int16
+ *     intermediate_states_buffer with it); a state_scale with a float state, decode scales of
+ *     another dtype than F32, intermediate_state_scales without state_scale, HORIZONTAL with
+ *     an I16 state: UNSUPPORTED.
+ *   state_scale (I16 state): (slots, nheads, dim) or (slots, nheads, dim, 1) (squeezed, as
+ *     FlashInfer's Python layer), size(0) == state.size(0), stride(2) == 1, stride(1) == dim,
+ *     stride(0) >= nheads * dim (slots' rows apart), 4-byte aligned; a seed with it:
+ *     INVALID_VALUE (above). intermediate_state_scales (multi token): (batch, cache_steps,
+ *     nheads, dim), contiguous, 4-byte aligned; required with an int16 intermediate buffer and
+ *     state_scale, not read without the buffer.
  *   sizes: every tensor's leading sizes agree with x's (batch, T or total_tokens) and its inner
  *     ones with state's (nheads, dim, dstate) and B's (ngroups); state_batch_indices and
  *     dst_state_batch_indices 1-D or 2-D, size(0) >= batch, a 2-D one size(1) >= T (1 single
@@ -771,7 +781,7 @@ typedef enum mamba_ssu_seed_mode {
 /* The seed of one call: its source, its rounds and its SR rule, the same for both forms.
  * Checked: mode and rule in their enumerations and reserved 0 (INVALID_VALUE); with a seed
  * (POINTER, DERIVED) rounds >= 1 (INVALID_VALUE; no upper bound, as FlashInfer) and an F16 state
- * (UNSUPPORTED); pointer (POINTER), position's device pointers (when given) and next 8-byte
+ * (INVALID_ARGUMENT: FlashInfer's build refuses SR of another state dtype); pointer (POINTER), position's device pointers (when given) and next 8-byte
  * aligned; position's offset a multiple of 4 when it is read (DERIVED, or next set). Errors
  * name "philox_rounds", "sr_rule", "seed.mode", "seed.pointer", "seed.position", "seed.next". */
 typedef struct mamba_ssu_seed {
@@ -800,8 +810,19 @@ typedef struct mamba_ssu_args {
   /* Multi-token only (optional): */
   mamba_ssu_tensor intermediate_states, intermediate_state_indices;
   mamba_ssu_tensor cu_seqlens, num_accepted_tokens;
-  /* int16 block-scaled state (FlashInfer's state_scale, intermediate_state_scales): not
-   * served yet, rejected as MAMBA_SSU_ERROR_UNSUPPORTED when given. */
+  /* An I16 state's float32 decode scales, one per state row (FlashInfer's block-scaled state;
+   * single token): the state is read as rn(float(q) * state_scale[read slot, h, d]) and, where
+   * it is written, each row is quantised from its fp32 values with m = max |s| over the row
+   * (NaN ignored), e = 1 when m is 0 else rn(rcp.approx(m) * 32767), q = round-to-nearest-even
+   * of clamp(rn(s * e), -32767, 32767), and rcp.approx(e) written to state_scale[write slot,
+   * h, d] (docs/flashinfer-ssu.md, "int16 block-scaled state"). Without state_scale an I16
+   * state is read as its integers and written with e = 1. A pad slot reads zeros (its scales
+   * are not read). Multi token the state is read once and carried in fp32 across the tokens;
+   * each written step (a dst slot, the read slot, or an intermediate entry's step) is quantised
+   * from that step's values, its scales at the slot's state_scale row or, for the intermediate
+   * buffer, at intermediate_state_scales[entry, step] (an entry >= its size(0) is not written;
+   * FlashInfer writes past the tensor there). intermediate_state_scales is ignored on the
+   * single-token path, as FlashInfer ignores it. */
   mamba_ssu_tensor state_scale, intermediate_state_scales;
   int64_t pad_slot_id;
   int64_t cache_steps;          /* FlashInfer's: 0 = not given */

@@ -305,7 +305,14 @@ def selective_state_update(
     ``num_accepted_tokens``, a ``cache_steps`` below 1) are ignored there, as FlashInfer ignores
     them. ``state``
     is updated in place (unless ``disable_state_update``; slots equal to ``pad_slot_id`` are
-    read as zeros and not written) and ``out`` is returned.
+    read as zeros and not written) and ``out`` is returned. An int16 ``state`` is FlashInfer's
+    block-scaled state: with ``state_scale`` (float32 (slots, nheads, dim), or with a trailing
+    1, strides (>= nheads * dim, dim, 1)) it is read as ``q * scale`` of the read slot, and each
+    written row is quantised with the encode factor 32767 / max |row| (FlashInfer's approximate
+    reciprocal) and its decode scale written at the write slot (multi token: at every written
+    step, the state carried in fp32 between them; an int16 intermediate buffer's scales go to
+    ``intermediate_state_scales`` (batch, cache_steps, nheads, dim)); without ``state_scale`` it
+    is read as its integers and written rounded and clamped to +-32767.
 
     Multi-token shapes: fixed length x, z, out (batch, T, nheads, dim), dt the same with strides
     (any, any, 1, 0), B, C (batch, T, ngroups, dstate); varlen x, z, out (total_tokens, nheads,
@@ -359,8 +366,9 @@ def selective_state_update(
     ``ValueError`` for option values and conflicts and for the ``rand_seed`` tensor's element
     count, dtype and device (FlashInfer's Python checks), ``TypeError`` for a ``rand_seed`` that
     is neither a tensor nor a :class:`FusedSeed`. Not served (``NotImplementedError`` naming
-    it): ``state_scale`` / int16 state, ``intermediate_state_scales``. Nothing is launched when
-    a check fails.
+    it): ``state_scale`` with a float state, decode scales of another dtype than float32,
+    ``intermediate_state_scales`` without ``state_scale``, "horizontal" with an int16 state
+    without scales. Nothing is launched when a check fails.
 
     ``backend``: "auto", "flashinfer" and "cake" all run the crate's kernels (FlashInfer's "cake"
     is an opt-in sm100 backend that falls back to FlashInfer's kernels on every other GPU, and

@@ -264,8 +264,9 @@ def _front_door(kw):
         (dict(algorithm="horizontal", state_scale=torch.ones(SLOTS, NHEADS, DIM)), RuntimeError,
          "algorithm"),
         (dict(make(dim=80), algorithm="horizontal"), RuntimeError, "algorithm"),
+        # SR of a state that is not fp16: FlashInfer's build fails (RuntimeError).
         (dict(rand_seed=torch.zeros(1, dtype=torch.int64), state=torch.zeros(SLOTS, NHEADS, DIM, DSTATE)),
-         NotImplementedError, "philox_rounds"),
+         RuntimeError, "philox_rounds"),
     ],
 )
 def test_each_c_status_raises_its_class(changes, exc, argument):
@@ -514,3 +515,41 @@ def test_multi_token_heads_per_group_outside_flashinfers_set_is_served():
     kw["dt_bias"] = torch.zeros(nh, dtype=torch.bfloat16)[:, None].expand(-1, dim)
     kw = with_groups(kw, 4)
     assert outcome(lambda: check(**kw))[0] == "ok"
+
+
+@pytest.mark.parametrize("scale_shape", [(SLOTS, NHEADS, DIM), (SLOTS, NHEADS, DIM, 1), None])
+def test_int16_state_is_taken_on_the_single_token_path(scale_shape):
+    """FlashInfer's int16 state: with decode scales (3-D, or 4-D with the trailing 1 its Python
+    layer squeezes) or without, the single-token and the multi-token call pass the check (on
+    meta tensors through the op's fake implementation too); a scale of another dtype and
+    "horizontal" with an unscaled int16 state are NotImplementedError, a mis-shaped scale and
+    "horizontal" with scales a RuntimeError, a seed with scales a ValueError, all naming the
+    argument."""
+    kw = make(device="meta")
+    kw["rand_seed"] = None
+    kw["state"] = torch.zeros(SLOTS, NHEADS, DIM, DSTATE, dtype=torch.int16, device="meta")
+    if scale_shape is not None:
+        kw["state_scale"] = torch.ones(scale_shape, dtype=torch.float32, device="meta")
+    assert outcome(lambda: check(**kw))[0] == "ok"
+    got = outcome(lambda: mamba_ssu.selective_state_update(**kw))
+    assert got[0] == "ok" and got[1].device.type == "meta", got
+    multi = dict(kw, cache_steps=2)
+    assert outcome(lambda: check(**multi))[0] == "ok"
+    cases = [
+        (dict(algorithm="horizontal"), RuntimeError if scale_shape else NotImplementedError,
+         "algorithm"),
+    ]
+    if scale_shape is not None:
+        cases += [
+            (dict(state_scale=kw["state_scale"].to(torch.bfloat16)), NotImplementedError,
+             "state_scale"),
+            (dict(state_scale=torch.ones(SLOTS, NHEADS, DIM + 1, device="meta")), RuntimeError,
+             "state_scale"),
+            (dict(rand_seed=torch.zeros(1, dtype=torch.int64, device="meta")), ValueError,
+             "state_scale"),
+        ]
+    for changes, exc, argument in cases:
+        bad = dict(kw, **changes)
+        want = outcome(lambda: check(**bad))
+        assert want[0] is exc and want[1].startswith(f"{argument}: "), (changes, want)
+        assert outcome(lambda: mamba_ssu.selective_state_update(**bad)) == want, changes

@@ -180,9 +180,12 @@ def mutate(rng, kw):
             kw[opt] = None
             return f"removed {opt}"
         b = kw["x"].shape[0]
+        st = kw["state"]
         kw[opt] = rng.choice([
             torch.zeros(b, dtype=I32), torch.zeros(b + 1, dtype=I64), torch.zeros(b, 2, dtype=I32),
             torch.zeros((), dtype=F32), torch.ones(b, 4, 8, dtype=F16),
+            # Decode scales shaped for the state (slots, nheads, dim): FlashInfer's state_scale.
+            torch.ones(*st.shape[:-1], dtype=F32) if st.dim() >= 2 else torch.ones(b, dtype=F32),
         ])
         return f"added {opt} {tuple(kw[opt].shape)}"
     return f"{kind} {name}"

@@ -177,7 +177,7 @@ fn the_multi_token_block_check_rejects_each_field_out_of_range() {
         (|p| p.sr_rule = 2, INV, "sr_rule: expected V072 (0) or V074 (1), got 2"),
         (|p| p.seed_source = 3, INV, "seed_source"),
         (|p| p.philox_rounds = -1, INV, "philox_rounds: expected >= 0, got -1"),
-        (|p| p.state_dtype = BF16, UNS, "philox_rounds"),
+        (|p| p.state_dtype = BF16, INV, "philox_rounds"),
         (|p| p.state = bump(p.state, 8) as *mut _, INV, "state: expected a 16-byte aligned"),
         (|p| p.x = bump(p.x, 1), INV, "x: expected a 2-byte aligned"),
         (|p| p.x = std::ptr::null(), INV, "x: null pointer"),

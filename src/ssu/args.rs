@@ -172,6 +172,14 @@ pub struct SsuArgs<'a> {
     pub dst_state_batch_indices: Option<Tensor<'a>>,
     /// Output (batch, nheads, dim), written.
     pub out: TensorMut<'a>,
+    /// Optional decode scales of an [`DType::I16`] state (FlashInfer's block-scaled state):
+    /// F32 (slots, nheads, dim) (or a trailing 1), strides (any >= nheads * dim, dim, 1), one per
+    /// state row: the state reads as `rn(q * scale[read slot, h, d])`, and each written row is
+    /// quantised from its fp32 values with the encode factor `32767 / max |row|` (FlashInfer's
+    /// approximate reciprocal) and its decode scale written at the write slot. Without it an
+    /// I16 state is read as its integers and written rounded and clamped to ±32767. Not with
+    /// stochastic rounding (FlashInfer's rule).
+    pub state_scale: Option<TensorMut<'a>>,
     /// Slot value that marks a padded batch entry (default -1).
     pub pad_slot_id: i64,
     /// Apply softplus to `dt + dt_bias` (default false).
@@ -219,6 +227,7 @@ impl<'a> SsuArgs<'a> {
             state_batch_indices: None,
             dst_state_batch_indices: None,
             out,
+            state_scale: None,
             pad_slot_id: -1,
             dt_softplus: false,
             disable_state_update: false,
@@ -232,6 +241,12 @@ impl<'a> SsuArgs<'a> {
     /// Sets `D`.
     pub fn d(mut self, d: Tensor<'a>) -> Self {
         self.d = Some(d);
+        self
+    }
+
+    /// Sets the decode scales of an I16 state ([`SsuArgs::state_scale`]).
+    pub fn state_scale(mut self, scale: TensorMut<'a>) -> Self {
+        self.state_scale = Some(scale);
         self
     }
 
@@ -318,6 +333,7 @@ impl<'a> SsuArgs<'a> {
             state_batch_indices: self.state_batch_indices.as_ref().map(|t| *t.layout()),
             dst_state_batch_indices: self.dst_state_batch_indices.as_ref().map(|t| *t.layout()),
             out: *self.out.layout(),
+            state_scale: self.state_scale.as_ref().map(|t| *t.layout()),
             philox_rounds: self.philox_rounds,
             sr_rule: self.sr_rule,
             seed: self.seed.as_ref().map(SeedSource::spec),
@@ -353,6 +369,8 @@ pub struct SsuSpec {
     pub dst_state_batch_indices: Option<TensorLayout>,
     /// `out`.
     pub out: TensorLayout,
+    /// `state_scale` (an I16 state's decode scales, [`SsuArgs::state_scale`]).
+    pub state_scale: Option<TensorLayout>,
     /// Philox rounds (0: round to nearest).
     pub philox_rounds: u32,
     /// The stochastic-rounding conversion ([`SsuArgs::sr_rule`]).

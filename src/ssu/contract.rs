@@ -17,7 +17,7 @@ use super::args::{num_sms, Algorithm};
 use super::seed::{call_seed, SeedSource, SeedSpec};
 
 /// Number of tensor arguments of `mamba_ssu_args` the crate passes.
-pub(super) const TENSORS: usize = 16;
+pub(super) const TENSORS: usize = 18;
 
 /// Their FlashInfer names, in `mamba_ssu_args`' order (the names the C check uses).
 pub(super) const NAMES: [&str; TENSORS] = [
@@ -37,6 +37,8 @@ pub(super) const NAMES: [&str; TENSORS] = [
     "intermediate_state_indices",
     "cu_seqlens",
     "num_accepted_tokens",
+    "state_scale",
+    "intermediate_state_scales",
 ];
 
 // Positions in `NAMES` (and in `Call::tensors`).
@@ -56,6 +58,8 @@ pub(super) const INTERMEDIATE_STATES: usize = 12;
 pub(super) const INTERMEDIATE_STATE_INDICES: usize = 13;
 pub(super) const CU_SEQLENS: usize = 14;
 pub(super) const NUM_ACCEPTED_TOKENS: usize = 15;
+pub(super) const STATE_SCALE: usize = 16;
+pub(super) const INTERMEDIATE_STATE_SCALES: usize = 17;
 
 /// The index tensors (their dtype is the call's index dtype).
 pub(super) const INDEX_TENSORS: [usize; 5] = [
@@ -162,7 +166,9 @@ fn field(args: &mut sys::mamba_ssu_args, k: usize) -> &mut sys::mamba_ssu_tensor
         INTERMEDIATE_STATES => &mut args.intermediate_states,
         INTERMEDIATE_STATE_INDICES => &mut args.intermediate_state_indices,
         CU_SEQLENS => &mut args.cu_seqlens,
-        _ => &mut args.num_accepted_tokens,
+        NUM_ACCEPTED_TOKENS => &mut args.num_accepted_tokens,
+        STATE_SCALE => &mut args.state_scale,
+        _ => &mut args.intermediate_state_scales,
     }
 }
 

@@ -47,6 +47,7 @@ pub(super) fn base() -> SsuSpec {
         state_batch_indices: Some(lay(DType::I32, &[BATCH], &[1])),
         dst_state_batch_indices: Some(lay(DType::I32, &[BATCH], &[1])),
         out: lay(DType::BF16, &[BATCH, NH, DIM], &[row, DIM, 1]),
+        state_scale: None,
         philox_rounds: 10,
         sr_rule: SrRule::V072,
         seed: Some(SeedSpec::Pointer(lay(DType::I64, &[1], &[1]))),

@@ -28,5 +28,11 @@ pub fn selective_state_update(stream: &CudaStream, args: &mut SsuArgs<'_>) -> Re
     let spec = args.spec();
     let (mut call, _) = checked(&spec)?;
     call.algorithm = args.algorithm;
-    contract::launch_args!(stream, call, args, [], [])
+    contract::launch_args!(
+        stream,
+        call,
+        args,
+        [],
+        [(contract::STATE_SCALE, args.state_scale.as_mut())]
+    )
 }

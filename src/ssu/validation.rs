@@ -24,6 +24,7 @@ pub(super) fn call_of(spec: &SsuSpec) -> Call {
     t[contract::OUT] = Some(spec.out);
     t[contract::STATE_BATCH_INDICES] = spec.state_batch_indices;
     t[contract::DST_STATE_BATCH_INDICES] = spec.dst_state_batch_indices;
+    t[contract::STATE_SCALE] = spec.state_scale;
     Call::new(sys::MAMBA_SSU_FORM_SINGLE, t)
 }
 
@@ -109,6 +110,7 @@ mod tests {
             state_batch_indices: None,
             dst_state_batch_indices: None,
             out: lay(DType::F32, &[BATCH, NH, DIM], &[row, DIM, 1]),
+            state_scale: None,
             philox_rounds: 0,
             sr_rule: SrRule::V074,
             seed: None,
@@ -131,7 +133,7 @@ mod tests {
                 "B_stride_batch: expected a multiple of 8"),
             // Any count >= 1 is taken (FlashInfer has no upper bound) up to the C ABI's int32.
             (|s| s.philox_rounds = u32::MAX, false, "philox_rounds", "does not fit in the C ABI's int32"),
-            (|s| s.state.dtype = DType::BF16, true, "philox_rounds", "needs an F16 state"),
+            (|s| s.state.dtype = DType::BF16, false, "philox_rounds", "needs an F16 state"),
             // Rounds without a seed: FlashInfer's rand_seed = None.
             (|s| s.seed = None, false, "seed.pointer", "null pointer"),
             (|s| s.seed = Some(SeedSpec::FromValues { seed: 1, offset: 2 }), false,
@@ -272,6 +274,7 @@ mod tests {
             state_batch_indices: given(with_sbi, index(c.index))?,
             dst_state_batch_indices: given(with_dsbi, index(dst_dtype))?,
             out: token(c.input, os, [nheads, dim], [dim, 1])?,
+            state_scale: None,
             philox_rounds: c.rounds,
             sr_rule: c.sr_rule,
             seed: c.seed,

@@ -964,6 +964,8 @@ pub enum DevBuf {
     I32(cudarc::driver::CudaSlice<i32>),
     /// int64.
     I64(cudarc::driver::CudaSlice<i64>),
+    /// int16 (FlashInfer's block-scaled state).
+    I16(cudarc::driver::CudaSlice<i16>),
 }
 
 /// Applies `$body` to the typed slice inside a [`DevBuf`].
@@ -976,6 +978,7 @@ macro_rules! with_devbuf {
             $crate::common::DevBuf::F32($s) => $body,
             $crate::common::DevBuf::I32($s) => $body,
             $crate::common::DevBuf::I64($s) => $body,
+            $crate::common::DevBuf::I16($s) => $body,
         }
     };
 }
@@ -990,6 +993,7 @@ impl DevBuf {
             "float32" => DevBuf::F32(stream.alloc_zeros(n).expect("alloc")),
             "int32" => DevBuf::I32(stream.alloc_zeros(n).expect("alloc")),
             "int64" => DevBuf::I64(stream.alloc_zeros(n).expect("alloc")),
+            "int16" => DevBuf::I16(stream.alloc_zeros(n).expect("alloc")),
             other => panic!("no device buffers of {other}"),
         }
     }
@@ -1006,6 +1010,7 @@ impl DevBuf {
             "float32" => DevBuf::F32(stream.upgrade_device_ptr(ptr, elems)),
             "int32" => DevBuf::I32(stream.upgrade_device_ptr(ptr, elems)),
             "int64" => DevBuf::I64(stream.upgrade_device_ptr(ptr, elems)),
+            "int16" => DevBuf::I16(stream.upgrade_device_ptr(ptr, elems)),
             other => panic!("no device buffers of {other}"),
         }
     }
@@ -1018,6 +1023,7 @@ impl DevBuf {
             DevBuf::F32(_) => "float32",
             DevBuf::I32(_) => "int32",
             DevBuf::I64(_) => "int64",
+            DevBuf::I16(_) => "int16",
         }
     }
 

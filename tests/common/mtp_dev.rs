@@ -66,6 +66,10 @@ pub struct MtpCall<'a> {
     pub intermediate_states: Option<Out<'a>>,
     /// Buffer entry per sequence.
     pub intermediate_state_indices: Option<In<'a>>,
+    /// Decode scales of an int16 state (slots, nheads, dim), written.
+    pub state_scale: Option<Out<'a>>,
+    /// Decode scales of an int16 intermediate buffer (batch, cache_steps, nheads, dim), written.
+    pub intermediate_state_scales: Option<Out<'a>>,
     /// `cache_steps`, when passed.
     pub cache_steps: Option<usize>,
     /// Pad slot id.
@@ -136,6 +140,12 @@ pub fn launch(stream: &Arc<CudaStream>, call: &mut MtpCall<'_>) -> mamba_ssu::Re
     }
     if let Some(t) = opt(&call.intermediate_state_indices)? {
         args = args.intermediate_state_indices(t);
+    }
+    if let Some(buf) = call.state_scale.as_mut() {
+        args = args.state_scale(tensor_mut(buf)?);
+    }
+    if let Some(buf) = call.intermediate_state_scales.as_mut() {
+        args = args.intermediate_state_scales(tensor_mut(buf)?);
     }
     if let Some(cs) = call.cache_steps {
         args = args.cache_steps(cs);

@@ -68,6 +68,8 @@ pub struct Call<'a> {
     pub dt_bias: Option<In<'a>>,
     /// out like x.
     pub out: Out<'a>,
+    /// The decode scales of an int16 state (slots, nheads, dim), written.
+    pub state_scale: Option<Out<'a>>,
     /// Read slots.
     pub state_batch_indices: Option<In<'a>>,
     /// Write slots.
@@ -150,6 +152,7 @@ fn launch_seeded(
         z: opt(&call.z)?,
         dt_bias: opt(&call.dt_bias)?,
         out: tensor_mut(&mut call.out)?,
+        state_scale: call.state_scale.as_mut().map(tensor_mut).transpose()?,
         state_batch_indices: opt(&call.state_batch_indices)?,
         dst_state_batch_indices: opt(&call.dst_state_batch_indices)?,
         pad_slot_id: call.flags.pad_slot_id,

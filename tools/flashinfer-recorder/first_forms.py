@@ -38,12 +38,26 @@ after the shuffle down by 16 is `fma` when the sum of the two partials is the ad
 FFMA (y = fma(D, x, rn(acc_0 + acc_1))). The crate's horizontal kernel (csrc/ssu_hz.cuh)
 implements H/fma for every state dtype (HORIZONTAL_FORM).
 
+Groups with an int16 block-scaled state (single token: simple, tiled simple, vertical; multi
+token: its simple kernel) are read by classify_int16, which follows values through the
+dequantisation, the update, the output's sums and the quantisation, and writes a kernel's form
+`<dequant>/<update>[/<first>]`: `rn` when s = rn(float(q) * scale) is an FMUL of its own
+(`fused` when the scale goes into an FFMA), the update `S`, `H` or `S/H` (even columns S, odd
+columns H, the multi-token kernels' split), lane 0's first form as above. It also checks the
+accumulation chains (their columns' parities), the quantisation (row max by FMNMX of |s'| from
+-FLT_MAX, shuffle-down tree and broadcast, the encode scale MUFU.RCP + FMUL by 32767 guarded by
+m != 0 with 1.0 otherwise, FMNMX clamps to +-32767, F2I to nearest even, MUFU.RCP of the encode
+scale as the decode scale) and, multi token, that no I2F lies in the update's step loop (the
+state carried in fp32). These are checked against int16_rule, the forms docs/flashinfer-ssu.md
+documents (the crate has no int16 kernels yet).
+
 Output: one line per (group, kernel kind) with the form read and, for single-token groups whose
 dstate the crate serves (64, 128, 256), the form the rule predicts (the first-form rule for the
 simple and vertical kernels of fp16-, bf16- and fp32-state groups, HORIZONTAL_FORM for the horizontal kernel of
-every state dtype). Multi-token groups are listed as not covered. Exit status: 0 when every
-classified form agrees with the rule, 1 when one disagrees (`?` forms are listed separately and
-are not a failure), 2 when the build or cuobjdump cannot be read.
+every state dtype, int16_rule for int16-state kernels, multi token included). Other multi-token
+groups are listed as not covered. Exit status: 0 when every classified form agrees with the
+rule, 1 when one disagrees (`?` forms are listed separately and are not a failure), 2 when the
+build or cuobjdump cannot be read.
 """
 import argparse
 import concurrent.futures
@@ -425,6 +439,330 @@ def kernel_form(occurrences):
     return forms[0] if len(set(forms)) == 1 else "mixed"
 
 
+# --- int16 block-scaled state -------------------------------------------------------------------
+
+INT16_KINDS = ("simple", "simple_tiled", "vertical", "mtp")
+FLT_LOWEST = "-3.40282346638528859812e+38"  # -FLT_MAX as cuobjdump prints the fp32 immediate
+ONE_BITS = "0x3f800000"
+STATE_TAGS = ("sdec", "snew")
+
+
+def int16_kernel_kind(name, dim):
+    """kernel_kind, plus 'mtp' for FlashInfer's multi-token simple kernel."""
+    if "selective_state_update_kernel_simple_mtp" in name:
+        return "mtp"
+    if "_mtp" in name:
+        return None
+    return kernel_kind(name, dim)
+
+
+def _backward_loops(insns):
+    """[(first address, last address)] of every backward branch's range."""
+    out = []
+    for ins in insns:
+        if ins.base in ("BRA", "BRX", "JMP"):
+            m = re.search(r"0x([0-9a-fA-F]+)\s*$", ins.args[-1] if ins.args else "")
+            if m and int(m.group(1), 16) <= ins.addr:
+                out.append((int(m.group(1), 16), ins.addr))
+    return out
+
+
+def classify_int16(insns):
+    """The fp32 operation forms of a kernel with an int16 block-scaled state, from its
+    instructions, values tagged in program order (a register's tag is set by its last
+    definition, predicated or not; followed through MOV):
+
+      q      I2F.S16 of the stored int16, with its column's parity: each register holding
+             int16 pairs tracks where its two halves came from (a 32-bit or wider load: low
+             half even, high half odd; PRMT's byte selectors and SHF.R.U32.HI by 16 move
+             them), the I2F reads the low half, or the high one with .H1;
+      sdec   FMUL of a q by the decode scale: the dequantised s, rounded on its own (an FFMA
+             taking a q as a multiplicand is counted as a scale contracted into the update);
+      dA     MUFU.EX2 of a product by log2 e; dAs: FMUL of dA by a state (sdec or snew);
+      snew   the update's result: S = FFMA with multiplicands dA and a state (s' = fma(dA, s,
+             p)), H = FFMA whose addend is a dAs (s' = fma(a, b, rn(dA*s))); an FMUL of dA by
+             RZ (the zero state of a pad path) and the FFMA that uses it, or an FFMA of dA by
+             an untagged value, are counted as `zero_state` (their result, snew0, is followed
+             into the quantisation but not into the update forms or the output's sums);
+      acc    the output's sums: FFMA with a snew multiplicand (its parities in order), FMUL of
+             a snew by C (rn(C*s')); a chain is recorded where a non-FFMA reads it (FADD,
+             SHFL, a store);
+      max    FMNMX of |snew| values (and of -FLT_MAX, `lowest`), SHFL.DOWN offsets, SHFL.IDX
+             broadcast ('mbc');
+      enc    FMUL of MUFU.RCP(mbc) by 32767 (`default_one` when the register held 1.0 (MOV of
+             0x3f800000, HFMA2.MMA -RZ, RZ, 1.875, 0) or an FSEL picks 1.0 otherwise);
+             MUFU.RCP of enc is the decode scale;
+      quant  F2I (round to nearest even: no TRUNC/FLOOR/CEIL) of FMNMX(FMNMX(rn(snew*enc),
+             -32767) (max), 32767) (min).
+
+    Returns a dict of counts and flags (see int16_summary for the forms read from it)."""
+    tag = {}
+    utag = {}
+    r = {
+        "i2f": 0, "dequant_rn": 0, "dequant_fused": 0,
+        "update": {"S": {"even": 0, "odd": 0, "?": 0}, "H": {"even": 0, "odd": 0, "?": 0}},
+        "update_addr": [], "i2f_addr": [], "zero_state": 0, "chains": [],
+        "max_abs": 0, "max_lowest": 0, "max_shfl": [], "max_bcast": [], "enc": 0, "enc_default_one": 0,
+        "enc_guard": 0, "dec": 0, "quant": 0, "quant_other_f2i": 0, "quant_bad": [],
+    }
+
+    def t(ins, k):
+        if k >= len(ins.args):
+            return None
+        a = ins.args[k]
+        if a == "RZ":
+            return ("zero",)
+        u = UREG.match(a)
+        if u:
+            return utag.get(int(u.group(1)))
+        p = ins.plain(k)
+        return tag.get(p) if p is not None else None
+
+    def kind(v):
+        return v[0] if v else None
+
+    def halves(a):
+        """(low half's parity, high half's parity) of the 32-bit operand a."""
+        if a == "RZ":
+            return ("zero", "zero")
+        m = REG.search(a)
+        v = tag.get(int(m.group(1))) if m else None
+        return v[1:] if v and v[0] == "halves" else ("?", "?")
+
+    def prmt_half(ins, n_lo, n_hi):
+        pair = {(0, 1): (1, 0), (2, 3): (1, 1), (4, 5): (3, 0), (6, 7): (3, 1)}.get((n_lo, n_hi))
+        if pair is None:
+            return "?"
+        return halves(ins.args[pair[0]])[pair[1]]
+
+    for i, ins in enumerate(insns):
+        new = None
+        op, b = ins.op, ins.base
+        if b in ("LDS", "LDG", "LD", "LDSM") and not re.search(r"\.(U16|S16|U8|S8)\b", op):
+            new = ("halves", "even", "odd")  # 32-bit words of int16 pairs: low half even
+        elif b == "PRMT" and len(ins.args) == 4 and re.fullmatch(r"0x[0-7]{4}", ins.args[2]):
+            n = [int(ch) for ch in ins.args[2][2:][::-1]]  # byte selectors, byte 0 first
+            new = ("halves", prmt_half(ins, n[0], n[1]), prmt_half(ins, n[2], n[3]))
+        elif b == "SHF" and ".R." in op and ".HI" in op and ins.args[1] == "RZ" and ins.args[2] == "0x10":
+            new = ("halves", halves(ins.args[3])[1], "zero")
+        elif b == "I2F" and ".S16" in op:
+            r["i2f"] += 1
+            r["i2f_addr"].append(ins.addr)
+            a = ins.args[1] if len(ins.args) > 1 else ""
+            new = ("q", halves(a)[1 if a.endswith(".H1") else 0])
+        elif b == "HFMA2" and ins.args[1:] == ["-RZ", "RZ", "1.875", "0"]:
+            new = ("one",)  # the usual way of loading 0x3f800000
+        elif b in ("MOV", "IMAD") and (b == "MOV" or op.startswith("IMAD.MOV")):
+            src = ins.args[-1]
+            if src.lower() == ONE_BITS:
+                new = ("one",)
+            elif ins.plain(len(ins.args) - 1) is not None:
+                new = t(ins, len(ins.args) - 1)
+        elif b == "FMUL" and len(ins.args) == 3:
+            a1, a2 = t(ins, 1), t(ins, 2)
+            k1, k2 = kind(a1), kind(a2)
+            if L2E in ins.args:
+                new = ("l2e",)
+            elif "q" in (k1, k2) and not (k1 == "q" and k2 == "q"):
+                qv = a1 if k1 == "q" else a2
+                r["dequant_rn"] += 1
+                new = ("sdec", qv[1])
+            elif "dA" in (k1, k2):
+                other = a2 if k1 == "dA" else a1
+                if kind(other) in STATE_TAGS:
+                    new = ("dAs", other[1])
+                else:  # RZ or a register not holding a state: a pad path's zero state
+                    new = ("dA0",)
+            elif kind(a1) == "rcpm" or kind(a2) == "rcpm":
+                if "32767" in ins.args:
+                    prev = tag.get(ins.plain(0))
+                    one = ins.text.startswith("@") and prev is not None and prev[0] == "one"
+                    new = ("enc", one)
+                    r["enc"] += 1
+                    r["enc_default_one"] += one
+            elif "enc" in (k1, k2):
+                other = a2 if k1 == "enc" else a1
+                if kind(other) == "snew":
+                    new = ("qs", other[1])
+                elif kind(other) == "snew0":
+                    new = ("qs", "zero")
+            elif k1 == "snew" or k2 == "snew":
+                new = ("acc", ((a1 if k1 == "snew" else a2)[1],))
+        elif b == "MUFU" and ".EX2" in op and kind(t(ins, 1)) == "l2e":
+            new = ("dA",)
+        elif b == "MUFU" and ".RCP" in op:
+            k1 = kind(t(ins, 1))
+            if k1 == "mbc":
+                new = ("rcpm",)
+            elif k1 == "enc":
+                r["dec"] += 1
+        elif b == "FFMA" and len(ins.args) == 4:
+            a1, a2, a3 = t(ins, 1), t(ins, 2), t(ins, 3)
+            k1, k2, k3 = kind(a1), kind(a2), kind(a3)
+            if "q" in (k1, k2):
+                r["dequant_fused"] += 1
+            if "dA" in (k1, k2) and (k1 in STATE_TAGS or k2 in STATE_TAGS):
+                st = a1 if k1 in STATE_TAGS else a2
+                r["update"]["S"][st[1]] += 1
+                r["update_addr"].append(ins.addr)
+                new = ("snew", st[1])
+            elif k3 == "dAs":
+                r["update"]["H"][a3[1]] += 1
+                r["update_addr"].append(ins.addr)
+                new = ("snew", a3[1])
+            elif k3 == "dA0" or ("dA" in (k1, k2) and k3 != "acc"):
+                r["zero_state"] += 1
+                new = ("snew0",)
+            elif k1 == "snew" or k2 == "snew":
+                s = a1 if k1 == "snew" else a2
+                prev = a3[1] if k3 == "acc" else ()
+                new = ("acc", prev + (s[1],))
+            elif k3 == "acc":  # F0: fma(sel, rn(D*x), rn(C*s'))
+                new = a3
+        elif b == "FMNMX" and len(ins.args) >= 4:
+            a1, a2 = ins.args[1], ins.args[2]
+            absd = [a for a in (a1, a2) if a.startswith("|") and a.endswith("|")]
+            snew_abs = 0
+            for a in absd:
+                p = REG.search(a)
+                if p and kind(tag.get(int(p.group(1)))) in ("snew", "snew0"):
+                    snew_abs += 1
+            lowest = FLT_LOWEST in (a1, a2)
+            kk = (kind(t(ins, 1)), kind(t(ins, 2)))
+            if snew_abs or lowest and "max" in kk:
+                r["max_abs"] += snew_abs
+                r["max_lowest"] += lowest
+                new = ("max",)
+            elif "max" in kk and ("maxsh" in kk or kk == ("max", "max")):
+                new = ("max",)
+            elif kind(t(ins, 1)) == "qs" and ins.args[2] == "-32767" and ins.args[3] == "!PT":
+                new = ("qlo", t(ins, 1)[1])
+            elif kind(t(ins, 1)) == "qlo" and ins.args[2] == "32767" and ins.args[3] == "PT":
+                new = ("qcl", t(ins, 1)[1])
+        elif b == "SHFL" and len(ins.args) >= 4 and kind(t(ins, 2)) == "max":
+            if ".DOWN" in op:
+                r["max_shfl"].append(ins.args[3])
+                new = ("maxsh",)
+            elif ".IDX" in op:
+                r["max_bcast"].append(ins.args[3])
+                new = ("mbc",)
+        elif b == "FSETP" and ".NEU" in op and kind(t(ins, 2)) == "mbc" and ins.args[3] == "RZ":
+            r["enc_guard"] += 1
+        elif b == "FSEL" and len(ins.args) == 4 and "enc" in (kind(t(ins, 1)), kind(t(ins, 2))) \
+                and "1" in ins.args[1:3]:
+            new = ("enc", True)
+            r["enc_default_one"] += 1
+        elif b == "F2I":
+            src = t(ins, 1)
+            if kind(src) == "qcl":
+                if re.search(r"\.(TRUNC|FLOOR|CEIL)\b", op):
+                    r["quant_bad"].append(ins.text)
+                else:
+                    r["quant"] += 1
+            elif not re.search(r"\.U32|\.TRUNC", op):
+                r["quant_other_f2i"] += 1
+        # an accumulator read by anything but an FFMA that extends it ends a chain
+        dk, d = ins._dest()
+        if b != "FFMA":
+            for k in range(len(ins.args)):
+                v = t(ins, k) if k != dk else None
+                if v and v[0] == "acc":
+                    r["chains"].append(v[1])
+        for x in d:
+            tag.pop(x, None)
+        if d and new is not None:
+            for x in (d if new[0] == "halves" else d[:1]):
+                tag[x] = new
+        u = UREG.match(ins.args[0]) if ins.args else None
+        if u:
+            ud = int(u.group(1))
+            utag.pop(ud, None)
+            if ins.base == "R2UR" and t(ins, 1) is not None:
+                utag[ud] = t(ins, 1)
+    # dequantisation inside the innermost loop that holds the update (the multi-token step loop)
+    loops = _backward_loops(insns)
+    inner = set()
+    for a in r["update_addr"]:
+        around = [lp for lp in loops if lp[0] <= a <= lp[1]]
+        if around:
+            inner.add(min(around, key=lambda lp: lp[1] - lp[0]))
+    r["update_loops"] = sorted(inner)
+    r["dequant_in_update_loop"] = any(lo <= a <= hi for lo, hi in inner for a in r["i2f_addr"])
+    del r["update_addr"], r["i2f_addr"]
+    return r
+
+
+def int16_rule(kind, dstate, dim=None, release="0.7.2.post1"):
+    """The documented forms of an int16-state kernel (docs/flashinfer-ssu.md, 'int16
+    block-scaled state'), as read from FlashInfer 0.7.2.post1's and 0.7.4's sm_90 builds (bf16
+    inputs and weights, fp32 scales, head dims 64, 80 and 128, dstate 64, 128 and 256: the same
+    in every one of them): (form, accumulation) or None for a dstate not read. The form is
+    dequant/update[/first]: the dequantised s rounded on its own (rn), the update S in the
+    single-token kernels and S on even columns, H on odd ones in the multi-token kernel, lane
+    0's first term F0 in the simple and vertical kernels and F1 in the tiled simple one (the
+    fp16 state's forms without SR). The accumulation: single token one chain per lane over its
+    columns in order (even, odd alternating); multi token one chain of the even and one of the
+    odd columns."""
+    if dstate not in SERVED_DSTATES:
+        return None
+    if kind == "mtp":
+        n = dstate // 16
+        return "rn/S/H", ",".join(("e" * n, "o" * n))
+    first = {"simple": "F0", "simple_tiled": "F1", "vertical": "F0"}.get(kind)
+    if first is None:
+        return None
+    return f"rn/S/{first}", "eo" * (dstate // 64)
+
+
+def int16_update_form(u):
+    """'S', 'H', 'S/H' (even columns S, odd columns H), 'H/S', 'mixed' or '?' from the update
+    counts of classify_int16."""
+    s, h = u["S"], u["H"]
+    ns, nh = sum(s.values()), sum(h.values())
+    if ns == nh == 0:
+        return "?"
+    if nh == 0:
+        return "S"
+    if ns == 0:
+        return "H"
+    if s["odd"] == s["?"] == 0 and h["even"] == h["?"] == 0:
+        return "S/H"
+    if s["even"] == s["?"] == 0 and h["odd"] == h["?"] == 0:
+        return "H/S"
+    return "mixed"
+
+
+def int16_summary(c, first=None):
+    """A kernel's int16 forms from classify_int16 (and, single token, lane 0's first form):
+    {'dequant': 'rn' | 'fused' | 'mixed' | '?', 'update', 'first', 'acc', 'quant', 'carried'}.
+    `quant` is 'ok' when every quantising F2I has the documented chain and the encode and
+    decode scales and the row max are as documented (`lowest` start, |s'| operands, a
+    shuffle-down tree and a broadcast, the zero guard with 1.0), else what is missing."""
+    deq = "?" if c["dequant_rn"] == c["dequant_fused"] == 0 else \
+        "mixed" if c["dequant_rn"] and c["dequant_fused"] else "rn" if c["dequant_rn"] else "fused"
+    missing = []
+    if not c["quant"] or c["quant_bad"] or c["quant_other_f2i"]:
+        missing.append("F2I chain")
+    if not c["max_abs"] or not c["max_lowest"]:
+        missing.append("max")
+    if not c["max_shfl"] or not c["max_bcast"]:
+        missing.append("max shuffles")
+    if not c["enc"] or not c["enc_guard"] or c["enc_default_one"] < c["enc"]:
+        missing.append("encode")
+    if not c["dec"]:
+        missing.append("decode")
+    chains = sorted(set(c["chains"]))
+    acc = ",".join("".join({"even": "e", "odd": "o", "?": "?"}[p] for p in ch) for ch in chains) or "?"
+    return {"dequant": deq, "update": int16_update_form(c["update"]), "first": first or "-",
+            "acc": acc, "quant": "ok" if not missing else "missing " + ", ".join(missing),
+            "carried": not c["dequant_in_update_loop"]}
+
+
+def int16_form(s):
+    """The one-word form of a summary: dequant/update/first (first only for single token)."""
+    return "/".join(x for x in (s["dequant"], s["update"], s["first"]) if x != "-")
+
+
 # --- driving it ---------------------------------------------------------------------------------
 
 def find_cuobjdump(explicit=None):
@@ -443,10 +781,72 @@ def disassemble(cuobjdump, path):
     return r.stdout
 
 
+def analyse_int16_group(gid, sass, release="0.7.2.post1"):
+    """Rows of an int16-state group (single token: simple, tiled simple, vertical; multi token:
+    its simple kernel), one per kernel kind, each kind's summary the field-wise agreement of
+    its functions' summaries ('mixed' where they differ), checked against int16_rule."""
+    g = parse_group(gid)
+    found = {}
+    for arch, name, lines in split_functions(sass):
+        kind = int16_kernel_kind(name, g["dim"])
+        if kind not in INT16_KINDS or (kind == "mtp") != (g["path"] == "mtp"):
+            continue
+        insns = parse_sass(lines)
+        c = classify_int16(insns)
+        occ = classify(insns) if kind != "mtp" else []
+        summ = int16_summary(c, kernel_form(occ) if kind != "mtp" else None)
+        e = found.setdefault(kind, {"functions": [], "summaries": [], "occurrences": []})
+        e["functions"].append({"arch": arch, "name": name, "summary": summ,
+                               "counts": {k: v for k, v in c.items() if k != "chains"}})
+        e["summaries"].append(summ)
+        e["occurrences"] += occ
+    rows = []
+    for kind in [k for k in INT16_KINDS if k in found]:
+        e = found[kind]
+        summ = {}
+        for k in e["summaries"][0]:
+            vals = {json.dumps(s[k]) for s in e["summaries"]}
+            summ[k] = e["summaries"][0][k] if len(vals) == 1 else "mixed"
+        form = int16_form(summ)
+        expected = int16_rule(kind, g["dstate"], g["dim"], release)
+        rule = expected[0] if expected else None
+        if "?" in form.split("/") or summ["quant"] != "ok":
+            status = "unclassified"
+        elif expected is None:
+            status = "not served"
+        else:
+            # the multi-token kernel must also carry the state in fp32 (no I2F in its step loop)
+            ok = (form, summ["acc"]) == expected and (kind != "mtp" or summ["carried"] is True)
+            status = "agrees" if ok else "DISAGREES"
+        rows.append({"group": gid, "kind": kind, "form": form, "rule": rule, "status": status,
+                     "dim": g["dim"], "dstate": g["dstate"], "philox_rounds": g["philox_rounds"],
+                     "int16": summ, "functions": e["functions"],
+                     "occurrences": e["occurrences"] or [{"form": form, "addr": 0, "insn": "",
+                                                          "why": json.dumps(summ)}]})
+    expect = ("mtp",) if g["path"] == "mtp" else KINDS
+    for kind in expect:
+        if kind not in found:
+            rows.append({"group": gid, "kind": kind, "form": "?", "rule": None, "status": "kernel not found",
+                         "dim": g["dim"], "dstate": g["dstate"], "philox_rounds": g["philox_rounds"],
+                         "functions": [], "occurrences": []})
+    return rows
+
+
 def analyse_group(gid, sass, release="0.7.2.post1"):
     """Rows of one covered group from its SASS: one per kernel kind found (the simple and
     vertical kinds for fp16-, bf16- and fp32-state groups, the horizontal kind for every state
-    dtype)."""
+    dtype; an int16-state group's simple and vertical kinds, or its multi-token kernel, from
+    analyse_int16_group)."""
+    g = parse_group(gid)
+    if g["state_dtype"] == "int16":
+        rows = analyse_int16_group(gid, sass, release)
+        if g["path"] == "mtp":
+            return rows
+        return rows + [r for r in _analyse_group(gid, sass, release) if r["kind"] == HORIZONTAL]
+    return _analyse_group(gid, sass, release)
+
+
+def _analyse_group(gid, sass, release):
     g = parse_group(gid)
     simple_vertical = g["state_dtype"] in ("float16", "bfloat16", "float32")
     found = {}
@@ -502,7 +902,7 @@ def analyse_group(gid, sass, release="0.7.2.post1"):
 
 
 def covered(g):
-    return g["path"] == "stp"
+    return g["path"] == "stp" or g["state_dtype"] == "int16"
 
 
 def run(build, cuobjdump=None, only=None, jobs=2):
@@ -544,6 +944,10 @@ def main(argv=None):
     print(f"{'group':<{width}}  {'kernel':<12}  {'form':<7}  {'rule':<5}  status")
     for r in rows:
         print(f"{r['group']:<{width}}  {r['kind']:<12}  {r['form']:<7}  {r['rule'] or '-':<5}  {r['status']}")
+        if a.verbose and "int16" in r:
+            i = r["int16"]
+            print(f"      accumulation {i['acc']}, quantisation {i['quant']}"
+                  + (f", state carried in fp32: {i['carried']}" if r["kind"] == "mtp" else ""))
         if a.verbose:
             for o in r["occurrences"]:
                 print(f"      {o['form']:<2} /*{o['addr']:04x}*/ {o['insn']}  ({o['why']})")
@@ -565,7 +969,7 @@ def main(argv=None):
             why = "; ".join(sorted({o["why"] for o in r["occurrences"] if o["form"] == "?"})) or r["status"]
             print(f"  {r['group']} {r['kind']}: {why}")
     if skipped:
-        print(f"not covered (multi-token): {len(skipped)} groups")
+        print(f"not covered (multi-token, not int16): {len(skipped)} groups")
         for gid in skipped:
             print(f"  {gid}")
     if a.json:

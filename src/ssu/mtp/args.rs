@@ -49,6 +49,16 @@ pub struct MtpArgs<'a> {
     /// Optional buffer entry per sequence (batch,), the read index's dtype; read only with the
     /// buffer.
     pub intermediate_state_indices: Option<Tensor<'a>>,
+    /// Optional decode scales of an [`DType::I16`](crate::tensor::DType::I16) state (FlashInfer's
+    /// block-scaled state), F32 (slots, nheads, dim), as
+    /// [`SsuArgs::state_scale`](crate::ssu::SsuArgs::state_scale): the state is read once as
+    /// `rn(q * scale)`, carried in fp32 across the tokens, and each written step (a dst slot,
+    /// the read slot) is quantised from that step's values, its decode scales at the slot.
+    pub state_scale: Option<TensorMut<'a>>,
+    /// Optional decode scales of an int16 intermediate buffer, F32 (batch, cache_steps, nheads,
+    /// dim) contiguous: required with such a buffer and `state_scale` (step t of entry e at
+    /// `[e, t]`; an entry >= batch is not written).
+    pub intermediate_state_scales: Option<TensorMut<'a>>,
     /// FlashInfer's `cache_steps`: with a buffer, its size(1); varlen: the most tokens a
     /// sequence may have (T of the call). `None`: the buffer's size(1) where there is one,
     /// else not given (FlashInfer's 0).
@@ -99,6 +109,8 @@ impl<'a> MtpArgs<'a> {
             cu_seqlens: None,
             intermediate_states_buffer: None,
             intermediate_state_indices: None,
+            state_scale: None,
+            intermediate_state_scales: None,
             cache_steps: None,
             out,
             pad_slot_id: -1,
@@ -149,6 +161,19 @@ impl<'a> MtpArgs<'a> {
     /// Sets the sequence offsets ((batch + 1,)): the varlen form, with a 3-D `x`.
     pub fn cu_seqlens(mut self, offsets: Tensor<'a>) -> Self {
         self.cu_seqlens = Some(offsets);
+        self
+    }
+
+    /// Sets the decode scales of an I16 state ([`MtpArgs::state_scale`]).
+    pub fn state_scale(mut self, scale: TensorMut<'a>) -> Self {
+        self.state_scale = Some(scale);
+        self
+    }
+
+    /// Sets the decode scales of an int16 intermediate buffer
+    /// ([`MtpArgs::intermediate_state_scales`]).
+    pub fn intermediate_state_scales(mut self, scales: TensorMut<'a>) -> Self {
+        self.intermediate_state_scales = Some(scales);
         self
     }
 
@@ -224,6 +249,8 @@ impl<'a> MtpArgs<'a> {
                 .as_ref()
                 .map(|t| *t.layout()),
             intermediate_state_indices: lay(&self.intermediate_state_indices),
+            state_scale: self.state_scale.as_ref().map(|t| *t.layout()),
+            intermediate_state_scales: self.intermediate_state_scales.as_ref().map(|t| *t.layout()),
             cache_steps: self.cache_steps,
             out: *self.out.layout(),
             philox_rounds: self.philox_rounds,
@@ -266,6 +293,10 @@ pub struct MtpSpec {
     pub intermediate_states_buffer: Option<TensorLayout>,
     /// `intermediate_state_indices`.
     pub intermediate_state_indices: Option<TensorLayout>,
+    /// `state_scale`.
+    pub state_scale: Option<TensorLayout>,
+    /// `intermediate_state_scales`.
+    pub intermediate_state_scales: Option<TensorLayout>,
     /// `cache_steps`, if given.
     pub cache_steps: Option<usize>,
     /// `out`.

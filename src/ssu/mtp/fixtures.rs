@@ -56,6 +56,8 @@ pub(super) fn base() -> MtpSpec {
         cu_seqlens: None,
         intermediate_states_buffer: None,
         intermediate_state_indices: None,
+        state_scale: None,
+        intermediate_state_scales: None,
         cache_steps: None,
         out: contiguous(DType::BF16, &[BATCH, T, NH, DIM]),
         philox_rounds: 10,

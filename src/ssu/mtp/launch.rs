@@ -75,10 +75,17 @@ pub fn selective_state_update_mtp(stream: &CudaStream, args: &mut MtpArgs<'_>) -
                 args.intermediate_state_indices.as_ref()
             ),
         ],
-        [(
-            contract::INTERMEDIATE_STATES,
-            args.intermediate_states_buffer.as_mut()
-        )]
+        [
+            (
+                contract::INTERMEDIATE_STATES,
+                args.intermediate_states_buffer.as_mut()
+            ),
+            (contract::STATE_SCALE, args.state_scale.as_mut()),
+            (
+                contract::INTERMEDIATE_STATE_SCALES,
+                args.intermediate_state_scales.as_mut()
+            ),
+        ]
     )
 }
 

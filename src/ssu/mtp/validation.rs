@@ -31,6 +31,8 @@ pub(super) fn call_of(spec: &MtpSpec) -> Call {
     t[contract::DST_STATE_BATCH_INDICES] = spec.dst_state_batch_indices;
     t[contract::INTERMEDIATE_STATES] = spec.intermediate_states_buffer;
     t[contract::INTERMEDIATE_STATE_INDICES] = spec.intermediate_state_indices;
+    t[contract::STATE_SCALE] = spec.state_scale;
+    t[contract::INTERMEDIATE_STATE_SCALES] = spec.intermediate_state_scales;
     t[contract::CU_SEQLENS] = spec.cu_seqlens;
     t[contract::NUM_ACCEPTED_TOKENS] = spec.num_accepted_tokens;
     let mut call = Call::new(sys::MAMBA_SSU_FORM_MULTI, t);
@@ -153,7 +155,7 @@ mod tests {
                 "out_stride_token: expected >= nheads * dim (32)"),
             (|s| s.dst_state_batch_indices = Some(contiguous(DType::I32, &[BATCH - 1, T])), false,
                 "dst_state_batch_indices", "expected size(0) >= batch (2), got 1"),
-            (|s| s.state.dtype = DType::BF16, true, "philox_rounds", "needs an F16 state"),
+            (|s| s.state.dtype = DType::BF16, false, "philox_rounds", "needs an F16 state"),
             (|s| s.seed = None, false, "seed.pointer", "null pointer"),
             // The multi-token form is asked for: a 3-D x without cu_seqlens or cache_steps is
             // the single-token form, refused.
@@ -323,6 +325,8 @@ mod tests {
             cu_seqlens: given(varlen, index(cu_dtype, &[batch + 1]))?,
             intermediate_states_buffer: given(with_buffer, buffer())?,
             intermediate_state_indices: given(with_isi, index(c.index, &[batch]))?,
+            state_scale: None,
+            intermediate_state_scales: None,
             cache_steps: cache_steps.unwrap_or(if varlen {
                 Some(if with_buffer { steps } else { t })
             } else {

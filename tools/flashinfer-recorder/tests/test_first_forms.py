@@ -90,13 +90,125 @@ HZ_S = HZ[:4] + ("FMUL.FTZ R37, R37, R6", "FMUL.FTZ R37, R28, R37", "FFMA.FTZ R3
 # An epilogue that adds rn(D x) to the sum.
 HZ_ADD = HZ[:10] + ("FMUL.FTZ R8, R28, R7", "FADD.FTZ R7, R27, R8")
 
+# An int16-state single-token row of two columns (one 32-bit word: column 0 in the low half, 1
+# in the high half), as FlashInfer's sm_90 vertical kernel has it: s = rn(q * scale), the
+# update S, lane 0's first term F0, then the row max, the encode scale and the quantisation.
+I16 = (
+    "LDS R27, [R20]",
+    "LDS R11, [R21+0x3400]",
+    "FMUL.FTZ R4, R4, R7",
+    "FMUL.FTZ R14, R4, 1.4426950216293334961",
+    "MUFU.EX2 R14, R14",
+    "FSEL R4, RZ, 1, P1",
+    "I2F.S16 R12, R27.H1",
+    "I2F.S16 R26, R27",
+    "FMUL.FTZ R13, R28, R7",
+    "FMUL.FTZ R25, R25, R7",
+    "FMUL.FTZ R13, R10, R13",
+    "FMUL.FTZ R27, R10, R25",
+    "FMUL.FTZ R25, R11, R12",
+    "FFMA.FTZ R12, R14, R25, R27",
+    "FMUL.FTZ R26, R26, R11",
+    "FFMA.FTZ R13, R14, R26, R13",
+    "FMUL.FTZ R27, R10, R5",
+    "FMUL.FTZ R29, R22, R13",
+    "FFMA.FTZ R27, R4, R27, R29",
+    "FFMA.FTZ R11, R9, R12, R27",
+    "SHFL.DOWN PT, R22, R11, 0x10, 0x1f",
+    "FADD.FTZ R11, R11, R22",
+    "FMNMX.FTZ R9, |R13|, -3.40282346638528859812e+38, !PT",
+    "FMNMX.FTZ R29, |R12|, R9, !PT",
+    "SHFL.DOWN PT, R26, R29, 0x10, 0x1f",
+    "FMNMX.FTZ R29, R29, R26, !PT",
+    "SHFL.IDX PT, R22, R29, RZ, 0x1f",
+    "IMAD.MOV.U32 R8, RZ, RZ, 0x3f800000",
+    "FSETP.NEU.FTZ.AND P0, PT, R22, RZ, PT",
+    "@P0 MUFU.RCP R9, R22",
+    "@P0 FMUL.FTZ R8, R9, 32767",
+    "FMUL.FTZ R13, R13, R8.reuse",
+    "FMUL.FTZ R12, R12, R8",
+    "FMNMX.FTZ R13, R13, -32767, !PT",
+    "FMNMX.FTZ R12, R12, -32767, !PT",
+    "FMNMX.FTZ R9, R13, 32767, PT",
+    "FMNMX.FTZ R12, R12, 32767, PT",
+    "F2I.FTZ.NTZ R9, R9",
+    "F2I.FTZ.NTZ R12, R12",
+    "PRMT R9, R9, 0x5410, R12",
+    "MUFU.RCP R8, R8",
+)
+# Column 1 in the form H instead: s1' = fma(x, dB1, rn(dA * s1)).
+I16_H = I16[:11] + ("FMUL.FTZ R27, R11, R12", "FMUL.FTZ R27, R14, R27", "FFMA.FTZ R12, R10, R25, R27") + I16[14:]
+# Column 1's scale contracted: fma(q1, rn(scale * dA), x dB1).
+I16_FUSED = I16[:12] + ("FMUL.FTZ R25, R11, R14", "FFMA.FTZ R12, R12, R25, R27") + I16[14:]
 
-def function(kind, rounds, body):
+
+def i16_mtp():
+    """A multi-token row, as FlashInfer's kernel has it: the int16 pair dequantised once before
+    the step loop, then per step even column S, odd column H, two accumulators added, the
+    8-lane shuffles, y = fma(D, x, partial), and the quantisation of the step's state."""
+    before = (
+        "LDS.128 R12, [R20+0xf00]",
+        "LDS R42, [R3]",
+        "I2F.S16 R31, R12.H1",
+        "I2F.S16 R33, R12",
+        "FMUL.FTZ R46, R42.reuse, R31",
+        "FMUL.FTZ R38, R42, R33",
+    )
+    loop = (
+        "FMUL.FTZ R12, R24, R44",
+        "FMUL.FTZ R12, R12, 1.4426950216293334961",
+        "MUFU.EX2 R12, R12",
+        "FMUL.FTZ R44, R44, R43",
+        "FMUL.FTZ R15, R44, R15",
+        "FFMA.FTZ R38, R12, R38, R15",
+        "FMUL.FTZ R46, R12, R46",
+        "FFMA.FTZ R46, R44, R17, R46",
+        "FFMA.FTZ R16, R18, R38, RZ",
+        "FFMA.FTZ R17, R19, R46, RZ",
+        "FADD.FTZ R17, R16, R17",
+        "SHFL.DOWN PT, R12, R17, 0x4, 0x1f",
+        "FADD.FTZ R14, R17, R12",
+        "FFMA.FTZ R43, R43, R11, R14",
+        "FMNMX.FTZ R14, |R46|, |R38|, !PT",
+        "FMNMX.FTZ R14, R14, -3.40282346638528859812e+38, !PT",
+        "SHFL.DOWN PT, R15, R14, 0x4, 0x1f",
+        "FMNMX.FTZ R15, R14, R15, !PT",
+        "SHFL.IDX PT, R17, R15, R20, 0x1f",
+        "HFMA2.MMA R19, -RZ, RZ, 1.875, 0",
+        "FSETP.NEU.FTZ.AND P1, PT, R17, RZ, PT",
+        "@P1 MUFU.RCP R21, R17",
+        "@P1 FMUL.FTZ R19, R21, 32767",
+        "FMUL.FTZ R21, R38, R19.reuse",
+        "FMUL.FTZ R22, R46, R19",
+        "FMNMX.FTZ R21, R21, -32767, !PT",
+        "FMNMX.FTZ R22, R22, -32767, !PT",
+        "FMNMX.FTZ R21, R21, 32767, PT",
+        "FMNMX.FTZ R22, R22, 32767, PT",
+        "F2I.FTZ.NTZ R21, R21",
+        "F2I.FTZ.NTZ R22, R22",
+        "MUFU.RCP R19, R19",
+    )
+    top = 16 * len(before)
+    return before + loop + (f"@!P2 BRA {top:#x}",)
+
+
+def i16_mtp_function(body):
+    mangled = ("_ZN10flashinfer5mamba3mtp40selective_state_update_kernel_simple_mtpI13__nv_bfloat16S3_fsif"
+               "Li4ELi64ELi128ELi8ELi0ELi4ELi1EEEvNS1_23SelectiveStateMTPParamsE")
+    return [f"\t\tFunction : {mangled}", '\t.headerflags\t@"EF_CUDA_SM90"'] + listing(*body) + ["\t\t.........."]
+
+
+I16_GROUP = "stp_si16_ibf16_wbf16_af32_sii32_d64_ds64_scf32_pr0"
+I16_MTP_GROUP = "mtp_si16_ibf16_wbf16_af32_sii32_d64_ds64_nt4_csi32_nai32_scf32_pr0"
+
+
+def function(kind, rounds, body, dim=128, dstate=128, types="S2_f6__halfiv"):
+    d, n = f"Li{dim}E", f"Li{dstate}E"
     args = {
-        "simple": f"Li128ELi128ELi128ELi4ELi{rounds}E",
-        "simple_tiled": f"Li128ELi128ELi4ELi4ELi{rounds}E",
-        "vertical": f"Li128ELi128ELi{rounds}ELi4ELi16ELi3E",
-        "horizontal": f"Li128ELi128ELi{rounds}ELi64ELi8ELi32ELi4E",
+        "simple": f"{d}{n}{d}Li4ELi{rounds}E",
+        "simple_tiled": f"{d}{n}Li4ELi4ELi{rounds}E",
+        "vertical": f"{d}{n}Li{rounds}ELi4ELi16ELi3E",
+        "horizontal": f"{d}{n}Li{rounds}ELi64ELi8ELi32ELi4E",
     }[kind]
     name = {
         "simple": "36selective_state_update_kernel_simple",
@@ -104,7 +216,7 @@ def function(kind, rounds, body):
         "vertical": "56selective_state_update_kernel_producer_consumer_vertical",
         "horizontal": "58selective_state_update_kernel_producer_consumer_horizontal",
     }[kind]
-    mangled = f"_ZN10flashinfer5mamba{name}I13__nv_bfloat16S2_f6__halfiv{args}EEvNS0_26SelectiveStateUpdateParamsE"
+    mangled = f"_ZN10flashinfer5mamba{name}I13__nv_bfloat16{types}{args}EEvNS0_26SelectiveStateUpdateParamsE"
     return [f"\t\tFunction : {mangled}", '\t.headerflags\t@"EF_CUDA_SM90"'] + listing(*body) + ["\t\t.........."]
 
 
@@ -214,6 +326,94 @@ class Horizontal(unittest.TestCase):
                         r"__fmaf_rn\(x, \w+\.x, __fmul_rn\(dA, __uint_as_float\(s0\)\)\)",
                         r"__fmaf_rn\(D, x, __fadd_rn\(acc, other\)\)"):
             self.assertTrue(re.search(pattern, src), f"csrc/ssu_hz.cuh lacks {pattern}")
+
+
+class Int16(unittest.TestCase):
+    def summary(self, body, first=True):
+        insns = ff.parse_sass(listing(*body))
+        c = ff.classify_int16(insns)
+        return c, ff.int16_summary(c, ff.kernel_form(ff.classify(insns)) if first else None)
+
+    def test_single_token(self):
+        c, s = self.summary(I16)
+        self.assertEqual(ff.int16_form(s), "rn/S/F0")
+        self.assertEqual((s["acc"], s["quant"]), ("eo", "ok"))
+        self.assertEqual(c["update"]["S"], {"even": 1, "odd": 1, "?": 0})
+        self.assertEqual((c["max_shfl"], c["max_bcast"], c["enc_default_one"], c["dec"], c["quant"]),
+                         (["0x10"], ["RZ"], 1, 1, 2))
+
+    def test_update_h_and_split(self):
+        c, s = self.summary(I16_H)
+        self.assertEqual(s["update"], "S/H")  # column 0 (even) S, column 1 (odd) H
+        self.assertEqual((c["update"]["H"]["odd"], s["quant"]), (1, "ok"))
+
+    def test_contracted_scale(self):
+        c, s = self.summary(I16_FUSED)
+        self.assertEqual((s["dequant"], c["dequant_fused"], c["dequant_rn"]), ("mixed", 1, 1))
+
+    def test_quantisation_checks(self):
+        body = [i.replace("F2I.FTZ.NTZ R12", "F2I.FTZ.TRUNC.NTZ R12") for i in I16]
+        self.assertEqual(self.summary(body)[1]["quant"], "missing F2I chain")
+        body = [i for i in I16 if not i.startswith("IMAD.MOV.U32 R8")]  # no 1.0 for a zero row
+        self.assertEqual(self.summary(body)[1]["quant"], "missing encode")
+        body = [i for i in I16 if "-3.40282346638528859812e+38" not in i]
+        self.assertIn("max", self.summary(body)[1]["quant"])
+        body = [i for i in I16 if i != "MUFU.RCP R8, R8"]
+        self.assertEqual(self.summary(body)[1]["quant"], "missing decode")
+
+    def test_quantising_the_dequantised_value_is_not_the_chain(self):
+        # the quantiser reading s instead of s': not a quantisation of the update's result
+        body = list(I16)
+        body[body.index("FMUL.FTZ R13, R13, R8.reuse")] = "FMUL.FTZ R13, R26, R8.reuse"
+        self.assertEqual(self.summary(body)[1]["quant"], "missing F2I chain")
+
+    def test_halves_through_prmt(self):
+        # the high half of R9 moved into the low half of R30: column 1 (odd); R15's low half
+        # moved into R35's high half: column 0 (even)
+        body = ("LDG.E.64 R8, desc[UR6][R2.64]", "PRMT R30, R9, 0x7632, R30", "I2F.S16 R30, R30",
+                "PRMT R35, R35, 0x5410, R8", "I2F.S16 R36, R35.H1", "FMUL.FTZ R30, R10, R30",
+                "FMUL.FTZ R36, R10, R36", "FMUL.FTZ R14, R4, 1.4426950216293334961", "MUFU.EX2 R14, R14",
+                "FFMA.FTZ R30, R14, R30, R5", "FFMA.FTZ R36, R14, R36, R5")
+        c, _ = self.summary(body, first=False)
+        self.assertEqual(c["update"]["S"], {"even": 1, "odd": 1, "?": 0})
+        c, _ = self.summary(body[:3] + ("I2F.S16 R36, R35.H1",) + body[5:], first=False)
+        self.assertEqual(c["update"]["S"], {"even": 0, "odd": 1, "?": 1})
+
+    def test_multi_token(self):
+        c, s = self.summary(i16_mtp(), first=False)
+        self.assertEqual((ff.int16_form(s), s["acc"], s["quant"], s["carried"]), ("rn/S/H", "e,o", "ok", True))
+        self.assertEqual((c["max_shfl"], c["max_bcast"], c["i2f"]), (["0x4"], ["R20"], 2))
+        # the int16 re-read and dequantised inside the step loop: not carried in fp32
+        body = i16_mtp()
+        body = body[:6] + body[2:6] + body[6:]
+        body = body[:-1] + (f"@!P2 BRA {16 * 6:#x}",)
+        self.assertFalse(self.summary(body, first=False)[1]["carried"])
+
+    def test_rule(self):
+        self.assertEqual(ff.int16_rule("simple", 128), ("rn/S/F0", "eoeo"))
+        self.assertEqual(ff.int16_rule("simple_tiled", 64, 80, "0.7.4"), ("rn/S/F1", "eo"))
+        self.assertEqual(ff.int16_rule("vertical", 256), ("rn/S/F0", "eoeoeoeo"))
+        self.assertEqual(ff.int16_rule("mtp", 128), ("rn/S/H", "eeeeeeee,oooooooo"))
+        self.assertIsNone(ff.int16_rule("mtp", 96))
+
+    def test_group_rows(self):
+        types = "S2_fsif"
+        sass = dump([function("simple", 0, I16, 64, 64, types), function("vertical", 0, I16, 64, 64, types),
+                     function("simple_tiled", 0, I16_H, 64, 64, types), function("horizontal", 0, HZ, 64, 64, "S2_fsi")])
+        rows = {r["kind"]: r for r in ff.analyse_group(I16_GROUP, sass)}
+        self.assertEqual(sorted(rows), ["horizontal", "simple", "simple_tiled", "vertical"])
+        self.assertEqual([rows[k]["status"] for k in ("simple", "vertical", "simple_tiled", "horizontal")],
+                         ["agrees", "agrees", "DISAGREES", "agrees"])
+        self.assertEqual((rows["simple_tiled"]["form"], rows["simple_tiled"]["rule"]), ("rn/S/H/F0", "rn/S/F1"))
+        g = ff.parse_group(I16_MTP_GROUP)
+        self.assertTrue(ff.covered(g))
+        sass = "\n".join(["\tcode for sm_90a"] + i16_mtp_function(i16_mtp()))
+        rows = ff.analyse_group(I16_MTP_GROUP, sass)
+        # dstate 64 would hold 4 even and 4 odd columns per lane; the listing has one of each
+        self.assertEqual([(r["kind"], r["form"], r["status"]) for r in rows], [("mtp", "rn/S/H", "DISAGREES")])
+        rows = ff.analyse_group(I16_MTP_GROUP.replace("ds64", "ds16"), sass)
+        self.assertEqual(rows[0]["status"], "not served")
+        self.assertFalse(ff.covered(ff.parse_group(I16_MTP_GROUP.replace("si16", "sf16").replace("_scf32", ""))))
 
 
 class Kernels(unittest.TestCase):
@@ -394,3 +594,19 @@ class Build(unittest.TestCase):
         self.assertGreater(sum(r["status"] == "agrees" for r in rows), 0)
         print(f"\n  first forms: {sum(r['status'] == 'agrees' for r in rows)} kernels agree with the rule, "
               f"{sum(r['status'] == 'unclassified' for r in rows)} unclassified")
+
+    def test_built_int16_kernels_agree_with_the_documented_forms(self):
+        exe = local_cuobjdump()
+        seen = 0
+        for release in ("0.7.2.post1", "0.7.4"):
+            build = os.path.join(REPO, "target", "flashinfer-recorder", release)
+            if not glob.glob(os.path.join(build, "dist", "lib", "groups", "*_si16_*.so")) or not exe:
+                continue
+            rows, _ = ff.run(build, cuobjdump=exe, only="_si16_ibf16_", jobs=2)
+            bad = [(r["group"], r["kind"], r["form"], r["rule"], r.get("int16")) for r in rows
+                   if r["status"] not in ("agrees", "not served")]
+            self.assertEqual(bad, [], release)
+            seen += len(rows)
+        if not seen:
+            self.skipTest("no recorder build with int16-state groups (build.py --spec cases/int16_forms_cases.json), "
+                          "or no cuobjdump here")
