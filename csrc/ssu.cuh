@@ -175,7 +175,7 @@ struct Args {
   int32_t sr_rule;
 };
 
-// An int16 state's decode scales (ssu_kernel_i16, DynI16Config): element (slot, h, d) at
+// An int16 state's decode scales (ssu_kernel_scaled, DynI16Config): element (slot, h, d) at
 // state_scale[slot * slot_stride + h * dim + d]; nullptr: an int16 state without scales. A kernel
 // argument of their own, so that Args (every other kernel's parameter block) is unchanged.
 struct ScaleArgs {
