@@ -1,7 +1,7 @@
 //! FlashInfer's int16 block-scaled state (`state_scale`) on host arrays: the dequantised state
 //! the f64 references take, and the int16 state and float32 decode scales FlashInfer writes from
-//! an updated state (docs/flashinfer-ssu.md, "int16 block-scaled state"). The crate's kernels do
-//! not serve this state yet; this is the model they will be held to.
+//! an updated state (docs/flashinfer-ssu.md, "int16 block-scaled state"): the model the crate's
+//! int16 kernels are held to (`tests/ssu_int16.rs`).
 //!
 //! - Read: element `(slot, h, d, n)` is `rn(float(q) · scale[slot, h, d])` in fp32
 //!   ([`dequantize`]; a pad reads zeros, as in the f64 references).
