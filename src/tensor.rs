@@ -87,19 +87,20 @@ impl DType {
         }) as i32
     }
 
+    /// Every variant.
+    pub(crate) const ALL: [DType; 6] = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::I32,
+        DType::I64,
+        DType::I16,
+    ];
+
     /// The dtype of a C ABI `mamba_ssu_dtype` value (`None` for one this type has no variant
     /// for).
     pub(crate) fn from_ffi(v: i32) -> Option<DType> {
-        [
-            DType::F32,
-            DType::F16,
-            DType::BF16,
-            DType::I32,
-            DType::I64,
-            DType::I16,
-        ]
-        .into_iter()
-        .find(|d| d.ffi() == v)
+        Self::ALL.into_iter().find(|d| d.ffi() == v)
     }
 }
 
@@ -649,14 +650,7 @@ mod tests {
         }
         assert_eq!(DType::F16.ffi(), sys::MAMBA_SSU_F16 as i32);
         assert_eq!(DType::I64.ffi(), 4);
-        for t in [
-            DType::F32,
-            DType::F16,
-            DType::BF16,
-            DType::I32,
-            DType::I64,
-            DType::I16,
-        ] {
+        for t in DType::ALL {
             assert_eq!(DType::from_ffi(t.ffi()), Some(t));
         }
         assert_eq!(DType::I16.ffi(), sys::MAMBA_SSU_I16 as i32);
