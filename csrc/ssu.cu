@@ -353,8 +353,7 @@ int snap_rows_per_warp(int64_t dim, int rpw, int rows_per_chunk, int block_warps
 // MAMBA_SSU_SR_V074 runs the generic kernel (same layouts, random words and summation forms;
 // its exact SR path takes the rule). Without SR the rule changes nothing.
 bool is_hot(const mamba_ssu_params *p) {
-  return p->state_dtype != MAMBA_SSU_I16 &&
-         (p->state_dtype == MAMBA_SSU_F16 || p->philox_rounds == 0) &&
+  return (p->state_dtype == MAMBA_SSU_F16 || p->philox_rounds == 0) &&
          p->input_dtype == MAMBA_SSU_BF16 &&
          p->weight_dtype == MAMBA_SSU_BF16 && hot_dim(p->dim) &&
          (p->dstate == 64 || p->dstate == 128 || p->dstate == 256) &&
@@ -628,8 +627,8 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
   const auto st = reinterpret_cast<cudaStream_t>(stream);
   const unsigned nblocks = plan.nblocks;
   const int wpb = warps_per_block;
-  if (p.state_dtype == MAMBA_SSU_I16) {
-    const ssu::ScaleArgs sc{const_cast<float *>(scale.data), scale.slot_stride};
+  const ssu::ScaleArgs sc{const_cast<float *>(scale.data), scale.slot_stride};
+  if (p.state_dtype == MAMBA_SSU_I16 && !hot) {
     ssu::ssu_kernel_scaled<ssu::DynI16Config><<<nblocks, 32 * wpb, 0, st>>>(a, sc);
     return check_launch("selective_state_update launch");
   }
@@ -640,7 +639,7 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
                                  : p.dstate == 256 ? ssu::StpStateFamily::kDs256
                                  : plan.hot_rt_dim ? ssu::StpStateFamily::kRtDim
                                                    : ssu::StpStateFamily::kDim64,
-                                 nblocks, wpb, st, rows, small_rows, simple);
+                                 nblocks, wpb, st, rows, small_rows, simple, &sc);
   if (p.dstate == 64)
     return launch_hot_shape<ssu::HotDs<64>::template Cfg>(a, nblocks, wpb, st, rows, small_rows,
                                                           simple);

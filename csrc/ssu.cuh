@@ -665,6 +665,7 @@ struct DynConfig {
 // (quantize_i16_row) from the row's fp32 values. A config of its own, so that DynConfig's
 // kernel keeps its code.
 struct DynI16Config : DynConfig {
+  static constexpr bool kI16Scaled = true;  // scaled_state
   struct Raw {
     uint32_t w[kMaxCols];
     float scale;
@@ -690,10 +691,16 @@ struct DynI16Config : DynConfig {
   }
 };
 
-// Whether a config's state is int16 with decode scales (DynI16Config).
+// Whether a config's state is int16 with decode scales: a config that declares
+// `kI16Scaled = true` (DynI16Config; the compiled-in I16State wrappers, ssu_stp_states.cu).
+template <class Cfg, class = void>
+struct ScaledState : std::false_type {};
+template <class Cfg>
+struct ScaledState<Cfg, std::void_t<decltype(Cfg::kI16Scaled)>>
+    : std::integral_constant<bool, Cfg::kI16Scaled> {};
 template <class Cfg>
 __device__ constexpr bool scaled_state() {
-  return std::is_same<Cfg, DynI16Config>::value;
+  return ScaledState<Cfg>::value;
 }
 
 // ---------------------------------------------------------------------------
@@ -1269,18 +1276,22 @@ __global__ void __launch_bounds__(32 * Cfg::kBlockWarps,
   ssu_body<Cfg>(a);
 }
 
-// The kernel of an int16 state (Cfg: DynI16Config), its decode scales a second argument (a
-// template, so that only the unit that launches it instantiates it).
+// The kernel of an int16 state (Cfg: DynI16Config, or a compiled-in I16State), its decode
+// scales a second argument (a template, so that only the unit that launches it instantiates it).
+// The register budget as ssu_kernel's.
 template <class Cfg>
-__global__ void __launch_bounds__(32 * Cfg::kBlockWarps, Cfg::kMinBlocksPerSM)
-    ssu_kernel_scaled(const Args a, const ScaleArgs sc) {
+__global__ void __launch_bounds__(32 * Cfg::kBlockWarps,
+                                  Cfg::kMinBlocksPerSM * kWarpsPerBlock / Cfg::kBlockWarps > 0
+                                      ? Cfg::kMinBlocksPerSM * kWarpsPerBlock / Cfg::kBlockWarps
+                                      : 1) ssu_kernel_scaled(const Args a, const ScaleArgs sc) {
   static_assert(scaled_state<Cfg>(), "ssu_kernel_scaled: an int16-state config");
   ssu_body<Cfg>(a, sc);
 }
 
-// The compiled-in kernels for a BF16 or an F32 state without SR (ssu_stp_states.cu): the hot
-// kernels' code of a family with the state converted from and to bf16, or in fp32 with
-// FlashInfer's lane columns for 4-byte elements, launched for a plan of ssu.cu.
+// The compiled-in kernels for a BF16, an F32 or an I16 state without SR (ssu_stp_states.cu): the
+// hot kernels' code of a family with the state converted from and to bf16, in fp32 with
+// FlashInfer's lane columns for 4-byte elements, or int16 with decode scales (`sc`: the int16
+// state's scales, nullptr for the other states), launched for a plan of ssu.cu.
 enum class StpStateFamily {
   kDim64,  // HotConfig: head dim 64, dstate 128
   kRtDim,  // HotDimConfig: another head dim, dstate 128
@@ -1288,7 +1299,8 @@ enum class StpStateFamily {
   kDs256,  // HotDsConfig<256>
 };
 int launch_hot_state(const Args &a, StpStateFamily family, unsigned blocks, int wpb,
-                     cudaStream_t st, int64_t rows, int small_rows, bool simple);
+                     cudaStream_t st, int64_t rows, int small_rows, bool simple,
+                     const ScaleArgs *sc);
 
 }  // namespace ssu
 }  // namespace mamba_ssu

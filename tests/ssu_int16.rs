@@ -15,14 +15,14 @@
 mod common;
 
 use common::{gpu, run_seed, Rng};
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaStream, ValidAsZeroBits};
 use half::bf16;
 use mamba_ssu::reference::int16::{
     dequantize, dequantize_state, predict_int16_state, quantize_row, ScaleOps,
 };
 use mamba_ssu::reference::{selective_state_update_f64, HostTensor, SsuHostArgs};
 use mamba_ssu::ssu::{self, Algorithm, SsuArgs};
-use mamba_ssu::tensor::{Tensor, TensorMut};
+use mamba_ssu::tensor::{Element, Tensor, TensorMut};
 use std::sync::Arc;
 
 const NH: usize = 4;
@@ -65,9 +65,42 @@ struct Got {
 
 const PAD: i64 = -1;
 
+/// An input, weight and output element type of [`run_as`]: bf16 (the compiled-in kernels) or
+/// f32 (the run-time kernel).
+trait Input: Element + ValidAsZeroBits + Copy {
+    fn of(v: f32) -> Self;
+    fn value(self) -> f32;
+}
+impl Input for bf16 {
+    fn of(v: f32) -> Self {
+        bf16::from_f32(v)
+    }
+    fn value(self) -> f32 {
+        self.to_f32()
+    }
+}
+impl Input for f32 {
+    fn of(v: f32) -> Self {
+        v
+    }
+    fn value(self) -> f32 {
+        self
+    }
+}
+
+/// [`run_as`] with bf16 inputs, weights and `out`.
 fn run(stream: &Arc<CudaStream>, p: &Problem, algorithm: Algorithm) -> mamba_ssu::Result<Got> {
+    run_as::<bf16>(stream, p, algorithm)
+}
+
+/// One call on `p` with inputs, weights and `out` of element type T (A is f32).
+fn run_as<T: Input>(
+    stream: &Arc<CudaStream>,
+    p: &Problem,
+    algorithm: Algorithm,
+) -> mamba_ssu::Result<Got> {
     let (b, dim, ds, slots) = (p.batch, p.dim, p.dstate, p.slots);
-    let to_bf = |v: &[f32]| v.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>();
+    let to_bf = |v: &[f32]| v.iter().map(|&x| T::of(x)).collect::<Vec<_>>();
     let mut state = stream.clone_htod(&p.state)?;
     let mut scale = match &p.scale {
         Some(s) => Some(stream.clone_htod(s)?),
@@ -82,7 +115,7 @@ fn run(stream: &Arc<CudaStream>, p: &Problem, algorithm: Algorithm) -> mamba_ssu
     let dt_bias = stream.clone_htod(&to_bf(&p.dt_bias))?;
     let read = stream.clone_htod(&p.read)?;
     let write = stream.clone_htod(&p.write)?;
-    let mut out = stream.alloc_zeros::<bf16>(b * NH * dim)?;
+    let mut out = stream.alloc_zeros::<T>(b * NH * dim)?;
     {
         let mut args = SsuArgs::new(
             TensorMut::new(
@@ -115,11 +148,7 @@ fn run(stream: &Arc<CudaStream>, p: &Problem, algorithm: Algorithm) -> mamba_ssu
             Some(s) => Some(stream.clone_dtoh(s)?),
             None => None,
         },
-        out: stream
-            .clone_dtoh(&out)?
-            .iter()
-            .map(|v| v.to_f32())
-            .collect(),
+        out: stream.clone_dtoh(&out)?.iter().map(|v| v.value()).collect(),
     })
 }
 
@@ -432,6 +461,71 @@ fn int16_state_matches_the_f64_reference() {
     }
     assert_eq!(runs, 45);
     eprintln!("{runs} runs against the f64 reference passed");
+}
+
+/// The compiled-in int16 kernels (bf16 inputs and weights: the F16 kernels' code of every
+/// family with the state dequantised and quantised, `I16State` in `csrc/ssu_stp_states.cu`)
+/// against the run-time kernel (`DynI16Config`, taken with fp32 inputs and weights of the same
+/// values): the int16 state and the decode scales bit for bit, and the compiled-in kernel's bf16
+/// `out` the run-time kernel's fp32 `out` rounded to nearest. Head dims 64, 80 and 128, dstate
+/// 64/128/256, both layouts, with and without scales, a pad and dst slots, on a small grid (the
+/// 2-row kernels), a mid-size one and one past `Tuning::kLargeGridRows` (262144 rows: the
+/// large-grid forms).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn int16_compiled_kernels_match_the_run_time_kernel_bit_for_bit() {
+    let Some((_ctx, stream)) = gpu() else { return };
+    let mut rng = Rng(run_seed());
+    let mut runs = 0;
+    let mut failures = Vec::new();
+    let mut shapes = Vec::new();
+    for dim in [64usize, 80, 128] {
+        for dstate in [64usize, 128, 256] {
+            for batch in [1usize, 48] {
+                shapes.push((dim, dstate, batch));
+            }
+        }
+    }
+    // batch * NH * dim >= 262144 rows.
+    shapes.extend([(64, 128, 1025), (80, 64, 820), (128, 256, 513)]);
+    for (k, &(dim, dstate, batch)) in shapes.iter().enumerate() {
+        for algorithm in [Algorithm::Simple, Algorithm::Vertical] {
+            let scaled = k % 3 != 1;
+            let mut p = base(&mut rng, batch, dim, dstate, batch > 1);
+            fill_state(&mut rng, &mut p, scaled);
+            if k % 2 == 1 {
+                // In place: the read slots written.
+                p.write = p.read.clone();
+            }
+            let hot = run(&stream, &p, algorithm).expect("compiled-in launch");
+            let rt = run_as::<f32>(&stream, &p, algorithm).expect("run-time launch");
+            runs += 1;
+            let what =
+                format!("dim {dim} dstate {dstate} batch {batch} {algorithm:?} scaled {scaled}");
+            if let Some(e) = (0..hot.state.len()).find(|&e| hot.state[e] != rt.state[e]) {
+                failures.push(format!("{what}: state differs at element {e}"));
+                continue;
+            }
+            if let (Some(h), Some(r)) = (&hot.scale, &rt.scale) {
+                if let Some(e) = (0..h.len()).find(|&e| h[e].to_bits() != r[e].to_bits()) {
+                    failures.push(format!("{what}: scale differs at row {e}"));
+                    continue;
+                }
+            }
+            let bad = (0..hot.out.len())
+                .filter(|&e| bf16::from_f32(rt.out[e]).to_f32().to_bits() != hot.out[e].to_bits())
+                .count();
+            if bad > 0 {
+                failures.push(format!("{what}: {bad} out elements differ"));
+            }
+        }
+    }
+    eprintln!(
+        "int16, compiled-in vs run-time: {runs} runs, {} failures",
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{failures:#?}");
+    assert_eq!(runs, 2 * shapes.len());
 }
 
 /// The three multi-token write modes.

@@ -166,16 +166,16 @@ fn the_v074_rule_runs_the_generic_kernel_and_the_plan_says_so() {
     }
 }
 
-/// A BF16 or F32 state without SR, with BF16 inputs and weights, runs the compiled-in kernels
-/// (the F16 ones' code with the state converted from and to bf16, or in fp32) at every head dim
-/// and dstate they take, in both layouts, on small and large grids, tiling the head as the F16
-/// ones do; with FP32 inputs and weights (what `tests/ssu_numerics.rs` compares it with) the
-/// generic kernel.
+/// A BF16, F32 or I16 state without SR, with BF16 inputs and weights, runs the compiled-in
+/// kernels (the F16 ones' code with the state converted from and to bf16, in fp32, or int16 with
+/// decode scales) at every head dim and dstate they take, in both layouts, on small and large
+/// grids, tiling the head as the F16 ones do; with FP32 inputs and weights (what
+/// `tests/ssu_numerics.rs` and `tests/ssu_int16.rs` compare it with) the generic kernel.
 #[test]
-fn bf16_and_f32_states_without_sr_plan_the_compiled_in_kernels() {
+fn bf16_f32_and_i16_states_without_sr_plan_the_compiled_in_kernels() {
     let simple = sys::MAMBA_SSU_ALGO_SIMPLE as i32;
     let vertical = sys::MAMBA_SSU_ALGO_VERTICAL as i32;
-    for state in [BF16, F32] {
+    for state in [BF16, F32, I16] {
         for dim in [64, 80, 128, 256] {
             for dstate in [64, 128, 256] {
                 for algo in [simple, vertical] {
