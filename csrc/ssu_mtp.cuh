@@ -398,7 +398,9 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
       if (a.inter != nullptr) {
         const int64_t e =
             a.inter_idx != nullptr ? load_index(a.inter_idx, b * a.ii_s, a.index_dtype) : read_slot;
-        if (e != a.pad_slot_id && e >= 0 && e < a.inter_cache_size)
+        // Any entry inside the buffer, pad_slot_id's value included (FlashInfer indexes the
+        // buffer with it unchecked; an entry outside it is not written).
+        if (e >= 0 && e < a.inter_cache_size)
           tgt = ((e * a.cache_steps + t) * a.nheads + h) * dim * kDstate;
       } else if (a.dst != nullptr) {
         const int64_t s = load_index(a.dst, b * a.dst_s + t * a.dst_sc, a.index_dtype);

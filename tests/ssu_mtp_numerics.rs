@@ -403,6 +403,8 @@ impl Problem {
                     let mut e: Vec<i64> = (lo as i64..entries as i64 - 1).collect();
                     rng.shuffle(&mut e);
                     if cfg.pads {
+                        // pad_slot_id as an entry: -1 is skipped; 0, an entry no other sequence
+                        // uses, is written (FlashInfer's rule).
                         let b = rng.below(bt as u64) as usize;
                         e[b] = pad;
                     }
@@ -613,14 +615,15 @@ fn reference(p: &Problem) -> MtpReference {
     let dst = ints(&p.dst);
     let cu = p.cu.clone();
     let nat = p.nat.clone();
-    // The reference refuses a buffer entry equal to pad_slot_id, which the kernel's contract
-    // skips (nothing written): such sequences get an entry no other sequence uses, whose
-    // writes are dropped from the result below.
+    // The reference refuses a buffer entry outside the buffer (pad_slot_id -1), which the
+    // kernel's contract skips (nothing written): such sequences get an entry no other sequence
+    // uses, whose writes are dropped from the result below. An entry equal to pad_slot_id 0 is
+    // written by both, as FlashInfer writes it.
     let spare = p.inter.map(|(entries, _)| entries as i64 - 1);
     let mut skipped_entry = None;
     let ii = p.inter_idx.clone().map(|mut v| {
         for e in v.iter_mut() {
-            if *e == c.pad_slot_id {
+            if *e < 0 {
                 *e = spare.expect("a buffer");
                 skipped_entry = spare;
             }

@@ -401,8 +401,9 @@ int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch,
  * Write modes, exclusive:
  *   intermediate_states (entries, cache_steps, nheads, dim, dstate), contiguous, state dtype:
  *     token t of sequence b goes to entry e, step t, e = intermediate_state_indices[b] (or
- *     the read slot without that tensor); an entry outside 0..intermediate_cache_size or
- *     equal to pad_slot_id is not written; the state itself is never written;
+ *     the read slot without that tensor); an entry outside 0..intermediate_cache_size is
+ *     not written (one equal to pad_slot_id inside it is, as FlashInfer writes it); the
+ *     state itself is never written;
  *   dst_state_batch_indices (batch, cols) 2-D, cols >= ntokens: token t goes to slot dst[b, t] unless it is
  *     pad_slot_id or outside 0..state_cache_size (in-place verify: pass the read index here
  *     as well);
