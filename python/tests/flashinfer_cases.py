@@ -597,7 +597,7 @@ class PreparedCall:
 
 #: Tensor arguments in FlashInfer's order; the first seven are always passed.
 TENSOR_ARGS = ("state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias",
-               "state_batch_indices", "dst_state_batch_indices", "rand_seed")
+               "state_batch_indices", "dst_state_batch_indices", "rand_seed", "state_scale")
 
 
 def build_call(m: Manifest, case: Case, result: ResultEntry, device) -> PreparedCall:

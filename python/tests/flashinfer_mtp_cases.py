@@ -51,11 +51,11 @@ ALGORITHMS = ("auto", "simple")
 TENSOR_ARGS = (
     "state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias", "state_batch_indices",
     "dst_state_batch_indices", "num_accepted_tokens", "cu_seqlens", "intermediate_states_buffer",
-    "intermediate_state_indices", "rand_seed",
+    "intermediate_state_indices", "rand_seed", "state_scale", "intermediate_state_scales",
 )
 
 #: The outputs a run records (the intermediate buffer only in the intermediate write mode).
-OUTPUTS = ("state", "out", "intermediate_states_buffer")
+OUTPUTS = ("state", "out", "intermediate_states_buffer", "state_scale", "intermediate_state_scales")
 
 
 def poison_block(dtype: str, elems: int) -> torch.Tensor:

@@ -436,9 +436,13 @@ def _run_one(mamba_ssu, m, case, result, device, device_sms):
     ot = fc.compare_output(m, result.output("out"), p.storages["out"])
     state_col = st.describe() + (f"; {outside} elements outside the recorded blocks changed" if outside else "")
     line = f"{label} state: {state_col} | out: {ot.describe()}"
+    failed = not st.ok or outside != 0 or not ot.ok or bool(problems)
+    if "state_scale" in result.outputs:  # an int16 state's decode scales
+        sc = fc.compare_output(m, result.output("state_scale"), p.storages["state_scale"])
+        line += f" | state_scale: {sc.describe()}"
+        failed |= not sc.ok
     if problems:
         line += " | " + "; ".join(problems)
-    failed = not st.ok or outside != 0 or not ot.ok or bool(problems)
     del p
     return line, failed
 
