@@ -11,10 +11,12 @@
 // fewer where a block's shared memory would pass 48 KiB; tuning.h) when num_accepted_tokens and
 // cu_seqlens (where given) have the slot indices' dtype; a BF16 state without SR (otherwise as
 // above) the same kernels' code for a BF16 state (mtp_kernel_bf16<dstate, rows per group,
-// small>, ssu_mtp_bf16.cu); everything else that passes the check
+// small>, ssu_mtp_bf16.cu), an I16 state (no SR) likewise (mtp_kernel_i16_hot, with its decode
+// scales, ssu_mtp_i16.cu); everything else that passes the check
 // runs a kernel per dstate that takes dtypes, index dtypes and rounds at run time
 // (mtp_kernel<false, dstate, -1, 1>; with an fp32 state mtp_kernel<false, dstate, -1, 1, false,
-// true>, FlashInfer's 4-column lane blocks of an fp32 state: ssu_mtp.cuh).
+// true>, FlashInfer's 4-column lane blocks of an fp32 state; an I16 state mtp_kernel_i16:
+// ssu_mtp.cuh).
 #include <algorithm>
 #include <limits>
 
@@ -39,9 +41,17 @@ constexpr int64_t kStaticSmemBytes =
      sizeof(uint64_t) + 15) /
     16 * 16;
 
+// The static shared memory of the kernel a problem runs: kStaticSmemBytes, and the hot int16
+// kernels' per-token scale rows.
+int64_t static_smem(const mamba_ssu_mtp_params &p, bool hot) {
+  return kStaticSmemBytes +
+         (hot && p.state_dtype == MAMBA_SSU_I16 ? mtp::kI16HotStaticSmemBytes : 0);
+}
+
 bool is_hot(const mamba_ssu_mtp_params &p) {
   return (p.state_dtype == MAMBA_SSU_F16 ||
-          (p.state_dtype == MAMBA_SSU_BF16 && p.philox_rounds == 0)) &&
+          ((p.state_dtype == MAMBA_SSU_BF16 || p.state_dtype == MAMBA_SSU_I16) &&
+           p.philox_rounds == 0)) &&
          p.input_dtype == MAMBA_SSU_BF16 && p.weight_dtype == MAMBA_SSU_BF16 &&
          (p.dstate == 64 || p.dstate == 128 || p.dstate == 256) &&
          (p.philox_rounds == 0 || p.philox_rounds == 5 || p.philox_rounds == 10) &&
@@ -94,7 +104,7 @@ void grid_for(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d, bo
   };
   const int64_t wave =
       int64_t{resident_blocks(d, min_blocks, mtp::kThreads,
-                              static_cast<int64_t>(smem_of(bph)) + kStaticSmemBytes)} *
+                              static_cast<int64_t>(smem_of(bph)) + static_smem(p, hot))} *
       d.num_sms;
   while (2 * bph <= max_bph && heads * 2 * bph <= wave) bph *= 2;
   const int64_t rpb = (p.dim + bph - 1) / bph;
@@ -123,7 +133,7 @@ int plan_launch(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d, 
   // A block's static and dynamic shared memory together within the per-block limit (48 KiB
   // without an opt-in: a launch past it is refused).
   auto fits = [&](const Plan &g) {
-    return static_cast<int64_t>(g.smem) + kStaticSmemBytes <= smem_limit;
+    return static_cast<int64_t>(g.smem) + static_smem(p, hot) <= smem_limit;
   };
   Plan g;
   grid_for(p, d, hot, r, &g);
@@ -149,7 +159,7 @@ int plan_launch(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d, 
                             d,
                             mtp::mtp_min_blocks(true, static_cast<int>(p.dstate),
                                                 static_cast<int>(p.philox_rounds), 1, true),
-                            mtp::kThreads, static_cast<int64_t>(g.smem) + kStaticSmemBytes)} *
+                            mtp::kThreads, static_cast<int64_t>(g.smem) + static_smem(p, hot))} *
                             d.num_sms;
   *out = g;
   return MAMBA_SSU_SUCCESS;
@@ -282,7 +292,9 @@ int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
     sc.inter_scales = scale.data != nullptr && p.intermediate_states != nullptr ? scale.inter
                                                                                 : nullptr;
     sc.inter_entries = scale.inter_entries;
-    s = mtp::launch_i16(a, sc, static_cast<int>(p.dstate), plan.nblocks, plan.smem, st);
+    s = plan.hot ? mtp::launch_hot_i16(a, sc, static_cast<int>(p.dstate), plan.rows_per_group,
+                                       plan.small, plan.nblocks, plan.smem, st)
+                 : mtp::launch_i16(a, sc, static_cast<int>(p.dstate), plan.nblocks, plan.smem, st);
   } else if (plan.hot && p.state_dtype == MAMBA_SSU_BF16) {
     s = mtp::launch_hot_bf16(a, static_cast<int>(p.dstate), plan.rows_per_group, plan.small,
                              plan.nblocks, plan.smem, st);

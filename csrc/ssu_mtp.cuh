@@ -216,6 +216,41 @@ __device__ __forceinline__ void widen8(const uint4 &v, float *out) {
   }
 }
 
+// The 8 int16 elements at p widened to fp32 with the row's decode scale f: rn(float(q) * f)
+// (FlashInfer's dequantisation, its own rounded multiply).
+__device__ __forceinline__ void widen8_i16(const uint4 &v, float f, float *out) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    out[2 * k] = __fmul_rn(static_cast<float>(static_cast<int16_t>(w[k] & 0xffffu)), f);
+    out[2 * k + 1] = __fmul_rn(static_cast<float>(static_cast<int16_t>(w[k] >> 16)), f);
+  }
+}
+
+// An int16 row's encode factor from the fp32 values s of this lane's columns (a group of 8
+// lanes holds the row; `gmask` its lanes): with scales, m = max |s| over the row (fmaxf from
+// -FLT_MAX: NaN ignored; a butterfly, as the order does not change a maximum), e = 1 when m is 0
+// (under -ftz: also a subnormal m), else rn(rcp.approx(m) * 32767); without scales e = 1.
+// `scaled` is uniform over the group.
+template <int N>
+__device__ __forceinline__ float i16_encode(const float (&s)[N], unsigned gmask, bool scaled) {
+  if (!scaled) return 1.0f;
+  float mx = -3.40282347e38f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) mx = fmaxf(mx, fabsf(s[i]));
+  mx = fmaxf(mx, __shfl_xor_sync(gmask, mx, 4, kGroupLanes));
+  mx = fmaxf(mx, __shfl_xor_sync(gmask, mx, 2, kGroupLanes));
+  mx = fmaxf(mx, __shfl_xor_sync(gmask, mx, 1, kGroupLanes));
+  return mx == 0.0f ? 1.0f : __fmul_rn(ssu::rcp_approx(mx), 32767.0f);
+}
+
+// One element quantised with encode factor e: rni(min(max(rn(v * e), -32767), 32767)) (a NaN
+// product reads -32767), its 16 bits.
+__device__ __forceinline__ uint32_t i16_quantize(float v, float e) {
+  const float c = fminf(fmaxf(__fmul_rn(v, e), -32767.0f), 32767.0f);
+  return static_cast<uint32_t>(__float2int_rn(c)) & 0xffffu;
+}
+
 // The state stores stream (st.global.cs: the written states are read again only at a later
 // step); plain, .cg and L1::no_allocate stores were no faster (perf-notes: the multi-token
 // kernel's latency, store backpressure (2026-12-01); the goal's figure, per-warp bulk stores,
@@ -235,15 +270,15 @@ __device__ __forceinline__ void st_state(T *p, const T &v) {
   __stcs(p, v);
 }
 
-// kHot: F16 state (kBf16State: BF16, no SR), BF16 inputs and weights (vector state and B/C
+// kHot: F16 state (kBf16State: BF16, kI16: I16, no SR), BF16 inputs and weights (vector state and B/C
 // accesses); otherwise every dtype at run time. kDstate: 64, 128 or 256. kRounds: 0, 5, 10 compiled in; -1 at run time.
 // kR: rows a group computes together (1, or 2 and 4 in the hot kernels for large grids).
 // kF32 (run-time kernels only): an fp32 state, in FlashInfer's 4-column lane blocks (mtp_col),
 // with vector state loads and no stochastic rounding (it needs an F16 state). The launcher runs
 // every fp32 state there; the other run-time kernels' fp32 branches (the 8-column map) are kept
 // as they were, so that their code is unchanged, and are not launched.
-// kI16 (run-time kernels only): an int16 state (mtp_kernel_i16, `sc` its scales): read as
-// rn(float(q) * the read slot's decode scale of the row) before the first token, carried in
+// kI16: an int16 state (the run-time mtp_kernel_i16, or with kHot mtp_kernel_i16_hot; `sc` its
+// scales): read as rn(float(q) * the read slot's decode scale of the row) before the first token, carried in
 // fp32, and each written step's row quantised from that step's fp32 values (FlashInfer's block
 // scaling: the row's max |s| over its 8 lanes, the encode factor rn(rcp.approx(max) * 32767), 1
 // for a zero row or without scales; q = rni(clamp(rn(s * e), +-32767)); the decode scale
@@ -253,11 +288,12 @@ template <bool kHot, int kDstate, int kRounds, int kR, bool kSmall, bool kF32 = 
           bool kBf16State = false, bool kI16 = false>
 __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = ScaleArgs{}) {
   static_assert(!kF32 || (!kHot && kR == 1 && !kSmall), "kF32: the run-time kernels");
-  static_assert(!kI16 || (!kHot && kR == 1 && !kSmall && !kF32), "kI16: the run-time kernels");
+  static_assert(!kI16 || (!kF32 && !kBf16State && (kHot ? kRounds == 0 : kR == 1 && !kSmall)),
+                "kI16: the run-time one-row kernel, or hot kernels without SR");
   static_assert(!kBf16State || (kHot && kRounds == 0), "kBf16State: hot kernels without SR");
   constexpr int NC = kDstate / 8;  // columns per lane
   constexpr int NP = NC / 2;       // column pairs per lane
-  const int32_t sdt = kHot ? (kBf16State ? MAMBA_SSU_BF16 : MAMBA_SSU_F16)
+  const int32_t sdt = kHot ? (kBf16State ? MAMBA_SSU_BF16 : kI16 ? MAMBA_SSU_I16 : MAMBA_SSU_F16)
                      : kF32 ? MAMBA_SSU_F32
                             : a.state_dtype;
   const int32_t idt = kHot ? MAMBA_SSU_BF16 : a.input_dtype;
@@ -269,6 +305,14 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
   __shared__ float s_dtp[kMaxTokens], s_dA[kMaxTokens];
   __shared__ uint64_t s_seed;
   extern __shared__ __align__(16) unsigned char smem[];
+  // Hot kernels of an int16 state: token t's decode-scale row at its target (element 0 of the
+  // head's dim rows), or nullptr (no target, no scales, an entry past intermediate_state_scales).
+  // Declared only in those kernels, so that the others' static shared memory is unchanged.
+  [[maybe_unused]] float **s_sct = nullptr;
+  if constexpr (kHot && kI16) {
+    __shared__ float *s_sct_i16[kMaxTokens];
+    s_sct = s_sct_i16;
+  }
 
   // A fused chain's next link: the grid's extra first block stores the stock draw that follows
   // this call's position (the next call's seed) and does nothing else.
@@ -342,6 +386,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
   // R rows' state at the lane's columns, raw (hot: a 16-byte word per 64 columns and row).
   struct Raw {
     uint4 v[R][kHot ? NC / 8 : 1];
+    float f[kHot && kI16 ? R : 1];  // hot int16: the rows' decode scales at the read slot
   };
   // Loads the rows d0 + r * kGroups (r < R) that lie in the block.
   auto load_raw = [&](int d0, Raw &raw) {
@@ -354,6 +399,10 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
 #pragma unroll
           for (int j = 0; j < NC / 8; ++j)
             raw.v[r][j] = __ldcs(reinterpret_cast<const uint4 *>(row + 2 * (64 * j + 8 * m)));
+          if constexpr (kI16)
+            raw.f[r] = sc.state_scale != nullptr
+                           ? sc.state_scale[read_slot * sc.slot_stride + h * dim + d]
+                           : 1.0f;
         }
       }
     }
@@ -413,6 +462,22 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
     char *const base = static_cast<char *>(a.inter != nullptr ? a.inter : a.state);
     s_tgt[t] = tgt >= 0 ? base + tgt * esize : nullptr;
     writes = tgt >= 0;
+    if constexpr (kHot && kI16) {
+      // The target's scale row: the intermediate entry's step (element offset / dstate of the
+      // target row 0), or the slot's; none past intermediate_state_scales (FlashInfer writes
+      // past it) or without scales.
+      float *row = nullptr;
+      if (tgt >= 0 && sc.state_scale != nullptr) {
+        if (a.inter != nullptr) {
+          const int64_t at = tgt / kDstate;  // ((e * cache_steps + t) * nheads + h) * dim
+          if (at / (static_cast<int64_t>(a.nheads) * dim) < sc.inter_entries * a.cache_steps)
+            row = sc.inter_scales + at;
+        } else {
+          row = sc.state_scale + (tgt - head_elems) / a.state_stride * sc.slot_stride + h * dim;
+        }
+      }
+      s_sct[t] = row;
+    }
   }
   const bool has_z = a.z != nullptr;
   // Staged B and C. bf16 bits: a lane's 8 columns are one 16-byte word at 8m of the 64-column
@@ -555,7 +620,12 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
       for (int r = 0; r < R; ++r) {
         if (!pad && ok[r]) {
 #pragma unroll
-          for (int j = 0; j < NC / 8; ++j) widen8<!kBf16State>(cur.v[r][j], s[r] + 8 * j);
+          for (int j = 0; j < NC / 8; ++j) {
+            if constexpr (kI16)
+              widen8_i16(cur.v[r][j], cur.f[r], s[r] + 8 * j);
+            else
+              widen8<!kBf16State>(cur.v[r][j], s[r] + 8 * j);
+          }
         } else {
 #pragma unroll
           for (int i = 0; i < NC; ++i) s[r][i] = 0.0f;
@@ -714,17 +784,28 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
         // Without SR the body has no branch: the conversion always runs and only the stores
         // are predicated, so that unrolled tokens form one block the compiler can interleave
         // (one token's sums with the next token's state update).
+        [[maybe_unused]] float *const sct = kI16 ? s_sct[t] : nullptr;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           uint32_t h2[NP];
+          if constexpr (kI16) {
+            // The int16 quantisation of the row (as the run-time kernel's, below); the decode
+            // scale stored by lane 0 under the same predicate as the row.
+            const float e = i16_encode(s[r], gmask, sc.state_scale != nullptr);
+            if (m == 0 && sct != nullptr && ok[r]) sct[d0 + r * kGroups] = ssu::rcp_approx(e);
 #pragma unroll
-          for (int p = 0; p < NP; ++p) {
-            if constexpr (kBf16State) {
-              const __nv_bfloat162 v = __floats2bfloat162_rn(s[r][2 * p], s[r][2 * p + 1]);
-              h2[p] = *reinterpret_cast<const uint32_t *>(&v);
-            } else {
-              const __half2 v = __floats2half2_rn(s[r][2 * p], s[r][2 * p + 1]);
-              h2[p] = *reinterpret_cast<const uint32_t *>(&v);
+            for (int p = 0; p < NP; ++p)
+              h2[p] = i16_quantize(s[r][2 * p], e) | (i16_quantize(s[r][2 * p + 1], e) << 16);
+          } else {
+#pragma unroll
+            for (int p = 0; p < NP; ++p) {
+              if constexpr (kBf16State) {
+                const __nv_bfloat162 v = __floats2bfloat162_rn(s[r][2 * p], s[r][2 * p + 1]);
+                h2[p] = *reinterpret_cast<const uint32_t *>(&v);
+              } else {
+                const __half2 v = __floats2half2_rn(s[r][2 * p], s[r][2 * p + 1]);
+                h2[p] = *reinterpret_cast<const uint32_t *>(&v);
+              }
             }
           }
           store_row_if(r, h2);
@@ -789,27 +870,15 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
               scale_head = sc.state_scale + slot * sc.slot_stride + h * dim;
             }
           }
-          float e = 1.0f;
-          if (scale_head != nullptr) {  // group-uniform
-            float mx = -3.40282347e38f;
-#pragma unroll
-            for (int i = 0; i < NC; ++i) mx = fmaxf(mx, fabsf(s[r][i]));
-            mx = fmaxf(mx, __shfl_xor_sync(gmask, mx, 4, kGroupLanes));
-            mx = fmaxf(mx, __shfl_xor_sync(gmask, mx, 2, kGroupLanes));
-            mx = fmaxf(mx, __shfl_xor_sync(gmask, mx, 1, kGroupLanes));
-            e = mx == 0.0f ? 1.0f : __fmul_rn(ssu::rcp_approx(mx), 32767.0f);
-            if (m == 0) scale_head[d] = ssu::rcp_approx(e);
-          }
-          auto q16 = [&](float v) {
-            const float c = fminf(fmaxf(__fmul_rn(v, e), -32767.0f), 32767.0f);
-            return static_cast<uint32_t>(__float2int_rn(c)) & 0xffffu;
-          };
+          const float e = i16_encode(s[r], gmask, scale_head != nullptr);  // group-uniform
+          if (scale_head != nullptr && m == 0) scale_head[d] = ssu::rcp_approx(e);
 #pragma unroll
           for (int j = 0; j < NC / 8; ++j) {
             uint32_t w[4];
 #pragma unroll
             for (int k = 0; k < 4; ++k)
-              w[k] = q16(s[r][8 * j + 2 * k]) | (q16(s[r][8 * j + 2 * k + 1]) << 16);
+              w[k] = i16_quantize(s[r][8 * j + 2 * k], e) |
+                     (i16_quantize(s[r][8 * j + 2 * k + 1], e) << 16);
             st_state(reinterpret_cast<uint4 *>(row + 2 * (64 * j + 8 * m)),
                      uint4{w[0], w[1], w[2], w[3]});
           }
@@ -998,6 +1067,19 @@ __global__ void __launch_bounds__(kThreads, (mtp_min_blocks(true, kDstate, 0, kR
   mtp_body<true, kDstate, 0, kR, kSmall, false, true>(a);
 }
 
+// The hot kernels' code for an int16 state (FlashInfer's block-scaled state; BF16 inputs and
+// weights, no SR): the state dequantised with the read slot's row scales and each written
+// step's row quantised (kI16, as the run-time kernel below), every other operation and the lane
+// map as the F16 kernels'; `sc` its decode scales. Its own kernel, so that the others' names,
+// parameter blocks, static shared memory and code stay as they are.
+template <int kDstate, int kR, bool kSmall = false>
+__global__ void __launch_bounds__(kThreads, (mtp_min_blocks(true, kDstate, 0, kR, kSmall)))
+    mtp_kernel_i16_hot(const Args a, const ScaleArgs sc) {
+  static_assert(!kSmall || kR == 1, "small-grid kernels: one row per group");
+  static_assert(kR <= mtp_max_rows(kDstate), "rows per group past the dstate's limit");
+  mtp_body<true, kDstate, 0, kR, kSmall, false, false, true>(a, sc);
+}
+
 // The run-time kernel of an int16 state (kI16: FlashInfer's block-scaled state, no SR), one row
 // per group; `sc` its decode scales. A kernel of its own, with the scales as a second argument,
 // so that the other kernels' names, parameter blocks and code stay as they are.
@@ -1018,6 +1100,14 @@ int launch_i16(const Args &a, const ScaleArgs &sc, int dstate, unsigned nblocks,
 // that theirs keep their shared-memory layout in the device link).
 int launch_hot_bf16(const Args &a, int dstate, int rows_per_group, bool small, unsigned nblocks,
                     size_t smem, cudaStream_t st);
+
+// Launches the mtp_kernel_i16_hot of a plan (as launch_hot_bf16; ssu_mtp_i16.cu).
+int launch_hot_i16(const Args &a, const ScaleArgs &sc, int dstate, int rows_per_group, bool small,
+                   unsigned nblocks, size_t smem, cudaStream_t st);
+
+// Static shared memory the hot int16 kernels add to every multi-token kernel's (s_sct: a
+// pointer per token), which residency and the per-block limit count.
+constexpr int64_t kI16HotStaticSmemBytes = kMaxTokens * sizeof(float *);
 
 }  // namespace mtp
 }  // namespace mamba_ssu

@@ -1,5 +1,6 @@
-// ssu_mtp_i16.cu — the multi-token SSU's run-time kernels for an int16 state (FlashInfer's
-// block-scaled state, no SR): mtp_kernel_i16 (ssu_mtp.cuh), launched for plans of ssu_mtp.cu. A
+// ssu_mtp_i16.cu — the multi-token SSU's kernels for an int16 state (FlashInfer's block-scaled
+// state, no SR): the compiled-in mtp_kernel_i16_hot and the run-time mtp_kernel_i16
+// (ssu_mtp.cuh), launched for plans of ssu_mtp.cu. A
 // translation unit of its own, sorted after ssu_mtp.cu and ssu_mtp_bf16.cu, so that the device
 // link keeps the static shared-memory layout of their kernels.
 #include "checks.h"
@@ -8,6 +9,32 @@
 
 namespace mamba_ssu {
 namespace mtp {
+
+namespace {
+
+template <int kDstate>
+int launch_hot_dstate(const Args &a, const ScaleArgs &sc, int rows_per_group, bool small,
+                      unsigned nblocks, size_t smem, cudaStream_t st) {
+  auto go = [&](auto kernel) {
+    kernel<<<nblocks, kThreads, smem, st>>>(a, sc);
+    return check_launch("multi-token selective-state-update kernel launch");
+  };
+  if constexpr (mtp_max_rows(kDstate) >= 4) {
+    if (rows_per_group == 4) return go(mtp_kernel_i16_hot<kDstate, 4>);
+  }
+  if (rows_per_group == 2) return go(mtp_kernel_i16_hot<kDstate, 2>);
+  if (small) return go(mtp_kernel_i16_hot<kDstate, 1, true>);
+  return go(mtp_kernel_i16_hot<kDstate, 1>);
+}
+
+}  // namespace
+
+int launch_hot_i16(const Args &a, const ScaleArgs &sc, int dstate, int rows_per_group, bool small,
+                   unsigned nblocks, size_t smem, cudaStream_t st) {
+  return dstate == 64    ? launch_hot_dstate<64>(a, sc, rows_per_group, small, nblocks, smem, st)
+         : dstate == 128 ? launch_hot_dstate<128>(a, sc, rows_per_group, small, nblocks, smem, st)
+                         : launch_hot_dstate<256>(a, sc, rows_per_group, small, nblocks, smem, st);
+}
 
 int launch_i16(const Args &a, const ScaleArgs &sc, int dstate, unsigned nblocks, size_t smem,
                cudaStream_t st) {

@@ -539,6 +539,140 @@ enum Mode {
     Buffer,
 }
 
+/// A multi-token call's results: the state, its scales, the intermediate buffer and its
+/// scales, `out` (as f32).
+struct MtpGot {
+    state: Vec<i16>,
+    scale: Option<Vec<f32>>,
+    inter: Vec<i16>,
+    iscale: Vec<f32>,
+    out: Vec<f32>,
+}
+
+/// One multi-token call on `p` (T tokens per sequence in p.x, p.dt, p.b, p.c; read slots
+/// p.read) in write mode `mode` with inputs, weights and `out` of element type T (A is f32):
+/// `dst` (batch, T) for [`Mode::Dst`]; for [`Mode::Buffer`] an `entries`-entry buffer starting
+/// as `inter0`, entries `inter_idx`, and (with `scaled`) its scales starting as `iscale0`.
+#[allow(clippy::too_many_arguments)]
+fn run_mtp_as<E: Input>(
+    stream: &Arc<CudaStream>,
+    p: &Problem,
+    t: usize,
+    mode: Mode,
+    scaled: bool,
+    dst: &[i32],
+    inter_idx: &[i32],
+    entries: usize,
+    inter0: &[i16],
+    iscale0: &[f32],
+) -> MtpGot {
+    use mamba_ssu::ssu::MtpArgs;
+    let (batch, dim, dstate, slots) = (p.batch, p.dim, p.dstate, p.slots);
+    let head = NH * dim * dstate;
+    let to_bf = |v: &[f32]| v.iter().map(|&x| E::of(x)).collect::<Vec<_>>();
+    let mut state = stream.clone_htod(&p.state).unwrap();
+    let mut scale = p.scale.as_ref().map(|s| stream.clone_htod(s).unwrap());
+    let x = stream.clone_htod(&to_bf(&p.x)).unwrap();
+    let dt = stream.clone_htod(&to_bf(&p.dt)).unwrap();
+    let a = stream.clone_htod(&p.a).unwrap();
+    let bb = stream.clone_htod(&to_bf(&p.b)).unwrap();
+    let cc = stream.clone_htod(&to_bf(&p.c)).unwrap();
+    let d = stream.clone_htod(&to_bf(&p.d)).unwrap();
+    let bias = stream.clone_htod(&to_bf(&p.dt_bias)).unwrap();
+    let read = stream.clone_htod(&p.read).unwrap();
+    let dstb = stream.clone_htod(dst).unwrap();
+    let iib = stream.clone_htod(inter_idx).unwrap();
+    let mut inter = stream.clone_htod(inter0).unwrap();
+    let mut iscale = stream.clone_htod(iscale0).unwrap();
+    let mut out = stream.alloc_zeros::<E>(batch * t * NH * dim).unwrap();
+    {
+        let mut args = MtpArgs::new(
+            TensorMut::new(
+                &mut state,
+                &[slots, NH, dim, dstate],
+                &[head, dim * dstate, dstate, 1],
+            )
+            .unwrap(),
+            Tensor::new(&x, &[batch, t, NH, dim], &[t * NH * dim, NH * dim, dim, 1]).unwrap(),
+            Tensor::new(&dt, &[batch, t, NH, dim], &[t * NH, NH, 1, 0]).unwrap(),
+            Tensor::new(&a, &[NH, dim, dstate], &[1, 0, 0]).unwrap(),
+            Tensor::new(
+                &bb,
+                &[batch, t, NG, dstate],
+                &[t * NG * dstate, NG * dstate, dstate, 1],
+            )
+            .unwrap(),
+            Tensor::new(
+                &cc,
+                &[batch, t, NG, dstate],
+                &[t * NG * dstate, NG * dstate, dstate, 1],
+            )
+            .unwrap(),
+            TensorMut::new(
+                &mut out,
+                &[batch, t, NH, dim],
+                &[t * NH * dim, NH * dim, dim, 1],
+            )
+            .unwrap(),
+        )
+        .d(Tensor::new(&d, &[NH, dim], &[1, 0]).unwrap())
+        .dt_bias(Tensor::new(&bias, &[NH, dim], &[1, 0]).unwrap())
+        .state_batch_indices(Tensor::new(&read, &[batch], &[1]).unwrap());
+        match mode {
+            Mode::Final => {}
+            Mode::Dst => {
+                args =
+                    args.dst_state_batch_indices(Tensor::new(&dstb, &[batch, t], &[t, 1]).unwrap())
+            }
+            Mode::Buffer => {
+                args = args
+                    .intermediate_states(
+                        TensorMut::new(
+                            &mut inter,
+                            &[entries, t, NH, dim, dstate],
+                            &[t * head, head, dim * dstate, dstate, 1],
+                        )
+                        .unwrap(),
+                    )
+                    .intermediate_state_indices(Tensor::new(&iib, &[batch], &[1]).unwrap());
+                if scaled {
+                    args = args.intermediate_state_scales(
+                        TensorMut::new(
+                            &mut iscale,
+                            &[batch, t, NH, dim],
+                            &[t * NH * dim, NH * dim, dim, 1],
+                        )
+                        .unwrap(),
+                    );
+                }
+            }
+        }
+        if let Some(s) = scale.as_mut() {
+            args = args
+                .state_scale(TensorMut::new(s, &[slots, NH, dim], &[NH * dim, dim, 1]).unwrap());
+        }
+        ssu::selective_state_update_mtp(&stream, &mut args).expect("launch");
+    }
+    stream.synchronize().unwrap();
+    let state: Vec<i16> = stream.clone_dtoh(&state).unwrap();
+    let scale: Option<Vec<f32>> = scale.as_ref().map(|s| stream.clone_dtoh(s).unwrap());
+    let inter: Vec<i16> = stream.clone_dtoh(&inter).unwrap();
+    let iscale: Vec<f32> = stream.clone_dtoh(&iscale).unwrap();
+    let out: Vec<f32> = stream
+        .clone_dtoh(&out)
+        .unwrap()
+        .iter()
+        .map(|v| v.value())
+        .collect();
+    MtpGot {
+        state,
+        scale,
+        inter,
+        iscale,
+        out,
+    }
+}
+
 /// Multi token: FlashInfer's int16 state carried in fp32 and quantised at every written step
 /// (`predict_int16_mtp`), in each write mode, with and without scales: int16 within 1 of the
 /// prediction, decode scales within 1e-5 relative, `out` within FlashInfer's tolerance, and
@@ -584,108 +718,16 @@ fn int16_multi_token_matches_the_f64_reference() {
                 let inter0 = vec![0x5a5ai16; entries * T * head];
                 let iscale0 = vec![f32::from_bits(0xffff_ffff); batch * T * NH * dim];
 
-                // GPU.
-                let to_bf = |v: &[f32]| v.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>();
-                let mut state = stream.clone_htod(&p.state).unwrap();
-                let mut scale = p.scale.as_ref().map(|s| stream.clone_htod(s).unwrap());
-                let x = stream.clone_htod(&to_bf(&p.x)).unwrap();
-                let dt = stream.clone_htod(&to_bf(&p.dt)).unwrap();
-                let a = stream.clone_htod(&p.a).unwrap();
-                let bb = stream.clone_htod(&to_bf(&p.b)).unwrap();
-                let cc = stream.clone_htod(&to_bf(&p.c)).unwrap();
-                let d = stream.clone_htod(&to_bf(&p.d)).unwrap();
-                let bias = stream.clone_htod(&to_bf(&p.dt_bias)).unwrap();
-                let read = stream.clone_htod(&p.read).unwrap();
-                let dstb = stream.clone_htod(&dst).unwrap();
-                let iib = stream.clone_htod(&inter_idx).unwrap();
-                let mut inter = stream.clone_htod(&inter0).unwrap();
-                let mut iscale = stream.clone_htod(&iscale0).unwrap();
-                let mut out = stream.alloc_zeros::<bf16>(batch * T * NH * dim).unwrap();
-                {
-                    let mut args = MtpArgs::new(
-                        TensorMut::new(
-                            &mut state,
-                            &[slots, NH, dim, dstate],
-                            &[head, dim * dstate, dstate, 1],
-                        )
-                        .unwrap(),
-                        Tensor::new(&x, &[batch, T, NH, dim], &[T * NH * dim, NH * dim, dim, 1])
-                            .unwrap(),
-                        Tensor::new(&dt, &[batch, T, NH, dim], &[T * NH, NH, 1, 0]).unwrap(),
-                        Tensor::new(&a, &[NH, dim, dstate], &[1, 0, 0]).unwrap(),
-                        Tensor::new(
-                            &bb,
-                            &[batch, T, NG, dstate],
-                            &[T * NG * dstate, NG * dstate, dstate, 1],
-                        )
-                        .unwrap(),
-                        Tensor::new(
-                            &cc,
-                            &[batch, T, NG, dstate],
-                            &[T * NG * dstate, NG * dstate, dstate, 1],
-                        )
-                        .unwrap(),
-                        TensorMut::new(
-                            &mut out,
-                            &[batch, T, NH, dim],
-                            &[T * NH * dim, NH * dim, dim, 1],
-                        )
-                        .unwrap(),
-                    )
-                    .d(Tensor::new(&d, &[NH, dim], &[1, 0]).unwrap())
-                    .dt_bias(Tensor::new(&bias, &[NH, dim], &[1, 0]).unwrap())
-                    .state_batch_indices(Tensor::new(&read, &[batch], &[1]).unwrap());
-                    match mode {
-                        Mode::Final => {}
-                        Mode::Dst => {
-                            args = args.dst_state_batch_indices(
-                                Tensor::new(&dstb, &[batch, T], &[T, 1]).unwrap(),
-                            )
-                        }
-                        Mode::Buffer => {
-                            args = args
-                                .intermediate_states(
-                                    TensorMut::new(
-                                        &mut inter,
-                                        &[entries, T, NH, dim, dstate],
-                                        &[T * head, head, dim * dstate, dstate, 1],
-                                    )
-                                    .unwrap(),
-                                )
-                                .intermediate_state_indices(
-                                    Tensor::new(&iib, &[batch], &[1]).unwrap(),
-                                );
-                            if scaled {
-                                args = args.intermediate_state_scales(
-                                    TensorMut::new(
-                                        &mut iscale,
-                                        &[batch, T, NH, dim],
-                                        &[T * NH * dim, NH * dim, dim, 1],
-                                    )
-                                    .unwrap(),
-                                );
-                            }
-                        }
-                    }
-                    if let Some(s) = scale.as_mut() {
-                        args = args.state_scale(
-                            TensorMut::new(s, &[slots, NH, dim], &[NH * dim, dim, 1]).unwrap(),
-                        );
-                    }
-                    ssu::selective_state_update_mtp(&stream, &mut args).expect("launch");
-                }
-                stream.synchronize().unwrap();
-                let got_state: Vec<i16> = stream.clone_dtoh(&state).unwrap();
-                let got_scale: Option<Vec<f32>> =
-                    scale.as_ref().map(|s| stream.clone_dtoh(s).unwrap());
-                let got_inter: Vec<i16> = stream.clone_dtoh(&inter).unwrap();
-                let got_iscale: Vec<f32> = stream.clone_dtoh(&iscale).unwrap();
-                let got_out: Vec<f32> = stream
-                    .clone_dtoh(&out)
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.to_f32())
-                    .collect();
+                let got = run_mtp_as::<bf16>(
+                    &stream, &p, T, mode, scaled, &dst, &inter_idx, entries, &inter0, &iscale0,
+                );
+                let MtpGot {
+                    state: got_state,
+                    scale: got_scale,
+                    inter: got_inter,
+                    iscale: got_iscale,
+                    out: got_out,
+                } = got;
 
                 // Reference.
                 let h = host64(&p);
@@ -844,4 +886,102 @@ fn int16_multi_token_matches_the_f64_reference() {
     }
     assert_eq!(runs, 18);
     eprintln!("{runs} multi-token runs against the f64 reference passed");
+}
+
+/// The compiled-in multi-token int16 kernels (bf16 inputs and weights: `mtp_kernel_i16_hot`,
+/// the F16 kernels' code with the state dequantised and each written step quantised) against
+/// the run-time kernel (`mtp_kernel_i16`, taken with fp32 inputs and weights of the same
+/// values): state, buffer and every scale bit for bit, and the compiled-in kernel's bf16 `out`
+/// the run-time kernel's fp32 `out` rounded to nearest. Head dims 64, 80 and 128, dstate
+/// 64/128/256, every write mode, with and without scales, a pad; the small-grid kernel, the
+/// one-row kernel, and from `Tuning::kMtpTwoRowPairs` (1024) and `kMtpFourRowPairs` (4096)
+/// (sequence, head) pairs on the two- and four-row ones.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn int16_multi_token_compiled_kernels_match_the_run_time_kernel_bit_for_bit() {
+    let Some((_ctx, stream)) = gpu() else { return };
+    let mut rng = Rng(run_seed());
+    const T: usize = 4;
+    let mut cases = Vec::new();
+    for dim in [64usize, 80, 128] {
+        for dstate in [64usize, 128, 256] {
+            for mode in [Mode::Final, Mode::Dst, Mode::Buffer] {
+                cases.push((dim, dstate, 3usize, mode));
+            }
+            // One-row kernel past the small-grid floor (132 SMs x 4 blocks).
+            cases.push((dim, dstate, 160, Mode::Final));
+        }
+    }
+    // Two rows per group (>= 1024 pairs of 4 heads), four (>= 4096; dstate 256 keeps two).
+    for (dim, dstate) in [(64, 128), (80, 64), (128, 256)] {
+        cases.push((dim, dstate, 300, Mode::Final));
+        cases.push((dim, dstate, 300, Mode::Buffer));
+    }
+    for (dim, dstate) in [(64, 128), (80, 64), (64, 256)] {
+        cases.push((dim, dstate, 1100, Mode::Final));
+    }
+    let mut failures = Vec::new();
+    for (k, &(dim, dstate, batch, mode)) in cases.iter().enumerate() {
+        let scaled = k % 4 != 3;
+        let mut p = base(&mut rng, batch, dim, dstate, true);
+        let mut v = |n: usize, s: f32| {
+            (0..n)
+                .map(|_| bf(uniform(&mut rng) * s))
+                .collect::<Vec<f32>>()
+        };
+        p.x = v(batch * T * NH * dim, 1.0);
+        p.dt = v(batch * T * NH, 0.5)
+            .iter()
+            .map(|t| bf(t.abs() + 0.05))
+            .collect();
+        p.b = v(batch * T * NG * dstate, 1.0);
+        p.c = v(batch * T * NG * dstate, 1.0);
+        // Read slots 0..batch (entry 1 a pad); dst slots after them, distinct per token.
+        let dst_slots = if mode == Mode::Dst { batch * T } else { 0 };
+        p.slots = batch + dst_slots + 1;
+        p.state = vec![0; p.slots * NH * dim * dstate];
+        fill_state(&mut rng, &mut p, scaled);
+        let dst: Vec<i32> = (0..batch * T).map(|i| (batch + i) as i32).collect();
+        let entries = batch;
+        let inter_idx: Vec<i32> = (0..batch as i32).map(|i| (i + 1) % batch as i32).collect();
+        let buffer_elems = if mode == Mode::Buffer {
+            entries * T * NH * dim * dstate
+        } else {
+            1
+        };
+        let inter0 = vec![0x5a5ai16; buffer_elems];
+        let iscale0 = vec![f32::from_bits(0xffff_ffff); batch * T * NH * dim];
+        let args = (&dst[..], &inter_idx[..], entries, &inter0[..], &iscale0[..]);
+        let hot = run_mtp_as::<bf16>(
+            &stream, &p, T, mode, scaled, args.0, args.1, args.2, args.3, args.4,
+        );
+        let rt = run_mtp_as::<f32>(
+            &stream, &p, T, mode, scaled, args.0, args.1, args.2, args.3, args.4,
+        );
+        let what = format!("dim {dim} dstate {dstate} batch {batch} {mode:?} scaled {scaled}");
+        if hot.state != rt.state {
+            failures.push(format!("{what}: state differs"));
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+        if hot.scale.as_deref().map(bits) != rt.scale.as_deref().map(bits) {
+            failures.push(format!("{what}: state_scale differs"));
+        }
+        if hot.inter != rt.inter || bits(&hot.iscale) != bits(&rt.iscale) {
+            failures.push(format!(
+                "{what}: the intermediate buffer or its scales differ"
+            ));
+        }
+        let bad = (0..hot.out.len())
+            .filter(|&e| bf16::from_f32(rt.out[e]).to_f32().to_bits() != hot.out[e].to_bits())
+            .count();
+        if bad > 0 {
+            failures.push(format!("{what}: {bad} out elements differ"));
+        }
+    }
+    eprintln!(
+        "int16 multi token, compiled-in vs run-time: {} runs, {} failures",
+        cases.len(),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{failures:#?}");
 }
