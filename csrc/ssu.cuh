@@ -900,8 +900,10 @@ __device__ __forceinline__ void load_scales(Chunk<Cfg> &c, int d0, int d_end,
 }
 
 // One row of an int16 state from its fp32 values s (the lane's columns), FlashInfer's
-// quantisation: with scales, m = max |s| over the row (fmaxf from -FLT_MAX: NaN ignored; a
-// warp's butterfly, as the order does not change a maximum), the encode factor e = 1 when m is 0
+// quantisation: with scales, m = max |s| over the row (fmaxf from -FLT_MAX: NaN ignored; across
+// the warp one redux.sync max of the lanes' partials as signed integers, which orders them as
+// fmaxf does: a partial is -FLT_MAX, a negative integer, or a non-negative float, whose bits
+// order as its value), the encode factor e = 1 when m is 0
 // (under -ftz: also a subnormal m), else rn(rcp.approx(m) * 32767), and the decode scale
 // rcp.approx(e) stored at write_scale[d] by lane 0; without scales (write_scale nullptr) e = 1.
 // Each element q = rni(min(max(rn(s * e), -32767), 32767)) (a NaN product reads -32767), its low
@@ -916,8 +918,7 @@ __device__ __forceinline__ void quantize_i16_row(const Cfg &cfg, const float (&s
 #pragma unroll
     for (int i = 0; i < Cfg::kMaxCols; ++i)
       if (i < cfg.ncols()) m = fmaxf(m, fabsf(s[i]));
-#pragma unroll
-    for (int off = 16; off >= 1; off /= 2) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, off));
+    m = __int_as_float(__reduce_max_sync(kFullMask, __float_as_int(m)));
     e = m == 0.0f ? 1.0f : __fmul_rn(rcp_approx(m), 32767.0f);
     if (lane == 0) write_scale[d] = rcp_approx(e);
   }

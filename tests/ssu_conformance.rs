@@ -527,14 +527,31 @@ const HORIZONTAL: Embedded = Embedded {
     dstates: &[64, 128, 256],
 };
 
+/// FlashInfer 0.7.2.post1's single-token kernels with an int16 block-scaled state
+/// (`tools/flashinfer-recorder/cases/int16_cases.json`, recorded on an H200 on 2026-12-03):
+/// head dims 64 and 128 at dstate 64, 128 and 256 (simple, vertical, auto; the horizontal
+/// kernel's refusal), a pad at slot 0, dst slots, `disable_state_update`, padded strides with
+/// int64 indices, fp32 inputs, batch 40 above the auto switch; `state_scale` stored whatever its
+/// size (`merge.py --store-always state_scale`), the other blocks up to 64 KiB (the rest by
+/// hash).
+const INT16: Embedded = Embedded {
+    name: "flashinfer_ssu_int16",
+    manifest: include_str!("data/flashinfer_ssu_int16/manifest.json"),
+    fixtures: include_bytes!("data/flashinfer_ssu_int16/fixtures.bin"),
+    cases: 17,
+    dims: &[64, 128],
+    dstates: &[64, 128, 256],
+};
+
 /// Every embedded set beside the reference data.
-const EMBEDDED: [&Embedded; 6] = [
+const EMBEDDED: [&Embedded; 7] = [
     &SHAPES,
     &SHAPES_074,
     &NEW_CASES,
     &DS_074,
     &FORMS,
     &HORIZONTAL,
+    &INT16,
 ];
 
 /// Runs one embedded set on the GPU, as [`flashinfer_reference_bit_exact`] checks the reference
@@ -588,6 +605,13 @@ fn flashinfer_forms_bit_exact() {
 #[ignore = "requires a CUDA GPU"]
 fn flashinfer_horizontal_bit_exact() {
     check_embedded(&HORIZONTAL);
+}
+
+/// [`INT16`] on the GPU: the int16 state and its decode scales.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_int16_bit_exact() {
+    check_embedded(&INT16);
 }
 
 /// Every embedded set's data is intact: the bin has its recorded size and SHA-256, every

@@ -138,8 +138,25 @@ fn embedded_fp32() -> Manifest {
     )
 }
 
+/// FlashInfer 0.7.2.post1's multi-token kernel with an int16 block-scaled state
+/// (`tools/flashinfer-recorder/cases/int16_cases.json`, recorded on an H200 on 2026-12-03):
+/// head dims 64 and 128 at dstate 64, 128 and 256, T 4 and 8, final-state writes, per-step dst
+/// slots, the int16 intermediate buffer with `intermediate_state_scales` (an entry equal to
+/// `pad_slot_id` 0 among them, which FlashInfer writes), vLLM's varlen form; `state_scale` and
+/// `intermediate_state_scales` stored whatever their size (`merge.py --store-always`), the other
+/// blocks up to 64 KiB (the rest by hash).
+fn embedded_int16() -> Manifest {
+    Manifest::from_text(
+        include_str!("data/flashinfer_ssu_mtp_int16/manifest.json"),
+        &[(
+            "fixtures.bin",
+            include_bytes!("data/flashinfer_ssu_mtp_int16/fixtures.bin"),
+        )],
+    )
+}
+
 /// Every embedded manifest: the reference data and the sets above.
-fn all_embedded() -> [Manifest; 6] {
+fn all_embedded() -> [Manifest; 7] {
     [
         embedded(),
         embedded_shapes(),
@@ -147,6 +164,7 @@ fn all_embedded() -> [Manifest; 6] {
         embedded_new_cases(),
         embedded_ds_074(),
         embedded_fp32(),
+        embedded_int16(),
     ]
 }
 
@@ -864,6 +882,18 @@ fn flashinfer_mtp_fp32_bit_exact() {
     };
     let m = embedded_fp32();
     assert_eq!(m.cases.len(), 6);
+    check_manifest(&ctx, &stream, &m);
+}
+
+/// The int16 block-scaled-state cases.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_mtp_int16_bit_exact() {
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let m = embedded_int16();
+    assert_eq!(m.cases.len(), 25);
     check_manifest(&ctx, &stream, &m);
 }
 
