@@ -563,16 +563,6 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
     const uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      // A row past the block (never stored) takes no Philox calls: at head dims whose blocks
-      // are not a multiple of kGroups * R rows (80: 40-row blocks at R = 2) the last pass's
-      // second rows. Group-uniform. The words are zeroed, not left undefined.
-      if constexpr (R > 1) {
-        if (d0 + r * kGroups >= row0 + rows) {
-#pragma unroll
-          for (int q = 0; q < NP; ++q) wrd[r][q] = 0u;
-          continue;
-        }
-      }
 #pragma unroll
       for (int q = 0; q < NC / 4; ++q) {
         const uint32_t lo = static_cast<uint32_t>(

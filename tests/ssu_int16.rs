@@ -682,7 +682,6 @@ fn run_mtp_as<E: Input>(
 fn int16_multi_token_matches_the_f64_reference() {
     use mamba_ssu::reference::int16::{predict_int16_mtp, Int16Intermediate};
     use mamba_ssu::reference::{selective_state_update_mtp_f64, MtpHostArgs};
-    use mamba_ssu::ssu::MtpArgs;
 
     let Some((_ctx, stream)) = gpu() else { return };
     let mut rng = Rng(run_seed());
