@@ -662,8 +662,8 @@ struct DynConfig {
 // docs/flashinfer-ssu.md, "int16 block-scaled state"): DynConfig's lane columns for a 2-byte
 // state, a row's integers read as rn(float(q) * scale) with the read slot's decode scale of the
 // row (Raw::scale, loaded by ssu_body: load_scales; 1 without scales), written by ssu_body
-// (quantize_i16_row) from the row's fp32 values. A config of its own, so that DynConfig's
-// kernel keeps its code.
+// (i16_encode_row, quantize_i16_row) from the row's fp32 values. A config of its own, so that
+// DynConfig's kernel keeps its code.
 struct DynI16Config : DynConfig {
   static constexpr bool kI16Scaled = true;  // scaled_state
   struct Raw {
@@ -899,29 +899,31 @@ __device__ __forceinline__ void load_scales(Chunk<Cfg> &c, int d0, int d_end,
     c.state[r].scale = read_scale != nullptr && d0 + r < d_end ? read_scale[d0 + r] : 1.0f;
 }
 
-// One row of an int16 state from its fp32 values s (the lane's columns), FlashInfer's
+// An int16 row's encode factor from its fp32 values s (the lane's columns), FlashInfer's
 // quantisation: with scales, m = max |s| over the row (fmaxf from -FLT_MAX: NaN ignored; across
 // the warp one redux.sync max of the lanes' partials as signed integers, which orders them as
 // fmaxf does: a partial is -FLT_MAX, a negative integer, or a non-negative float, whose bits
-// order as its value), the encode factor e = 1 when m is 0
-// (under -ftz: also a subnormal m), else rn(rcp.approx(m) * 32767), and the decode scale
-// rcp.approx(e) stored at write_scale[d] by lane 0; without scales (write_scale nullptr) e = 1.
-// Each element q = rni(min(max(rn(s * e), -32767), 32767)) (a NaN product reads -32767), its low
-// 16 bits in bits[i]. Called by every lane of the warp (the row loop is warp-uniform).
+// order as its value), e = 1 when m is 0 (under -ftz: also a subnormal m), else
+// rn(rcp.approx(m) * 32767); without scales e = 1. `scaled` is warp-uniform; called by every
+// lane of the warp. The row's decode scale is rcp.approx(e) (stored by ssu_body).
+template <class Cfg>
+__device__ __forceinline__ float i16_encode_row(const Cfg &cfg, const float (&s)[Cfg::kMaxCols],
+                                                bool scaled) {
+  if (!scaled) return 1.0f;
+  float m = -3.40282347e38f;
+#pragma unroll
+  for (int i = 0; i < Cfg::kMaxCols; ++i)
+    if (i < cfg.ncols()) m = fmaxf(m, fabsf(s[i]));
+  m = __int_as_float(__reduce_max_sync(kFullMask, __float_as_int(m)));
+  return m == 0.0f ? 1.0f : __fmul_rn(rcp_approx(m), 32767.0f);
+}
+
+// One row of an int16 state quantised with encode factor e: each element
+// q = rni(min(max(rn(s * e), -32767), 32767)) (a NaN product reads -32767), its low 16 bits in
+// bits[i].
 template <class Cfg>
 __device__ __forceinline__ void quantize_i16_row(const Cfg &cfg, const float (&s)[Cfg::kMaxCols],
-                                                 uint32_t (&bits)[Cfg::kMaxCols],
-                                                 float *write_scale, int d, int lane) {
-  float e = 1.0f;
-  if (write_scale != nullptr) {  // warp-uniform
-    float m = -3.40282347e38f;
-#pragma unroll
-    for (int i = 0; i < Cfg::kMaxCols; ++i)
-      if (i < cfg.ncols()) m = fmaxf(m, fabsf(s[i]));
-    m = __int_as_float(__reduce_max_sync(kFullMask, __float_as_int(m)));
-    e = m == 0.0f ? 1.0f : __fmul_rn(rcp_approx(m), 32767.0f);
-    if (lane == 0) write_scale[d] = rcp_approx(e);
-  }
+                                                 uint32_t (&bits)[Cfg::kMaxCols], float e) {
 #pragma unroll
   for (int i = 0; i < Cfg::kMaxCols; ++i) {
     if (i < cfg.ncols()) {
@@ -1212,13 +1214,27 @@ __device__ __forceinline__ void ssu_body(const Args &a, const ScaleArgs &sc = Sc
           }
         }
       } else {
+      // An int16 state: the chunk's rows' encode factors first (their warp reductions
+      // independent of one another), then the decode scales in one store (lane r: row r's; rows
+      // past d_end are not stored) and each row quantised.
+      [[maybe_unused]] float enc[U];
+      if constexpr (scaled_state<Cfg>()) {
+#pragma unroll
+        for (int r = 0; r < U; ++r) enc[r] = i16_encode_row(cfg, s[r], write_scale != nullptr);
+        if (write_scale != nullptr && lane < U && (Cfg::kFullChunks || d0 + lane < d_end)) {
+          float e = enc[0];
+#pragma unroll
+          for (int r = 1; r < U; ++r) e = lane == r ? enc[r] : e;
+          write_scale[d0 + lane] = rcp_approx(e);
+        }
+      }
 #pragma unroll
       for (int r = 0; r < U; ++r) {
         const int d = d0 + r;
         if (!Cfg::kFullChunks && d >= d_end) break;  // warp-uniform
         uint32_t bits[K] = {};
         if constexpr (scaled_state<Cfg>()) {
-          quantize_i16_row(cfg, s[r], bits, write_scale, d, lane);
+          quantize_i16_row(cfg, s[r], bits, enc[r]);
         } else if (sr) {
           uint32_t rnd[K] = {};
           uint32_t flags = 0;

@@ -119,7 +119,7 @@ struct F32State : Base {
 // docs/flashinfer-ssu.md, "int16 block-scaled state"): the same layouts, loads and stores of
 // two-byte elements; a row's integers read as rn(float(q) * scale) with the read slot's decode
 // scale of the row (Raw::scale, loaded by ssu_body: load_scales; 1 without scales or for a pad),
-// the new row quantised by ssu_body (quantize_i16_row), as DynI16Config.
+// the new row quantised by ssu_body (i16_encode_row, quantize_i16_row), as DynI16Config.
 template <class Base>
 struct I16State : Base {
   static_assert(Base::kKernel.rounds == 0, "an int16 state has no stochastic rounding");
