@@ -651,7 +651,7 @@ fn run_mtp_as<E: Input>(
             args = args
                 .state_scale(TensorMut::new(s, &[slots, NH, dim], &[NH * dim, dim, 1]).unwrap());
         }
-        ssu::selective_state_update_mtp(&stream, &mut args).expect("launch");
+        ssu::selective_state_update_mtp(stream, &mut args).expect("launch");
     }
     stream.synchronize().unwrap();
     let state: Vec<i16> = stream.clone_dtoh(&state).unwrap();

@@ -68,9 +68,9 @@
 //! device memory and are not checked on the host.
 //!
 //! Speed: the shapes engines run hot (F16 state, BF16 inputs and weights, F32 `A`, head dim a
-//! multiple of 16 up to 256, dstate 64, 128 or 256, 0, 5 or 10 rounds; a BF16 or F32 state
-//! likewise without SR; the multi-token form likewise at any head dim, with an F16 or BF16
-//! state, `z` read at run time) run compiled-in kernels, the single-token ones
+//! multiple of 16 up to 256, dstate 64, 128 or 256, 0, 5 or 10 rounds; a BF16, F32 or I16
+//! (block-scaled) state likewise without SR; the multi-token form likewise at any head dim, with
+//! an F16, BF16 or I16 state, `z` read at run time) run compiled-in kernels, the single-token ones
 //! each built with and without `z`:
 //! leaving `z` as `None` (gating done later, as in engines' Mamba-2 mixers) runs a loop with
 //! no `z` work at all. Every other combination runs a kernel that takes sizes, dtypes and rounds
