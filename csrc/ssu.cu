@@ -633,13 +633,14 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
     return check_launch("selective_state_update launch");
   }
   if (!hot) return launch<DynConfig>(a, nblocks, wpb, st);
+  const ssu::StpStateFamily family = p.dstate == 64    ? ssu::StpStateFamily::kDs64
+                                     : p.dstate == 256 ? ssu::StpStateFamily::kDs256
+                                     : plan.hot_rt_dim ? ssu::StpStateFamily::kRtDim
+                                                       : ssu::StpStateFamily::kDim64;
+  if (p.state_dtype == MAMBA_SSU_I16)
+    return ssu::launch_hot_i16(a, family, nblocks, wpb, st, rows, small_rows, simple, sc);
   if (p.state_dtype != MAMBA_SSU_F16)
-    return ssu::launch_hot_state(a,
-                                 p.dstate == 64    ? ssu::StpStateFamily::kDs64
-                                 : p.dstate == 256 ? ssu::StpStateFamily::kDs256
-                                 : plan.hot_rt_dim ? ssu::StpStateFamily::kRtDim
-                                                   : ssu::StpStateFamily::kDim64,
-                                 nblocks, wpb, st, rows, small_rows, simple, &sc);
+    return ssu::launch_hot_state(a, family, nblocks, wpb, st, rows, small_rows, simple);
   if (p.dstate == 64)
     return launch_hot_shape<ssu::HotDs<64>::template Cfg>(a, nblocks, wpb, st, rows, small_rows,
                                                           simple);

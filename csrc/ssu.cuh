@@ -1305,10 +1305,11 @@ __global__ void __launch_bounds__(32 * Cfg::kBlockWarps,
   ssu_body<Cfg>(a, sc);
 }
 
-// The compiled-in kernels for a BF16, an F32 or an I16 state without SR (ssu_stp_states.cu): the
-// hot kernels' code of a family with the state converted from and to bf16, in fp32 with
-// FlashInfer's lane columns for 4-byte elements, or int16 with decode scales (`sc`: the int16
-// state's scales, nullptr for the other states), launched for a plan of ssu.cu.
+// The compiled-in kernels for a BF16 or an F32 state without SR (ssu_stp_states.cu): the hot
+// kernels' code of a family with the state converted from and to bf16, or in fp32 with
+// FlashInfer's lane columns for 4-byte elements, launched for a plan of ssu.cu. launch_hot_i16
+// (ssu_stp_states_i16.cu): the same for an I16 state, dequantised with and quantised into its
+// decode scales `sc`.
 enum class StpStateFamily {
   kDim64,  // HotConfig: head dim 64, dstate 128
   kRtDim,  // HotDimConfig: another head dim, dstate 128
@@ -1316,8 +1317,10 @@ enum class StpStateFamily {
   kDs256,  // HotDsConfig<256>
 };
 int launch_hot_state(const Args &a, StpStateFamily family, unsigned blocks, int wpb,
-                     cudaStream_t st, int64_t rows, int small_rows, bool simple,
-                     const ScaleArgs *sc);
+                     cudaStream_t st, int64_t rows, int small_rows, bool simple);
+int launch_hot_i16(const Args &a, StpStateFamily family, unsigned blocks, int wpb,
+                   cudaStream_t st, int64_t rows, int small_rows, bool simple,
+                   const ScaleArgs &sc);
 
 }  // namespace ssu
 }  // namespace mamba_ssu

@@ -1,15 +1,11 @@
-// ssu_stp_states.cu — the single-token SSU's compiled-in kernels for a BF16, an F32 or an I16
-// state (no SR): the hot kernels' code (HotConfig, HotDimConfig, HotDsConfig; ssu.cuh) with the
-// state widened from bf16 and rounded to nearest bf16 (Bf16State), held in fp32 in FlashInfer's
-// lane columns for 4-byte elements (F32State), or int16 with decode scales (I16State), launched
-// for plans of ssu.cu. A translation unit of its
+// ssu_stp_states.cu — the single-token SSU's compiled-in kernels for a BF16 or an F32 state (no
+// SR): the hot kernels' code (HotConfig, HotDimConfig, HotDsConfig; ssu.cuh) with the state
+// widened from bf16 and rounded to nearest bf16 (Bf16State), or held in fp32 in FlashInfer's lane
+// columns for 4-byte elements (F32State), launched for plans of ssu.cu (the launch:
+// ssu_stp_states.cuh; an I16 state's kernels: ssu_stp_states_i16.cu). A translation unit of its
 // own, sorted after the other kernels' units, so that the device link keeps the F16 kernels' code
 // and layout as they were.
-#include "checks.h"
-#include "common.cuh"
-#include "launch.h"
-#include "ssu.cuh"
-#include "tuning.h"
+#include "ssu_stp_states.cuh"
 
 namespace mamba_ssu {
 namespace ssu {
@@ -115,120 +111,24 @@ struct F32State : Base {
   }
 };
 
-// Base's kernel for an int16 state (FlashInfer's block-scaled state, single token;
-// docs/flashinfer-ssu.md, "int16 block-scaled state"): the same layouts, loads and stores of
-// two-byte elements; a row's integers read as rn(float(q) * scale) with the read slot's decode
-// scale of the row (Raw::scale, loaded by ssu_body: load_scales; 1 without scales or for a pad),
-// the new row quantised by ssu_body (i16_encode_row, quantize_i16_row), as DynI16Config.
-template <class Base>
-struct I16State : Base {
-  static_assert(Base::kKernel.rounds == 0, "an int16 state has no stochastic rounding");
-  static constexpr bool kI16Scaled = true;  // scaled_state
-  struct Raw : Base::Raw {
-    float scale;
-  };
-  __device__ explicit I16State(const Args &a) : Base(a) {}
-  __device__ static float state_value(const Raw &r, int i) {
-    return __fmul_rn(
-        static_cast<float>(static_cast<int16_t>(static_cast<uint16_t>(Base::pair_elem(r, i)))),
-        r.scale);
-  }
-};
-
-// The launcher's config families (StpStateFamily) as templates of ssu.cu's five parameters, for
-// a state wrapper W (Bf16State, F32State or I16State).
-template <template <class> class W>
-struct Families {
-  template <bool kSimple, int kRounds, int kU, bool kGate, int kZW>
-  using Dim64 = W<HotConfig<kSimple, kRounds, kU, kGate, kZW>>;
-  template <bool kSimple, int kRounds, int kU, bool kGate, int kZW>
-  using RtDim = W<HotDimConfig<kSimple, kRounds, kU, kGate, kZW>>;
-  template <bool kSimple, int kRounds, int kU, bool kGate, int kZW>
-  using Ds64 = W<HotDsConfig<64, kSimple, kRounds, kU, kGate>>;
-  template <bool kSimple, int kRounds, int kU, bool kGate, int kZW>
-  using Ds256 = W<HotDsConfig<256, kSimple, kRounds, kU, kGate>>;
-};
-
 }  // namespace states
 
 namespace {
 
 using states::Bf16State;
 using states::F32State;
-using states::Families;
-using states::I16State;
-using tuning::Tuning;
-
-// Cfg's kernel; an int16 state's (scaled_state) with its decode scales `sc`.
-template <class Cfg>
-int launch(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream,
-           const ScaleArgs *sc) {
-  if constexpr (scaled_state<Cfg>()) {
-    ssu_kernel_scaled<Cfg><<<blocks, 32 * warps_per_block, 0, stream>>>(a, *sc);
-  } else {
-    ssu_kernel<Cfg><<<blocks, 32 * warps_per_block, 0, stream>>>(a);
-  }
-  return check_launch("selective_state_update launch");
-}
-
-// The kernels ssu.cu's launch_hot_shape picks without SR: 2-row chunks on small grids (the
-// one-row kernels have SR only), else 4-row chunks in the grid-size form (kZW: 1 from
-// Tuning::kLargeGridRows rows on); with and without z.
-template <template <bool, int, int, bool, int> class H, bool kSimple>
-int launch_layout(const Args &a, unsigned blocks, int wpb, cudaStream_t st, int64_t rows,
-                  int small_rows, const ScaleArgs *sc) {
-  const bool z = a.z != nullptr;
-  if (small_rows == 2)
-    return z ? launch<H<kSimple, 0, 2, true, -1>>(a, blocks, wpb, st, sc)
-             : launch<H<kSimple, 0, 2, false, -1>>(a, blocks, wpb, st, sc);
-  if (small_rows != 0) return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "no one-row kernel without SR");
-  if (rows >= Tuning::kLargeGridRows)
-    return z ? launch<H<kSimple, 0, 4, true, 1>>(a, blocks, wpb, st, sc)
-             : launch<H<kSimple, 0, 4, false, 1>>(a, blocks, wpb, st, sc);
-  return z ? launch<H<kSimple, 0, 4, true, 0>>(a, blocks, wpb, st, sc)
-           : launch<H<kSimple, 0, 4, false, 0>>(a, blocks, wpb, st, sc);
-}
-
-template <template <bool, int, int, bool, int> class H>
-int launch_family(const Args &a, unsigned blocks, int wpb, cudaStream_t st, int64_t rows,
-                  int small_rows, bool simple, const ScaleArgs *sc) {
-  return simple ? launch_layout<H, true>(a, blocks, wpb, st, rows, small_rows, sc)
-                : launch_layout<H, false>(a, blocks, wpb, st, rows, small_rows, sc);
-}
-
-template <template <class> class W>
-int launch_state(const Args &a, StpStateFamily family, unsigned blocks, int wpb, cudaStream_t st,
-                 int64_t rows, int small_rows, bool simple, const ScaleArgs *sc) {
-  using F = Families<W>;
-  switch (family) {
-  case StpStateFamily::kDim64:
-    return launch_family<F::template Dim64>(a, blocks, wpb, st, rows, small_rows, simple, sc);
-  case StpStateFamily::kRtDim:
-    return launch_family<F::template RtDim>(a, blocks, wpb, st, rows, small_rows, simple, sc);
-  case StpStateFamily::kDs64:
-    return launch_family<F::template Ds64>(a, blocks, wpb, st, rows, small_rows, simple, sc);
-  case StpStateFamily::kDs256:
-    return launch_family<F::template Ds256>(a, blocks, wpb, st, rows, small_rows, simple, sc);
-  }
-  return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "unknown state kernel family");
-}
+using states::launcher::launch_state;
 
 }  // namespace
 
 int launch_hot_state(const Args &a, StpStateFamily family, unsigned blocks, int wpb,
-                     cudaStream_t st, int64_t rows, int small_rows, bool simple,
-                     const ScaleArgs *sc) {
+                     cudaStream_t st, int64_t rows, int small_rows, bool simple) {
   if (a.philox_rounds != 0)
-    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
-                "no compiled-in BF16-, F32- or I16-state kernel with SR");
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "no compiled-in BF16- or F32-state kernel with SR");
   if (a.state_dtype == MAMBA_SSU_BF16)
-    return launch_state<Bf16State>(a, family, blocks, wpb, st, rows, small_rows, simple, sc);
+    return launch_state<Bf16State>(a, family, blocks, wpb, st, rows, small_rows, simple, nullptr);
   if (a.state_dtype == MAMBA_SSU_F32)
-    return launch_state<F32State>(a, family, blocks, wpb, st, rows, small_rows, simple, sc);
-  if (a.state_dtype == MAMBA_SSU_I16) {
-    if (sc == nullptr) return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, "an int16 state without its scale arguments");
-    return launch_state<I16State>(a, family, blocks, wpb, st, rows, small_rows, simple, sc);
-  }
+    return launch_state<F32State>(a, family, blocks, wpb, st, rows, small_rows, simple, nullptr);
   return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "no compiled-in kernel for this state dtype here");
 }
 
