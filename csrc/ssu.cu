@@ -11,10 +11,11 @@
 // (HotDimConfig) serve every other multiple of 16 up to 256 (hot_dim), their warps' rows a
 // divisor of it (snap_rows_per_warp). At dstate 64 and 256 the same kernels over rows of that
 // many columns (HotDsConfig, head dim at run time; one form per grid size: 30 kernels each)
-// serve the same head dims. A bf16 or fp32 state without SR (otherwise as above) runs the same
-// kernels' code with the state converted from and to bf16, or in fp32 in FlashInfer's lane
+// serve the same head dims. A bf16, fp32 or int16 state without SR (otherwise as above) runs the
+// same kernels' code with the state converted from and to bf16, in fp32 in FlashInfer's lane
 // columns for 4-byte elements (ssu_stp_states.cu: Bf16State and F32State over each family, 40
-// kernels each). The large-grid 10-round kernels' grids at dstate 128 are tapered
+// kernels each), or int16 dequantised with and quantised into its decode scales
+// (ssu_stp_states_i16.cu: I16State, 40 kernels; other int16 calls DynI16Config). The large-grid 10-round kernels' grids at dstate 128 are tapered
 // (their last wave of blocks in quarter-head warps, see Tuning::kTaperShift). Everything else that
 // passes the checks runs the generic kernel (DynConfig), and so does every SR call under
 // FlashInfer 0.7.4's conversion (sr_rule MAMBA_SSU_SR_V074; the hot kernels are 0.7.2's).

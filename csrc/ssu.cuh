@@ -692,7 +692,7 @@ struct DynI16Config : DynConfig {
 };
 
 // Whether a config's state is int16 with decode scales: a config that declares
-// `kI16Scaled = true` (DynI16Config; the compiled-in I16State wrappers, ssu_stp_states.cu).
+// `kI16Scaled = true` (DynI16Config; the compiled-in I16State wrappers, ssu_stp_states_i16.cu).
 template <class Cfg, class = void>
 struct ScaledState : std::false_type {};
 template <class Cfg>
