@@ -191,6 +191,28 @@ fn base(rng: &mut Rng, batch: usize, dim: usize, dstate: usize, pad: bool) -> Pr
     }
 }
 
+/// Elements where a compiled-in kernel's bf16 `out` (`hot`, as f32) is not the run-time
+/// kernel's fp32 `out` (`rt`) rounded to nearest bf16.
+fn out_mismatches(hot: &[f32], rt: &[f32]) -> usize {
+    assert_eq!(hot.len(), rt.len());
+    (0..hot.len())
+        .filter(|&e| bf16::from_f32(rt[e]).to_f32().to_bits() != hot[e].to_bits())
+        .count()
+}
+
+/// `t` tokens per sequence of x, dt, B and C (bf16-rounded), in place of `base`'s one.
+fn tokens(rng: &mut Rng, p: &mut Problem, t: usize) {
+    let (batch, dim, dstate) = (p.batch, p.dim, p.dstate);
+    let mut v = |n: usize, s: f32| (0..n).map(|_| bf(uniform(rng) * s)).collect::<Vec<f32>>();
+    p.x = v(batch * t * NH * dim, 1.0);
+    p.dt = v(batch * t * NH, 0.5)
+        .iter()
+        .map(|d| bf(d.abs() + 0.05))
+        .collect();
+    p.b = v(batch * t * NG * dstate, 1.0);
+    p.c = v(batch * t * NG * dstate, 1.0);
+}
+
 /// Random int16 rows and decode scales (every slot).
 fn fill_state(rng: &mut Rng, p: &mut Problem, scaled: bool) {
     for q in p.state.iter_mut() {
@@ -512,9 +534,7 @@ fn int16_compiled_kernels_match_the_run_time_kernel_bit_for_bit() {
                     continue;
                 }
             }
-            let bad = (0..hot.out.len())
-                .filter(|&e| bf16::from_f32(rt.out[e]).to_f32().to_bits() != hot.out[e].to_bits())
-                .count();
+            let bad = out_mismatches(&hot.out, &rt.out);
             if bad > 0 {
                 failures.push(format!("{what}: {bad} out elements differ"));
             }
@@ -692,19 +712,7 @@ fn int16_multi_token_matches_the_f64_reference() {
             for scaled in [true, false] {
                 let batch = 3;
                 let mut p = base(&mut rng, batch, dim, dstate, true);
-                // T tokens of x, dt, B, C per sequence.
-                let mut v = |n: usize, s: f32| {
-                    (0..n)
-                        .map(|_| bf(uniform(&mut rng) * s))
-                        .collect::<Vec<f32>>()
-                };
-                p.x = v(batch * T * NH * dim, 1.0);
-                p.dt = v(batch * T * NH, 0.5)
-                    .iter()
-                    .map(|t| bf(t.abs() + 0.05))
-                    .collect();
-                p.b = v(batch * T * NG * dstate, 1.0);
-                p.c = v(batch * T * NG * dstate, 1.0);
+                tokens(&mut rng, &mut p, T);
                 let slots = 2 + batch * (T + 1);
                 p.slots = slots;
                 p.state = vec![0; slots * NH * dim * dstate];
@@ -923,18 +931,7 @@ fn int16_multi_token_compiled_kernels_match_the_run_time_kernel_bit_for_bit() {
     for (k, &(dim, dstate, batch, mode)) in cases.iter().enumerate() {
         let scaled = k % 4 != 3;
         let mut p = base(&mut rng, batch, dim, dstate, true);
-        let mut v = |n: usize, s: f32| {
-            (0..n)
-                .map(|_| bf(uniform(&mut rng) * s))
-                .collect::<Vec<f32>>()
-        };
-        p.x = v(batch * T * NH * dim, 1.0);
-        p.dt = v(batch * T * NH, 0.5)
-            .iter()
-            .map(|t| bf(t.abs() + 0.05))
-            .collect();
-        p.b = v(batch * T * NG * dstate, 1.0);
-        p.c = v(batch * T * NG * dstate, 1.0);
+        tokens(&mut rng, &mut p, T);
         // Read slots 0..batch (entry 1 a pad); dst slots after them, distinct per token.
         let dst_slots = if mode == Mode::Dst { batch * T } else { 0 };
         p.slots = batch + dst_slots + 1;
@@ -970,9 +967,7 @@ fn int16_multi_token_compiled_kernels_match_the_run_time_kernel_bit_for_bit() {
                 "{what}: the intermediate buffer or its scales differ"
             ));
         }
-        let bad = (0..hot.out.len())
-            .filter(|&e| bf16::from_f32(rt.out[e]).to_f32().to_bits() != hot.out[e].to_bits())
-            .count();
+        let bad = out_mismatches(&hot.out, &rt.out);
         if bad > 0 {
             failures.push(format!("{what}: {bad} out elements differ"));
         }
