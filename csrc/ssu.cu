@@ -70,7 +70,7 @@ int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedN
   if (p->nheads < 1) return invalid("nheads: expected >= 1, got %lld", ll(p->nheads));
   if (p->dim < 1 || p->dim > (int64_t{1} << 30))
     return invalid("dim: expected 1..=1073741824, got %lld", ll(p->dim));
-  if ((s = check_dstate(p->dstate, p->state_dtype))) return s;
+  if ((s = check_dstate(p->dstate, p->state_dtype, true))) return s;
   if (p->ngroups < 1 || p->nheads % p->ngroups != 0)
     return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
                 "ngroups: expected a divisor of nheads (%lld), got %lld", ll(p->nheads),
@@ -138,6 +138,15 @@ int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedN
   if (p->state_dtype == MAMBA_SSU_I16 && p->algorithm == MAMBA_SSU_ALGO_HORIZONTAL)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "algorithm: HORIZONTAL with an I16 state is not served (SIMPLE, VERTICAL or AUTO)");
+  // dstate 96 runs the generic kernel of FlashInfer's simple and vertical mappings
+  // (DynUnevenConfig); its horizontal mapping (three or six stages a row) and an int16 state
+  // there are not served (AUTO resolving to HORIZONTAL: hz_plan).
+  if (p->dstate == 96 && p->algorithm == MAMBA_SSU_ALGO_HORIZONTAL)
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
+                "algorithm: HORIZONTAL at dstate 96 is not served yet (SIMPLE or VERTICAL)");
+  if (p->dstate == 96 && p->state_dtype == MAMBA_SSU_I16)
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
+                "state_dtype: an I16 state at dstate 96 is not served yet");
   // The decode scales (slots, nheads, dim) of an I16 state.
   const bool scaled = scale != nullptr && scale->data != nullptr;
   if (scaled && (s = check_state_scale(*scale, p->nheads, p->dim, p->state_cache_size))) return s;
@@ -372,10 +381,13 @@ bool is_hot(const mamba_ssu_params *p) {
 //   dstate 64: 0 1 0 with 1 or 2 rounds, 0 0 0 from 3 on;
 //   dstate 128: 0 1 0 with 1 round, 0 0 1 from 2 on;
 //   dstate 256, 0.7.2.post1: 0 1 1 with 1 to 3 rounds, 0 0 1 with 4 or 5, 1 1 1 from 6 on;
-//   dstate 256, 0.7.4 (v074: the call's SR rule): 0 0 1 with 1 to 4 rounds, 1 1 1 from 5 on.
+//   dstate 256, 0.7.4 (v074: the call's SR rule): 0 0 1 with 1 to 4 rounds, 1 1 1 from 5 on;
+//   dstate 96 (both releases): 1 1 0 without SR (every state dtype), 1 1 1 with 1 round,
+//   1 0 1 from 2 on.
 // Round counts above 16 are taken as 16. `f32`: the state is fp32.
 bool first_form_f1(bool simple, bool below, int64_t rounds, int64_t dstate, bool f32,
                    bool v074) {
+  if (dstate == 96) return rounds == 0 ? simple : rounds == 1 || !(simple && below);
   if (rounds <= 1 && f32 && dstate == 256) return !simple;
   if (rounds == 0) return simple && below;
   if (dstate == 64) return simple && below && rounds <= 2;
@@ -633,6 +645,7 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
     ssu::ssu_kernel_scaled<ssu::DynI16Config><<<nblocks, 32 * wpb, 0, st>>>(a, sc);
     return check_launch("selective_state_update launch");
   }
+  if (!hot && p.dstate == 96) return ssu::launch_uneven(a, nblocks, wpb, st);
   if (!hot) return launch<DynConfig>(a, nblocks, wpb, st);
   const ssu::StpStateFamily family = p.dstate == 64    ? ssu::StpStateFamily::kDs64
                                      : p.dstate == 256 ? ssu::StpStateFamily::kDs256

@@ -691,6 +691,103 @@ struct DynI16Config : DynConfig {
   }
 };
 
+// The generic path at a dstate between the compiled-in ones that FlashInfer's single-token
+// kernels take (the launcher's check_single_dstate: 96), where a lane's columns are not
+// DynConfig's power-of-two runs (docs/flashinfer-ssu.md, "dstate 96 in FlashInfer's kernels").
+// FlashInfer's simple and vertical kernels give lane l runs of c columns, c = min(16 / element
+// size, dstate / 32) (simple) or 4 / element size (vertical), at l * c + 32 * c * j for every
+// j with l * c + 32 * c * j < dstate: at dstate 96 simple lane l owns 3l..3l+2 (one run; run
+// 3 is not a power of two), vertical with a 2-byte state 2l, 2l+1 and, for l < 16 only,
+// 64+2l, 65+2l (lanes 16..31 hold 2 columns), with an fp32 state l, 32+l, 64+l. ncols() is the
+// lane's own count. The stochastic-rounding words follow the lane's runs (kRunWords, sr_words):
+// the element at position p of a run takes word p mod 4 of the Philox call at the offset of the
+// run's element p - p mod 4 (the groups of 4 restart at each run; at dstate 96 simple: word
+// n mod 3 of Philox(... + 3 * floor(n / 3)), vertical: word n mod 2 as at every dstate). A
+// config of its own, in a unit of its own (ssu_stp_uneven.cu), so that DynConfig's kernel
+// keeps its code.
+struct DynUnevenConfig : DynConfig {
+  static constexpr bool kRunWords = true;  // sr_words: words by run position
+  int run_, run_magic_;
+
+  __device__ explicit DynUnevenConfig(const Args &a) : DynConfig(a) {
+    run_ = a.simple ? min(16 / state_bytes_, dstate_ / 32) : 4 / state_bytes_;
+    // i / run_ for i < 8 and run_ <= 8 as (i * ceil(32 / run_)) >> 5 (exact there).
+    run_magic_ = (32 + run_ - 1) / run_;
+    const int first = (static_cast<int>(threadIdx.x) & 31) * run_;
+    const int stride = 32 * run_;
+    // Whole runs below dstate (the launcher takes only dstates that runs divide).
+    ncols_ = min(kMaxCols, first < dstate_ ? (dstate_ - first + stride - 1) / stride * run_ : 0);
+  }
+
+  __device__ int run() const { return run_; }
+  __device__ int col(int lane, int i) const {
+    const int j = (i * run_magic_) >> 5;  // i / run_
+    return lane * run_ + j * 32 * run_ + (i - j * run_);
+  }
+
+  // DynConfig's accesses over this config's col() and per-lane ncols().
+  __device__ void load_state(const void *row, int lane, Raw &r) const {
+#pragma unroll
+    for (int i = 0; i < kMaxCols; ++i) {
+      if (i < ncols_) {
+        const int n = col(lane, i);
+        r.w[i] = state_bytes_ == 4 ? static_cast<const uint32_t *>(row)[n]
+                                   : static_cast<const unsigned short *>(row)[n];
+      }
+    }
+  }
+  __device__ void store_state(void *row, int lane, const uint32_t (&bits)[kMaxCols]) const {
+#pragma unroll
+    for (int i = 0; i < kMaxCols; ++i) {
+      if (i < ncols_) {
+        const int n = col(lane, i);
+        if (state_bytes_ == 4)
+          store_cs_u32(static_cast<uint32_t *>(row) + n, bits[i]);
+        else
+          store_cs_u16(static_cast<unsigned short *>(row) + n, bits[i]);
+      }
+    }
+  }
+  __device__ void load_cols(const void *row, int lane, float (&v)[kMaxCols]) const {
+#pragma unroll
+    for (int i = 0; i < kMaxCols; ++i)
+      v[i] = i < ncols_ ? load_float(row, col(lane, i), input_dtype_) : 0.0f;
+  }
+};
+
+// Whether a config's random words follow its runs (DynUnevenConfig): sr_words's second form.
+template <class Cfg, class = void>
+struct RunWords : std::false_type {};
+template <class Cfg>
+struct RunWords<Cfg, std::void_t<decltype(Cfg::kRunWords)>>
+    : std::integral_constant<bool, Cfg::kRunWords> {};
+template <class Cfg>
+__device__ constexpr bool run_words() {
+  return RunWords<Cfg>::value;
+}
+
+// sr_words for a config whose words follow its runs (run_words): the lane's element i at
+// position p = i mod run() of its run takes word p mod 4 of the Philox call at the element
+// offset of the run's element p - p mod 4 (sr_lane: the offset of the lane's first column).
+template <class Cfg>
+__device__ __forceinline__ void sr_run_words(const Cfg &cfg, const typename Cfg::Key &key,
+                                             uint64_t sr_lane, int lane,
+                                             uint32_t (&rnd)[Cfg::kMaxCols]) {
+  U32x4 w{};
+#pragma unroll
+  for (int i = 0; i < Cfg::kMaxCols; ++i) {
+    if (i < cfg.ncols()) {
+      const int p = cfg.col(lane, i) % cfg.run();  // runs start at multiples of run()
+      if (p % 4 == 0) {
+        const uint32_t dist = static_cast<uint32_t>(cfg.col(lane, i) - cfg.col(lane, 0));
+        w = cfg.philox(philox_counter(sr_lane + dist), key);
+      }
+      const int k = p % 4;
+      rnd[i] = k == 0 ? w.x : k == 1 ? w.y : k == 2 ? w.z : w.w;
+    }
+  }
+}
+
 // Whether a config's state is int16 with decode scales: a config that declares
 // `kI16Scaled = true` (DynI16Config; the compiled-in I16State wrappers, ssu_stp_states_i16.cu).
 template <class Cfg, class = void>
@@ -1128,6 +1225,14 @@ __device__ __forceinline__ void ssu_body(const Args &a, const ScaleArgs &sc = Sc
     // that is neither stored nor output), and the lane partials of y.
     float s[U][K];
     float part_y[U];
+    // A lane of an odd column count converts its last element in a pair with element ncols()
+    // (never stored): defined as 0 (run_words configs only; the others' counts are even).
+    if constexpr (run_words<Cfg>()) {
+#pragma unroll
+      for (int r = 0; r < U; ++r)
+#pragma unroll
+        for (int i = 0; i < K; ++i) s[r][i] = 0.0f;
+    }
 #pragma unroll
     for (int r = 0; r < U; ++r) {
       const float x = cur.x[r];
@@ -1238,7 +1343,10 @@ __device__ __forceinline__ void ssu_body(const Args &a, const ScaleArgs &sc = Sc
         } else if (sr) {
           uint32_t rnd[K] = {};
           uint32_t flags = 0;
-          sr_words(cfg, key, sr_chunk + static_cast<uint64_t>(r * dstate), lane, rnd);
+          if constexpr (run_words<Cfg>())
+            sr_run_words(cfg, key, sr_chunk + static_cast<uint64_t>(r * dstate), lane, rnd);
+          else
+            sr_words(cfg, key, sr_chunk + static_cast<uint64_t>(r * dstate), lane, rnd);
 #pragma unroll
           for (int i = 0; i < K; i += 2) {
             if (i < cfg.ncols()) {
@@ -1321,6 +1429,9 @@ int launch_hot_state(const Args &a, StpStateFamily family, unsigned blocks, int 
 int launch_hot_i16(const Args &a, StpStateFamily family, unsigned blocks, int wpb,
                    cudaStream_t st, int64_t rows, int small_rows, bool simple,
                    const ScaleArgs &sc);
+// The generic kernel at a dstate between the compiled-in ones (DynUnevenConfig;
+// ssu_stp_uneven.cu).
+int launch_uneven(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream);
 
 }  // namespace ssu
 }  // namespace mamba_ssu

@@ -60,6 +60,13 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
   if (!hz_dim_ok(p.dim))  // ssu_check rejects it first: a planning bug, never launched
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "launch plan: head dim %lld for HORIZONTAL",
                 ll(p.dim));
+  // The kernel's stages of a row are a power of two (ssu_hz.cuh): dstate 64, 128 or 256. An
+  // explicit HORIZONTAL at dstate 96 is refused by ssu_check; this is AUTO on sm_100 and newer.
+  if (p.dstate != 64 && p.dstate != 128 && p.dstate != 256)
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
+                "dstate: HORIZONTAL (AUTO's choice on this device) at dstate %lld is not served "
+                "yet",
+                ll(p.dstate));
   const int64_t blocks16 = p.dim / hz::kTileRows;  // 4, 8, 12 or 16
   const int64_t heads = p.batch * p.nheads;        // < 2^31 (ssu_check's grid bound)
   int rpw = kMaxRowsPerWarp;

@@ -578,11 +578,11 @@ fn index_and_intermediate_rules() {
 #[test]
 fn lowered_rules_name_the_tensor() {
     check_rules(&[
-        (single, |a| { a.state.shape[3] = 96; a.A.shape[2] = 96; a.B.shape[2] = 96;
-                       a.C.shape[2] = 96; a.B.strides[0] = NG * 96; a.C.strides[0] = NG * 96;
-                       a.B.strides[1] = 96; a.C.strides[1] = 96;
-                       a.state.strides = [NH * DIM * 96, DIM * 96, 96, 1, 0]; }, UNS, "state",
-            "dstate: expected 64, 128 or 256, got 96"),
+        (single, |a| { a.state.shape[3] = 160; a.A.shape[2] = 160; a.B.shape[2] = 160;
+                       a.C.shape[2] = 160; a.B.strides[0] = NG * 160; a.C.strides[0] = NG * 160;
+                       a.B.strides[1] = 160; a.C.strides[1] = 160;
+                       a.state.strides = [NH * DIM * 160, DIM * 160, 160, 1, 0]; }, UNS, "state",
+            "dstate: expected 64, 96, 128 or 256, got 160"),
         (single, |a| { a.B.shape[1] = 3; a.C.shape[1] = 3; a.B.strides[0] = 3 * DS;
                        a.C.strides[0] = 3 * DS; }, INV, "B", "ngroups: expected a divisor of nheads"),
         (single, |a| { a.state_batch_indices = absent(); a.state.shape[0] = 1; }, INV, "state",
@@ -1170,9 +1170,10 @@ fn legacy_check(p: &sys::mamba_ssu_params) -> (i32, String, String) {
 }
 
 /// The dstate rule of FlashInfer's sm_90 module (docs/flashinfer-ssu.md, "Shapes FlashInfer
-/// takes on sm_90"), through the single-token block: 64, 128 and 256 served; every other dstate
-/// FlashInfer's build takes (2-byte state: multiples of 32 from 64; fp32 state: multiples of 16
-/// from 32) UNSUPPORTED, the rest INVALID_ARGUMENT (FlashInfer's RuntimeError), naming `dstate`.
+/// takes on sm_90"), through the single-token block: 64, 96, 128 and 256 served; every other
+/// dstate FlashInfer's build takes (2-byte state: multiples of 32 from 64; fp32 state: multiples
+/// of 16 from 32) UNSUPPORTED, the rest INVALID_ARGUMENT (FlashInfer's RuntimeError), naming
+/// `dstate`.
 #[test]
 fn dstates_follow_flashinfers_sm90_module() {
     let good = legacy_single();
@@ -1181,14 +1182,15 @@ fn dstates_follow_flashinfers_sm90_module() {
     let mut taken = Vec::new();
     for state_dtype in [F16, BF16, F32] {
         for ds in -1..=520i64 {
-            if [64, 128, 256].contains(&ds) {
-                continue;
-            }
             let p = sys::mamba_ssu_params {
                 dstate: ds,
                 state_dtype,
                 ..good
             };
+            if [64, 96, 128, 256].contains(&ds) {
+                assert_eq!(c(&p).0, OK, "{ds}");
+                continue;
+            }
             let flashinfer_takes = if state_dtype == F32 {
                 ds >= 32 && ds % 16 == 0
             } else {
@@ -1201,8 +1203,8 @@ fn dstates_follow_flashinfers_sm90_module() {
                 assert_eq!(
                     detail,
                     format!(
-                        "dstate: expected 64, 128 or 256, got {ds} (FlashInfer's sm_90 kernels \
-                         take it; not served yet)"
+                        "dstate: expected 64, 96, 128 or 256, got {ds} (FlashInfer's sm_90 \
+                         kernels take it; not served yet)"
                     )
                 );
                 taken.push((state_dtype, ds));
@@ -1215,8 +1217,8 @@ fn dstates_follow_flashinfers_sm90_module() {
             }
         }
     }
-    // dstate 96 is taken for every state dtype; 48 and 80 for an fp32 state only.
-    for ds in [96, 160, 192] {
+    // dstates 160 and 192 are taken for every state dtype; 48 and 80 for an fp32 state only.
+    for ds in [160, 192] {
         for t in [F16, BF16, F32] {
             assert!(taken.contains(&(t, ds)), "{t} {ds}");
         }

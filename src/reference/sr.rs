@@ -101,7 +101,8 @@ pub fn sr_f16_bits_v074(x: f32, r13: u32) -> u16 {
 /// With `base = read_slot * slot_stride + h * dim * dstate` (the READ slot; u64 wrapping
 /// arithmetic throughout), key `(lo32(seed), hi32(seed))` and counter `(lo32(o), hi32(o), 0, 0)`:
 /// - simple kernel: column `n` of row `d` uses word `n % G` of Philox(`o = base + d * dstate +
-///   G * floor(n / G)`) with `G = min(4, dstate / 32)`;
+///   G * floor(n / G)`) with `G = min(4, dstate / 32)` (at dstate 96, `G = 3`: a lane's run of
+///   three columns is one call's words 0 to 2);
 /// - vertical kernel: word `n % 2` of Philox(`o = base + d * dstate + 2 * floor(n / 2)`);
 /// - horizontal kernel: columns in stages of 32 (`n = 32 k + c`); with `s = d & 14` (the rotation
 ///   of row `d`'s visits) and `u = (c - s) mod 32`, word `u % 4` of Philox(`o = base +
@@ -126,8 +127,9 @@ impl SrMapping {
     /// columns per head, for `seed` and `rounds` Philox rounds, under `algorithm`.
     ///
     /// Errors: `algorithm` is [`Algorithm::Auto`] (resolve it first with
-    /// [`Algorithm::resolve`]); `dstate` not in {64, 128, 256}; `rounds` 0 (any count >= 1 is
-    /// taken: FlashInfer's `philox_rounds` has no upper bound).
+    /// [`Algorithm::resolve`]); `dstate` not in {64, 128, 256} (96 is taken for
+    /// [`Algorithm::Simple`] and [`Algorithm::Vertical`], the kernels that serve it); `rounds` 0
+    /// (any count >= 1 is taken: FlashInfer's `philox_rounds` has no upper bound).
     pub fn new(
         algorithm: Algorithm,
         slot_stride: usize,
@@ -148,10 +150,15 @@ impl SrMapping {
             Algorithm::Vertical => 2,
             Algorithm::Horizontal => 4,
         };
-        if !SUPPORTED_DSTATE.contains(&dstate) {
+        let served = SUPPORTED_DSTATE.contains(&dstate)
+            || (dstate == 96 && algorithm != Algorithm::Horizontal);
+        if !served {
             return Err(Error::invalid(
                 "dstate",
-                format!("expected 64, 128 or 256, got {dstate}"),
+                format!(
+                    "expected 64, 128 or 256 (96 for Simple and Vertical), got {dstate} \
+                     under {algorithm:?}"
+                ),
             ));
         }
         if rounds == 0 {
@@ -640,6 +647,32 @@ mod tests {
         );
     }
 
+    /// dstate 96 (docs/flashinfer-ssu.md, "dstate 96 in FlashInfer's kernels"): simple lane l
+    /// owns columns 3l..3l+2, one Philox call at the run's first column, words 0 to 2; vertical
+    /// pairs as at every dstate.
+    #[test]
+    fn offsets_at_dstate_96() {
+        let (slot_stride, dim) = (3 * 8 * 96, 8);
+        let s = SrMapping::new(Algorithm::Simple, slot_stride, dim, 96, 5, 10).unwrap();
+        let v = SrMapping::new(Algorithm::Vertical, slot_stride, dim, 96, 5, 10).unwrap();
+        assert_eq!(s.group(), 3);
+        let base = 2 * slot_stride as u64 + 5 * 8 * 96 + 7 * 96;
+        for n in 0..96usize {
+            let lane_run = (n / 3) as u64 * 3;
+            assert_eq!(
+                s.philox_offset(2, 5, 7, n),
+                (base + lane_run, n % 3),
+                "simple {n}"
+            );
+            let pair = (n / 2) as u64 * 2;
+            assert_eq!(
+                v.philox_offset(2, 5, 7, n),
+                (base + pair, n % 2),
+                "vertical {n}"
+            );
+        }
+    }
+
     #[test]
     fn offsets_wrap_in_u64() {
         let m = SrMapping::new(Algorithm::Simple, usize::MAX, 64, 128, 1, 10).unwrap();
@@ -660,7 +693,15 @@ mod tests {
                 ..
             }
         ));
-        let e = SrMapping::new(Algorithm::Simple, 0, 64, 96, 0, 10).unwrap_err();
+        let e = SrMapping::new(Algorithm::Simple, 0, 64, 160, 0, 10).unwrap_err();
+        assert!(matches!(
+            e,
+            Error::InvalidArgument {
+                argument: "dstate",
+                ..
+            }
+        ));
+        let e = SrMapping::new(Algorithm::Horizontal, 0, 64, 96, 0, 10).unwrap_err();
         assert!(matches!(
             e,
             Error::InvalidArgument {
