@@ -37,22 +37,21 @@ inline int invalid(const char *fmt, long long a) {
 // the horizontal kernel's stage is 64 bytes of a row (dstate a multiple of 32 columns of a 2-byte
 // state, 16 of an fp32 one), the vector width min(16 / sizeof(state), dstate / 32) must be >= 1,
 // and the multi-token kernel's register tiles (the next power of two of dstate over 8 lanes, in
-// 8-column blocks of a 2-byte state) must hold one block. Served here: 64, 128 and 256 on both
-// paths, and 96 on the single-token path (`single_token`: its simple and vertical kernels, every
-// state dtype; DynUnevenConfig, ssu.cuh).
+// 8-column blocks of a 2-byte state) must hold one block. Served here: 64, 128 and 256, and 96
+// (the generic kernels of ssu_uneven.cu: single token the simple and vertical mappings, multi
+// token the run-time kernel; every float state dtype).
 // Returns MAMBA_SSU_SUCCESS, UNSUPPORTED (FlashInfer takes the dstate, this crate does not yet) or
 // INVALID_ARGUMENT (FlashInfer's build refuses it), with the detail set.
-inline int check_dstate(int64_t dstate, int32_t state_dtype, bool single_token) {
-  if (dstate == 64 || dstate == 128 || dstate == 256) return MAMBA_SSU_SUCCESS;
-  if (single_token && dstate == 96) return MAMBA_SSU_SUCCESS;
+inline int check_dstate(int64_t dstate, int32_t state_dtype) {
+  if (dstate == 64 || dstate == 96 || dstate == 128 || dstate == 256) return MAMBA_SSU_SUCCESS;
   const bool wide = state_dtype == MAMBA_SSU_F32;
   const bool flashinfer_takes =
       wide ? dstate >= 32 && dstate % 16 == 0 : dstate >= 64 && dstate % 32 == 0;
   if (flashinfer_takes)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
-                "dstate: expected %s, got %lld (FlashInfer's sm_90 kernels take it; "
-                "not served yet)",
-                single_token ? "64, 96, 128 or 256" : "64, 128 or 256", ll(dstate));
+                "dstate: expected 64, 96, 128 or 256, got %lld (FlashInfer's sm_90 kernels take "
+                "it; not served yet)",
+                ll(dstate));
   return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
               "dstate: expected a multiple of %d from %d (FlashInfer's sm_90 kernels with %s "
               "state), got %lld",

@@ -703,7 +703,7 @@ struct DynI16Config : DynConfig {
 // the element at position p of a run takes word p mod 4 of the Philox call at the offset of the
 // run's element p - p mod 4 (the groups of 4 restart at each run; at dstate 96 simple: word
 // n mod 3 of Philox(... + 3 * floor(n / 3)), vertical: word n mod 2 as at every dstate). A
-// config of its own, in a unit of its own (ssu_stp_uneven.cu), so that DynConfig's kernel
+// config of its own, in a unit of its own (ssu_uneven.cu), so that DynConfig's kernel
 // keeps its code.
 struct DynUnevenConfig : DynConfig {
   static constexpr bool kRunWords = true;  // sr_words: words by run position
@@ -805,11 +805,12 @@ __device__ constexpr bool scaled_state() {
 // ---------------------------------------------------------------------------
 
 // Whether a config's exact SR path converts under the call's rule (Args::sr_rule): the generic
-// kernel only. The hot kernels are FlashInfer 0.7.2's alone (the launcher sends SR calls under
-// MAMBA_SSU_SR_V074 to DynConfig), so their code does not change with the rule's existence.
+// kernels only (DynConfig, DynUnevenConfig). The hot kernels are FlashInfer 0.7.2's alone (the
+// launcher sends SR calls under MAMBA_SSU_SR_V074 to the generic kernels), so their code does
+// not change with the rule's existence.
 template <class Cfg>
 __device__ constexpr bool sr_rule_at_run_time() {
-  return std::is_same<Cfg, DynConfig>::value;
+  return std::is_same<Cfg, DynConfig>::value || std::is_same<Cfg, DynUnevenConfig>::value;
 }
 
 // The rows of a chunk are reduced together (see reduce_rows), and after the
@@ -1429,8 +1430,7 @@ int launch_hot_state(const Args &a, StpStateFamily family, unsigned blocks, int 
 int launch_hot_i16(const Args &a, StpStateFamily family, unsigned blocks, int wpb,
                    cudaStream_t st, int64_t rows, int small_rows, bool simple,
                    const ScaleArgs &sc);
-// The generic kernel at a dstate between the compiled-in ones (DynUnevenConfig;
-// ssu_stp_uneven.cu).
+// The generic kernel at dstate 96 (DynUnevenConfig; ssu_uneven.cu).
 int launch_uneven(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream);
 
 }  // namespace ssu

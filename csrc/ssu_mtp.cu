@@ -98,7 +98,8 @@ void grid_for(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d, bo
   const int64_t max_bph = std::max<int64_t>(bph, std::min<int64_t>(4, (p.dim + pass - 1) / pass));
   // One wave of the blocks resident on d, with the shared memory of the first grid tried.
   auto smem_of = [&](int64_t b) {
-    return mtp::mtp_smem_bytes(static_cast<int>(p.ntokens), static_cast<int>(p.dstate),
+    return mtp::mtp_smem_bytes(static_cast<int>(p.ntokens),
+                               mtp::mtp_tile(static_cast<int>(p.dstate)),
                                static_cast<int>((p.dim + b - 1) / b), p.z != nullptr,
                                mtp::mtp_bf16_stage(hot, r), hot ? r : 0);
   };
@@ -303,6 +304,8 @@ int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
     s = p.dstate == 64    ? launch_hot<64>(a, plan, rounds, st)
         : p.dstate == 128 ? launch_hot<128>(a, plan, rounds, st)
                           : launch_hot<256>(a, plan, rounds, st);
+  } else if (p.dstate == 96) {
+    s = mtp::launch_uneven(a, p.state_dtype == MAMBA_SSU_F32, plan.nblocks, plan.smem, st);
   } else if (p.state_dtype == MAMBA_SSU_F32) {
     s = p.dstate == 64    ? launch<false, 64, -1, 1, false, true>(a, plan, st)
         : p.dstate == 128 ? launch<false, 128, -1, 1, false, true>(a, plan, st)

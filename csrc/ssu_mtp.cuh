@@ -169,6 +169,11 @@ __host__ __device__ constexpr size_t mtp_smem_bytes(int ntokens, int dstate, int
          (defer_rows > 1 ? sizeof(float) * kGroups * static_cast<size_t>(defer_rows - 1) : 0);
 }
 
+// The columns a lane group's register tile spans: dstate, or at dstate 96 FlashInfer's next power
+// of two, 128 (mtp_body: the lanes' blocks past 96 are skipped). Also the stride of the staged B
+// and C rows (mtp_smem_bytes takes it as its `dstate`).
+__host__ __device__ constexpr int mtp_tile(int dstate) { return dstate == 96 ? 128 : dstate; }
+
 // n / d for n < 2^31 and d >= 1 as a multiply and a shift (mtp_fast_div_params gives mul and
 // shr; d = 1 is passed through): with l = ceil(log2 d), mul = ceil(2^(31 + l) / d) and shr =
 // l - 1, floor(n * mul / 2^(31 + l)) = floor(n / d) because n * (mul * d - 2^(31 + l)) < 2^31 * d
@@ -291,7 +296,13 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
   static_assert(!kI16 || (!kF32 && !kBf16State && (kHot ? kRounds == 0 : kR == 1 && !kSmall)),
                 "kI16: the run-time one-row kernel, or hot kernels without SR");
   static_assert(!kBf16State || (kHot && kRounds == 0), "kBf16State: hot kernels without SR");
-  constexpr int NC = kDstate / 8;  // columns per lane
+  static_assert(kDstate != 96 || (!kHot && !kI16 && kR == 1 && !kSmall),
+                "dstate 96: the run-time kernels of a float state");
+  // The lane's tile: kDstate columns, or 128 at dstate 96 (mtp_tile), where a lane's blocks at
+  // columns >= 96 are not loaded, updated, summed nor stored (FlashInfer's kernel skips them): a
+  // 2-byte state's second block for lanes 4..7, an fp32 state's fourth 4-column block.
+  constexpr int kTile = mtp_tile(kDstate);
+  constexpr int NC = kTile / 8;  // columns per lane
   constexpr int NP = NC / 2;       // column pairs per lane
   const int32_t sdt = kHot ? (kBf16State ? MAMBA_SSU_BF16 : kI16 ? MAMBA_SSU_I16 : MAMBA_SSU_F16)
                      : kF32 ? MAMBA_SSU_F32
@@ -368,6 +379,8 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
   const int grp = tid / kGroupLanes;
   const int m = tid % kGroupLanes;
   const int esize = kHot ? 2 : (sdt == MAMBA_SSU_F32 ? 4 : 2);
+  // Whether the lane's element i lies in the row (always, but at dstate 96).
+  auto in_row = [&](int i) { return kTile == kDstate || mtp_col<kF32>(m, i) < kDstate; };
   char *const state = static_cast<char *>(a.state);
   const char *read_head =
       pad ? nullptr : state + (read_slot * a.state_stride + head_elems) * esize;
@@ -486,9 +499,9 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
   // the 8 lanes of a row read 128 contiguous bytes per load (no bank conflict).
   using Stage = typename std::conditional<kBf16Stage, uint16_t, float>::type;
   Stage *const sB = reinterpret_cast<Stage *>(smem);
-  Stage *const sC = sB + a.ntokens * kDstate;
+  Stage *const sC = sB + a.ntokens * kTile;
   const int part_stride = kDefer ? mtp_part_stride(a.ntokens, R) : 0;
-  float *const sp = reinterpret_cast<float *>(sC + a.ntokens * kDstate);  // lane partials
+  float *const sp = reinterpret_cast<float *>(sC + a.ntokens * kTile);  // lane partials
   float *const sx = sp + kGroups * part_stride;
   float *const sz = sx + a.ntokens * a.rows_per_block;
   {
@@ -504,7 +517,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
                           g * kDstate + 8 * q;
       const void *src = is_c ? a.C : a.B;
       if constexpr (kBf16Stage) {
-        *reinterpret_cast<uint4 *>((is_c ? sC : sB) + t * kDstate + 8 * q) =
+        *reinterpret_cast<uint4 *>((is_c ? sC : sB) + t * kTile + 8 * q) =
             *reinterpret_cast<const uint4 *>(static_cast<const char *>(src) + off * 2);
         continue;
       }
@@ -517,12 +530,12 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
         for (int k = 0; k < 8; ++k) f[k] = static_cast<const float *>(src)[off + k];
       }
       if constexpr (kF32) {
-        float *dst = reinterpret_cast<float *>((is_c ? sC : sB) + t * kDstate + 8 * q);
+        float *dst = reinterpret_cast<float *>((is_c ? sC : sB) + t * kTile + 8 * q);
         *reinterpret_cast<float4 *>(dst) = make_float4(f[0], f[1], f[2], f[3]);
         *reinterpret_cast<float4 *>(dst + 4) = make_float4(f[4], f[5], f[6], f[7]);
         continue;
       }
-      float *run = reinterpret_cast<float *>((is_c ? sC : sB) + t * kDstate + 64 * (q / 8));
+      float *run = reinterpret_cast<float *>((is_c ? sC : sB) + t * kTile + 64 * (q / 8));
       const int mq = q % 8;
       *reinterpret_cast<float4 *>(run + 4 * mq) = make_float4(f[0], f[1], f[2], f[3]);
       *reinterpret_cast<float4 *>(run + 32 + 4 * mq) = make_float4(f[4], f[5], f[6], f[7]);
@@ -631,7 +644,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
 #pragma unroll
           for (int j = 0; j < NC / 4; ++j) {
             float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (!pad && ok[r])
+            if (!pad && ok[r] && in_row(4 * j))
               v = *reinterpret_cast<const float4 *>(reinterpret_cast<const float *>(read_head) +
                                                     d * kDstate + mtp_col<true>(m, 4 * j));
             s[r][4 * j] = v.x;
@@ -654,8 +667,9 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
         } else {
 #pragma unroll
           for (int i = 0; i < NC; ++i)
-            s[r][i] =
-                pad || !ok[r] ? 0.0f : load_float(read_head, d * kDstate + mtp_col(m, i), sdt);
+            s[r][i] = pad || !ok[r] || !in_row(i)
+                          ? 0.0f
+                          : load_float(read_head, d * kDstate + mtp_col(m, i), sdt);
         }
       }
     }
@@ -663,8 +677,8 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
     // Token t's B and C at the lane's elements 8j .. 8j + 7 (mtp_col; bf16 bits: one 16-byte
     // word each; fp32: 4m and 32 + 4m of the 64-column run, swizzled or (kF32) not).
     auto load_bc = [&](int t, int j, float *bv, float *cv) {
-      const Stage *Bt = sB + t * kDstate;
-      const Stage *Ct = sC + t * kDstate;
+      const Stage *Bt = sB + t * kTile;
+      const Stage *Ct = sC + t * kTile;
       if constexpr (kBf16Stage) {
         widen8<false>(*reinterpret_cast<const uint4 *>(Bt + 64 * j + 8 * m), bv);
         if (cv != nullptr) widen8<false>(*reinterpret_cast<const uint4 *>(Ct + 64 * j + 8 * m), cv);
@@ -699,8 +713,8 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
       if constexpr (kBf16Stage) {
 #pragma unroll
         for (int j = 0; j < NC / 8; ++j) {
-          k.b[j] = *reinterpret_cast<const uint4 *>(sB + t * kDstate + 64 * j + 8 * m);
-          k.c[j] = *reinterpret_cast<const uint4 *>(sC + t * kDstate + 64 * j + 8 * m);
+          k.b[j] = *reinterpret_cast<const uint4 *>(sB + t * kTile + 64 * j + 8 * m);
+          k.c[j] = *reinterpret_cast<const uint4 *>(sC + t * kTile + 64 * j + 8 * m);
         }
       }
     };
@@ -730,6 +744,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
         for (int r = 0; r < R; ++r) {
 #pragma unroll
           for (int i = 0; i < 8; i += 2) {
+            if (!in_row(8 * j + i)) continue;  // dstate 96 only
             float &se = s[r][8 * j + i];
             float &so = s[r][8 * j + i + 1];
             mtp_step_pair(dA, bv[i], bv[i + 1], dtx[r], se, so);
@@ -894,12 +909,14 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
           }
 #pragma unroll
           for (int j = 0; j < NC / 8; ++j) {
+            if (!in_row(8 * j)) continue;  // dstate 96 only
             uint4 v{h2[4 * j], h2[4 * j + 1], h2[4 * j + 2], h2[4 * j + 3]};
             st_state(reinterpret_cast<uint4 *>(row + 2 * (64 * j + 8 * m)), v);
           }
         } else if (sdt == MAMBA_SSU_BF16) {
 #pragma unroll
           for (int j = 0; j < NC / 8; ++j) {
+            if (!in_row(8 * j)) continue;  // dstate 96 only
             uint32_t w[4];
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
@@ -917,11 +934,13 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
 #pragma unroll
           for (int j = 0; j < NC / 8; ++j) {
             float *p = reinterpret_cast<float *>(row + 4 * (64 * j + (kF32 ? 4 : 8) * m));
-            st_state(reinterpret_cast<float4 *>(p),
-                     make_float4(s[r][8 * j], s[r][8 * j + 1], s[r][8 * j + 2], s[r][8 * j + 3]));
-            st_state(reinterpret_cast<float4 *>(p + (kF32 ? 32 : 4)),
-                     make_float4(s[r][8 * j + 4], s[r][8 * j + 5], s[r][8 * j + 6],
-                                 s[r][8 * j + 7]));
+            if (in_row(8 * j))  // dstate 96: always (kF32) or for lanes 0..3
+              st_state(reinterpret_cast<float4 *>(p), make_float4(s[r][8 * j], s[r][8 * j + 1],
+                                                                  s[r][8 * j + 2], s[r][8 * j + 3]));
+            if (in_row(8 * j + 4))
+              st_state(reinterpret_cast<float4 *>(p + (kF32 ? 32 : 4)),
+                       make_float4(s[r][8 * j + 4], s[r][8 * j + 5], s[r][8 * j + 6],
+                                   s[r][8 * j + 7]));
           }
         }
       }
@@ -1094,6 +1113,11 @@ int launch_hot_bf16(const Args &a, int dstate, int rows_per_group, bool small, u
 // Launches the mtp_kernel_i16_hot of a plan (as launch_hot_bf16; ssu_mtp_i16.cu).
 int launch_hot_i16(const Args &a, const ScaleArgs &sc, int dstate, int rows_per_group, bool small,
                    unsigned nblocks, size_t smem, cudaStream_t st);
+
+// Launches the run-time mtp_kernel at dstate 96 (an fp32 state's when `f32`, else a 2-byte
+// one's) on `nblocks` blocks with `smem` bytes of dynamic shared memory (mtp_smem_bytes over
+// mtp_tile(96)); the launch status (ssu_uneven.cu, its own translation unit).
+int launch_uneven(const Args &a, bool f32, unsigned nblocks, size_t smem, cudaStream_t st);
 
 // Static shared memory the hot int16 kernels add to every multi-token kernel's (s_sct: a
 // pointer per token), which residency and the per-block limit count.

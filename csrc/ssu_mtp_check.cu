@@ -51,7 +51,7 @@ int mtp_check(const mamba_ssu_mtp_params *p, const mamba_ssu_seed &seed, const S
   if (p->nheads < 1) return invalid("nheads: expected >= 1, got %lld", ll(p->nheads));
   if (p->dim < 1 || p->dim > (int64_t{1} << 30))
     return invalid("dim: expected 1..=1073741824, got %lld", ll(p->dim));
-  if ((s = check_dstate(p->dstate, p->state_dtype, false))) return s;
+  if ((s = check_dstate(p->dstate, p->state_dtype))) return s;
   if (p->ngroups < 1 || p->nheads % p->ngroups != 0)
     return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
                 "ngroups: expected a divisor of nheads (%lld), got %lld", ll(p->nheads),
@@ -102,6 +102,12 @@ int mtp_check(const mamba_ssu_mtp_params *p, const mamba_ssu_seed &seed, const S
   if (varlen && cu_dtype != MAMBA_SSU_I32 && cu_dtype != MAMBA_SSU_I64)
     return invalid("cu_seqlens_dtype: expected I32, I64 or 0 (index_dtype), got %lld",
                    ll(p->cu_seqlens_dtype));
+
+  // dstate 96 runs the run-time kernel of a float state (ssu_uneven.cu); an int16 state there is
+  // not served.
+  if (p->dstate == 96 && p->state_dtype == MAMBA_SSU_I16)
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
+                "state_dtype: an I16 state at dstate 96 is not served yet");
 
   // Pointers and alignment.
   const int sb = float_bytes(p->state_dtype);

@@ -543,8 +543,34 @@ const INT16: Embedded = Embedded {
     dstates: &[64, 128, 256],
 };
 
+/// FlashInfer 0.7.2.post1's single-token kernels at dstate 96 (`tools/flashinfer-recorder/cases/
+/// ds96_cases.json`, `--only ds96_`, recorded on an H200 on 2026-12-03): head dims 64 and 128,
+/// fp16 state at 0, 5 and 10 rounds with a pad and z, bf16 and fp32 states with dst slots, and
+/// 128 heads x batch 32 (hash only: the non-tiled simple kernel's first form); the simple,
+/// vertical and auto runs (the crate does not serve the horizontal mapping at dstate 96), blocks
+/// over 64 KiB by hash.
+const DS96: Embedded = Embedded {
+    name: "flashinfer_ssu_ds96",
+    manifest: include_str!("data/flashinfer_ssu_ds96/manifest.json"),
+    fixtures: include_bytes!("data/flashinfer_ssu_ds96/fixtures.bin"),
+    cases: 13,
+    dims: &[64, 128],
+    dstates: &[96],
+};
+
+/// The head-dim-64 cases of [`DS96`] recorded from FlashInfer 0.7.4's kernels (its stochastic
+/// rounding rule).
+const DS96_074: Embedded = Embedded {
+    name: "flashinfer_ssu_ds96_074",
+    manifest: include_str!("data/flashinfer_ssu_ds96_074/manifest.json"),
+    fixtures: include_bytes!("data/flashinfer_ssu_ds96_074/fixtures.bin"),
+    cases: 8,
+    dims: &[64],
+    dstates: &[96],
+};
+
 /// Every embedded set beside the reference data.
-const EMBEDDED: [&Embedded; 7] = [
+const EMBEDDED: [&Embedded; 9] = [
     &SHAPES,
     &SHAPES_074,
     &NEW_CASES,
@@ -552,6 +578,8 @@ const EMBEDDED: [&Embedded; 7] = [
     &FORMS,
     &HORIZONTAL,
     &INT16,
+    &DS96,
+    &DS96_074,
 ];
 
 /// Runs one embedded set on the GPU, as [`flashinfer_reference_bit_exact`] checks the reference
@@ -612,6 +640,20 @@ fn flashinfer_horizontal_bit_exact() {
 #[ignore = "requires a CUDA GPU"]
 fn flashinfer_int16_bit_exact() {
     check_embedded(&INT16);
+}
+
+/// [`DS96`] on the GPU: dstate 96 (the generic kernel over FlashInfer's lane runs).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_ds96_bit_exact() {
+    check_embedded(&DS96);
+}
+
+/// [`DS96_074`] on the GPU (0.7.4's rule).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_ds96_074_bit_exact() {
+    check_embedded(&DS96_074);
 }
 
 /// Every embedded set's data is intact: the bin has its recorded size and SHA-256, every

@@ -155,8 +155,22 @@ fn embedded_int16() -> Manifest {
     )
 }
 
+/// FlashInfer 0.7.2.post1's multi-token kernel at dstate 96 (`tools/flashinfer-recorder/cases/
+/// ds96_cases.json`, `--only ds96_`, recorded on an H200 on 2026-12-03): head dims 64 and 128,
+/// fp16 state at 0, 5 and 10 rounds with the intermediate buffer (T 8), bf16 and fp32 states in
+/// vLLM's varlen form with final-state writes; blocks over 64 KiB by hash.
+fn embedded_ds96() -> Manifest {
+    Manifest::from_text(
+        include_str!("data/flashinfer_ssu_mtp_ds96/manifest.json"),
+        &[(
+            "fixtures.bin",
+            include_bytes!("data/flashinfer_ssu_mtp_ds96/fixtures.bin"),
+        )],
+    )
+}
+
 /// Every embedded manifest: the reference data and the sets above.
-fn all_embedded() -> [Manifest; 7] {
+fn all_embedded() -> [Manifest; 8] {
     [
         embedded(),
         embedded_shapes(),
@@ -165,6 +179,7 @@ fn all_embedded() -> [Manifest; 7] {
         embedded_ds_074(),
         embedded_fp32(),
         embedded_int16(),
+        embedded_ds96(),
     ]
 }
 
@@ -894,6 +909,18 @@ fn flashinfer_mtp_int16_bit_exact() {
     };
     let m = embedded_int16();
     assert_eq!(m.cases.len(), 25);
+    check_manifest(&ctx, &stream, &m);
+}
+
+/// The dstate-96 cases (the run-time kernel over the 128-column tile).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_mtp_ds96_bit_exact() {
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let m = embedded_ds96();
+    assert_eq!(m.cases.len(), 10);
     check_manifest(&ctx, &stream, &m);
 }
 

@@ -476,7 +476,7 @@ def _with_dstate(kw, dstate, multi):
 @pytest.mark.parametrize("multi", [False, True])
 def test_dstates_flashinfer_takes_are_not_implemented_and_others_runtime_errors(state_dtype, dstate, multi):
     """Every dstate FlashInfer's sm_90 module takes that the crate does not serve raises
-    NotImplementedError, every other RuntimeError; dstate 96 is served on the single-token path."""
+    NotImplementedError, every other RuntimeError; dstate 96 is served on both paths."""
     from test_cpu_mtp import make_mtp
 
     kw = make_mtp() if multi else make()
@@ -484,8 +484,9 @@ def test_dstates_flashinfer_takes_are_not_implemented_and_others_runtime_errors(
     kw["state"] = s.to(state_dtype)
     kw = _with_dstate(kw, dstate, multi)
     kw["rand_seed"] = None  # no SR: every state dtype reaches the dstate rule alike
-    if dstate == 96 and not multi:
-        # Served on the single-token path (its simple and vertical mappings).
+    if dstate == 96:
+        # Served (single token: the simple and vertical mappings; multi token: the run-time
+        # kernel).
         assert outcome(lambda: check(**kw))[0] == "ok"
         return
     want = NotImplementedError if _flashinfer_takes_dstate(dstate, state_dtype) else RuntimeError
