@@ -138,12 +138,7 @@ int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedN
   if (p->state_dtype == MAMBA_SSU_I16 && p->algorithm == MAMBA_SSU_ALGO_HORIZONTAL)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "algorithm: HORIZONTAL with an I16 state is not served (SIMPLE, VERTICAL or AUTO)");
-  // dstate 96 runs the generic kernel of FlashInfer's simple and vertical mappings
-  // (DynUnevenConfig); its horizontal mapping (three or six stages a row) and an int16 state
-  // there are not served (AUTO resolving to HORIZONTAL: hz_plan).
-  if (p->dstate == 96 && p->algorithm == MAMBA_SSU_ALGO_HORIZONTAL)
-    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
-                "algorithm: HORIZONTAL at dstate 96 is not served yet (SIMPLE or VERTICAL)");
+  // dstate 96 runs the generic kernels (ssu_uneven.cu); an int16 state there is not served.
   if (p->dstate == 96 && p->state_dtype == MAMBA_SSU_I16)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "state_dtype: an I16 state at dstate 96 is not served yet");

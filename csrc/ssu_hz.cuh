@@ -221,7 +221,11 @@ __device__ __forceinline__ void sr_two_words(const float *n, U32x4 r, int32_t ru
   }
 }
 
-template <int kState, int kRounds, bool kBf16>
+// kAnyStages: a row's stage count need not be a power of two (dstate 96: 3 stages of a 2-byte
+// state, 6 of an fp32 one; the kernels of ssu_uneven.cu): the tile's row block and stage by
+// division instead of a shift and a mask. Off, the code is the one the other kernels were built
+// with.
+template <int kState, int kRounds, bool kBf16, bool kAnyStages = false>
 __device__ __forceinline__ void hz_body(const Args &a) {
   using E = Elem<kState, kBf16>;
   constexpr bool kF16 = kState == MAMBA_SSU_F16;
@@ -342,7 +346,8 @@ __device__ __forceinline__ void hz_body(const Args &a) {
       unsigned char *buf = tiles + (issued & (kTilesInFlight - 1)) * kTileBytes + 16 * lane;
       cp_async16(buf, pad ? read_head : src, pad);
       cp_async16(buf + 512, pad ? read_head : src + 8 * row_bytes, pad);
-      src += ((issued & (nst - 1)) == nst - 1) ? row_block_step + kStageBytes : kStageBytes;
+      const int stage = kAnyStages ? issued % nst : issued & (nst - 1);
+      src += stage == nst - 1 ? row_block_step + kStageBytes : kStageBytes;
     }
     ++issued;
     cp_async_commit();
@@ -393,8 +398,8 @@ __device__ __forceinline__ void hz_body(const Args &a) {
   float x = 0.0f, zv = 0.0f, acc = 0.0f;
 
   for (int t = 0; t < ntiles; ++t) {
-    const int rb = t >> nst_log2;
-    const int k = t & (nst - 1);
+    const int rb = kAnyStages ? t / nst : t >> nst_log2;
+    const int k = kAnyStages ? t - rb * nst : t & (nst - 1);
     const int d = (rb0 + rb) * kTileRows + g;
     if (k == 0) {
       x = x_next;
@@ -501,11 +506,17 @@ constexpr int min_blocks() {
   return kState == MAMBA_SSU_F16 && kRounds != 0 ? 6 : 8;
 }
 
-template <int kState, int kRounds, bool kBf16>
+template <int kState, int kRounds, bool kBf16, bool kAnyStages = false>
 __global__ void __launch_bounds__(kThreadsPerBlock, min_blocks<kState, kRounds>())
     hz_kernel(const Args a) {
-  hz_body<kState, kRounds, kBf16>(a);
+  hz_body<kState, kRounds, kBf16, kAnyStages>(a);
 }
+
+// Launches the run-time horizontal kernel of `state_dtype` with any stage count (kAnyStages:
+// dstate 96) on `nblocks` blocks with `smem` bytes of dynamic shared memory; the launch status
+// (ssu_uneven.cu, its own translation unit).
+int launch_uneven(const Args &a, int32_t state_dtype, unsigned nblocks, size_t smem,
+                  cudaStream_t st);
 
 }  // namespace hz
 }  // namespace mamba_ssu

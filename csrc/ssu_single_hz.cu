@@ -60,13 +60,6 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
   if (!hz_dim_ok(p.dim))  // ssu_check rejects it first: a planning bug, never launched
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "launch plan: head dim %lld for HORIZONTAL",
                 ll(p.dim));
-  // The kernel's stages of a row are a power of two (ssu_hz.cuh): dstate 64, 128 or 256. An
-  // explicit HORIZONTAL at dstate 96 is refused by ssu_check; this is AUTO on sm_100 and newer.
-  if (p.dstate != 64 && p.dstate != 128 && p.dstate != 256)
-    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
-                "dstate: HORIZONTAL (AUTO's choice on this device) at dstate %lld is not served "
-                "yet",
-                ll(p.dstate));
   const int64_t blocks16 = p.dim / hz::kTileRows;  // 4, 8, 12 or 16
   const int64_t heads = p.batch * p.nheads;        // < 2^31 (ssu_check's grid bound)
   int rpw = kMaxRowsPerWarp;
@@ -86,7 +79,8 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
                 "launch plan: no valid grid for HORIZONTAL (%lld blocks)", ll(nblocks));
   pl.nblocks = static_cast<unsigned>(nblocks);
   pl.smem = static_cast<size_t>(hz::block_smem_bytes(static_cast<int>(p.dstate)));
-  pl.compiled = compiled_kernel(p);
+  // dstate 96 (a row of 3 or 6 stages) runs the run-time kernel of any stage count.
+  pl.compiled = p.dstate != 96 && compiled_kernel(p);
   *out = pl;
   return MAMBA_SSU_SUCCESS;
 }
@@ -160,6 +154,7 @@ int hz_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba_
   a.update_state = p.update_state != 0;
 
   const auto st = reinterpret_cast<cudaStream_t>(stream);
+  if (p.dstate == 96) return hz::launch_uneven(a, p.state_dtype, pl.nblocks, pl.smem, st);
   const bool bf16 = bf16_inputs(p);
   switch (p.state_dtype) {
   case MAMBA_SSU_F16:

@@ -1,12 +1,14 @@
 // ssu_uneven.cu — the generic kernels at dstate 96, the dstate between the compiled-in ones
 // that FlashInfer's sm_90 module takes for every state dtype: single token DynUnevenConfig
-// (ssu.cuh: FlashInfer's lane runs of 3, vertical lanes 16..31 with half the columns), multi
-// token mtp_kernel at dstate 96 (ssu_mtp.cuh: the 128-column tile with the blocks past 96
-// skipped); launched for plans of ssu.cu and ssu_mtp.cu. A translation unit of its own, sorted
+// (ssu.cuh: FlashInfer's lane runs of 3, vertical lanes 16..31 with half the columns) and the
+// horizontal kernel with 3 (6) stages a row (ssu_hz.cuh: kAnyStages), multi token mtp_kernel at
+// dstate 96 (ssu_mtp.cuh: the 128-column tile with the blocks past 96 skipped); launched for
+// plans of ssu.cu, ssu_single_hz.cu and ssu_mtp.cu. A translation unit of its own, sorted
 // after the other SSU units, so that their kernels and the device link keep their code and
 // shared-memory layout.
 #include "common.cuh"
 #include "ssu.cuh"
+#include "ssu_hz.cuh"
 #include "ssu_mtp.cuh"
 
 namespace mamba_ssu {
@@ -18,6 +20,26 @@ int launch_uneven(const Args &a, unsigned blocks, int warps_per_block, cudaStrea
 }
 
 }  // namespace ssu
+
+namespace hz {
+
+int launch_uneven(const Args &a, int32_t state_dtype, unsigned nblocks, size_t smem,
+                  cudaStream_t st) {
+  switch (state_dtype) {
+  case MAMBA_SSU_F16:
+    hz_kernel<MAMBA_SSU_F16, -1, false, true><<<nblocks, kThreadsPerBlock, smem, st>>>(a);
+    break;
+  case MAMBA_SSU_BF16:
+    hz_kernel<MAMBA_SSU_BF16, 0, false, true><<<nblocks, kThreadsPerBlock, smem, st>>>(a);
+    break;
+  default:
+    hz_kernel<MAMBA_SSU_F32, 0, false, true><<<nblocks, kThreadsPerBlock, smem, st>>>(a);
+    break;
+  }
+  return check_launch("selective_state_update (horizontal) launch");
+}
+
+}  // namespace hz
 
 namespace mtp {
 

@@ -547,8 +547,7 @@ const INT16: Embedded = Embedded {
 /// ds96_cases.json`, `--only ds96_`, recorded on an H200 on 2026-12-03): head dims 64 and 128,
 /// fp16 state at 0, 5 and 10 rounds with a pad and z, bf16 and fp32 states with dst slots, and
 /// 128 heads x batch 32 (hash only: the non-tiled simple kernel's first form); the simple,
-/// vertical and auto runs (the crate does not serve the horizontal mapping at dstate 96), blocks
-/// over 64 KiB by hash.
+/// vertical, horizontal and auto runs, blocks over 64 KiB by hash.
 const DS96: Embedded = Embedded {
     name: "flashinfer_ssu_ds96",
     manifest: include_str!("data/flashinfer_ssu_ds96/manifest.json"),
@@ -642,7 +641,8 @@ fn flashinfer_int16_bit_exact() {
     check_embedded(&INT16);
 }
 
-/// [`DS96`] on the GPU: dstate 96 (the generic kernel over FlashInfer's lane runs).
+/// [`DS96`] on the GPU: dstate 96 (the generic kernels over FlashInfer's lane runs, and the
+/// horizontal kernel with three or six stages a row).
 #[test]
 #[ignore = "requires a CUDA GPU"]
 fn flashinfer_ds96_bit_exact() {

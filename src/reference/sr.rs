@@ -127,9 +127,8 @@ impl SrMapping {
     /// columns per head, for `seed` and `rounds` Philox rounds, under `algorithm`.
     ///
     /// Errors: `algorithm` is [`Algorithm::Auto`] (resolve it first with
-    /// [`Algorithm::resolve`]); `dstate` not in {64, 128, 256} (96 is taken for
-    /// [`Algorithm::Simple`] and [`Algorithm::Vertical`], the kernels that serve it); `rounds` 0
-    /// (any count >= 1 is taken: FlashInfer's `philox_rounds` has no upper bound).
+    /// [`Algorithm::resolve`]); `dstate` not in [`SUPPORTED_DSTATE`] (64, 96, 128, 256);
+    /// `rounds` 0 (any count >= 1 is taken: FlashInfer's `philox_rounds` has no upper bound).
     pub fn new(
         algorithm: Algorithm,
         slot_stride: usize,
@@ -150,15 +149,10 @@ impl SrMapping {
             Algorithm::Vertical => 2,
             Algorithm::Horizontal => 4,
         };
-        let served = SUPPORTED_DSTATE.contains(&dstate)
-            || (dstate == 96 && algorithm != Algorithm::Horizontal);
-        if !served {
+        if !SUPPORTED_DSTATE.contains(&dstate) {
             return Err(Error::invalid(
                 "dstate",
-                format!(
-                    "expected 64, 128 or 256 (96 for Simple and Vertical), got {dstate} \
-                     under {algorithm:?}"
-                ),
+                format!("expected 64, 96, 128 or 256, got {dstate}"),
             ));
         }
         if rounds == 0 {
@@ -649,7 +643,7 @@ mod tests {
 
     /// dstate 96 (docs/flashinfer-ssu.md, "dstate 96 in FlashInfer's kernels"): simple lane l
     /// owns columns 3l..3l+2, one Philox call at the run's first column, words 0 to 2; vertical
-    /// pairs as at every dstate.
+    /// pairs as at every dstate; horizontal three stages of 32 columns, each as at dstate 64.
     #[test]
     fn offsets_at_dstate_96() {
         let (slot_stride, dim) = (3 * 8 * 96, 8);
@@ -669,6 +663,19 @@ mod tests {
                 v.philox_offset(2, 5, 7, n),
                 (base + pair, n % 2),
                 "vertical {n}"
+            );
+        }
+        let h96 = SrMapping::new(Algorithm::Horizontal, slot_stride, dim, 96, 5, 10).unwrap();
+        let h64 = SrMapping::new(Algorithm::Horizontal, slot_stride, dim, 64, 5, 10).unwrap();
+        for n in 0..96usize {
+            // Stage n / 32 of row 7 at dstate 96 is a stage of dstate 64's row at the same
+            // in-stage offsets (both rows shifted to offset 0).
+            let (o96, w96) = h96.philox_offset(0, 0, 7, n);
+            let (o64, w64) = h64.philox_offset(0, 0, 7, n % 32);
+            assert_eq!(
+                (o96 - 7 * 96 - 32 * (n / 32) as u64, w96),
+                (o64 - 7 * 64, w64),
+                "horizontal {n}"
             );
         }
     }
@@ -694,14 +701,6 @@ mod tests {
             }
         ));
         let e = SrMapping::new(Algorithm::Simple, 0, 64, 160, 0, 10).unwrap_err();
-        assert!(matches!(
-            e,
-            Error::InvalidArgument {
-                argument: "dstate",
-                ..
-            }
-        ));
-        let e = SrMapping::new(Algorithm::Horizontal, 0, 64, 96, 0, 10).unwrap_err();
         assert!(matches!(
             e,
             Error::InvalidArgument {
