@@ -382,7 +382,8 @@ bool is_hot(const mamba_ssu_params *p) {
 // Round counts above 16 are taken as 16. `f32`: the state is fp32.
 bool first_form_f1(bool simple, bool below, int64_t rounds, int64_t dstate, bool f32,
                    bool v074) {
-  if (dstate == 96) return rounds == 0 ? simple : rounds == 1 || !(simple && below);
+  if (dstate == 96 && rounds == 0) return simple;
+  if (dstate == 96) return rounds == 1 || !(simple && below);
   if (rounds <= 1 && f32 && dstate == 256) return !simple;
   if (rounds == 0) return simple && below;
   if (dstate == 64) return simple && below && rounds <= 2;

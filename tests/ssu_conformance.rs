@@ -557,19 +557,31 @@ const DS96: Embedded = Embedded {
     dstates: &[96],
 };
 
-/// The head-dim-64 cases of [`DS96`] recorded from FlashInfer 0.7.4's kernels (its stochastic
-/// rounding rule).
+/// The cases of [`DS96`] recorded from FlashInfer 0.7.4's kernels (its stochastic rounding
+/// rule; recorded on an H200 on 2026-12-03).
 const DS96_074: Embedded = Embedded {
     name: "flashinfer_ssu_ds96_074",
     manifest: include_str!("data/flashinfer_ssu_ds96_074/manifest.json"),
     fixtures: include_bytes!("data/flashinfer_ssu_ds96_074/fixtures.bin"),
-    cases: 8,
-    dims: &[64],
+    cases: 13,
+    dims: &[64, 128],
     dstates: &[96],
 };
 
+/// The cases of [`INT16`] recorded from FlashInfer 0.7.4's kernels (recorded on an H200 on
+/// 2026-12-03); every output by hash (the inputs stored up to 64 KiB, `state_scale` whatever its
+/// size).
+const INT16_074: Embedded = Embedded {
+    name: "flashinfer_ssu_int16_074",
+    manifest: include_str!("data/flashinfer_ssu_int16_074/manifest.json"),
+    fixtures: include_bytes!("data/flashinfer_ssu_int16_074/fixtures.bin"),
+    cases: 17,
+    dims: &[64, 128],
+    dstates: &[64, 128, 256],
+};
+
 /// Every embedded set beside the reference data.
-const EMBEDDED: [&Embedded; 9] = [
+const EMBEDDED: [&Embedded; 10] = [
     &SHAPES,
     &SHAPES_074,
     &NEW_CASES,
@@ -579,6 +591,7 @@ const EMBEDDED: [&Embedded; 9] = [
     &INT16,
     &DS96,
     &DS96_074,
+    &INT16_074,
 ];
 
 /// Runs one embedded set on the GPU, as [`flashinfer_reference_bit_exact`] checks the reference
@@ -654,6 +667,13 @@ fn flashinfer_ds96_bit_exact() {
 #[ignore = "requires a CUDA GPU"]
 fn flashinfer_ds96_074_bit_exact() {
     check_embedded(&DS96_074);
+}
+
+/// [`INT16_074`] on the GPU (0.7.4's kernels, an int16 state).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_int16_074_bit_exact() {
+    check_embedded(&INT16_074);
 }
 
 /// Every embedded set's data is intact: the bin has its recorded size and SHA-256, every

@@ -169,8 +169,33 @@ fn embedded_ds96() -> Manifest {
     )
 }
 
+/// The cases of [`embedded_ds96`] recorded from FlashInfer 0.7.4's multi-token kernel (its
+/// stochastic-rounding rule; recorded on an H200 on 2026-12-03).
+fn embedded_ds96_074() -> Manifest {
+    Manifest::from_text(
+        include_str!("data/flashinfer_ssu_mtp_ds96_074/manifest.json"),
+        &[(
+            "fixtures.bin",
+            include_bytes!("data/flashinfer_ssu_mtp_ds96_074/fixtures.bin"),
+        )],
+    )
+}
+
+/// The cases of [`embedded_int16`] recorded from FlashInfer 0.7.4's multi-token kernel
+/// (recorded on an H200 on 2026-12-03); every output by hash, the inputs stored up to 64 KiB
+/// (`state_scale` and `intermediate_state_scales` whatever their size).
+fn embedded_int16_074() -> Manifest {
+    Manifest::from_text(
+        include_str!("data/flashinfer_ssu_mtp_int16_074/manifest.json"),
+        &[(
+            "fixtures.bin",
+            include_bytes!("data/flashinfer_ssu_mtp_int16_074/fixtures.bin"),
+        )],
+    )
+}
+
 /// Every embedded manifest: the reference data and the sets above.
-fn all_embedded() -> [Manifest; 8] {
+fn all_embedded() -> [Manifest; 10] {
     [
         embedded(),
         embedded_shapes(),
@@ -180,6 +205,8 @@ fn all_embedded() -> [Manifest; 8] {
         embedded_fp32(),
         embedded_int16(),
         embedded_ds96(),
+        embedded_ds96_074(),
+        embedded_int16_074(),
     ]
 }
 
@@ -921,6 +948,30 @@ fn flashinfer_mtp_ds96_bit_exact() {
     };
     let m = embedded_ds96();
     assert_eq!(m.cases.len(), 10);
+    check_manifest(&ctx, &stream, &m);
+}
+
+/// The dstate-96 cases from FlashInfer 0.7.4.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_mtp_ds96_074_bit_exact() {
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let m = embedded_ds96_074();
+    assert_eq!(m.cases.len(), 10);
+    check_manifest(&ctx, &stream, &m);
+}
+
+/// The int16 cases from FlashInfer 0.7.4.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_mtp_int16_074_bit_exact() {
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let m = embedded_int16_074();
+    assert_eq!(m.cases.len(), 25);
     check_manifest(&ctx, &stream, &m);
 }
 

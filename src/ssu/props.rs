@@ -304,7 +304,7 @@ impl Common {
             0 => c.batch = rng.pick(&[0, 1 << 20, (1 << 29) - 1, 1 << 29, 1 << 31, 1 << 40]),
             1 => c.nheads = rng.pick(&[0, 1 << 20, 1 << 29, 1 << 31, 3 << 30]),
             2 => c.dim = rng.pick(&[1 << 20, 1 << 30, (1 << 30) + 1, 1 << 40]),
-            3 => c.dstate = rng.pick(&[0, 16, 32, 96, 512]),
+            3 => c.dstate = rng.pick(&[0, 16, 32, 160, 512]),
             4 => c.ngroups = rng.pick(&[3, c.nheads + 1, 0]),
             5 => c.slots = rng.pick(&[c.batch.saturating_sub(1), 0, 1 << 40]),
             6 => c.state = rng.pick(&[DType::I32, DType::I64, DType::BF16, DType::F32]),

@@ -52,7 +52,7 @@ state carried in fp32). These are checked against int16_rule, the forms docs/fla
 documents (the crate has no int16 kernels yet).
 
 Output: one line per (group, kernel kind) with the form read and, for single-token groups whose
-dstate the crate serves (64, 128, 256; 96 for the simple and vertical kernels), the form the rule predicts (the first-form rule for the
+dstate the crate serves (64, 96, 128, 256), the form the rule predicts (the first-form rule for the
 simple and vertical kernels of fp16-, bf16- and fp32-state groups, HORIZONTAL_FORM for the horizontal kernel of
 every state dtype, int16_rule for int16-state kernels, multi token included). Other multi-token
 groups are listed as not covered. Exit status: 0 when every classified form agrees with the
@@ -73,9 +73,7 @@ DEFAULT_BUILD = os.path.join(REPO, "target", "flashinfer-recorder", "0.7.2.post1
 
 KINDS = ("simple", "simple_tiled", "vertical")
 HORIZONTAL = "horizontal"
-SERVED_DSTATES = (64, 128, 256)
-# dstate 96: the single-token simple and vertical kernels only (not the horizontal one).
-SERVED_DSTATES_SINGLE = (64, 96, 128, 256)
+SERVED_DSTATES = (64, 96, 128, 256)
 # The update and epilogue forms of the crate's horizontal kernel (csrc/ssu_hz.cuh: every state
 # dtype, every round count).
 HORIZONTAL_FORM = "H/fma"
@@ -87,8 +85,10 @@ def first_form_f1(simple, below, rounds, dstate, f32=False, v074=False):
     """Python copy of first_form_f1 in csrc/ssu.cu (FlashInfer's single-token kernels; v074:
     FlashInfer 0.7.4's build, else 0.7.2.post1's); it must be kept equal to it. `below`: the
     tiled simple kernel (FlashInfer runs it below the auto switch); `f32`: the state is fp32."""
+    if dstate == 96 and rounds == 0:
+        return simple
     if dstate == 96:
-        return simple if rounds == 0 else rounds == 1 or not (simple and below)
+        return rounds == 1 or not (simple and below)
     if rounds <= 1 and f32 and dstate == 256:
         return not simple
     if rounds == 0:
@@ -706,8 +706,8 @@ def int16_rule(kind, dstate, dim=None, release="0.7.2.post1"):
     0's first term F0 in the simple and vertical kernels and F1 in the tiled simple one (the
     fp16 state's forms without SR). The accumulation: single token one chain per lane over its
     columns in order (even, odd alternating); multi token one chain of the even and one of the
-    odd columns."""
-    if dstate not in SERVED_DSTATES:
+    odd columns (dstate 96 is not served with an int16 state)."""
+    if dstate not in SERVED_DSTATES or dstate == 96:
         return None
     if kind == "mtp":
         n = dstate // 16
@@ -879,8 +879,7 @@ def _analyse_group(gid, sass, release):
                 form = "?"
         else:
             form = kernel_form(e["occurrences"])
-        served = (kind in KINDS and g["dstate"] in SERVED_DSTATES_SINGLE) or (
-            kind == HORIZONTAL and g["dstate"] in SERVED_DSTATES)
+        served = (kind in KINDS or kind == HORIZONTAL) and g["dstate"] in SERVED_DSTATES
         if not served:
             rule = None
         elif kind == HORIZONTAL:

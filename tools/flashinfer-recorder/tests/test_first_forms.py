@@ -446,7 +446,7 @@ class Kernels(unittest.TestCase):
         self.assertEqual(rows["vertical"]["functions"][0]["arch"], "sm_90a")
 
     def test_unserved_dstate_and_missing_kernel(self):
-        gid = GROUP.replace("ds128", "ds96")
+        gid = GROUP.replace("ds128", "ds160")
         rows = {r["kind"]: r for r in ff.analyse_group(gid, dump([function("simple", 0, F1)]))}
         self.assertEqual((rows["simple"]["form"], rows["simple"]["status"], rows["simple"]["rule"]),
                          ("F1", "not served", None))
