@@ -15,7 +15,8 @@
 // FlashInfer's. With a 2-byte (fp16, bf16) state lane m owns the columns 64 j + 8 m + i (i < 8,
 // j < dstate / 64; dstate 128: 8m..8m+7 and 64+8m..64+8m+7); with an fp32 state the columns
 // 32 j + 4 m + i (i < 4, j < dstate / 32; dstate 128: 4m..4m+3, 32+4m.., 64+4m.., 96+4m..), its
-// own kernels (kF32). Either way a lane has dstate / 8 columns, element e of the lane
+// own kernels (kF32). Either way a lane has dstate / 8 columns (at dstate 96 FlashInfer's tile
+// spans 128 columns and a lane's blocks past 96 are skipped: mtp_tile), element e of the lane
 // (mtp_col) has the parity of e, and the lane visits its elements in the order of e. A 4-warp
 // block holds 16 such groups and serves one (sequence, head) and up to 64 consecutive rows of it
 // (blocks_per_head blocks share a head on small grids); group k takes the block's rows k, k + 16,
@@ -276,7 +277,8 @@ __device__ __forceinline__ void st_state(T *p, const T &v) {
 }
 
 // kHot: F16 state (kBf16State: BF16, kI16: I16, no SR), BF16 inputs and weights (vector state and B/C
-// accesses); otherwise every dtype at run time. kDstate: 64, 128 or 256. kRounds: 0, 5, 10 compiled in; -1 at run time.
+// accesses); otherwise every dtype at run time. kDstate: 64, 128 or 256; 96 in the run-time
+// kernels (the 128-column tile, kTile). kRounds: 0, 5, 10 compiled in; -1 at run time.
 // kR: rows a group computes together (1, or 2 and 4 in the hot kernels for large grids).
 // kF32 (run-time kernels only): an fp32 state, in FlashInfer's 4-column lane blocks (mtp_col),
 // with vector state loads and no stochastic rounding (it needs an F16 state). The launcher runs
