@@ -527,6 +527,18 @@ const HORIZONTAL: Embedded = Embedded {
     dstates: &[64, 128, 256],
 };
 
+/// The cases of [`HORIZONTAL`] recorded from FlashInfer 0.7.4's horizontal kernel (its
+/// stochastic-rounding rule; recorded on an H200 on 2026-12-03, `merge.py --algorithms
+/// horizontal`, blocks over 64 KiB by hash).
+const HORIZONTAL_074: Embedded = Embedded {
+    name: "flashinfer_ssu_horizontal_074",
+    manifest: include_str!("data/flashinfer_ssu_horizontal_074/manifest.json"),
+    fixtures: include_bytes!("data/flashinfer_ssu_horizontal_074/fixtures.bin"),
+    cases: 34,
+    dims: &[64, 128],
+    dstates: &[64, 128, 256],
+};
+
 /// FlashInfer 0.7.2.post1's single-token kernels with an int16 block-scaled state
 /// (`tools/flashinfer-recorder/cases/int16_cases.json`, recorded on an H200 on 2026-12-03):
 /// head dims 64 and 128 at dstate 64, 128 and 256 (simple, vertical, auto; the horizontal
@@ -581,7 +593,7 @@ const INT16_074: Embedded = Embedded {
 };
 
 /// Every embedded set beside the reference data.
-const EMBEDDED: [&Embedded; 10] = [
+const EMBEDDED: [&Embedded; 11] = [
     &SHAPES,
     &SHAPES_074,
     &NEW_CASES,
@@ -592,6 +604,7 @@ const EMBEDDED: [&Embedded; 10] = [
     &DS96,
     &DS96_074,
     &INT16_074,
+    &HORIZONTAL_074,
 ];
 
 /// Runs one embedded set on the GPU, as [`flashinfer_reference_bit_exact`] checks the reference
@@ -667,6 +680,13 @@ fn flashinfer_ds96_bit_exact() {
 #[ignore = "requires a CUDA GPU"]
 fn flashinfer_ds96_074_bit_exact() {
     check_embedded(&DS96_074);
+}
+
+/// [`HORIZONTAL_074`] on the GPU: the crate's HORIZONTAL kernel against FlashInfer 0.7.4's.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_horizontal_074_bit_exact() {
+    check_embedded(&HORIZONTAL_074);
 }
 
 /// [`INT16_074`] on the GPU (0.7.4's kernels, an int16 state).
