@@ -346,8 +346,11 @@ __device__ __forceinline__ void hz_body(const Args &a) {
       unsigned char *buf = tiles + (issued & (kTilesInFlight - 1)) * kTileBytes + 16 * lane;
       cp_async16(buf, pad ? read_head : src, pad);
       cp_async16(buf + 512, pad ? read_head : src + 8 * row_bytes, pad);
-      const int stage = kAnyStages ? issued % nst : issued & (nst - 1);
-      src += stage == nst - 1 ? row_block_step + kStageBytes : kStageBytes;
+      if constexpr (kAnyStages) {
+        src += issued % nst == nst - 1 ? row_block_step + kStageBytes : kStageBytes;
+      } else {
+        src += ((issued & (nst - 1)) == nst - 1) ? row_block_step + kStageBytes : kStageBytes;
+      }
     }
     ++issued;
     cp_async_commit();
@@ -398,8 +401,14 @@ __device__ __forceinline__ void hz_body(const Args &a) {
   float x = 0.0f, zv = 0.0f, acc = 0.0f;
 
   for (int t = 0; t < ntiles; ++t) {
-    const int rb = kAnyStages ? t / nst : t >> nst_log2;
-    const int k = kAnyStages ? t - rb * nst : t & (nst - 1);
+    int rb, k;
+    if constexpr (kAnyStages) {
+      rb = t / nst;
+      k = t - rb * nst;
+    } else {
+      rb = t >> nst_log2;
+      k = t & (nst - 1);
+    }
     const int d = (rb0 + rb) * kTileRows + g;
     if (k == 0) {
       x = x_next;
@@ -506,14 +515,22 @@ constexpr int min_blocks() {
   return kState == MAMBA_SSU_F16 && kRounds != 0 ? 6 : 8;
 }
 
-template <int kState, int kRounds, bool kBf16, bool kAnyStages = false>
+template <int kState, int kRounds, bool kBf16>
 __global__ void __launch_bounds__(kThreadsPerBlock, min_blocks<kState, kRounds>())
     hz_kernel(const Args a) {
-  hz_body<kState, kRounds, kBf16, kAnyStages>(a);
+  hz_body<kState, kRounds, kBf16>(a);
 }
 
-// Launches the run-time horizontal kernel of `state_dtype` with any stage count (kAnyStages:
-// dstate 96) on `nblocks` blocks with `smem` bytes of dynamic shared memory; the launch status
+// hz_kernel with any stage count (kAnyStages: dstate 96), a kernel of its own so that
+// hz_kernel's instantiations keep their names and code.
+template <int kState, int kRounds, bool kBf16>
+__global__ void __launch_bounds__(kThreadsPerBlock, min_blocks<kState, kRounds>())
+    hz_kernel_any_stages(const Args a) {
+  hz_body<kState, kRounds, kBf16, true>(a);
+}
+
+// Launches the run-time horizontal kernel of `state_dtype` with any stage count
+// (hz_kernel_any_stages: dstate 96) on `nblocks` blocks with `smem` bytes of dynamic shared memory; the launch status
 // (ssu_uneven.cu, its own translation unit).
 int launch_uneven(const Args &a, int32_t state_dtype, unsigned nblocks, size_t smem,
                   cudaStream_t st);

@@ -206,6 +206,14 @@ __device__ __forceinline__ int mtp_col(int m, int i) {
   return kF32 ? 32 * (i / 4) + 4 * m + (i % 4) : 64 * (i / 8) + 8 * m + (i % 8);
 }
 
+// Whether element i of lane m lies in a row of kDstate columns: at dstate 96 (mtp_tile) a lane's
+// blocks past column 96 do not. Called only under `if constexpr (kDstate == 96)`, so that the
+// other kernels' code is as it was without it.
+template <int kDstate, bool kF32>
+__device__ __forceinline__ bool mtp_in_row(int m, int i) {
+  return mtp_col<kF32>(m, i) < kDstate;
+}
+
 // The 8 fp16 or bf16 elements at p (16-byte aligned) widened to fp32.
 template <bool kHalf>
 __device__ __forceinline__ void widen8(const uint4 &v, float *out) {
@@ -381,8 +389,6 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
   const int grp = tid / kGroupLanes;
   const int m = tid % kGroupLanes;
   const int esize = kHot ? 2 : (sdt == MAMBA_SSU_F32 ? 4 : 2);
-  // Whether the lane's element i lies in the row (always, but at dstate 96).
-  auto in_row = [&](int i) { return kTile == kDstate || mtp_col<kF32>(m, i) < kDstate; };
   char *const state = static_cast<char *>(a.state);
   const char *read_head =
       pad ? nullptr : state + (read_slot * a.state_stride + head_elems) * esize;
@@ -646,7 +652,11 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
 #pragma unroll
           for (int j = 0; j < NC / 4; ++j) {
             float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (!pad && ok[r] && in_row(4 * j))
+            if constexpr (kDstate == 96) {
+              if (!pad && ok[r] && mtp_in_row<kDstate, true>(m, 4 * j))
+                v = *reinterpret_cast<const float4 *>(reinterpret_cast<const float *>(read_head) +
+                                                      d * kDstate + mtp_col<true>(m, 4 * j));
+            } else if (!pad && ok[r])
               v = *reinterpret_cast<const float4 *>(reinterpret_cast<const float *>(read_head) +
                                                     d * kDstate + mtp_col<true>(m, 4 * j));
             s[r][4 * j] = v.x;
@@ -668,10 +678,16 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
                                       f);
         } else {
 #pragma unroll
-          for (int i = 0; i < NC; ++i)
-            s[r][i] = pad || !ok[r] || !in_row(i)
-                          ? 0.0f
-                          : load_float(read_head, d * kDstate + mtp_col(m, i), sdt);
+          for (int i = 0; i < NC; ++i) {
+            if constexpr (kDstate == 96) {
+              s[r][i] = pad || !ok[r] || !mtp_in_row<kDstate, false>(m, i)
+                            ? 0.0f
+                            : load_float(read_head, d * kDstate + mtp_col(m, i), sdt);
+            } else {
+              s[r][i] =
+                  pad || !ok[r] ? 0.0f : load_float(read_head, d * kDstate + mtp_col(m, i), sdt);
+            }
+          }
         }
       }
     }
@@ -746,7 +762,9 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
         for (int r = 0; r < R; ++r) {
 #pragma unroll
           for (int i = 0; i < 8; i += 2) {
-            if (!in_row(8 * j + i)) continue;  // dstate 96 only
+            if constexpr (kDstate == 96) {
+              if (!mtp_in_row<kDstate, kF32>(m, 8 * j + i)) continue;
+            }
             float &se = s[r][8 * j + i];
             float &so = s[r][8 * j + i + 1];
             mtp_step_pair(dA, bv[i], bv[i + 1], dtx[r], se, so);
@@ -911,14 +929,18 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
           }
 #pragma unroll
           for (int j = 0; j < NC / 8; ++j) {
-            if (!in_row(8 * j)) continue;  // dstate 96 only
+            if constexpr (kDstate == 96) {
+              if (!mtp_in_row<kDstate, false>(m, 8 * j)) continue;
+            }
             uint4 v{h2[4 * j], h2[4 * j + 1], h2[4 * j + 2], h2[4 * j + 3]};
             st_state(reinterpret_cast<uint4 *>(row + 2 * (64 * j + 8 * m)), v);
           }
         } else if (sdt == MAMBA_SSU_BF16) {
 #pragma unroll
           for (int j = 0; j < NC / 8; ++j) {
-            if (!in_row(8 * j)) continue;  // dstate 96 only
+            if constexpr (kDstate == 96) {
+              if (!mtp_in_row<kDstate, false>(m, 8 * j)) continue;
+            }
             uint32_t w[4];
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
@@ -936,13 +958,23 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
 #pragma unroll
           for (int j = 0; j < NC / 8; ++j) {
             float *p = reinterpret_cast<float *>(row + 4 * (64 * j + (kF32 ? 4 : 8) * m));
-            if (in_row(8 * j))  // dstate 96: always (kF32) or for lanes 0..3
-              st_state(reinterpret_cast<float4 *>(p), make_float4(s[r][8 * j], s[r][8 * j + 1],
-                                                                  s[r][8 * j + 2], s[r][8 * j + 3]));
-            if (in_row(8 * j + 4))
-              st_state(reinterpret_cast<float4 *>(p + (kF32 ? 32 : 4)),
-                       make_float4(s[r][8 * j + 4], s[r][8 * j + 5], s[r][8 * j + 6],
-                                   s[r][8 * j + 7]));
+            if constexpr (kDstate == 96) {
+              // The two 4-column blocks, each where it lies in the row.
+              if (mtp_in_row<kDstate, kF32>(m, 8 * j))
+                st_state(reinterpret_cast<float4 *>(p), make_float4(s[r][8 * j], s[r][8 * j + 1],
+                                                                    s[r][8 * j + 2],
+                                                                    s[r][8 * j + 3]));
+              if (mtp_in_row<kDstate, kF32>(m, 8 * j + 4))
+                st_state(reinterpret_cast<float4 *>(p + (kF32 ? 32 : 4)),
+                         make_float4(s[r][8 * j + 4], s[r][8 * j + 5], s[r][8 * j + 6],
+                                     s[r][8 * j + 7]));
+              continue;
+            }
+            st_state(reinterpret_cast<float4 *>(p),
+                     make_float4(s[r][8 * j], s[r][8 * j + 1], s[r][8 * j + 2], s[r][8 * j + 3]));
+            st_state(reinterpret_cast<float4 *>(p + (kF32 ? 32 : 4)),
+                     make_float4(s[r][8 * j + 4], s[r][8 * j + 5], s[r][8 * j + 6],
+                                 s[r][8 * j + 7]));
           }
         }
       }

@@ -27,13 +27,13 @@ int launch_uneven(const Args &a, int32_t state_dtype, unsigned nblocks, size_t s
                   cudaStream_t st) {
   switch (state_dtype) {
   case MAMBA_SSU_F16:
-    hz_kernel<MAMBA_SSU_F16, -1, false, true><<<nblocks, kThreadsPerBlock, smem, st>>>(a);
+    hz_kernel_any_stages<MAMBA_SSU_F16, -1, false><<<nblocks, kThreadsPerBlock, smem, st>>>(a);
     break;
   case MAMBA_SSU_BF16:
-    hz_kernel<MAMBA_SSU_BF16, 0, false, true><<<nblocks, kThreadsPerBlock, smem, st>>>(a);
+    hz_kernel_any_stages<MAMBA_SSU_BF16, 0, false><<<nblocks, kThreadsPerBlock, smem, st>>>(a);
     break;
   default:
-    hz_kernel<MAMBA_SSU_F32, 0, false, true><<<nblocks, kThreadsPerBlock, smem, st>>>(a);
+    hz_kernel_any_stages<MAMBA_SSU_F32, 0, false><<<nblocks, kThreadsPerBlock, smem, st>>>(a);
     break;
   }
   return check_launch("selective_state_update (horizontal) launch");
