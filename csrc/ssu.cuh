@@ -206,6 +206,7 @@ template <bool kSimple, int kRounds, int kU = 4, bool kGate = false, int kZW = -
 struct HotConfig {
   static_assert(kU == 1 || kU == 2 || kU == 4, "rows per chunk: 1, 2 or 4");
   static constexpr bool kSimpleLayout = kSimple;
+  static constexpr bool kRunWords = false;  // run_words
   static constexpr int kMaxCols = 4;
   // 4 rows per chunk; 1 or 2 for small grids (see small_grid_rows in ssu.cu), where a warp's
   // serial work per row, not the number of loads in flight, sets the time.
@@ -553,6 +554,7 @@ struct HotDs {
 // elements, one per word (fp32 bits, or fp16/bf16 bits in the low half).
 struct DynConfig {
   static constexpr bool kSimpleLayout = false;  // run time: Args::simple
+  static constexpr bool kRunWords = false;      // run_words
   static constexpr int kMaxCols = 8;
   static constexpr int kRowsPerChunk = 2;
   static constexpr bool kFullChunks = false;
@@ -755,15 +757,11 @@ struct DynUnevenConfig : DynConfig {
   }
 };
 
-// Whether a config's random words follow its runs (DynUnevenConfig): sr_words's second form.
-template <class Cfg, class = void>
-struct RunWords : std::false_type {};
-template <class Cfg>
-struct RunWords<Cfg, std::void_t<decltype(Cfg::kRunWords)>>
-    : std::integral_constant<bool, Cfg::kRunWords> {};
+// Whether a config's random words follow its runs (Cfg::kRunWords: DynUnevenConfig; HotConfig and
+// DynConfig, which every other config derives from, declare false): sr_words's second form.
 template <class Cfg>
 __device__ constexpr bool run_words() {
-  return RunWords<Cfg>::value;
+  return Cfg::kRunWords;
 }
 
 // sr_words for a config whose words follow its runs (run_words): the lane's element i at
