@@ -58,6 +58,16 @@ inline int check_dstate(int64_t dstate, int32_t state_dtype) {
               wide ? 16 : 32, wide ? 32 : 64, wide ? "an fp32" : "a 2-byte", ll(dstate));
 }
 
+// The state dtypes served at a dstate check_dstate took: all of them, but an I16 state at 96
+// (FlashInfer's kernels take it; not recorded, not served). After the state dtype's own check;
+// the same for the single- and multi-token checks.
+inline int check_dstate_state(int64_t dstate, int32_t state_dtype) {
+  if (dstate == 96 && state_dtype == MAMBA_SSU_I16)
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
+                "state_dtype: an I16 state at dstate 96 is not served yet");
+  return MAMBA_SSU_SUCCESS;
+}
+
 inline bool aligned(const void *p, size_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
 
 // A non-null pointer aligned to `align` bytes.

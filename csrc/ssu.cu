@@ -138,10 +138,7 @@ int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedN
   if (p->state_dtype == MAMBA_SSU_I16 && p->algorithm == MAMBA_SSU_ALGO_HORIZONTAL)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "algorithm: HORIZONTAL with an I16 state is not served (SIMPLE, VERTICAL or AUTO)");
-  // dstate 96 runs the generic kernels (ssu_uneven.cu); an int16 state there is not served.
-  if (p->dstate == 96 && p->state_dtype == MAMBA_SSU_I16)
-    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
-                "state_dtype: an I16 state at dstate 96 is not served yet");
+  if ((s = check_dstate_state(p->dstate, p->state_dtype))) return s;
   // The decode scales (slots, nheads, dim) of an I16 state.
   const bool scaled = scale != nullptr && scale->data != nullptr;
   if (scaled && (s = check_state_scale(*scale, p->nheads, p->dim, p->state_cache_size))) return s;

@@ -103,11 +103,7 @@ int mtp_check(const mamba_ssu_mtp_params *p, const mamba_ssu_seed &seed, const S
     return invalid("cu_seqlens_dtype: expected I32, I64 or 0 (index_dtype), got %lld",
                    ll(p->cu_seqlens_dtype));
 
-  // dstate 96 runs the run-time kernel of a float state (ssu_uneven.cu); an int16 state there is
-  // not served.
-  if (p->dstate == 96 && p->state_dtype == MAMBA_SSU_I16)
-    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
-                "state_dtype: an I16 state at dstate 96 is not served yet");
+  if ((s = check_dstate_state(p->dstate, p->state_dtype))) return s;
 
   // Pointers and alignment.
   const int sb = float_bytes(p->state_dtype);
