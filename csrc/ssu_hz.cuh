@@ -23,7 +23,7 @@
 // of rows 16 i + l mod 16 of the run, so that every thread's rotation is a function of its lane
 // and the row pairs of a warp are complete (only warp-level synchronisation). The rows go
 // through shared memory in tiles of 16 rows by one stage (1 KiB): a tile is loaded with
-// cp.async (kTilesInFlight tiles ahead, per warp), each lane reads its rotated words from it
+// cp.async (4 or 8 tiles ahead, per warp), each lane reads its rotated words from it
 // (bank-conflict free, as FlashInfer's rotation was designed to be), writes the new words back
 // in place, and the warp stores the tile to the write slot with 16-byte stores. B * dt' and C
 // are staged once per warp as fp32 in shared memory. The Philox key schedule is computed once
@@ -51,13 +51,16 @@ constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kTileRows = 16;
 constexpr int kStageBytes = 64;
 constexpr int kTileBytes = kTileRows * kStageBytes;
-// Tiles a warp keeps in flight (a power of two). Not tuned: 4 KiB per warp, enough bytes in
-// flight per SM at the occupancy the kernels get.
-constexpr int kTilesInFlight = 4;
+// Tiles a warp keeps in flight (Args::tiles_in_flight, chosen per call by the launcher): 4 (4 KiB
+// per warp) or 8. Eight keep more bytes in flight per SM and cost occupancy (the shared memory
+// of 6 instead of 8 blocks per SM): faster on large calls without stochastic rounding, slower on
+// small ones and with rounding (docs/perf-notes.md, "The horizontal kernel: tiles in flight").
+constexpr int kTilesInFlightSmall = 4;
+constexpr int kTilesInFlightLarge = 8;
 
 // Shared memory of one warp: its tiles, then B * dt' and C as fp32 (dstate each).
-__host__ __device__ constexpr int warp_smem_bytes(int dstate) {
-  return kTilesInFlight * kTileBytes + 2 * dstate * 4;
+__host__ __device__ constexpr int warp_smem_bytes(int dstate, int tiles_in_flight) {
+  return tiles_in_flight * kTileBytes + 2 * dstate * 4;
 }
 
 // Most Philox rounds of a compiled-in kernel (its key schedule table).
@@ -67,8 +70,8 @@ constexpr int kMaxKeyRounds = 10;
 // seed and key schedule table, then each warp's part.
 constexpr int kBlockHeaderBytes = 128;
 static_assert(8 + 2 * kMaxKeyRounds * 4 <= kBlockHeaderBytes, "the block header");
-__host__ __device__ constexpr int block_smem_bytes(int dstate) {
-  return kBlockHeaderBytes + kWarpsPerBlock * warp_smem_bytes(dstate);
+__host__ __device__ constexpr int block_smem_bytes(int dstate, int tiles_in_flight) {
+  return kBlockHeaderBytes + kWarpsPerBlock * warp_smem_bytes(dstate, tiles_in_flight);
 }
 
 // Everything the kernel reads, filled and validated by the host launcher (ssu_single_hz.cu). Strides
@@ -115,7 +118,8 @@ struct Args {
   uint32_t warps_per_head;   // dim / rows_per_warp
   int32_t rows_per_warp;     // a multiple of kTileRows dividing dim
   int32_t dim;               // a multiple of 64, at most 256
-  int32_t dstate;            // 64, 128 or 256
+  int32_t dstate;            // 64, 96, 128 or 256
+  int32_t tiles_in_flight;   // kTilesInFlightSmall or kTilesInFlightLarge
   int32_t input_dtype;       // read where the config's inputs are not bf16
   int32_t weight_dtype;
   int32_t index_dtype;
@@ -132,6 +136,25 @@ struct Elem {
   // Columns per stage: 32 (2-byte state) or 16 (fp32).
   static constexpr int kStageCols = kStageBytes / kStateBytes;
 
+  // An input element's bits (2 or 4 bytes), loaded ahead and widened where it is used
+  // (input_value): the load's latency is not waited for at the load.
+  __device__ static uint32_t load_input_bits(const Args &a, const void *p, int64_t idx) {
+    if constexpr (kBf16) {
+      return static_cast<const unsigned short *>(p)[idx];
+    } else {
+      return a.input_dtype == MAMBA_SSU_F32 ? __float_as_uint(static_cast<const float *>(p)[idx])
+                                            : static_cast<const unsigned short *>(p)[idx];
+    }
+  }
+  __device__ static float input_value(const Args &a, uint32_t bits) {
+    if constexpr (kBf16) {
+      return ssu::bf16_bits_to_float(bits);
+    } else {
+      return a.input_dtype == MAMBA_SSU_F32   ? __uint_as_float(bits)
+             : a.input_dtype == MAMBA_SSU_F16 ? ssu::half_bits_to_float(bits)
+                                              : ssu::bf16_bits_to_float(bits);
+    }
+  }
   __device__ static float load_input(const Args &a, const void *p, int64_t idx) {
     if constexpr (kBf16) {
       return ssu::bf16_bits_to_float(static_cast<const unsigned short *>(p)[idx]);
@@ -172,10 +195,10 @@ struct Elem {
   }
 };
 
-// 16 bytes from global memory into shared memory, asynchronously (cp.async, L2 only); with
-// zero_fill the 16 bytes are zeros and nothing is read (the source operand size 0).
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool zero_fill) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+// 16 bytes from global memory into shared memory at shared-window address d, asynchronously
+// (cp.async, L2 only); with zero_fill the 16 bytes are zeros and nothing is read (the source
+// operand size 0).
+__device__ __forceinline__ void cp_async16(uint32_t d, const void *src, bool zero_fill) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
                "r"(zero_fill ? 0 : 16)
                : "memory");
@@ -248,6 +271,57 @@ __device__ __forceinline__ void hz_body(const Args &a) {
   const int warp = threadIdx.x >> 5;
   const int rounds = !kF16 ? 0 : kRounds >= 0 ? kRounds : a.philox_rounds;
 
+  // The warp's (b, h) and its part of the head. The grid has fewer than 2^31 warps (the
+  // launcher's bound), so 32-bit divisions do. A warp past the grid's end takes warp 0's
+  // (b, h), so that the loads below stay in bounds; it returns after the block's barriers.
+  const uint64_t gw = block * kWarpsPerBlock + static_cast<uint64_t>(warp);
+  const bool live = gw < static_cast<uint64_t>(a.total_warps);  // warp-uniform
+  const uint32_t gw32 = live ? static_cast<uint32_t>(gw) : 0u;
+  const uint32_t bh = gw32 / a.warps_per_head;
+  const int part = static_cast<int>(gw32 - bh * a.warps_per_head);
+  const uint32_t b32 = bh / a.nheads;
+  const int64_t b = b32;
+  const int64_t h = bh - b32 * a.nheads;
+  const int dim = a.dim;
+  const int dstate = a.dstate;
+  const int rb0 = part * (a.rows_per_warp / kTileRows);  // first tile row block of the warp
+  const int nrb = a.rows_per_warp / kTileRows;
+  const int g = lane & 15;
+  const int m = lane >> 4;
+  const int64_t x_row = b * a.x_stride_batch + h * dim;
+  const int64_t z_row = b * a.z_stride_batch + h * dim;
+  const bool has_z = a.z != nullptr;
+
+  // The prologue's loads, issued before anything waits for one: the slot indices, the lane's x
+  // and z of the first row block (as bits, widened at use) and the seed.
+  const int64_t read_idx =
+      a.state_batch_indices != nullptr
+          ? ssu::load_index(a.state_batch_indices, b * a.state_batch_indices_stride,
+                            a.index_dtype)
+          : b;
+  const int64_t write_idx =
+      a.dst_state_batch_indices != nullptr
+          ? ssu::load_index(a.dst_state_batch_indices, b * a.dst_state_batch_indices_stride,
+                            a.index_dtype)
+          : read_idx;
+  // The per-head scalars: here in the kernels that may round stochastically (their loads then
+  // overlap the seed's barriers), after the tile loads are issued in the others (measured
+  // faster there: docs/perf-notes.md, "The horizontal kernel: tiles in flight").
+  constexpr bool kEarlyScalars = kF16 && kRounds != 0;
+  float dt = 0.0f, dt_bias = 0.0f, A_h = 0.0f, D = 0.0f;
+  auto load_scalars = [&]() {
+    dt = E::load_weight(a, a.dt, b * a.dt_stride_batch + h);
+    dt_bias = a.dt_bias != nullptr ? E::load_weight(a, a.dt_bias, h) : 0.0f;
+    A_h = a.A[h];
+    D = a.D != nullptr ? E::load_weight(a, a.D, h) : 0.0f;
+  };
+  if constexpr (kEarlyScalars) load_scalars();
+  uint32_t x_bits = E::load_input_bits(a, a.x, x_row + rb0 * kTileRows + g);
+  uint32_t z_bits = has_z ? E::load_input_bits(a, a.z, z_row + rb0 * kTileRows + g) : 0u;
+  int64_t seed_at_pointer = 0;
+  if (kF16 && rounds > 0 && threadIdx.x == 0 && a.seed_source == MAMBA_SSU_SEED_POINTER)
+    seed_at_pointer = *a.rand_seed;
+
   // The call's seed and key schedule, once per block (every thread reaches the barriers: no
   // warp has returned yet).
   Key<kRounds> key{};
@@ -255,7 +329,7 @@ __device__ __forceinline__ void hz_body(const Args &a) {
     if (threadIdx.x == 0) {
       uint64_t seed;
       if (a.seed_source == MAMBA_SSU_SEED_POINTER) {
-        seed = static_cast<uint64_t>(*a.rand_seed);
+        seed = static_cast<uint64_t>(seed_at_pointer);
       } else if (a.seed_source == MAMBA_SSU_SEED_FROM_GENERATOR) {
         seed = static_cast<uint64_t>(torch_seed_draw(*a.gen_seed, *a.gen_offset + a.seed_offset));
       } else {
@@ -274,39 +348,18 @@ __device__ __forceinline__ void hz_body(const Args &a) {
       key.k1 = static_cast<uint32_t>(seed >> 32);
     }
   }
+  if (!live) return;  // warp-uniform; no barrier follows
 
-  // The warp's (b, h) and its part of the head. The grid has fewer than 2^31 warps (the
-  // launcher's bound), so 32-bit divisions do.
-  const uint64_t gw = block * kWarpsPerBlock + static_cast<uint64_t>(warp);
-  if (gw >= static_cast<uint64_t>(a.total_warps)) return;  // warp-uniform; no barrier follows
-  const uint32_t gw32 = static_cast<uint32_t>(gw);
-  const uint32_t bh = gw32 / a.warps_per_head;
-  const int part = static_cast<int>(gw32 - bh * a.warps_per_head);
-  const uint32_t b32 = bh / a.nheads;
-  const int64_t b = b32;
-  const int64_t h = bh - b32 * a.nheads;
-  const int dim = a.dim;
-  const int dstate = a.dstate;
-  const int rb0 = part * (a.rows_per_warp / kTileRows);  // first tile row block of the warp
-  const int nrb = a.rows_per_warp / kTileRows;
   // Stages per row: dstate * state bytes / 64 (2, 4 or 8 for a 2-byte state; 4, 8 or 16 fp32).
   const int nst = dstate * E::kStateBytes / kStageBytes;
   const int nst_log2 = __ffs(nst) - 1;
   const int ntiles = nrb * nst;
 
   // Slots. Out-of-range slots are treated like pads (never dereferenced).
-  const int64_t read_slot =
-      a.state_batch_indices != nullptr
-          ? ssu::load_index(a.state_batch_indices, b * a.state_batch_indices_stride,
-                            a.index_dtype)
-          : b;
+  const int64_t read_slot = read_idx;
   const bool pad =
       read_slot == a.pad_slot_id || read_slot < 0 || read_slot >= a.state_cache_size;
-  const int64_t write_slot =
-      a.dst_state_batch_indices != nullptr
-          ? ssu::load_index(a.dst_state_batch_indices, b * a.dst_state_batch_indices_stride,
-                            a.index_dtype)
-          : read_slot;
+  const int64_t write_slot = write_idx;
   const bool write = a.update_state != 0 && !pad && write_slot != a.pad_slot_id &&
                      write_slot >= 0 && write_slot < a.state_cache_size;
   const bool sr = kF16 && rounds > 0 && write;
@@ -324,26 +377,30 @@ __device__ __forceinline__ void hz_body(const Args &a) {
       static_cast<uint64_t>(read_slot) * static_cast<uint64_t>(a.state_stride_batch) +
       static_cast<uint64_t>(head_elems);
 
-  unsigned char *const wsm = smem + kBlockHeaderBytes + warp * warp_smem_bytes(dstate);
+  const int tif = a.tiles_in_flight;  // 4 or 8
+  unsigned char *const wsm = smem + kBlockHeaderBytes + warp * warp_smem_bytes(dstate, tif);
   unsigned char *const tiles = wsm;
   // B * dt' and C interleaved per state word, so that one load gives a word's both: a 2-byte
   // state's word w of stage k (columns n = 32 k + 2 w, n + 1) at float4 16 k + w, (B dt'[n],
   // B dt'[n + 1], C[n], C[n + 1]); an fp32 state's column n at float2 n, (B dt'[n], C[n]).
-  unsigned char *const bc = wsm + kTilesInFlight * kTileBytes;
+  unsigned char *const bc = wsm + tif * kTileBytes;
   constexpr int kBcWordBytes = kTwoByte ? 16 : 8;
 
-  // Tile t (row block t / nst of the warp, stage t mod nst) into buffer t mod kTilesInFlight:
+  // Tile t (row block t / nst of the warp, stage t mod nst) into buffer t mod tif:
   // lane l copies 16-byte chunks l and l + 32 (chunk c: row c / 4, bytes 16 (c mod 4) of the
   // stage), from a source pointer that advances tile by tile. One commit group per call, empty
-  // past the last tile, so that waiting for all but the newest kTilesInFlight - 1 groups waits
+  // past the last tile, so that waiting for all but the newest tif - 1 groups waits
   // for tile t.
   const int64_t chunk_src = (lane >> 2) * row_bytes + 16 * (lane & 3);
   const char *src = read_head + rb0 * kTileRows * row_bytes + chunk_src;  // tile 0's, chunk lane
   const int64_t row_block_step = kTileRows * row_bytes - nst * kStageBytes;
   int issued = 0;
+  // The lane's first chunk in the tile buffers, as a shared-window address (computed once).
+  const uint32_t tiles_lane =
+      static_cast<uint32_t>(__cvta_generic_to_shared(tiles)) + 16u * static_cast<uint32_t>(lane);
   auto issue = [&]() {
     if (issued < ntiles) {
-      unsigned char *buf = tiles + (issued & (kTilesInFlight - 1)) * kTileBytes + 16 * lane;
+      const uint32_t buf = tiles_lane + (issued & (tif - 1)) * kTileBytes;
       cp_async16(buf, pad ? read_head : src, pad);
       cp_async16(buf + 512, pad ? read_head : src + 8 * row_bytes, pad);
       if constexpr (kAnyStages) {
@@ -355,15 +412,13 @@ __device__ __forceinline__ void hz_body(const Args &a) {
     ++issued;
     cp_async_commit();
   };
-#pragma unroll
-  for (int t = 0; t < kTilesInFlight; ++t) issue();
+  for (int t = 0; t < tif; ++t) issue();
 
   // Per (b, h) scalars, FlashInfer's operations (fp32_ops.cuh).
-  float dt = E::load_weight(a, a.dt, b * a.dt_stride_batch + h);
-  if (a.dt_bias != nullptr) dt = __fadd_rn(dt, E::load_weight(a, a.dt_bias, h));
+  if constexpr (!kEarlyScalars) load_scalars();
+  if (a.dt_bias != nullptr) dt = __fadd_rn(dt, dt_bias);
   if (a.dt_softplus != 0 && dt <= 20.0f) dt = ssu::softplus(dt);  // NaN skips
-  const float dA = ssu::ex2_approx(__fmul_rn(__fmul_rn(a.A[h], dt), ssu::kL2E));
-  const float D = a.D != nullptr ? E::load_weight(a, a.D, h) : 0.0f;
+  const float dA = ssu::ex2_approx(__fmul_rn(__fmul_rn(A_h, dt), ssu::kL2E));
 
   // B * dt' and C of the head's group into shared memory.
   {
@@ -382,22 +437,15 @@ __device__ __forceinline__ void hz_body(const Args &a) {
 
   // This lane: member m of rows 16 i + g; the byte offsets, within a tile row, of the 8 words
   // it visits in order (word (j + 8 m + g / 2) mod 16 for j = 0..7: lane constants).
-  const int g = lane & 15;
-  const int m = lane >> 4;
   const int rot = 8 * m + (g >> 1);
   uint32_t woff[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) woff[j] = 4u * static_cast<uint32_t>((j + rot) & 15);
-  const int64_t x_row = b * a.x_stride_batch + h * dim;
-  const int64_t z_row = b * a.z_stride_batch + h * dim;
   const int64_t out_row = b * a.out_stride_batch + h * dim;
-  const bool has_z = a.z != nullptr;
   // Where lane l's chunks of tile t go (write_head: the chunks' places in the write slot).
   char *dst = write ? write_head + rb0 * kTileRows * row_bytes + chunk_src : nullptr;
 
-  // x and z of the lane's row in the current row block, the next block's loaded ahead.
-  float x_next = E::load_input(a, a.x, x_row + rb0 * kTileRows + g);
-  float z_next = has_z ? E::load_input(a, a.z, z_row + rb0 * kTileRows + g) : 0.0f;
+  // x and z of the lane's row in the current row block (bits of the next block loaded ahead).
   float x = 0.0f, zv = 0.0f, acc = 0.0f;
 
   for (int t = 0; t < ntiles; ++t) {
@@ -411,37 +459,44 @@ __device__ __forceinline__ void hz_body(const Args &a) {
     }
     const int d = (rb0 + rb) * kTileRows + g;
     if (k == 0) {
-      x = x_next;
-      zv = z_next;
+      x = E::input_value(a, x_bits);
+      zv = has_z ? E::input_value(a, z_bits) : 0.0f;
       acc = 0.0f;
       if (rb + 1 < nrb) {
-        x_next = E::load_input(a, a.x, x_row + d + kTileRows);
-        if (has_z) z_next = E::load_input(a, a.z, z_row + d + kTileRows);
+        x_bits = E::load_input_bits(a, a.x, x_row + d + kTileRows);
+        if (has_z) z_bits = E::load_input_bits(a, a.z, z_row + d + kTileRows);
       }
     }
-    cp_async_wait<kTilesInFlight - 1>();
+    if (tif == kTilesInFlightLarge) {  // grid-uniform
+      cp_async_wait<kTilesInFlightLarge - 1>();
+    } else {
+      cp_async_wait<kTilesInFlightSmall - 1>();
+    }
     __syncwarp();
     // The offsets stay in registers (an empty asm that "changes" them each tile): left alone,
     // the compiler recomputes each from the lane index at every use, 3 instructions a word.
 #pragma unroll
     for (int j = 0; j < 8; ++j) asm volatile("" : "+r"(woff[j]));
 
-    unsigned char *const tile = tiles + (t & (kTilesInFlight - 1)) * kTileBytes;
+    unsigned char *const tile = tiles + (t & (tif - 1)) * kTileBytes;
     unsigned char *const trow = tile + g * kStageBytes;
     const unsigned char *const bck = bc + k * 16 * kBcWordBytes;
     // The lane's 8 words of the stage in its visiting order, two at a time: their new state
-    // values (two per word for a 2-byte state) into the partial sum, then (when the warp
-    // writes) their new words back in place. With stochastic rounding the two words take one
-    // Philox call (at the element offset of word j's first column: row d's offset at this
-    // stage plus 2 ((j + rot) mod 16)); a pair the fast conversion flags is converted again by
-    // the call's rule's exact formula (rare: zero, subnormal, saturated, Inf or NaN results).
+    // values (two per word for a 2-byte state) into the partial sum and their new words. With
+    // stochastic rounding the two words take one Philox call (at the element offset of word
+    // j's first column: row d's offset at this stage plus 2 ((j + rot) mod 16)); a pair the
+    // fast conversion flags is converted again by the call's rule's exact formula (rare: zero,
+    // subnormal, saturated, Inf or NaN results). The 8 words are read first and the new words
+    // written back in place (when the warp writes) after the last is computed: no shared load
+    // of the tile waits behind a store to it.
     const uint64_t stage_off = sr_head + static_cast<uint64_t>(d) * dstate +
                                static_cast<uint64_t>(k) * E::kStageCols;
+    uint32_t w[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) w[j] = *reinterpret_cast<const uint32_t *>(trow + woff[j]);
 #pragma unroll
     for (int j = 0; j < 8; j += 2) {
-      uint32_t *const p0 = reinterpret_cast<uint32_t *>(trow + woff[j]);
-      uint32_t *const p1 = reinterpret_cast<uint32_t *>(trow + woff[j + 1]);
-      const uint32_t s0 = *p0, s1 = *p1;
+      const uint32_t s0 = w[j], s1 = w[j + 1];
       if constexpr (kTwoByte) {
         const float4 q0 = *reinterpret_cast<const float4 *>(bck + 4 * woff[j]);
         const float4 q1 = *reinterpret_cast<const float4 *>(bck + 4 * woff[j + 1]);
@@ -455,18 +510,16 @@ __device__ __forceinline__ void hz_body(const Args &a) {
         acc = __fmaf_rn(q1.z, n[2], acc);
         acc = __fmaf_rn(q1.w, n[3], acc);
         if (write) {  // warp-uniform
-          uint32_t o0, o1;
           if (sr) {
             const U32x4 r = key.philox(philox_counter(stage_off + woff[j] / 2), rounds);
             uint32_t flags = 0;
-            sr_two_words<false>(n, r, a.sr_rule, o0, o1, flags);
-            if (ssu::sr_needs_exact(flags)) sr_two_words<true>(n, r, a.sr_rule, o0, o1, flags);
+            sr_two_words<false>(n, r, a.sr_rule, w[j], w[j + 1], flags);
+            if (ssu::sr_needs_exact(flags))
+              sr_two_words<true>(n, r, a.sr_rule, w[j], w[j + 1], flags);
           } else {
-            o0 = E::pack_rn(n[0], n[1]);
-            o1 = E::pack_rn(n[2], n[3]);
+            w[j] = E::pack_rn(n[0], n[1]);
+            w[j + 1] = E::pack_rn(n[2], n[3]);
           }
-          *p0 = o0;
-          *p1 = o1;
         }
       } else {
         const float2 q0 = *reinterpret_cast<const float2 *>(bck + 2 * woff[j]);
@@ -475,14 +528,14 @@ __device__ __forceinline__ void hz_body(const Args &a) {
         const float n1 = __fmaf_rn(x, q1.x, __fmul_rn(dA, __uint_as_float(s1)));
         acc = __fmaf_rn(q0.y, n0, acc);
         acc = __fmaf_rn(q1.y, n1, acc);
-        if (write) {
-          *p0 = __float_as_uint(n0);
-          *p1 = __float_as_uint(n1);
-        }
+        w[j] = __float_as_uint(n0);
+        w[j + 1] = __float_as_uint(n1);
       }
     }
 
     if (write) {  // warp-uniform
+#pragma unroll
+      for (int j = 0; j < 8; ++j) *reinterpret_cast<uint32_t *>(trow + woff[j]) = w[j];
       __syncwarp();
       // The tile to the write slot: lane l stores chunks l and l + 32 (streaming stores).
       const uint4 v0 = *reinterpret_cast<const uint4 *>(tile + 16 * lane);

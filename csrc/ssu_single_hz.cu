@@ -36,9 +36,14 @@ using hz::Args;
 // memory) is small against 16 rows of a head.
 constexpr int kMaxRowsPerWarp = 64;
 constexpr int64_t kMinWarpsPerSm = 32;
+// Calls that read at least this many bytes of state, in rows of 4 stages or more, and do not
+// round stochastically keep 8 tiles in flight per warp, the others 4 (hz::kTilesInFlightLarge;
+// same-run A/B on the H200: docs/perf-notes.md, "The horizontal kernel: tiles in flight").
+constexpr int64_t kLargeCallStateBytes = int64_t(64) << 20;
 
 struct Plan {
   int rows_per_warp;
+  int tiles_in_flight;
   int64_t warps_per_head, total_warps, blocks;
   unsigned nblocks;
   size_t smem;
@@ -78,7 +83,17 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "launch plan: no valid grid for HORIZONTAL (%lld blocks)", ll(nblocks));
   pl.nblocks = static_cast<unsigned>(nblocks);
-  pl.smem = static_cast<size_t>(hz::block_smem_bytes(static_cast<int>(p.dstate)));
+  // The state bytes the call reads (< 2^63: each factor is bounded by ssu_check).
+  const int64_t state_bytes =
+      heads * p.dim * p.dstate * (p.state_dtype == MAMBA_SSU_F32 ? 4 : 2);
+  const bool rounds = p.state_dtype == MAMBA_SSU_F16 && p.philox_rounds > 0;
+  // Rows of at least 4 stages (256 bytes): with 2 a warp has too few tiles to refill the ring.
+  const bool long_rows = p.dstate * (p.state_dtype == MAMBA_SSU_F32 ? 4 : 2) >= 4 * hz::kStageBytes;
+  pl.tiles_in_flight = !rounds && long_rows && state_bytes >= kLargeCallStateBytes
+                           ? hz::kTilesInFlightLarge
+                           : hz::kTilesInFlightSmall;
+  pl.smem = static_cast<size_t>(
+      hz::block_smem_bytes(static_cast<int>(p.dstate), pl.tiles_in_flight));
   // dstate 96 (a row of 3 or 6 stages) runs the run-time kernel of any stage count.
   pl.compiled = p.dstate != 96 && compiled_kernel(p);
   *out = pl;
@@ -147,6 +162,7 @@ int hz_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba_
   a.rows_per_warp = pl.rows_per_warp;
   a.dim = static_cast<int32_t>(p.dim);
   a.dstate = static_cast<int32_t>(p.dstate);
+  a.tiles_in_flight = pl.tiles_in_flight;
   a.input_dtype = p.input_dtype;
   a.weight_dtype = p.weight_dtype;
   a.index_dtype = p.index_dtype;

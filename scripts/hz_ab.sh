@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# hz_ab.sh — builds scripts/hz_ab.cu into .gpu/hz_ab: the working tree's horizontal kernel
+# (csrc/ssu_hz.cuh) against BASE_REV's, bit for bit and timed in the same run (hz_ab.cu says how).
+#
+#   bash scripts/hz_ab.sh BASE_REV      (here)
+#   .gpu/hz_ab [--check-only] [--time-only] [--reps N] [--ncu] [--only TEXT]   (on the GPU host)
+set -euo pipefail
+[ $# -eq 1 ] || { sed -n '2,6p' "$0" >&2; exit 2; }
+root=$(git rev-parse --show-toplevel)
+cd "$root"
+[ -n "${MAMBA_SSU_CUDA_ROOT:-}" ] || eval "$(bash scripts/setup.sh)"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/hz_ab.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+# The base's header, its namespace renamed (hz -> hz_base) so that both sides link into one program.
+git show "$1:csrc/ssu_hz.cuh" | sed -e 's/^namespace hz {/namespace hz_base {/' >"$tmp/ssu_hz_base.cuh"
+mkdir -p .gpu
+"$MAMBA_SSU_CUDA_ROOT/bin/nvcc" -std=c++17 -O3 -ftz=true -fmad=false \
+  -gencode=arch=compute_90,code=sm_90 -lineinfo -DMAMBA_SSU_NO_DEPRECATION_WARNINGS -Icsrc -I"$tmp" \
+  -DHZ_BASE_HEADER='"ssu_hz_base.cuh"' scripts/hz_ab.cu -o .gpu/hz_ab
+echo "built .gpu/hz_ab (base $(git rev-parse --short "$1"))"
