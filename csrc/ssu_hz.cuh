@@ -562,7 +562,8 @@ __device__ __forceinline__ void hz_body(const Args &a) {
 
 // Occupancy floor in blocks per SM: 8 (64 registers) without stochastic rounding; 6 (80
 // registers) for the kernels that may round stochastically, whose four Philox calls per tile and
-// key schedule do not fit 64 registers without spilling.
+// key schedule do not fit 64 registers without spilling. (At 80 the 5- and 10-round kernels keep
+// 8 and 16 bytes of prologue values on the stack, reloaded once per row block, not per tile.)
 template <int kState, int kRounds>
 constexpr int min_blocks() {
   return kState == MAMBA_SSU_F16 && kRounds != 0 ? 6 : 8;
