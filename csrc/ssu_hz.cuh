@@ -294,16 +294,16 @@ __device__ __forceinline__ void hz_body(const Args &a) {
 
   // The prologue's loads, issued before anything waits for one: the slot indices, the lane's x
   // and z of the first row block (as bits, widened at use) and the seed.
-  const int64_t read_idx =
+  const int64_t read_slot =
       a.state_batch_indices != nullptr
           ? ssu::load_index(a.state_batch_indices, b * a.state_batch_indices_stride,
                             a.index_dtype)
           : b;
-  const int64_t write_idx =
+  const int64_t write_slot =
       a.dst_state_batch_indices != nullptr
           ? ssu::load_index(a.dst_state_batch_indices, b * a.dst_state_batch_indices_stride,
                             a.index_dtype)
-          : read_idx;
+          : read_slot;
   // The per-head scalars: here in the kernels that may round stochastically (their loads then
   // overlap the seed's barriers), after the tile loads are issued in the others (measured
   // faster there: docs/perf-notes.md, "The horizontal kernel: tiles in flight").
@@ -355,11 +355,9 @@ __device__ __forceinline__ void hz_body(const Args &a) {
   const int nst_log2 = __ffs(nst) - 1;
   const int ntiles = nrb * nst;
 
-  // Slots. Out-of-range slots are treated like pads (never dereferenced).
-  const int64_t read_slot = read_idx;
+  // Slots (loaded above). Out-of-range slots are treated like pads (never dereferenced).
   const bool pad =
       read_slot == a.pad_slot_id || read_slot < 0 || read_slot >= a.state_cache_size;
-  const int64_t write_slot = write_idx;
   const bool write = a.update_state != 0 && !pad && write_slot != a.pad_slot_id &&
                      write_slot >= 0 && write_slot < a.state_cache_size;
   const bool sr = kF16 && rounds > 0 && write;
