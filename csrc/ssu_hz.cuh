@@ -25,9 +25,11 @@
 // through shared memory in tiles of 16 rows by one stage (1 KiB): a tile is loaded with
 // cp.async (4 or 8 tiles ahead, per warp), each lane reads its rotated words from it
 // (bank-conflict free, as FlashInfer's rotation was designed to be), writes the new words back
-// in place, and the warp stores the tile to the write slot with 16-byte stores. B * dt' and C
-// are staged once per warp as fp32 in shared memory. The Philox key schedule is computed once
-// per block (the seed is the call's).
+// in place, and the warp stores the tile to the write slot with 16-byte stores. On the calls
+// with 8 tiles ahead the copies and stores go by groups of 4 stages, each warp instruction
+// covering whole rows' 256 contiguous bytes (hz_kernel_grouped). B * dt' and C are staged once
+// per warp as fp32 in shared memory. The Philox key schedule is computed once per block (the
+// seed is the call's).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -248,7 +250,7 @@ __device__ __forceinline__ void sr_two_words(const float *n, U32x4 r, int32_t ru
 // state, 6 of an fp32 one; the kernels of ssu_uneven.cu): the tile's row block and stage by
 // division instead of a shift and a mask. Off, the code is the one the other kernels were built
 // with.
-template <int kState, int kRounds, bool kBf16, bool kAnyStages = false>
+template <int kState, int kRounds, bool kBf16, bool kAnyStages = false, bool kGrouped = false>
 __device__ __forceinline__ void hz_body(const Args &a) {
   using E = Elem<kState, kBf16>;
   constexpr bool kF16 = kState == MAMBA_SSU_F16;
@@ -410,7 +412,49 @@ __device__ __forceinline__ void hz_body(const Args &a) {
     ++issued;
     cp_async_commit();
   };
-  for (int t = 0; t < tif; ++t) issue();
+  // kGrouped (the calls with 8 tiles in flight: rows of 4 stages or more): the copies go by
+  // groups of kGroup = 4 consecutive stages of a row block (one commit group each, a ring of two
+  // groups = 8 tiles). A lane's chunks c = lane + 32 i, i < 8, are row c / 16 and 16-byte part
+  // c mod 16 of the group's 4 stages, so that a warp's copy instruction covers 2 whole rows'
+  // 256 contiguous bytes instead of 8 rows' 64; the group's new words go back to the write slot
+  // the same way once its last tile is computed.
+  constexpr int kGroup = 4;
+  const int grp_q = lane & 15;   // the lane's 16-byte part of a row's 4 stages
+  const int grp_r0 = lane >> 4;  // the lane's first row (then every second)
+  const int32_t grp_step = 2 * static_cast<int32_t>(row_bytes);  // an instruction's 2 rows
+  // The lane's first chunk in the tile buffers: its byte offset, and as a shared-window address.
+  const int grp_tile_lane = (grp_q >> 2) * kTileBytes + grp_r0 * kStageBytes + 16 * (grp_q & 3);
+  const uint32_t grp_smem_lane = static_cast<uint32_t>(__cvta_generic_to_shared(tiles)) +
+                                 static_cast<uint32_t>(grp_tile_lane);
+  const int ngroups = ntiles / kGroup;
+  // The lane's first chunk of the current group in the read slot (and below, the write slot).
+  const int64_t grp_lane_off =
+      (static_cast<int64_t>(rb0) * kTileRows + grp_r0) * row_bytes + 16 * grp_q;
+  const char *grp_src = read_head + grp_lane_off;
+  int grp_issued = 0;
+  // The step from a group's chunks to the next group's: 4 stages on, or the next row block.
+  auto grp_advance = [&](int first_tile) -> int32_t {
+    return ((first_tile & (nst - 1)) + kGroup == nst)
+               ? kTileRows * static_cast<int32_t>(row_bytes) - (nst - kGroup) * kStageBytes
+               : kGroup * kStageBytes;
+  };
+  auto issue_group = [&]() {
+    if (grp_issued < ngroups) {
+      const uint32_t base = grp_smem_lane + (grp_issued & 1) * kGroup * kTileBytes;
+#pragma unroll
+      for (int i = 0; i < 2 * kGroup; ++i)
+        cp_async16(base + i * 2 * kStageBytes, pad ? read_head : grp_src + i * grp_step, pad);
+      grp_src += grp_advance(grp_issued * kGroup);
+    }
+    ++grp_issued;
+    cp_async_commit();
+  };
+  if constexpr (kGrouped) {
+    issue_group();
+    issue_group();
+  } else {
+    for (int t = 0; t < tif; ++t) issue();
+  }
 
   // Per (b, h) scalars, FlashInfer's operations (fp32_ops.cuh).
   if constexpr (!kEarlyScalars) load_scalars();
@@ -442,6 +486,7 @@ __device__ __forceinline__ void hz_body(const Args &a) {
   const int64_t out_row = b * a.out_stride_batch + h * dim;
   // Where lane l's chunks of tile t go (write_head: the chunks' places in the write slot).
   char *dst = write ? write_head + rb0 * kTileRows * row_bytes + chunk_src : nullptr;
+  char *grp_dst = write ? write_head + grp_lane_off : nullptr;
 
   // x and z of the lane's row in the current row block (bits of the next block loaded ahead).
   float x = 0.0f, zv = 0.0f, acc = 0.0f;
@@ -465,12 +510,19 @@ __device__ __forceinline__ void hz_body(const Args &a) {
         if (has_z) z_bits = E::load_input_bits(a, a.z, z_row + d + kTileRows);
       }
     }
-    if (tif == kTilesInFlightLarge) {  // grid-uniform
-      cp_async_wait<kTilesInFlightLarge - 1>();
+    if constexpr (kGrouped) {
+      if ((t & (kGroup - 1)) == 0) {  // a group's first tile: its copies done
+        cp_async_wait<1>();
+        __syncwarp();
+      }
     } else {
-      cp_async_wait<kTilesInFlightSmall - 1>();
+      if (tif == kTilesInFlightLarge) {  // grid-uniform
+        cp_async_wait<kTilesInFlightLarge - 1>();
+      } else {
+        cp_async_wait<kTilesInFlightSmall - 1>();
+      }
+      __syncwarp();
     }
-    __syncwarp();
     // The offsets stay in registers (an empty asm that "changes" them each tile): left alone,
     // the compiler recomputes each from the lane index at every use, 3 instructions a word.
 #pragma unroll
@@ -531,19 +583,41 @@ __device__ __forceinline__ void hz_body(const Args &a) {
       }
     }
 
-    if (write) {  // warp-uniform
+    if constexpr (kGrouped) {
+      if (write) {  // warp-uniform
 #pragma unroll
-      for (int j = 0; j < 8; ++j) *reinterpret_cast<uint32_t *>(trow + woff[j]) = w[j];
+        for (int j = 0; j < 8; ++j) *reinterpret_cast<uint32_t *>(trow + woff[j]) = w[j];
+      }
+      if ((t & (kGroup - 1)) == kGroup - 1) {  // the group's last tile
+        __syncwarp();
+        if (write) {  // the group to the write slot, as it was copied in (streaming stores)
+          const unsigned char *const base =
+              tiles + grp_tile_lane + ((t / kGroup) & 1) * kGroup * kTileBytes;
+#pragma unroll
+          for (int i = 0; i < 2 * kGroup; ++i) {
+            const uint4 v = *reinterpret_cast<const uint4 *>(base + i * 2 * kStageBytes);
+            __stcs(reinterpret_cast<uint4 *>(grp_dst + i * grp_step), v);
+          }
+          grp_dst += grp_advance(t - (kGroup - 1));
+        }
+        __syncwarp();
+        issue_group();
+      }
+    } else {
+      if (write) {  // warp-uniform
+#pragma unroll
+        for (int j = 0; j < 8; ++j) *reinterpret_cast<uint32_t *>(trow + woff[j]) = w[j];
+        __syncwarp();
+        // The tile to the write slot: lane l stores chunks l and l + 32 (streaming stores).
+        const uint4 v0 = *reinterpret_cast<const uint4 *>(tile + 16 * lane);
+        const uint4 v1 = *reinterpret_cast<const uint4 *>(tile + 512 + 16 * lane);
+        __stcs(reinterpret_cast<uint4 *>(dst), v0);
+        __stcs(reinterpret_cast<uint4 *>(dst + 8 * row_bytes), v1);
+        dst += k == nst - 1 ? row_block_step + kStageBytes : kStageBytes;
+      }
       __syncwarp();
-      // The tile to the write slot: lane l stores chunks l and l + 32 (streaming stores).
-      const uint4 v0 = *reinterpret_cast<const uint4 *>(tile + 16 * lane);
-      const uint4 v1 = *reinterpret_cast<const uint4 *>(tile + 512 + 16 * lane);
-      __stcs(reinterpret_cast<uint4 *>(dst), v0);
-      __stcs(reinterpret_cast<uint4 *>(dst + 8 * row_bytes), v1);
-      dst += k == nst - 1 ? row_block_step + kStageBytes : kStageBytes;
+      issue();
     }
-    __syncwarp();
-    issue();
 
     if (k == nst - 1) {
       // The row's two partial sums: member 0's plus member 1's (FlashInfer's shuffle down 16),
@@ -579,6 +653,16 @@ template <int kState, int kRounds, bool kBf16>
 __global__ void __launch_bounds__(kThreadsPerBlock, min_blocks<kState, kRounds>())
     hz_kernel_any_stages(const Args a) {
   hz_body<kState, kRounds, kBf16, true>(a);
+}
+
+// hz_kernel with its copies by groups of 4 stages (kGrouped), for the calls the launcher gives
+// 8 tiles in flight (no stochastic rounding, >= 64 MiB of state, rows of 4 stages or more): a
+// kernel of its own so that hz_kernel's instantiations keep their names and code.
+template <int kState, int kRounds, bool kBf16>
+__global__ void __launch_bounds__(kThreadsPerBlock, min_blocks<kState, kRounds>())
+    hz_kernel_grouped(const Args a) {
+  static_assert(kRounds == 0, "the grouped copies serve the calls without rounding");
+  hz_body<kState, kRounds, kBf16, false, true>(a);
 }
 
 // Launches the run-time horizontal kernel of `state_dtype` with any stage count

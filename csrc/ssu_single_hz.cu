@@ -38,7 +38,9 @@ constexpr int kMaxRowsPerWarp = 64;
 constexpr int64_t kMinWarpsPerSm = 32;
 // Calls that read at least this many bytes of state, in rows of 4 stages or more, and do not
 // round stochastically keep 8 tiles in flight per warp, the others 4 (hz::kTilesInFlightLarge;
-// same-run A/B on the H200: docs/perf-notes.md, "The horizontal kernel: tiles in flight").
+// same-run A/B on the H200: docs/perf-notes.md, "The horizontal kernel: tiles in flight"), and
+// run hz_kernel_grouped (copies by groups of 4 stages: "The horizontal kernel: where the bytes
+// move").
 constexpr int64_t kLargeCallStateBytes = int64_t(64) << 20;
 
 struct Plan {
@@ -101,8 +103,17 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
   return MAMBA_SSU_SUCCESS;
 }
 
+// The calls with 8 tiles in flight (no rounding, rows of 4 stages or more) run the kernels with
+// the round count 0 compiled in as hz_kernel_grouped (copies by groups of 4 stages).
 template <int kState, int kRounds, bool kBf16>
 int launch(const Args &a, const Plan &pl, cudaStream_t stream) {
+  if constexpr (kRounds == 0) {
+    if (pl.tiles_in_flight == hz::kTilesInFlightLarge) {
+      hz::hz_kernel_grouped<kState, kRounds, kBf16>
+          <<<pl.nblocks, hz::kThreadsPerBlock, pl.smem, stream>>>(a);
+      return check_launch("selective_state_update (horizontal) launch");
+    }
+  }
   hz::hz_kernel<kState, kRounds, kBf16>
       <<<pl.nblocks, hz::kThreadsPerBlock, pl.smem, stream>>>(a);
   return check_launch("selective_state_update (horizontal) launch");

@@ -247,7 +247,7 @@ __global__ void spin(int *flag, long long ns) {
 }
 
 // One call of side NS's kernel (the dispatch of ssu_single_hz.cu).
-#define HZ_SIDE(NS, FN)                                                                        \
+#define HZ_SIDE(NS, FN, GO0)                                                                   \
   void FN(const Case &c, const Bufs &b, const int32_t *idx, const int32_t *dst,                \
           cudaStream_t st) {                                                                   \
     using namespace NS;                                                                        \
@@ -274,23 +274,32 @@ __global__ void spin(int *flag, long long ns) {
     }                                                                                          \
     if (c.state_dtype == MAMBA_SSU_F16) {                                                      \
       if (bf && (c.rounds == 0 || c.rounds == 5 || c.rounds == 10)) {                          \
-        if (c.rounds == 0) go(hz_kernel<MAMBA_SSU_F16, 0, true>);                              \
+        if (c.rounds == 0) GO0(MAMBA_SSU_F16, true);                                           \
         else if (c.rounds == 5) go(hz_kernel<MAMBA_SSU_F16, 5, true>);                         \
         else go(hz_kernel<MAMBA_SSU_F16, 10, true>);                                           \
       } else {                                                                                 \
         go(hz_kernel<MAMBA_SSU_F16, -1, false>);                                               \
       }                                                                                        \
     } else if (c.state_dtype == MAMBA_SSU_BF16) {                                              \
-      if (bf) go(hz_kernel<MAMBA_SSU_BF16, 0, true>);                                          \
-      else go(hz_kernel<MAMBA_SSU_BF16, 0, false>);                                            \
+      if (bf) GO0(MAMBA_SSU_BF16, true);                                                       \
+      else GO0(MAMBA_SSU_BF16, false);                                                         \
     } else {                                                                                   \
-      if (bf) go(hz_kernel<MAMBA_SSU_F32, 0, true>);                                           \
-      else go(hz_kernel<MAMBA_SSU_F32, 0, false>);                                             \
+      if (bf) GO0(MAMBA_SSU_F32, true);                                                        \
+      else GO0(MAMBA_SSU_F32, false);                                                          \
     }                                                                                          \
   }
 
-HZ_SIDE(::mamba_ssu::hz_base, launch_base)
-HZ_SIDE(::mamba_ssu::hz, launch_new)
+// A kernel with the round count 0 compiled in: the base's hz_kernel; on the new side, as its
+// launcher does, hz_kernel_grouped for the calls with 8 tiles in flight.
+#define HZ_GO0_BASE(S, BF) go(hz_kernel<S, 0, BF>)
+// (rows of 4 stages or more, which the launcher's 8-tile rule implies: HZ_TIF=8 forces 8 tiles
+// on shorter rows too, which take hz_kernel.)
+#define HZ_GO0_NEW(S, BF)                                                            \
+  (a.tiles_in_flight == kTilesInFlightLarge && c.dstate * c.esize() >= 256           \
+       ? go(hz_kernel_grouped<S, 0, BF>)                                             \
+       : go(hz_kernel<S, 0, BF>))
+HZ_SIDE(::mamba_ssu::hz_base, launch_base, HZ_GO0_BASE)
+HZ_SIDE(::mamba_ssu::hz, launch_new, HZ_GO0_NEW)
 
 size_t state_bytes(const Case &c, int64_t slots) {
   return size_t(slots) * c.nheads * c.dim * c.dstate * c.esize();
