@@ -6,7 +6,8 @@
 //
 //   bash scripts/hz_ab.sh BASE_REV            (here: builds .gpu/hz_ab)
 //   .gpu/hz_ab [--check-only] [--time-only] [--reps N] [--ncu] [--only TEXT]   (GPU host; --only:
-//   the timing cases whose name contains TEXT)
+//   the timing cases whose name contains TEXT; HZ_TIF=4|8 sets both sides' ring of tiles,
+//   HZ_NEW_TIF=4|8 the new side's alone)
 //
 // Timing: 20 back-to-back calls per sample, each on its own copy of the state (>= 256 MiB
 // touched between two uses of a copy: the state comes from HBM), the median of --reps samples
@@ -221,7 +222,10 @@ int plan_tif(const Case &c);
 template <class A, class S2, class S1, class SetT>
 size_t smem_for(A &a, const Case &c, S2 s2, S1 s1, SetT set) {
   if constexpr (HasTif<A>::value) {
-    const int t = plan_tif(c);
+    int t = plan_tif(c);
+    // HZ_NEW_TIF: the new side's ring alone (4 or 8), for experiments on the launcher's rule.
+    if (const char *e = std::getenv("HZ_NEW_TIF"); e && std::is_same_v<A, ::mamba_ssu::hz::Args>)
+      t = std::atoi(e);
     set(a, t);
     return s2(c.dstate, t);
   } else {
