@@ -44,6 +44,9 @@ constexpr int64_t kStaticSmemBytes = 512;
 // Fewest rows a block can hold (generic kernel, 4 warps x 2 rows): bounds the
 // grid size in the checks, whatever rows per warp the launcher picks.
 constexpr int64_t kMinRowsPerBlock = ssu::kWarpsPerBlock * DynConfig::kRowsPerChunk;
+// dstate 96, simple and vertical: from this many bytes of state the kernel at 6 blocks per SM
+// (DynUnevenWideConfig), below it DynUnevenConfig's 4 (measured faster at 48 MiB, slower at 12).
+constexpr int64_t kUnevenWideStateBytes = int64_t(48) << 20;
 // Largest byte extent of any tensor: keeps every 64-bit offset far from overflow.
 constexpr __int128 kMaxExtentBytes = static_cast<__int128>(1) << 60;
 
@@ -638,7 +641,14 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
     ssu::ssu_kernel_scaled<ssu::DynI16Config><<<nblocks, 32 * wpb, 0, st>>>(a, sc);
     return check_launch("selective_state_update launch");
   }
-  if (!hot && p.dstate == 96) return ssu::launch_uneven(a, nblocks, wpb, st);
+  if (!hot && p.dstate == 96) {
+    // The calls that read >= 48 MiB of state take the kernel at 6 blocks per SM
+    // (DynUnevenWideConfig; same-run A/B: docs/perf-notes.md, "dstate 96: where the run-time
+    // kernel's time goes").
+    const int64_t state_bytes =
+        p.batch * p.nheads * p.dim * p.dstate * (p.state_dtype == MAMBA_SSU_F32 ? 4 : 2);
+    return ssu::launch_uneven(a, nblocks, wpb, state_bytes >= kUnevenWideStateBytes, st);
+  }
   if (!hot) return launch<DynConfig>(a, nblocks, wpb, st);
   const ssu::StpStateFamily family = p.dstate == 64    ? ssu::StpStateFamily::kDs64
                                      : p.dstate == 256 ? ssu::StpStateFamily::kDs256

@@ -757,6 +757,15 @@ struct DynUnevenConfig : DynConfig {
   }
 };
 
+// DynUnevenConfig at 6 blocks of 4 warps per SM (<= 80 registers, some spilled) instead of
+// DynConfig's 4, for the calls that read >= 48 MiB of state (ssu.cu; the kernel is bound by its
+// instructions at a quarter of the warps: 0.88–0.90x the time there, 1.08–1.10x at 12 MiB,
+// docs/perf-notes.md, "dstate 96: where the run-time kernel's time goes").
+struct DynUnevenWideConfig : DynUnevenConfig {
+  static constexpr int kMinBlocksPerSM = 6;
+  __device__ explicit DynUnevenWideConfig(const Args &a) : DynUnevenConfig(a) {}
+};
+
 // Whether a config's random words follow its runs (Cfg::kRunWords: DynUnevenConfig; HotConfig and
 // DynConfig, which every other config derives from, declare false): sr_words's second form.
 template <class Cfg>
@@ -803,12 +812,13 @@ __device__ constexpr bool scaled_state() {
 // ---------------------------------------------------------------------------
 
 // Whether a config's exact SR path converts under the call's rule (Args::sr_rule): the generic
-// kernels only (DynConfig, DynUnevenConfig). The hot kernels are FlashInfer 0.7.2's alone (the
+// kernels only (DynConfig, DynUnevenConfig, DynUnevenWideConfig). The hot kernels are FlashInfer 0.7.2's alone (the
 // launcher sends SR calls under MAMBA_SSU_SR_V074 to the generic kernels), so their code does
 // not change with the rule's existence.
 template <class Cfg>
 __device__ constexpr bool sr_rule_at_run_time() {
-  return std::is_same<Cfg, DynConfig>::value || std::is_same<Cfg, DynUnevenConfig>::value;
+  return std::is_same<Cfg, DynConfig>::value || std::is_same<Cfg, DynUnevenConfig>::value ||
+         std::is_same<Cfg, DynUnevenWideConfig>::value;
 }
 
 // The rows of a chunk are reduced together (see reduce_rows), and after the
@@ -1429,7 +1439,8 @@ int launch_hot_i16(const Args &a, StpStateFamily family, unsigned blocks, int wp
                    cudaStream_t st, int64_t rows, int small_rows, bool simple,
                    const ScaleArgs &sc);
 // The generic kernel at dstate 96 (DynUnevenConfig; ssu_uneven.cu).
-int launch_uneven(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream);
+int launch_uneven(const Args &a, unsigned blocks, int warps_per_block, bool wide,
+                  cudaStream_t stream);
 
 }  // namespace ssu
 }  // namespace mamba_ssu

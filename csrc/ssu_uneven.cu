@@ -1,6 +1,7 @@
 // ssu_uneven.cu — the generic kernels at dstate 96, the dstate between the compiled-in ones
 // that FlashInfer's sm_90 module takes for every state dtype: single token DynUnevenConfig
-// (ssu.cuh: FlashInfer's lane runs of 3, vertical lanes 16..31 with half the columns) and the
+// (ssu.cuh: FlashInfer's lane runs of 3, vertical lanes 16..31 with half the columns; at 6
+// blocks per SM as DynUnevenWideConfig for calls of >= 48 MiB) and the
 // horizontal kernel with 3 (6) stages a row (ssu_hz.cuh: kAnyStages), multi token mtp_kernel at
 // dstate 96 (ssu_mtp.cuh: the 128-column tile with the blocks past 96 skipped); launched for
 // plans of ssu.cu, ssu_single_hz.cu and ssu_mtp.cu. A translation unit of its own, sorted
@@ -14,8 +15,12 @@
 namespace mamba_ssu {
 namespace ssu {
 
-int launch_uneven(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream) {
-  ssu_kernel<DynUnevenConfig><<<blocks, 32 * warps_per_block, 0, stream>>>(a);
+int launch_uneven(const Args &a, unsigned blocks, int warps_per_block, bool wide,
+                  cudaStream_t stream) {
+  if (wide)
+    ssu_kernel<DynUnevenWideConfig><<<blocks, 32 * warps_per_block, 0, stream>>>(a);
+  else
+    ssu_kernel<DynUnevenConfig><<<blocks, 32 * warps_per_block, 0, stream>>>(a);
   return check_launch("selective_state_update launch");
 }
 
