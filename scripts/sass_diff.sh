@@ -2,10 +2,11 @@
 # sass_diff.sh — proves that a source change left the GPU code alone: builds the crate's real
 # static library at a base revision and in the current working tree (uncommitted changes
 # included), disassembles every object of both with `cuobjdump -sass` and compares them kernel
-# by kernel (function names and instruction text with encodings; only the dump's header lines
-# that carry file names or paths are dropped, and the path-derived module id that nvcc puts in
-# the names of anonymous-namespace functions is masked), and each function's resource usage
-# (`cuobjdump -res-usage`: registers, stack, shared, local and constant bytes).
+# by kernel (function names and instruction text with encodings, runs of blanks compared as one;
+# only the dump's header lines that carry file names or paths are dropped, and the path-derived
+# module id that nvcc puts in the names of anonymous-namespace functions is masked), and each
+# function's resource usage (`cuobjdump -res-usage`: registers, stack, shared, local and
+# constant bytes).
 #
 # Usage:  bash scripts/sass_diff.sh BASE_REV
 #   e.g.  bash scripts/sass_diff.sh 1ab3f9f
@@ -181,7 +182,9 @@ def functions(path):
             funcs[key] = []
             continue
         if name is not None:
-            funcs[(arch, name)].append(line.rstrip())
+            # Runs of blanks as one: cuobjdump pads its columns to the widest instruction text
+            # of the whole object, so adding a kernel can shift every line of the others.
+            funcs[(arch, name)].append(" ".join(line.split()))
     return funcs
 
 def resources(path):
