@@ -812,9 +812,9 @@ __device__ constexpr bool scaled_state() {
 // ---------------------------------------------------------------------------
 
 // Whether a config's exact SR path converts under the call's rule (Args::sr_rule): the generic
-// kernels only (DynConfig, DynUnevenConfig, DynUnevenWideConfig). The hot kernels are FlashInfer 0.7.2's alone (the
-// launcher sends SR calls under MAMBA_SSU_SR_V074 to the generic kernels), so their code does
-// not change with the rule's existence.
+// kernels only (DynConfig, DynUnevenConfig, DynUnevenWideConfig). The hot kernels are FlashInfer
+// 0.7.2's alone (the launcher sends SR calls under MAMBA_SSU_SR_V074 to the generic kernels), so
+// their code does not change with the rule's existence.
 template <class Cfg>
 __device__ constexpr bool sr_rule_at_run_time() {
   return std::is_same<Cfg, DynConfig>::value || std::is_same<Cfg, DynUnevenConfig>::value ||
