@@ -645,8 +645,7 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
     // The calls that read >= 48 MiB of state take the kernel at 6 blocks per SM
     // (DynUnevenWideConfig; same-run A/B: docs/perf-notes.md, "dstate 96: where the run-time
     // kernel's time goes").
-    const int64_t state_bytes =
-        p.batch * p.nheads * p.dim * p.dstate * (p.state_dtype == MAMBA_SSU_F32 ? 4 : 2);
+    const int64_t state_bytes = p.batch * p.nheads * p.dim * p.dstate * float_bytes(p.state_dtype);
     return ssu::launch_uneven(a, nblocks, wpb, state_bytes >= kUnevenWideStateBytes, st);
   }
   if (!hot) return launch<DynConfig>(a, nblocks, wpb, st);

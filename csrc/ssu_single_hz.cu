@@ -87,7 +87,7 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
   pl.nblocks = static_cast<unsigned>(nblocks);
   // The bytes of a state row and of the state the call reads (< 2^63: each factor is bounded by
   // ssu_check).
-  const int64_t row_bytes = p.dstate * (p.state_dtype == MAMBA_SSU_F32 ? 4 : 2);
+  const int64_t row_bytes = p.dstate * float_bytes(p.state_dtype);
   const int64_t state_bytes = heads * p.dim * row_bytes;
   const bool rounds = p.state_dtype == MAMBA_SSU_F16 && p.philox_rounds > 0;
   // Rows of at least 4 stages (256 bytes): with 2 a warp has too few tiles to refill the ring.
