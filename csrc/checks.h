@@ -37,20 +37,21 @@ inline int invalid(const char *fmt, long long a) {
 // the horizontal kernel's stage is 64 bytes of a row (dstate a multiple of 32 columns of a 2-byte
 // state, 16 of an fp32 one), the vector width min(16 / sizeof(state), dstate / 32) must be >= 1,
 // and the multi-token kernel's register tiles (the next power of two of dstate over 8 lanes, in
-// 8-column blocks of a 2-byte state) must hold one block. Served here: 64, 128 and 256, and 96
-// (the generic kernels of ssu_uneven.cu: single token the simple and vertical mappings, multi
-// token the run-time kernel; every float state dtype).
+// 8-column blocks of a 2-byte state) must hold one block. Served here: 64, 128 and 256, and the
+// multiples of 32 between them, 96, 160, 192 and 224 (uneven_dstate: the generic kernels of
+// ssu_uneven.cu; single token the simple, vertical and horizontal mappings, multi token the
+// run-time kernel; every float state dtype).
 // Returns MAMBA_SSU_SUCCESS, UNSUPPORTED (FlashInfer takes the dstate, this crate does not yet) or
 // INVALID_ARGUMENT (FlashInfer's build refuses it), with the detail set.
 inline int check_dstate(int64_t dstate, int32_t state_dtype) {
-  if (dstate == 64 || dstate == 96 || dstate == 128 || dstate == 256) return MAMBA_SSU_SUCCESS;
+  if (dstate >= 64 && dstate <= 256 && dstate % 32 == 0) return MAMBA_SSU_SUCCESS;
   const bool wide = state_dtype == MAMBA_SSU_F32;
   const bool flashinfer_takes =
       wide ? dstate >= 32 && dstate % 16 == 0 : dstate >= 64 && dstate % 32 == 0;
   if (flashinfer_takes)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
-                "dstate: expected 64, 96, 128 or 256, got %lld (FlashInfer's sm_90 kernels take "
-                "it; not served yet)",
+                "dstate: expected a multiple of 32 from 64 to 256, got %lld (FlashInfer's sm_90 "
+                "kernels take it; not served yet)",
                 ll(dstate));
   return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
               "dstate: expected a multiple of %d from %d (FlashInfer's sm_90 kernels with %s "
@@ -58,13 +59,20 @@ inline int check_dstate(int64_t dstate, int32_t state_dtype) {
               wide ? 16 : 32, wide ? 32 : 64, wide ? "an fp32" : "a 2-byte", ll(dstate));
 }
 
-// The state dtypes served at a dstate check_dstate took: all of them, but an I16 state at 96
-// (FlashInfer's kernels take it; not recorded, not served). After the state dtype's own check;
-// the same for the single- and multi-token checks.
+// A dstate check_dstate took that is not a power of two (96, 160, 192, 224): FlashInfer's lane
+// runs there are not powers of two (single token) and its multi-token tile spans the next power
+// of two; served by the generic kernels of ssu_uneven.cu on every path.
+inline bool uneven_dstate(int64_t dstate) { return (dstate & (dstate - 1)) != 0; }
+
+// The state dtypes served at a dstate check_dstate took: all of them, but an I16 state at an
+// uneven dstate (FlashInfer's kernels take it; not recorded, not served). After the state
+// dtype's own check; the same for the single- and multi-token checks.
 inline int check_dstate_state(int64_t dstate, int32_t state_dtype) {
-  if (dstate == 96 && state_dtype == MAMBA_SSU_I16)
+  if (uneven_dstate(dstate) && state_dtype == MAMBA_SSU_I16)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
-                "state_dtype: an I16 state at dstate 96 is not served yet");
+                "state_dtype: an I16 state at dstate %lld is not served yet (served at 64, 128 "
+                "and 256)",
+                ll(dstate));
   return MAMBA_SSU_SUCCESS;
 }
 

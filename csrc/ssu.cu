@@ -378,12 +378,23 @@ bool is_hot(const mamba_ssu_params *p) {
 //   dstate 256, 0.7.2.post1: 0 1 1 with 1 to 3 rounds, 0 0 1 with 4 or 5, 1 1 1 from 6 on;
 //   dstate 256, 0.7.4 (v074: the call's SR rule): 0 0 1 with 1 to 4 rounds, 1 1 1 from 5 on;
 //   dstate 96 (both releases): 1 1 0 without SR (every state dtype), 1 1 1 with 1 round,
-//   1 0 1 from 2 on.
+//   1 0 1 from 2 on;
+//   dstates 160, 192 and 224: simple F1 always; vertical F0 with an fp32 state and at 192
+//   without SR or with 1 round, else F1; tiled simple F0 over a range of round counts, F1
+//   outside it: 0.7.2.post1 160 and 192 3 to 7, 224 none; 0.7.4 160 2 to 6, 192 2 to 5, 224 1
+//   and 2.
 // Round counts above 16 are taken as 16. `f32`: the state is fp32.
 bool first_form_f1(bool simple, bool below, int64_t rounds, int64_t dstate, bool f32,
                    bool v074) {
   if (dstate == 96 && rounds == 0) return simple;
   if (dstate == 96) return rounds == 1 || !(simple && below);
+  if (dstate > 128 && dstate < 256 && !simple) return !f32 && !(dstate == 192 && rounds <= 1);
+  if (dstate > 128 && dstate < 256 && !below) return true;
+  if (dstate == 160 && v074) return rounds < 2 || rounds > 6;
+  if (dstate == 192 && v074) return rounds < 2 || rounds > 5;
+  if (dstate == 224 && v074) return rounds < 1 || rounds > 2;
+  if (dstate == 224) return true;
+  if (dstate > 128 && dstate < 256) return rounds < 3 || rounds > 7;
   if (rounds <= 1 && f32 && dstate == 256) return !simple;
   if (rounds == 0) return simple && below;
   if (dstate == 64) return simple && below && rounds <= 2;
@@ -641,7 +652,7 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
     ssu::ssu_kernel_scaled<ssu::DynI16Config><<<nblocks, 32 * wpb, 0, st>>>(a, sc);
     return check_launch("selective_state_update launch");
   }
-  if (!hot && p.dstate == 96) {
+  if (!hot && uneven_dstate(p.dstate)) {
     // The calls that read >= 48 MiB of state take the kernel at 6 blocks per SM
     // (DynUnevenWideConfig; same-run A/B: docs/perf-notes.md, "dstate 96: where the run-time
     // kernel's time goes").

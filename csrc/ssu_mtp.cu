@@ -304,8 +304,9 @@ int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
     s = p.dstate == 64    ? launch_hot<64>(a, plan, rounds, st)
         : p.dstate == 128 ? launch_hot<128>(a, plan, rounds, st)
                           : launch_hot<256>(a, plan, rounds, st);
-  } else if (p.dstate == 96) {
-    s = mtp::launch_uneven(a, p.state_dtype == MAMBA_SSU_F32, plan.nblocks, plan.smem, st);
+  } else if (uneven_dstate(p.dstate)) {
+    s = mtp::launch_uneven(a, static_cast<int>(p.dstate), p.state_dtype == MAMBA_SSU_F32,
+                           plan.nblocks, plan.smem, st);
   } else if (p.state_dtype == MAMBA_SSU_F32) {
     s = p.dstate == 64    ? launch<false, 64, -1, 1, false, true>(a, plan, st)
         : p.dstate == 128 ? launch<false, 128, -1, 1, false, true>(a, plan, st)

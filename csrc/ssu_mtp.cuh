@@ -170,10 +170,15 @@ __host__ __device__ constexpr size_t mtp_smem_bytes(int ntokens, int dstate, int
          (defer_rows > 1 ? sizeof(float) * kGroups * static_cast<size_t>(defer_rows - 1) : 0);
 }
 
-// The columns a lane group's register tile spans: dstate, or at dstate 96 FlashInfer's next power
-// of two, 128 (mtp_body: the lanes' blocks past 96 are skipped). Also the stride of the staged B
-// and C rows (mtp_smem_bytes takes it as its `dstate`).
-__host__ __device__ constexpr int mtp_tile(int dstate) { return dstate == 96 ? 128 : dstate; }
+// The columns a lane group's register tile spans: dstate, or at an uneven dstate (96, 160, 192,
+// 224) FlashInfer's next power of two, 128 or 256 (mtp_body: the lanes' blocks past dstate are
+// skipped). Also the stride of the staged B and C rows (mtp_smem_bytes takes it as its `dstate`).
+__host__ __device__ constexpr int mtp_tile(int dstate) {
+  return (dstate & (dstate - 1)) == 0 ? dstate : dstate <= 128 ? 128 : 256;
+}
+
+// Whether a dstate is uneven (mtp_tile spans more columns than the row has).
+__host__ __device__ constexpr bool mtp_uneven(int dstate) { return mtp_tile(dstate) != dstate; }
 
 // n / d for n < 2^31 and d >= 1 as a multiply and a shift (mtp_fast_div_params gives mul and
 // shr; d = 1 is passed through): with l = ceil(log2 d), mul = ceil(2^(31 + l) / d) and shr =
@@ -206,8 +211,8 @@ __device__ __forceinline__ int mtp_col(int m, int i) {
   return kF32 ? 32 * (i / 4) + 4 * m + (i % 4) : 64 * (i / 8) + 8 * m + (i % 8);
 }
 
-// Whether element i of lane m lies in a row of kDstate columns: at dstate 96 (mtp_tile) a lane's
-// blocks past column 96 do not. Called only under `if constexpr (kDstate == 96)`, so that the
+// Whether element i of lane m lies in a row of kDstate columns: at an uneven dstate (mtp_tile) a
+// lane's blocks past column kDstate do not. Called only under `if constexpr (mtp_uneven(kDstate))`, so that the
 // other kernels' code is as it was without it.
 template <int kDstate, bool kF32>
 __device__ __forceinline__ bool mtp_in_row(int m, int i) {
@@ -306,11 +311,12 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
   static_assert(!kI16 || (!kF32 && !kBf16State && (kHot ? kRounds == 0 : kR == 1 && !kSmall)),
                 "kI16: the run-time one-row kernel, or hot kernels without SR");
   static_assert(!kBf16State || (kHot && kRounds == 0), "kBf16State: hot kernels without SR");
-  static_assert(kDstate != 96 || (!kHot && !kI16 && kR == 1 && !kSmall),
-                "dstate 96: the run-time kernels of a float state");
-  // The lane's tile: kDstate columns, or 128 at dstate 96 (mtp_tile), where a lane's blocks at
-  // columns >= 96 are not loaded, updated, summed nor stored (FlashInfer's kernel skips them): a
-  // 2-byte state's second block for lanes 4..7, an fp32 state's fourth 4-column block.
+  static_assert(!mtp_uneven(kDstate) || (!kHot && !kI16 && kR == 1 && !kSmall),
+                "an uneven dstate: the run-time kernels of a float state");
+  // The lane's tile: kDstate columns, or the next power of two at an uneven dstate (mtp_tile),
+  // where a lane's blocks at columns >= kDstate are not loaded, updated, summed nor stored
+  // (FlashInfer's kernel skips them): at 96 a 2-byte state's second block for lanes 4..7, an
+  // fp32 state's fourth 4-column block.
   constexpr int kTile = mtp_tile(kDstate);
   constexpr int NC = kTile / 8;  // columns per lane
   constexpr int NP = NC / 2;       // column pairs per lane
@@ -652,7 +658,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
 #pragma unroll
           for (int j = 0; j < NC / 4; ++j) {
             float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if constexpr (kDstate == 96) {
+            if constexpr (mtp_uneven(kDstate)) {
               if (!pad && ok[r] && mtp_in_row<kDstate, true>(m, 4 * j))
                 v = *reinterpret_cast<const float4 *>(reinterpret_cast<const float *>(read_head) +
                                                       d * kDstate + mtp_col<true>(m, 4 * j));
@@ -679,7 +685,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
         } else {
 #pragma unroll
           for (int i = 0; i < NC; ++i) {
-            if constexpr (kDstate == 96) {
+            if constexpr (mtp_uneven(kDstate)) {
               s[r][i] = pad || !ok[r] || !mtp_in_row<kDstate, false>(m, i)
                             ? 0.0f
                             : load_float(read_head, d * kDstate + mtp_col(m, i), sdt);
@@ -762,7 +768,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
         for (int r = 0; r < R; ++r) {
 #pragma unroll
           for (int i = 0; i < 8; i += 2) {
-            if constexpr (kDstate == 96) {
+            if constexpr (mtp_uneven(kDstate)) {
               if (!mtp_in_row<kDstate, kF32>(m, 8 * j + i)) continue;
             }
             float &se = s[r][8 * j + i];
@@ -929,7 +935,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
           }
 #pragma unroll
           for (int j = 0; j < NC / 8; ++j) {
-            if constexpr (kDstate == 96) {
+            if constexpr (mtp_uneven(kDstate)) {
               if (!mtp_in_row<kDstate, false>(m, 8 * j)) continue;
             }
             uint4 v{h2[4 * j], h2[4 * j + 1], h2[4 * j + 2], h2[4 * j + 3]};
@@ -938,7 +944,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
         } else if (sdt == MAMBA_SSU_BF16) {
 #pragma unroll
           for (int j = 0; j < NC / 8; ++j) {
-            if constexpr (kDstate == 96) {
+            if constexpr (mtp_uneven(kDstate)) {
               if (!mtp_in_row<kDstate, false>(m, 8 * j)) continue;
             }
             uint32_t w[4];
@@ -958,7 +964,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
 #pragma unroll
           for (int j = 0; j < NC / 8; ++j) {
             float *p = reinterpret_cast<float *>(row + 4 * (64 * j + (kF32 ? 4 : 8) * m));
-            if constexpr (kDstate == 96) {
+            if constexpr (mtp_uneven(kDstate)) {
               // The two 4-column blocks, each where it lies in the row.
               if (mtp_in_row<kDstate, kF32>(m, 8 * j))
                 st_state(reinterpret_cast<float4 *>(p), make_float4(s[r][8 * j], s[r][8 * j + 1],
@@ -1148,10 +1154,12 @@ int launch_hot_bf16(const Args &a, int dstate, int rows_per_group, bool small, u
 int launch_hot_i16(const Args &a, const ScaleArgs &sc, int dstate, int rows_per_group, bool small,
                    unsigned nblocks, size_t smem, cudaStream_t st);
 
-// Launches the run-time mtp_kernel at dstate 96 (an fp32 state's when `f32`, else a 2-byte
-// one's) on `nblocks` blocks with `smem` bytes of dynamic shared memory (mtp_smem_bytes over
-// mtp_tile(96)); the launch status (ssu_uneven.cu, its own translation unit).
-int launch_uneven(const Args &a, bool f32, unsigned nblocks, size_t smem, cudaStream_t st);
+// Launches the run-time mtp_kernel at an uneven dstate (96, 160, 192 or 224; an fp32 state's
+// when `f32`, else a 2-byte one's) on `nblocks` blocks with `smem` bytes of dynamic shared
+// memory (mtp_smem_bytes over mtp_tile(dstate)); the launch status (ssu_uneven.cu, its own
+// translation unit).
+int launch_uneven(const Args &a, int dstate, bool f32, unsigned nblocks, size_t smem,
+                  cudaStream_t st);
 
 // Static shared memory the hot int16 kernels add to every multi-token kernel's (s_sct: a
 // pointer per token), which residency and the per-block limit count.

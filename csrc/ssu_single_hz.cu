@@ -97,8 +97,9 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
                            : hz::kTilesInFlightSmall;
   pl.smem = static_cast<size_t>(
       hz::block_smem_bytes(static_cast<int>(p.dstate), pl.tiles_in_flight));
-  // dstate 96 (a row of 3 or 6 stages) runs the run-time kernel of any stage count.
-  pl.compiled = p.dstate != 96 && compiled_kernel(p);
+  // An uneven dstate (96, 160, 192, 224: rows of 3, 5, 6 or 7 stages of a 2-byte state, twice
+  // as many of an fp32 one) runs the run-time kernel of any stage count.
+  pl.compiled = !uneven_dstate(p.dstate) && compiled_kernel(p);
   *out = pl;
   return MAMBA_SSU_SUCCESS;
 }
@@ -182,7 +183,7 @@ int hz_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba_
   a.update_state = p.update_state != 0;
 
   const auto st = reinterpret_cast<cudaStream_t>(stream);
-  if (p.dstate == 96) return hz::launch_uneven(a, p.state_dtype, pl.nblocks, pl.smem, st);
+  if (uneven_dstate(p.dstate)) return hz::launch_uneven(a, p.state_dtype, pl.nblocks, pl.smem, st);
   const bool bf16 = bf16_inputs(p);
   switch (p.state_dtype) {
   case MAMBA_SSU_F16:

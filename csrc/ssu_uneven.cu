@@ -1,9 +1,10 @@
-// ssu_uneven.cu — the generic kernels at dstate 96, the dstate between the compiled-in ones
-// that FlashInfer's sm_90 module takes for every state dtype: single token DynUnevenConfig
-// (ssu.cuh: FlashInfer's lane runs of 3, vertical lanes 16..31 with half the columns; at 6
-// blocks per SM as DynUnevenWideConfig for calls of >= 48 MiB) and the
-// horizontal kernel with 3 (6) stages a row (ssu_hz.cuh: kAnyStages), multi token mtp_kernel at
-// dstate 96 (ssu_mtp.cuh: the 128-column tile with the blocks past 96 skipped); launched for
+// ssu_uneven.cu — the generic kernels at the uneven dstates (checks.h: uneven_dstate; 96, 160,
+// 192 and 224), the dstates between the compiled-in ones that FlashInfer's sm_90 module takes
+// for every state dtype: single token DynUnevenConfig (ssu.cuh: FlashInfer's lane runs of 3, 5,
+// 6 or 7 columns, vertical lanes with fewer columns where the row ends; at 6 blocks per SM as
+// DynUnevenWideConfig for calls of >= 48 MiB) and the horizontal kernel with 3 to 7 stages a row
+// (twice as many of an fp32 state; ssu_hz.cuh: kAnyStages), multi token mtp_kernel at each
+// (ssu_mtp.cuh: the 128- or 256-column tile with the blocks past dstate skipped); launched for
 // plans of ssu.cu, ssu_single_hz.cu and ssu_mtp.cu. A translation unit of its own, sorted
 // after the other SSU units, so that their kernels and the device link keep their code and
 // shared-memory layout.
@@ -48,11 +49,34 @@ int launch_uneven(const Args &a, int32_t state_dtype, unsigned nblocks, size_t s
 
 namespace mtp {
 
-int launch_uneven(const Args &a, bool f32, unsigned nblocks, size_t smem, cudaStream_t st) {
-  if (f32)
-    mtp_kernel<false, 96, -1, 1, false, true><<<nblocks, kThreads, smem, st>>>(a);
-  else
-    mtp_kernel<false, 96, -1, 1, false, false><<<nblocks, kThreads, smem, st>>>(a);
+int launch_uneven(const Args &a, int dstate, bool f32, unsigned nblocks, size_t smem,
+                  cudaStream_t st) {
+  switch (dstate) {
+  case 96:
+    if (f32)
+      mtp_kernel<false, 96, -1, 1, false, true><<<nblocks, kThreads, smem, st>>>(a);
+    else
+      mtp_kernel<false, 96, -1, 1, false, false><<<nblocks, kThreads, smem, st>>>(a);
+    break;
+  case 160:
+    if (f32)
+      mtp_kernel<false, 160, -1, 1, false, true><<<nblocks, kThreads, smem, st>>>(a);
+    else
+      mtp_kernel<false, 160, -1, 1, false, false><<<nblocks, kThreads, smem, st>>>(a);
+    break;
+  case 192:
+    if (f32)
+      mtp_kernel<false, 192, -1, 1, false, true><<<nblocks, kThreads, smem, st>>>(a);
+    else
+      mtp_kernel<false, 192, -1, 1, false, false><<<nblocks, kThreads, smem, st>>>(a);
+    break;
+  default:  // 224 (the launcher passes uneven dstates only)
+    if (f32)
+      mtp_kernel<false, 224, -1, 1, false, true><<<nblocks, kThreads, smem, st>>>(a);
+    else
+      mtp_kernel<false, 224, -1, 1, false, false><<<nblocks, kThreads, smem, st>>>(a);
+    break;
+  }
   return check_launch("multi-token selective-state-update kernel launch");
 }
 

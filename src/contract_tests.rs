@@ -272,34 +272,38 @@ fn with_dstate(mut a: sys::mamba_ssu_args, ds: i64) -> sys::mamba_ssu_args {
     a
 }
 
-/// dstate 96 is served for every float state dtype on both paths; an int16 state there is
-/// UNSUPPORTED (FlashInfer's kernels take it; the crate has no recording of it), on both paths
-/// (the block's `state_dtype`, the descriptors' `state`).
+/// The uneven dstates (96, 160, 192, 224) are served for every float state dtype on both paths;
+/// an int16 state there is UNSUPPORTED (FlashInfer's kernels take it; the crate has no recording
+/// of it), on both paths (the block's `state_dtype`, the descriptors' `state`).
 #[rustfmt::skip]
 #[test]
-fn dstate_96_rules() {
-    for make in [single, fixed, varlen] {
-        for dtype in [F16, BF16, F32] {
-            let mut a = with_dstate(make(), 96);
-            a.state.dtype = dtype;
-            if a.intermediate_states.rank > 0 {
-                a.intermediate_states.dtype = dtype;
-            }
-            if dtype != F16 {
-                a.seed.mode = sys::MAMBA_SSU_SEED_MODE_NONE as i32;
-            }
-            if let Err(e) = check(&a) {
-                panic!("dstate 96, state dtype {dtype}: {e:?}");
+fn uneven_dstate_rules() {
+    for ds in [96, 160, 192, 224] {
+        for make in [single, fixed, varlen] {
+            for dtype in [F16, BF16, F32] {
+                let mut a = with_dstate(make(), ds);
+                a.state.dtype = dtype;
+                if a.intermediate_states.rank > 0 {
+                    a.intermediate_states.dtype = dtype;
+                }
+                if dtype != F16 {
+                    a.seed.mode = sys::MAMBA_SSU_SEED_MODE_NONE as i32;
+                }
+                if let Err(e) = check(&a) {
+                    panic!("dstate {ds}, state dtype {dtype}: {e:?}");
+                }
             }
         }
     }
     check_rules(&[
         (int16, |a| *a = with_dstate(*a, 96), UNS, "state",
             "state_dtype: an I16 state at dstate 96 is not served yet"),
-        (int16_fixed, |a| *a = with_dstate(*a, 96), UNS, "state",
-            "state_dtype: an I16 state at dstate 96 is not served yet"),
-        (int16_varlen, |a| *a = with_dstate(*a, 96), UNS, "state",
-            "state_dtype: an I16 state at dstate 96 is not served yet"),
+        (int16_fixed, |a| *a = with_dstate(*a, 160), UNS, "state",
+            "state_dtype: an I16 state at dstate 160 is not served yet"),
+        (int16_varlen, |a| *a = with_dstate(*a, 224), UNS, "state",
+            "state_dtype: an I16 state at dstate 224 is not served yet"),
+        (int16, |a| *a = with_dstate(*a, 192), UNS, "state",
+            "state_dtype: an I16 state at dstate 192 is not served yet"),
     ]);
 }
 
@@ -630,11 +634,11 @@ fn index_and_intermediate_rules() {
 #[test]
 fn lowered_rules_name_the_tensor() {
     check_rules(&[
-        (single, |a| { a.state.shape[3] = 160; a.A.shape[2] = 160; a.B.shape[2] = 160;
-                       a.C.shape[2] = 160; a.B.strides[0] = NG * 160; a.C.strides[0] = NG * 160;
-                       a.B.strides[1] = 160; a.C.strides[1] = 160;
-                       a.state.strides = [NH * DIM * 160, DIM * 160, 160, 1, 0]; }, UNS, "state",
-            "dstate: expected 64, 96, 128 or 256, got 160"),
+        (single, |a| { a.state.shape[3] = 288; a.A.shape[2] = 288; a.B.shape[2] = 288;
+                       a.C.shape[2] = 288; a.B.strides[0] = NG * 288; a.C.strides[0] = NG * 288;
+                       a.B.strides[1] = 288; a.C.strides[1] = 288;
+                       a.state.strides = [NH * DIM * 288, DIM * 288, 288, 1, 0]; }, UNS, "state",
+            "dstate: expected a multiple of 32 from 64 to 256, got 288"),
         (single, |a| { a.B.shape[1] = 3; a.C.shape[1] = 3; a.B.strides[0] = 3 * DS;
                        a.C.strides[0] = 3 * DS; }, INV, "B", "ngroups: expected a divisor of nheads"),
         (single, |a| { a.state_batch_indices = absent(); a.state.shape[0] = 1; }, INV, "state",
@@ -1222,7 +1226,7 @@ fn legacy_check(p: &sys::mamba_ssu_params) -> (i32, String, String) {
 }
 
 /// The dstate rule of FlashInfer's sm_90 module (docs/flashinfer-ssu.md, "Shapes FlashInfer
-/// takes on sm_90"), through the single-token block: 64, 96, 128 and 256 served; every other
+/// takes on sm_90"), through the single-token block: the multiples of 32 from 64 to 256 served; every other
 /// dstate FlashInfer's build takes (2-byte state: multiples of 32 from 64; fp32 state: multiples
 /// of 16 from 32) UNSUPPORTED, the rest INVALID_ARGUMENT (FlashInfer's RuntimeError), naming
 /// `dstate`.
@@ -1239,7 +1243,7 @@ fn dstates_follow_flashinfers_sm90_module() {
                 state_dtype,
                 ..good
             };
-            if [64, 96, 128, 256].contains(&ds) {
+            if (64..=256).contains(&ds) && ds % 32 == 0 {
                 // Served: any refusal is another rule's (an SR seed with a non-F16 state).
                 let (status, arg, detail) = c(&p);
                 assert!(status == OK || arg != "dstate", "{ds}: {detail}");
@@ -1257,8 +1261,8 @@ fn dstates_follow_flashinfers_sm90_module() {
                 assert_eq!(
                     detail,
                     format!(
-                        "dstate: expected 64, 96, 128 or 256, got {ds} (FlashInfer's sm_90 \
-                         kernels take it; not served yet)"
+                        "dstate: expected a multiple of 32 from 64 to 256, got {ds} (FlashInfer's \
+                         sm_90 kernels take it; not served yet)"
                     )
                 );
                 taken.push((state_dtype, ds));
@@ -1271,8 +1275,8 @@ fn dstates_follow_flashinfers_sm90_module() {
             }
         }
     }
-    // dstates 160 and 192 are taken for every state dtype; 48 and 80 for an fp32 state only.
-    for ds in [160, 192] {
+    // dstates 288 and 512 are taken for every state dtype; 48 and 80 for an fp32 state only.
+    for ds in [288, 512] {
         for t in [F16, BF16, F32] {
             assert!(taken.contains(&(t, ds)), "{t} {ds}");
         }

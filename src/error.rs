@@ -31,8 +31,8 @@ pub enum Error {
         /// What was expected and what was given (the C check's detail).
         message: String,
     },
-    /// A valid combination the kernels do not serve (e.g. a `dstate` other than 64, 96, 128 or
-    /// 256 that FlashInfer takes,
+    /// A valid combination the kernels do not serve (e.g. a `dstate` above 256 that
+    /// FlashInfer takes,
     /// stochastic rounding of a non-fp16 state, a grid or extent past the kernel's limits);
     /// nothing was launched. The C ABI's `MAMBA_SSU_ERROR_UNSUPPORTED`.
     Unsupported {

@@ -472,11 +472,12 @@ def _with_dstate(kw, dstate, multi):
 
 
 @pytest.mark.parametrize("state_dtype", [torch.float16, torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("dstate", [16, 32, 48, 80, 96, 100, 160, 192, 512])
+@pytest.mark.parametrize("dstate", [16, 32, 48, 80, 96, 100, 160, 192, 224, 288, 512])
 @pytest.mark.parametrize("multi", [False, True])
 def test_dstates_flashinfer_takes_are_not_implemented_and_others_runtime_errors(state_dtype, dstate, multi):
     """Every dstate FlashInfer's sm_90 module takes that the crate does not serve raises
-    NotImplementedError, every other RuntimeError; dstate 96 is served on both paths."""
+    NotImplementedError, every other RuntimeError; the multiples of 32 from 64 to 256 (96, 160,
+    192 and 224 among them) are served on both paths."""
     from test_cpu_mtp import make_mtp
 
     kw = make_mtp() if multi else make()
@@ -484,7 +485,7 @@ def test_dstates_flashinfer_takes_are_not_implemented_and_others_runtime_errors(
     kw["state"] = s.to(state_dtype)
     kw = _with_dstate(kw, dstate, multi)
     kw["rand_seed"] = None  # no SR: every state dtype reaches the dstate rule alike
-    if dstate == 96:
+    if dstate in (96, 160, 192, 224):
         # Served (single token: the simple and vertical mappings; multi token: the run-time
         # kernel).
         assert outcome(lambda: check(**kw))[0] == "ok"

@@ -100,10 +100,14 @@ pub fn sr_f16_bits_v074(x: f32, r13: u32) -> u16 {
 ///
 /// With `base = read_slot * slot_stride + h * dim * dstate` (the READ slot; u64 wrapping
 /// arithmetic throughout), key `(lo32(seed), hi32(seed))` and counter `(lo32(o), hi32(o), 0, 0)`:
-/// - simple kernel: column `n` of row `d` uses word `n % G` of Philox(`o = base + d * dstate +
-///   G * floor(n / G)`) with `G = min(4, dstate / 32)` (at dstate 96, `G = 3`: a lane's run of
-///   three columns is one call's words 0 to 2);
-/// - vertical kernel: word `n % 2` of Philox(`o = base + d * dstate + 2 * floor(n / 2)`);
+/// - simple kernel: a lane owns runs of `c = min(8, dstate / 32)` consecutive columns (a 2-byte
+///   state); column `n` of row `d`, at position `p = n % c` of its run, uses word `p % 4` of
+///   Philox(`o = base + d * dstate + c * floor(n / c) + 4 * floor(p / 4)`): a call feeds up to
+///   four columns of a run, and a run of 5 to 8 takes a second call at its position 4 (at
+///   dstate 64, 128 and 256 this is word `n % G` of Philox(`... + G * floor(n / G)`) with
+///   `G = min(4, dstate / 32)`; at dstate 96 a run of three columns is one call's words 0 to 2);
+/// - vertical kernel: word `n % 2` of Philox(`o = base + d * dstate + 2 * floor(n / 2)`) (runs
+///   of 2);
 /// - horizontal kernel: columns in stages of 32 (`n = 32 k + c`); with `s = d & 14` (the rotation
 ///   of row `d`'s visits) and `u = (c - s) mod 32`, word `u % 4` of Philox(`o = base +
 ///   d * dstate + 32 k + ((u - u % 4 + s) mod 32)`): a call feeds four columns that are
@@ -120,6 +124,7 @@ pub struct SrMapping {
     key: [u32; 2],
     rounds: u32,
     group: u64,
+    run: u64,
 }
 
 impl SrMapping {
@@ -127,7 +132,8 @@ impl SrMapping {
     /// columns per head, for `seed` and `rounds` Philox rounds, under `algorithm`.
     ///
     /// Errors: `algorithm` is [`Algorithm::Auto`] (resolve it first with
-    /// [`Algorithm::resolve`]); `dstate` not in [`SUPPORTED_DSTATE`] (64, 96, 128, 256);
+    /// [`Algorithm::resolve`]); `dstate` not in [`SUPPORTED_DSTATE`] (the multiples of 32 from
+    /// 64 to 256);
     /// `rounds` 0 (any count >= 1 is taken: FlashInfer's `philox_rounds` has no upper bound).
     pub fn new(
         algorithm: Algorithm,
@@ -137,7 +143,7 @@ impl SrMapping {
         seed: u64,
         rounds: u32,
     ) -> Result<Self> {
-        let group = match algorithm {
+        let run = match algorithm {
             Algorithm::Auto => {
                 return Err(Error::invalid(
                     "algorithm",
@@ -145,14 +151,14 @@ impl SrMapping {
                      Algorithm::resolve), got Auto",
                 ))
             }
-            Algorithm::Simple => (dstate / 32).min(4),
+            Algorithm::Simple => (dstate / 32).min(8),
             Algorithm::Vertical => 2,
             Algorithm::Horizontal => 4,
         };
         if !SUPPORTED_DSTATE.contains(&dstate) {
             return Err(Error::invalid(
                 "dstate",
-                format!("expected 64, 96, 128 or 256, got {dstate}"),
+                format!("expected a multiple of 32 from 64 to 256, got {dstate}"),
             ));
         }
         if rounds == 0 {
@@ -165,7 +171,8 @@ impl SrMapping {
             dstate: dstate as u64,
             key: key_of(seed),
             rounds,
-            group: group as u64,
+            group: run.min(4) as u64,
+            run: run as u64,
         })
     }
 
@@ -175,7 +182,8 @@ impl SrMapping {
         self.algorithm
     }
 
-    /// Columns fed by one Philox call (`G`; 4 for the horizontal kernel).
+    /// Columns fed by one Philox call (`G`: `min(4, c)` for a run of `c` columns; 4 for the
+    /// horizontal kernel). A simple run of 5 to 7 columns takes a second call for its last ones.
     pub fn group(&self) -> usize {
         self.group as usize
     }
@@ -209,8 +217,9 @@ impl SrMapping {
             let first = (u - u % 4 + s) % 32;
             return (row.wrapping_add(32 * stage + first), (u % 4) as usize);
         }
-        let o = row.wrapping_add(self.group * (n / self.group));
-        (o, (n % self.group) as usize)
+        let p = n % self.run;
+        let o = row.wrapping_add(self.run * (n / self.run) + 4 * (p / 4));
+        (o, (p % 4) as usize)
     }
 
     /// The 13-bit random number of element `(read_slot, h, d, n)` (`read_slot` is the slot the
@@ -680,6 +689,41 @@ mod tests {
         }
     }
 
+    /// dstates 160, 192 and 224: simple lane l owns the run of c = 5, 6, 7 columns from c·l; the
+    /// run's columns 0..3 take words 0..3 of one Philox call at the run's first column, columns
+    /// 4.. words 0.. of a second call at the run's column 4 (the offset of that column); vertical
+    /// pairs as at every dstate.
+    #[test]
+    fn offsets_at_runs_of_5_to_7() {
+        for (ds, c) in [(160usize, 5u64), (192, 6), (224, 7)] {
+            let (slot_stride, dim) = (3 * 8 * ds, 8);
+            let s = SrMapping::new(Algorithm::Simple, slot_stride, dim, ds, 5, 10).unwrap();
+            let v = SrMapping::new(Algorithm::Vertical, slot_stride, dim, ds, 5, 10).unwrap();
+            assert_eq!(s.group(), 4);
+            let base = (2 * slot_stride + 5 * 8 * ds + 7 * ds) as u64;
+            for lane in 0..32u64 {
+                let first = base + c * lane;
+                for p in 0..c {
+                    let n = (c * lane + p) as usize;
+                    let want = if p < 4 {
+                        (first, p as usize)
+                    } else {
+                        (first + 4, (p - 4) as usize)
+                    };
+                    assert_eq!(s.philox_offset(2, 5, 7, n), want, "dstate {ds} simple {n}");
+                }
+            }
+            for n in 0..ds {
+                let pair = (n / 2) as u64 * 2;
+                assert_eq!(
+                    v.philox_offset(2, 5, 7, n),
+                    (base + pair, n % 2),
+                    "vertical {n}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn offsets_wrap_in_u64() {
         let m = SrMapping::new(Algorithm::Simple, usize::MAX, 64, 128, 1, 10).unwrap();
@@ -700,7 +744,7 @@ mod tests {
                 ..
             }
         ));
-        let e = SrMapping::new(Algorithm::Simple, 0, 64, 160, 0, 10).unwrap_err();
+        let e = SrMapping::new(Algorithm::Simple, 0, 64, 288, 0, 10).unwrap_err();
         assert!(matches!(
             e,
             Error::InvalidArgument {

@@ -161,10 +161,10 @@ pub const MAX_PHILOX_ROUNDS: u32 = crate::ffi::sys::MAMBA_SSU_MAX_PHILOX_ROUNDS;
 /// The `dstate` values the kernels serve (the C check enforces them: another value FlashInfer's
 /// sm_90 module takes is [`Error::Unsupported`](crate::Error::Unsupported), any other
 /// [`Error::InvalidArgument`](crate::Error::InvalidArgument)); the CPU references take the same.
-/// 64, 128 and 256 run compiled-in kernels where the rest of the call allows; 96 (FlashInfer's
-/// module takes it for every state dtype) runs the run-time kernels, an int16 state there is
-/// not served.
-pub const SUPPORTED_DSTATE: [usize; 4] = [64, 96, 128, 256];
+/// 64, 128 and 256 run compiled-in kernels where the rest of the call allows; the multiples of
+/// 32 between them, 96, 160, 192 and 224 (FlashInfer's module takes them for every state dtype),
+/// run the run-time kernels, an int16 state there is not served.
+pub const SUPPORTED_DSTATE: [usize; 7] = [64, 96, 128, 160, 192, 224, 256];
 
 /// The stochastic-rounding conversion of a call (FlashInfer 0.7.2's, the default, or 0.7.4's);
 /// the same type as the CPU reference's.

@@ -52,7 +52,7 @@ state carried in fp32). These are checked against int16_rule, the forms docs/fla
 documents (the crate has no int16 kernels yet).
 
 Output: one line per (group, kernel kind) with the form read and, for single-token groups whose
-dstate the crate serves (64, 96, 128, 256), the form the rule predicts (the first-form rule for the
+dstate the crate serves (64 to 256), the form the rule predicts (the first-form rule for the
 simple and vertical kernels of fp16-, bf16- and fp32-state groups, HORIZONTAL_FORM for the horizontal kernel of
 every state dtype, int16_rule for int16-state kernels, multi token included). Other multi-token
 groups are listed as not covered. Exit status: 0 when every classified form agrees with the
@@ -73,7 +73,7 @@ DEFAULT_BUILD = os.path.join(REPO, "target", "flashinfer-recorder", "0.7.2.post1
 
 KINDS = ("simple", "simple_tiled", "vertical")
 HORIZONTAL = "horizontal"
-SERVED_DSTATES = (64, 96, 128, 256)
+SERVED_DSTATES = (64, 96, 128, 160, 192, 224, 256)
 # The update and epilogue forms of the crate's horizontal kernel (csrc/ssu_hz.cuh: every state
 # dtype, every round count).
 HORIZONTAL_FORM = "H/fma"
@@ -89,6 +89,20 @@ def first_form_f1(simple, below, rounds, dstate, f32=False, v074=False):
         return simple
     if dstate == 96:
         return rounds == 1 or not (simple and below)
+    if 128 < dstate < 256 and not simple:
+        return not f32 and not (dstate == 192 and rounds <= 1)
+    if 128 < dstate < 256 and not below:
+        return True
+    if dstate == 160 and v074:
+        return rounds < 2 or rounds > 6
+    if dstate == 192 and v074:
+        return rounds < 2 or rounds > 5
+    if dstate == 224 and v074:
+        return rounds < 1 or rounds > 2
+    if dstate == 224:
+        return True
+    if 128 < dstate < 256:
+        return rounds < 3 or rounds > 7
     if rounds <= 1 and f32 and dstate == 256:
         return not simple
     if rounds == 0:
@@ -335,14 +349,43 @@ def _occurrence(insns, i, sel_at, fmul_result):
     # FMUL sel, rn(x*D): F1 when the product is next touched by an FFMA taking it as its addend.
     if len(ins.args) != 3 or not fmul_result(i, 3 - sel_at[0]):
         return {"form": "?", "why": "FMUL with sel: the other factor is not an FMUL's result"}
-    p = ins.plain(0)
+    # The product's registers: the FMUL's result and its unpredicated copies (is_copy), followed
+    # until one of them is read (a register written before it is read is dropped).
+    held = {ins.plain(0)}
     for nxt in insns[i + 1:]:
-        if p in nxt.reads() or p in nxt.dests():
-            if nxt.base == "FFMA" and len(nxt.args) == 4 and nxt.plain(3) == p \
-                    and not any(p == int(r) for a in nxt.args[1:3] for r in REG.findall(a)):
-                return {"form": "F1", "why": f"FMUL sel, rn(x*D); then {nxt.text}"}
-            return {"form": "?", "why": f"FMUL with sel: its product is next touched by {nxt.text}"}
+        if not held & nxt.reads():
+            held -= set(nxt.dests())  # a copy overwritten before it is read
+            if not held:
+                break
+            continue
+        if is_copy(nxt) and nxt.plain(len(nxt.args) - 1) in held:
+            held.add(nxt.plain(0))
+            continue
+        if is_half_clear(nxt) and nxt.plain(0) in held and nxt.plain(0) != ins.plain(0):
+            held.discard(nxt.plain(0))  # a copy's register taken over for a 16-bit load
+            continue
+        if nxt.base == "FFMA" and len(nxt.args) == 4 and nxt.plain(3) in held \
+                and not any(int(r) in held for a in nxt.args[1:3] for r in REG.findall(a)):
+            return {"form": "F1", "why": f"FMUL sel, rn(x*D); then {nxt.text}"}
+        return {"form": "?", "why": f"FMUL with sel: its product is next touched by {nxt.text}"}
     return {"form": "?", "why": "FMUL with sel: its product is not used"}
+
+
+def is_half_clear(ins):
+    """PRMT Rd, RZ, imm, Rd: Rd with bytes replaced by zeros (the compiler's preparation of a
+    register for a 16-bit load into it), not a use of its value as a float."""
+    return ins.base == "PRMT" and len(ins.args) == 4 and ins.args[1] == "RZ" \
+        and ins.plain(0) is not None and ins.plain(3) == ins.plain(0) and not ins.text.startswith("@")
+
+
+def is_copy(ins):
+    """An unpredicated register copy: MOV Rd, Rs or IMAD.MOV.U32 Rd, RZ, RZ, Rs."""
+    if ins.text.startswith("@") or ins.plain(0) is None:
+        return False
+    if ins.base == "MOV" and len(ins.args) == 2:
+        return ins.plain(1) is not None
+    return ins.op == "IMAD.MOV.U32" and len(ins.args) == 4 and ins.args[1] == "RZ" \
+        and ins.args[2] == "RZ" and ins.plain(3) is not None
 
 
 L2E = "1.4426950216293334961"  # log2(e) as cuobjdump prints the fp32 immediate
@@ -706,8 +749,8 @@ def int16_rule(kind, dstate, dim=None, release="0.7.2.post1"):
     0's first term F0 in the simple and vertical kernels and F1 in the tiled simple one (the
     fp16 state's forms without SR). The accumulation: single token one chain per lane over its
     columns in order (even, odd alternating); multi token one chain of the even and one of the
-    odd columns (dstate 96 is not served with an int16 state)."""
-    if dstate not in SERVED_DSTATES or dstate == 96:
+    odd columns (the uneven dstates 96, 160, 192 and 224 are not served with an int16 state)."""
+    if dstate not in (64, 128, 256):
         return None
     if kind == "mtp":
         n = dstate // 16

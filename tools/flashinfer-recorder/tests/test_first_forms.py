@@ -246,9 +246,18 @@ class Classifier(unittest.TestCase):
         self.assertEqual(ff.kernel_form([{"form": "F1"}, {"form": "?"}]), "?")
         self.assertEqual(ff.kernel_form([]), "?")
 
-    def test_product_moved_before_use_is_unclassified(self):
+    def test_product_copied_before_use_is_followed(self):
         body = list(F1)
         body[-1:] = ["IMAD.MOV.U32 R31, RZ, RZ, R16", "FFMA.FTZ R17, R17, R27, R31"]
+        self.assertEqual(forms(*body), ["F1"])
+        # a copy overwritten before it is read, or cleared for a 16-bit load, is dropped
+        body[-1:] = ["IMAD.MOV.U32 R31, RZ, RZ, R16", "PRMT R31, RZ, 0x7610, R31",
+                     "MOV R30, R16", "IMAD.HI.U32 R30, R2, 0x5, RZ", "FFMA.FTZ R17, R17, R27, R16"]
+        self.assertEqual(forms(*body), ["F1"])
+        # a copy read as a multiplicand, or a predicated copy, is not followed
+        body[-1:] = ["MOV R31, R16", "FFMA.FTZ R17, R31, R27, R17"]
+        self.assertEqual(forms(*body), ["?"])
+        body[-1:] = ["@P0 MOV R31, R16", "FFMA.FTZ R17, R17, R27, R31"]
         self.assertEqual(forms(*body), ["?"])
 
     def test_product_as_a_multiplicand_is_unclassified(self):
@@ -446,7 +455,7 @@ class Kernels(unittest.TestCase):
         self.assertEqual(rows["vertical"]["functions"][0]["arch"], "sm_90a")
 
     def test_unserved_dstate_and_missing_kernel(self):
-        gid = GROUP.replace("ds128", "ds160")
+        gid = GROUP.replace("ds128", "ds288")
         rows = {r["kind"]: r for r in ff.analyse_group(gid, dump([function("simple", 0, F1)]))}
         self.assertEqual((rows["simple"]["form"], rows["simple"]["status"], rows["simple"]["rule"]),
                          ("F1", "not served", None))
@@ -479,7 +488,7 @@ class Kernels(unittest.TestCase):
 
             # an unclassified kernel is listed, not a failure
             moved = list(F1)
-            moved[-1:] = ["IMAD.MOV.U32 R31, RZ, RZ, R16", "FFMA.FTZ R17, R17, R27, R31"]
+            moved[-1] = "FFMA.FTZ R17, R16, R27, R17"
             with open(os.path.join(libs, GROUP + ".so"), "w") as f:
                 f.write(dump([function("simple", 0, F0), function("simple_tiled", 0, moved),
                               function("vertical", 0, F0)]))
@@ -534,7 +543,7 @@ class Rule(unittest.TestCase):
         for simple in (False, True):
             for below in (False, True):
                 for rounds in range(0, 20):
-                    for dstate in (64, 96, 128, 256):
+                    for dstate in (64, 96, 128, 160, 192, 224, 256):
                         for f32 in (False, True):
                             for v074 in (False, True):
                                 args = (simple, below, rounds, dstate, f32, v074)
