@@ -44,8 +44,9 @@ constexpr int64_t kStaticSmemBytes = 512;
 // Fewest rows a block can hold (generic kernel, 4 warps x 2 rows): bounds the
 // grid size in the checks, whatever rows per warp the launcher picks.
 constexpr int64_t kMinRowsPerBlock = ssu::kWarpsPerBlock * DynConfig::kRowsPerChunk;
-// dstate 96, simple and vertical: from this many bytes of state the kernel at 6 blocks per SM
-// (DynUnevenWideConfig), below it DynUnevenConfig's 4 (measured faster at 48 MiB, slower at 12).
+// The uneven dstates, simple and vertical: from this many bytes of state the kernel at 6 blocks
+// per SM (DynUnevenWideConfig), below it DynUnevenConfig's 4 (measured at dstate 96: faster at
+// 48 MiB, slower at 12; not measured at 160, 192 and 224).
 constexpr int64_t kUnevenWideStateBytes = int64_t(48) << 20;
 // Largest byte extent of any tensor: keeps every 64-bit offset far from overflow.
 constexpr __int128 kMaxExtentBytes = static_cast<__int128>(1) << 60;

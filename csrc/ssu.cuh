@@ -694,8 +694,9 @@ struct DynI16Config : DynConfig {
 };
 
 // The generic path at a dstate between the compiled-in ones that FlashInfer's single-token
-// kernels take (the launcher's check_single_dstate: 96), where a lane's columns are not
-// DynConfig's power-of-two runs (docs/flashinfer-ssu.md, "dstate 96 in FlashInfer's kernels").
+// kernels take (checks.h: uneven_dstate; 96, 160, 192, 224), where a lane's columns are not
+// DynConfig's power-of-two runs (docs/flashinfer-ssu.md, "dstate 96 in FlashInfer's kernels",
+// "dstates 160, 192 and 224": simple runs of 5, 6 and 7 columns with a 2-byte state).
 // FlashInfer's simple and vertical kernels give lane l runs of c columns, c = min(16 / element
 // size, dstate / 32) (simple) or 4 / element size (vertical), at l * c + 32 * c * j for every
 // j with l * c + 32 * c * j < dstate: at dstate 96 simple lane l owns 3l..3l+2 (one run; run
@@ -1438,7 +1439,7 @@ int launch_hot_state(const Args &a, StpStateFamily family, unsigned blocks, int 
 int launch_hot_i16(const Args &a, StpStateFamily family, unsigned blocks, int wpb,
                    cudaStream_t st, int64_t rows, int small_rows, bool simple,
                    const ScaleArgs &sc);
-// The generic kernel at dstate 96 (DynUnevenConfig; ssu_uneven.cu).
+// The generic kernel at an uneven dstate (96, 160, 192, 224; DynUnevenConfig; ssu_uneven.cu).
 int launch_uneven(const Args &a, unsigned blocks, int warps_per_block, bool wide,
                   cudaStream_t stream);
 

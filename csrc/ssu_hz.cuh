@@ -120,7 +120,7 @@ struct Args {
   uint32_t warps_per_head;   // dim / rows_per_warp
   int32_t rows_per_warp;     // a multiple of kTileRows dividing dim
   int32_t dim;               // a multiple of 64, at most 256
-  int32_t dstate;            // 64, 96, 128 or 256
+  int32_t dstate;            // a multiple of 32 from 64 to 256
   int32_t tiles_in_flight;   // kTilesInFlightSmall or kTilesInFlightLarge
   int32_t input_dtype;       // read where the config's inputs are not bf16
   int32_t weight_dtype;
@@ -246,8 +246,8 @@ __device__ __forceinline__ void sr_two_words(const float *n, U32x4 r, int32_t ru
   }
 }
 
-// kAnyStages: a row's stage count need not be a power of two (dstate 96: 3 stages of a 2-byte
-// state, 6 of an fp32 one; the kernels of ssu_uneven.cu): the tile's row block and stage by
+// kAnyStages: a row's stage count need not be a power of two (dstates 96, 160, 192, 224: 3, 5, 6
+// or 7 stages of a 2-byte state, twice as many of an fp32 one; the kernels of ssu_uneven.cu): the tile's row block and stage by
 // division instead of a shift and a mask. Off, the code is the one the other kernels were built
 // with.
 template <int kState, int kRounds, bool kBf16, bool kAnyStages = false, bool kGrouped = false>
@@ -647,7 +647,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock, min_blocks<kState, kRounds>(
   hz_body<kState, kRounds, kBf16>(a);
 }
 
-// hz_kernel with any stage count (kAnyStages: dstate 96), a kernel of its own so that
+// hz_kernel with any stage count (kAnyStages: the uneven dstates), a kernel of its own so that
 // hz_kernel's instantiations keep their names and code.
 template <int kState, int kRounds, bool kBf16>
 __global__ void __launch_bounds__(kThreadsPerBlock, min_blocks<kState, kRounds>())
@@ -666,7 +666,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock, min_blocks<kState, kRounds>(
 }
 
 // Launches the run-time horizontal kernel of `state_dtype` with any stage count
-// (hz_kernel_any_stages: dstate 96) on `nblocks` blocks with `smem` bytes of dynamic shared memory; the launch status
+// (hz_kernel_any_stages: the uneven dstates) on `nblocks` blocks with `smem` bytes of dynamic shared memory; the launch status
 // (ssu_uneven.cu, its own translation unit).
 int launch_uneven(const Args &a, int32_t state_dtype, unsigned nblocks, size_t smem,
                   cudaStream_t st);

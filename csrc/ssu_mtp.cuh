@@ -15,8 +15,9 @@
 // FlashInfer's. With a 2-byte (fp16, bf16) state lane m owns the columns 64 j + 8 m + i (i < 8,
 // j < dstate / 64; dstate 128: 8m..8m+7 and 64+8m..64+8m+7); with an fp32 state the columns
 // 32 j + 4 m + i (i < 4, j < dstate / 32; dstate 128: 4m..4m+3, 32+4m.., 64+4m.., 96+4m..), its
-// own kernels (kF32). Either way a lane has dstate / 8 columns (at dstate 96 FlashInfer's tile
-// spans 128 columns and a lane's blocks past 96 are skipped: mtp_tile), element e of the lane
+// own kernels (kF32). Either way a lane has dstate / 8 columns (at the uneven dstates 96, 160,
+// 192 and 224 FlashInfer's tile spans the next power of two and a lane's blocks past dstate are
+// skipped: mtp_tile), element e of the lane
 // (mtp_col) has the parity of e, and the lane visits its elements in the order of e. A 4-warp
 // block holds 16 such groups and serves one (sequence, head) and up to 64 consecutive rows of it
 // (blocks_per_head blocks share a head on small grids); group k takes the block's rows k, k + 16,

@@ -580,6 +580,32 @@ const DS96_074: Embedded = Embedded {
     dstates: &[96],
 };
 
+/// FlashInfer 0.7.2.post1's single-token kernels at dstates 160, 192 and 224
+/// (`tools/flashinfer-recorder/cases/dsx_cases.json`, `--only dsx_stp`, recorded on an H200 on
+/// 2026-12-04): head dim 64, fp16 state at 0, 5 and 10 rounds with a pad and z, bf16 and fp32
+/// states with dst slots, and 128 heads x batch 4 (above the auto switch: the non-tiled simple
+/// kernel's first form; state by hash); the simple, vertical, horizontal and auto runs, blocks
+/// over 64 KiB by hash.
+const DSX: Embedded = Embedded {
+    name: "flashinfer_ssu_dsx",
+    manifest: include_str!("data/flashinfer_ssu_dsx/manifest.json"),
+    fixtures: include_bytes!("data/flashinfer_ssu_dsx/fixtures.bin"),
+    cases: 27,
+    dims: &[64],
+    dstates: &[160, 192, 224],
+};
+
+/// The cases of [`DSX`] recorded from FlashInfer 0.7.4's kernels (its stochastic rounding rule
+/// and its first accumulate forms; recorded on an H200 on 2026-12-04).
+const DSX_074: Embedded = Embedded {
+    name: "flashinfer_ssu_dsx_074",
+    manifest: include_str!("data/flashinfer_ssu_dsx_074/manifest.json"),
+    fixtures: include_bytes!("data/flashinfer_ssu_dsx_074/fixtures.bin"),
+    cases: 27,
+    dims: &[64],
+    dstates: &[160, 192, 224],
+};
+
 /// The cases of [`INT16`] recorded from FlashInfer 0.7.4's kernels (recorded on an H200 on
 /// 2026-12-03); every output by hash (the inputs stored up to 64 KiB, `state_scale` whatever its
 /// size).
@@ -593,7 +619,7 @@ const INT16_074: Embedded = Embedded {
 };
 
 /// Every embedded set beside the reference data.
-const EMBEDDED: [&Embedded; 11] = [
+const EMBEDDED: [&Embedded; 13] = [
     &SHAPES,
     &SHAPES_074,
     &NEW_CASES,
@@ -605,6 +631,8 @@ const EMBEDDED: [&Embedded; 11] = [
     &DS96_074,
     &INT16_074,
     &HORIZONTAL_074,
+    &DSX,
+    &DSX_074,
 ];
 
 /// Runs one embedded set on the GPU, as [`flashinfer_reference_bit_exact`] checks the reference
@@ -694,6 +722,21 @@ fn flashinfer_horizontal_074_bit_exact() {
 #[ignore = "requires a CUDA GPU"]
 fn flashinfer_int16_074_bit_exact() {
     check_embedded(&INT16_074);
+}
+
+/// [`DSX`] on the GPU: dstates 160, 192 and 224 (the generic kernels over FlashInfer's lane runs
+/// of 5, 6 and 7 columns, and the horizontal kernel with 5 to 14 stages a row).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_dsx_bit_exact() {
+    check_embedded(&DSX);
+}
+
+/// [`DSX_074`] on the GPU (0.7.4's rule and forms).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_dsx_074_bit_exact() {
+    check_embedded(&DSX_074);
 }
 
 /// Every embedded set's data is intact: the bin has its recorded size and SHA-256, every

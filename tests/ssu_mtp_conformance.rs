@@ -181,6 +181,32 @@ fn embedded_ds96_074() -> Manifest {
     )
 }
 
+/// FlashInfer 0.7.2.post1's multi-token kernel at dstates 160, 192 and 224
+/// (`tools/flashinfer-recorder/cases/dsx_cases.json`, recorded on an H200 on 2026-12-04): head
+/// dim 64, fp16 state at 0 and 10 rounds with the intermediate buffer (T 8), bf16 and fp32
+/// states in vLLM's varlen form with final-state writes; blocks over 64 KiB by hash.
+fn embedded_dsx() -> Manifest {
+    Manifest::from_text(
+        include_str!("data/flashinfer_ssu_mtp_dsx/manifest.json"),
+        &[(
+            "fixtures.bin",
+            include_bytes!("data/flashinfer_ssu_mtp_dsx/fixtures.bin"),
+        )],
+    )
+}
+
+/// The cases of [`embedded_dsx`] recorded from FlashInfer 0.7.4's multi-token kernel (recorded
+/// on an H200 on 2026-12-04).
+fn embedded_dsx_074() -> Manifest {
+    Manifest::from_text(
+        include_str!("data/flashinfer_ssu_mtp_dsx_074/manifest.json"),
+        &[(
+            "fixtures.bin",
+            include_bytes!("data/flashinfer_ssu_mtp_dsx_074/fixtures.bin"),
+        )],
+    )
+}
+
 /// The cases of [`embedded_int16`] recorded from FlashInfer 0.7.4's multi-token kernel
 /// (recorded on an H200 on 2026-12-03); every output by hash, the inputs stored up to 64 KiB
 /// (`state_scale` and `intermediate_state_scales` whatever their size).
@@ -195,7 +221,7 @@ fn embedded_int16_074() -> Manifest {
 }
 
 /// Every embedded manifest: the reference data and the sets above.
-fn all_embedded() -> [Manifest; 10] {
+fn all_embedded() -> [Manifest; 12] {
     [
         embedded(),
         embedded_shapes(),
@@ -207,6 +233,8 @@ fn all_embedded() -> [Manifest; 10] {
         embedded_ds96(),
         embedded_ds96_074(),
         embedded_int16_074(),
+        embedded_dsx(),
+        embedded_dsx_074(),
     ]
 }
 
@@ -960,6 +988,30 @@ fn flashinfer_mtp_ds96_074_bit_exact() {
     };
     let m = embedded_ds96_074();
     assert_eq!(m.cases.len(), 10);
+    check_manifest(&ctx, &stream, &m);
+}
+
+/// The dstate 160, 192 and 224 cases (the run-time kernel over the 256-column tile).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_mtp_dsx_bit_exact() {
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let m = embedded_dsx();
+    assert_eq!(m.cases.len(), 12);
+    check_manifest(&ctx, &stream, &m);
+}
+
+/// The dstate 160, 192 and 224 cases from FlashInfer 0.7.4.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_mtp_dsx_074_bit_exact() {
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let m = embedded_dsx_074();
+    assert_eq!(m.cases.len(), 12);
     check_manifest(&ctx, &stream, &m);
 }
 
