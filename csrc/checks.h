@@ -38,20 +38,28 @@ inline int invalid(const char *fmt, long long a) {
 // state, 16 of an fp32 one), the vector width min(16 / sizeof(state), dstate / 32) must be >= 1,
 // and the multi-token kernel's register tiles (the next power of two of dstate over 8 lanes, in
 // 8-column blocks of a 2-byte state) must hold one block. Served here: 64, 128 and 256, and the
-// multiples of 32 between them, 96, 160, 192 and 224 (uneven_dstate: the generic kernels of
-// ssu_uneven.cu; single token the simple, vertical and horizontal mappings, multi token the
-// run-time kernel; every float state dtype).
+// multiples of 32 between them, 96, 160, 192 and 224; with an fp32 state also the multiples of
+// 16 from 32 to 256 but 112 (uneven_dstate: the generic kernels of ssu_uneven.cu; single token
+// the simple, vertical and horizontal mappings, multi token the run-time kernel). At 112
+// FlashInfer's simple kernel runs 3-column runs past each row's end (the last one reads and
+// writes two columns of the next row), which the crate does not reproduce: UNSUPPORTED.
 // Returns MAMBA_SSU_SUCCESS, UNSUPPORTED (FlashInfer takes the dstate, this crate does not yet) or
 // INVALID_ARGUMENT (FlashInfer's build refuses it), with the detail set.
 inline int check_dstate(int64_t dstate, int32_t state_dtype) {
-  if (dstate >= 64 && dstate <= 256 && dstate % 32 == 0) return MAMBA_SSU_SUCCESS;
   const bool wide = state_dtype == MAMBA_SSU_F32;
+  if (dstate >= 64 && dstate <= 256 && dstate % 32 == 0) return MAMBA_SSU_SUCCESS;
+  if (wide && dstate >= 32 && dstate <= 256 && dstate % 16 == 0 && dstate != 112)
+    return MAMBA_SSU_SUCCESS;
+  if (wide && dstate == 112)
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
+                "dstate: 112 with an fp32 state is not served (FlashInfer's simple kernel reads "
+                "and writes two columns past each row there)");
   const bool flashinfer_takes =
       wide ? dstate >= 32 && dstate % 16 == 0 : dstate >= 64 && dstate % 32 == 0;
   if (flashinfer_takes)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
-                "dstate: expected a multiple of 32 from 64 to 256, got %lld (FlashInfer's sm_90 "
-                "kernels take it; not served yet)",
+                "dstate: expected a multiple of 32 from 64 to 256 (of 16 from 32 with an fp32 "
+                "state), got %lld (FlashInfer's sm_90 kernels take it; not served yet)",
                 ll(dstate));
   return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
               "dstate: expected a multiple of %d from %d (FlashInfer's sm_90 kernels with %s "
@@ -59,10 +67,13 @@ inline int check_dstate(int64_t dstate, int32_t state_dtype) {
               wide ? 16 : 32, wide ? 32 : 64, wide ? "an fp32" : "a 2-byte", ll(dstate));
 }
 
-// A dstate check_dstate took that is not a power of two (96, 160, 192, 224): FlashInfer's lane
-// runs there are not powers of two (single token) and its multi-token tile spans the next power
-// of two; served by the generic kernels of ssu_uneven.cu on every path.
-inline bool uneven_dstate(int64_t dstate) { return (dstate & (dstate - 1)) != 0; }
+// A dstate check_dstate took other than 64, 128 and 256 (96, 160, 192, 224; with an fp32 state
+// also 32, 48, 80, 144, 176, 208, 240): FlashInfer's lane runs there are not the compiled-in
+// kernels' (single token) and its multi-token tile spans more columns than the row; served by
+// the generic kernels of ssu_uneven.cu on every path.
+inline bool uneven_dstate(int64_t dstate) {
+  return dstate != 64 && dstate != 128 && dstate != 256;
+}
 
 // The state dtypes served at a dstate check_dstate took: all of them, but an I16 state at an
 // uneven dstate (FlashInfer's kernels take it; not recorded, not served). After the state

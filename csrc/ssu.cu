@@ -383,10 +383,16 @@ bool is_hot(const mamba_ssu_params *p) {
 //   dstates 160, 192 and 224: simple F1 always; vertical F0 with an fp32 state and at 192
 //   without SR or with 1 round, else F1; tiled simple F0 over a range of round counts, F1
 //   outside it: 0.7.2.post1 160 and 192 3 to 7, 224 none; 0.7.4 160 2 to 6, 192 2 to 5, 224 1
-//   and 2.
+//   and 2;
+//   an fp32 state (no SR) at the dstates only it takes: 32 and 48 0 1 0, 80 0 0 1, 144, 208 and
+//   240 1 1 1, 176 1 1 0.
 // Round counts above 16 are taken as 16. `f32`: the state is fp32.
 bool first_form_f1(bool simple, bool below, int64_t rounds, int64_t dstate, bool f32,
                    bool v074) {
+  if (f32 && (dstate == 32 || dstate == 48)) return simple && below;
+  if (f32 && dstate == 80) return !simple;
+  if (f32 && dstate == 176) return simple;
+  if (f32 && (dstate == 144 || dstate == 208 || dstate == 240)) return true;
   if (dstate == 96 && rounds == 0) return simple;
   if (dstate == 96) return rounds == 1 || !(simple && below);
   if (dstate > 128 && dstate < 256 && !simple) return !f32 && !(dstate == 192 && rounds <= 1);

@@ -171,11 +171,16 @@ __host__ __device__ constexpr size_t mtp_smem_bytes(int ntokens, int dstate, int
          (defer_rows > 1 ? sizeof(float) * kGroups * static_cast<size_t>(defer_rows - 1) : 0);
 }
 
-// The columns a lane group's register tile spans: dstate, or at an uneven dstate (96, 160, 192,
-// 224) FlashInfer's next power of two, 128 or 256 (mtp_body: the lanes' blocks past dstate are
-// skipped). Also the stride of the staged B and C rows (mtp_smem_bytes takes it as its `dstate`).
+// The columns a lane group's register tile spans: dstate (64, 128, 256), or at an uneven dstate
+// (checks.h: uneven_dstate) FlashInfer's next power of two, 128 or 256, and 64 below 64 (an fp32
+// state at 32 or 48: FlashInfer's tile of 32 at 32 holds the same lane blocks as the first half
+// of 64; mtp_body: the lanes' blocks past dstate are skipped). Also the stride of the staged B
+// and C rows (mtp_smem_bytes takes it as its `dstate`).
 __host__ __device__ constexpr int mtp_tile(int dstate) {
-  return (dstate & (dstate - 1)) == 0 ? dstate : dstate <= 128 ? 128 : 256;
+  return dstate == 64 || dstate == 128 || dstate == 256 ? dstate
+         : dstate <= 64                                 ? 64
+         : dstate <= 128                                ? 128
+                                                        : 256;
 }
 
 // Whether a dstate is uneven (mtp_tile spans more columns than the row has).

@@ -49,33 +49,36 @@ int launch_uneven(const Args &a, int32_t state_dtype, unsigned nblocks, size_t s
 
 namespace mtp {
 
+namespace {
+// The run-time kernel at kDstate: an fp32 state's when `f32`, else a 2-byte one's.
+template <int kDstate, bool kTwoByte = true>
+void launch_dstate(const Args &a, bool f32, unsigned nblocks, size_t smem, cudaStream_t st) {
+  if constexpr (kTwoByte) {
+    if (!f32) {
+      mtp_kernel<false, kDstate, -1, 1, false, false><<<nblocks, kThreads, smem, st>>>(a);
+      return;
+    }
+  }
+  mtp_kernel<false, kDstate, -1, 1, false, true><<<nblocks, kThreads, smem, st>>>(a);
+}
+}  // namespace
+
 int launch_uneven(const Args &a, int dstate, bool f32, unsigned nblocks, size_t smem,
                   cudaStream_t st) {
+  // 2-byte states at 96, 160, 192, 224; the others (an fp32 state only) take kTwoByte false,
+  // so that no 2-byte kernel is built for them.
   switch (dstate) {
-  case 96:
-    if (f32)
-      mtp_kernel<false, 96, -1, 1, false, true><<<nblocks, kThreads, smem, st>>>(a);
-    else
-      mtp_kernel<false, 96, -1, 1, false, false><<<nblocks, kThreads, smem, st>>>(a);
-    break;
-  case 160:
-    if (f32)
-      mtp_kernel<false, 160, -1, 1, false, true><<<nblocks, kThreads, smem, st>>>(a);
-    else
-      mtp_kernel<false, 160, -1, 1, false, false><<<nblocks, kThreads, smem, st>>>(a);
-    break;
-  case 192:
-    if (f32)
-      mtp_kernel<false, 192, -1, 1, false, true><<<nblocks, kThreads, smem, st>>>(a);
-    else
-      mtp_kernel<false, 192, -1, 1, false, false><<<nblocks, kThreads, smem, st>>>(a);
-    break;
-  default:  // 224 (the launcher passes uneven dstates only)
-    if (f32)
-      mtp_kernel<false, 224, -1, 1, false, true><<<nblocks, kThreads, smem, st>>>(a);
-    else
-      mtp_kernel<false, 224, -1, 1, false, false><<<nblocks, kThreads, smem, st>>>(a);
-    break;
+  case 96: launch_dstate<96>(a, f32, nblocks, smem, st); break;
+  case 160: launch_dstate<160>(a, f32, nblocks, smem, st); break;
+  case 192: launch_dstate<192>(a, f32, nblocks, smem, st); break;
+  case 224: launch_dstate<224>(a, f32, nblocks, smem, st); break;
+  case 32: launch_dstate<32, false>(a, f32, nblocks, smem, st); break;
+  case 48: launch_dstate<48, false>(a, f32, nblocks, smem, st); break;
+  case 80: launch_dstate<80, false>(a, f32, nblocks, smem, st); break;
+  case 144: launch_dstate<144, false>(a, f32, nblocks, smem, st); break;
+  case 176: launch_dstate<176, false>(a, f32, nblocks, smem, st); break;
+  case 208: launch_dstate<208, false>(a, f32, nblocks, smem, st); break;
+  default: launch_dstate<240, false>(a, f32, nblocks, smem, st); break;  // the checks pass no other
   }
   return check_launch("multi-token selective-state-update kernel launch");
 }

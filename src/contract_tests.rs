@@ -638,7 +638,7 @@ fn lowered_rules_name_the_tensor() {
                        a.C.shape[2] = 288; a.B.strides[0] = NG * 288; a.C.strides[0] = NG * 288;
                        a.B.strides[1] = 288; a.C.strides[1] = 288;
                        a.state.strides = [NH * DIM * 288, DIM * 288, 288, 1, 0]; }, UNS, "state",
-            "dstate: expected a multiple of 32 from 64 to 256, got 288"),
+            "dstate: expected a multiple of 32 from 64 to 256 (of 16 from 32 with an fp32 state), got 288"),
         (single, |a| { a.B.shape[1] = 3; a.C.shape[1] = 3; a.B.strides[0] = 3 * DS;
                        a.C.strides[0] = 3 * DS; }, INV, "B", "ngroups: expected a divisor of nheads"),
         (single, |a| { a.state_batch_indices = absent(); a.state.shape[0] = 1; }, INV, "state",
@@ -1226,10 +1226,10 @@ fn legacy_check(p: &sys::mamba_ssu_params) -> (i32, String, String) {
 }
 
 /// The dstate rule of FlashInfer's sm_90 module (docs/flashinfer-ssu.md, "Shapes FlashInfer
-/// takes on sm_90"), through the single-token block: the multiples of 32 from 64 to 256 served; every other
-/// dstate FlashInfer's build takes (2-byte state: multiples of 32 from 64; fp32 state: multiples
-/// of 16 from 32) UNSUPPORTED, the rest INVALID_ARGUMENT (FlashInfer's RuntimeError), naming
-/// `dstate`.
+/// takes on sm_90"), through the single-token block: the multiples of 32 from 64 to 256 served,
+/// with an fp32 state the multiples of 16 from 32 to 256 but 112; every other dstate FlashInfer's
+/// build takes (2-byte state: multiples of 32 from 64; fp32 state: multiples of 16 from 32)
+/// UNSUPPORTED, the rest INVALID_ARGUMENT (FlashInfer's RuntimeError), naming `dstate`.
 #[test]
 fn dstates_follow_flashinfers_sm90_module() {
     let good = legacy_single();
@@ -1243,7 +1243,9 @@ fn dstates_follow_flashinfers_sm90_module() {
                 state_dtype,
                 ..good
             };
-            if (64..=256).contains(&ds) && ds % 32 == 0 {
+            let served = ((64..=256).contains(&ds) && ds % 32 == 0)
+                || (state_dtype == F32 && (32..=256).contains(&ds) && ds % 16 == 0 && ds != 112);
+            if served {
                 // Served: any refusal is another rule's (an SR seed with a non-F16 state).
                 let (status, arg, detail) = c(&p);
                 assert!(status == OK || arg != "dstate", "{ds}: {detail}");
@@ -1258,13 +1260,18 @@ fn dstates_follow_flashinfers_sm90_module() {
             assert_eq!(arg, "dstate", "{ds}: {detail}");
             if flashinfer_takes {
                 assert_eq!(status, UNS, "{ds}: {detail}");
-                assert_eq!(
-                    detail,
-                    format!(
-                        "dstate: expected a multiple of 32 from 64 to 256, got {ds} (FlashInfer's \
-                         sm_90 kernels take it; not served yet)"
-                    )
-                );
+                if ds == 112 {
+                    assert!(detail.starts_with("dstate: 112 with an fp32 state is not served"));
+                } else {
+                    assert_eq!(
+                        detail,
+                        format!(
+                            "dstate: expected a multiple of 32 from 64 to 256 (of 16 from 32 with \
+                             an fp32 state), got {ds} (FlashInfer's sm_90 kernels take it; not \
+                             served yet)"
+                        )
+                    );
+                }
                 taken.push((state_dtype, ds));
             } else {
                 assert_eq!(status, INV, "{ds}: {detail}");
@@ -1275,13 +1282,14 @@ fn dstates_follow_flashinfers_sm90_module() {
             }
         }
     }
-    // dstates 288 and 512 are taken for every state dtype; 48 and 80 for an fp32 state only.
+    // dstates 288 and 512 are taken for every state dtype; 112 and 272 for an fp32 state only.
     for ds in [288, 512] {
         for t in [F16, BF16, F32] {
             assert!(taken.contains(&(t, ds)), "{t} {ds}");
         }
     }
-    assert!(taken.contains(&(F32, 48)) && !taken.contains(&(F16, 48)));
+    assert!(taken.contains(&(F32, 112)) && taken.contains(&(F32, 272)));
+    assert!(!taken.contains(&(F16, 112)) && !taken.contains(&(F32, 48)));
 }
 
 /// The deprecated parameter blocks keep their behaviour: the flat seed fields become one

@@ -47,7 +47,7 @@
 //! batch`: engines pass padded tensors; only the first rows are read). FlashInfer's
 //! multi-token arguments (`intermediate_*`, `num_accepted_tokens`, a `cache_steps` below 1) are
 //! ignored on this path, as FlashInfer ignores them. Besides the shapes, the C check's limits: dstate in
-//! [`SUPPORTED_DSTATE`]; ngroups divides nheads; batch ≥ 1, slots ≥ batch without read
+//! [`SUPPORTED_DSTATE`] ([`SUPPORTED_DSTATE_F32`] with an fp32 state); ngroups divides nheads; batch ≥ 1, slots ≥ batch without read
 //! indices; the slot stride at least a slot; the batch strides of `state`, `x`, `z`, `out`,
 //! `B`, `C` and those six pointers 16-byte multiples (whole cudarc allocations are aligned);
 //! `out` rows that do not overlap; extents and the grid within the kernels' bounds. The seed:
@@ -163,8 +163,17 @@ pub const MAX_PHILOX_ROUNDS: u32 = crate::ffi::sys::MAMBA_SSU_MAX_PHILOX_ROUNDS;
 /// [`Error::InvalidArgument`](crate::Error::InvalidArgument)); the CPU references take the same.
 /// 64, 128 and 256 run compiled-in kernels where the rest of the call allows; the multiples of
 /// 32 between them, 96, 160, 192 and 224 (FlashInfer's module takes them for every state dtype),
-/// run the run-time kernels, an int16 state there is not served.
+/// run the run-time kernels, an int16 state there is not served. An fp32 state takes
+/// [`SUPPORTED_DSTATE_F32`].
 pub const SUPPORTED_DSTATE: [usize; 7] = [64, 96, 128, 160, 192, 224, 256];
+
+/// The `dstate` values the kernels serve with an fp32 state: [`SUPPORTED_DSTATE`] and the other
+/// multiples of 16 from 32 to 256 that FlashInfer's sm_90 module takes with an fp32 state (run-time
+/// kernels), but 112: there FlashInfer's simple kernel reads and writes two columns past each
+/// row, which the crate does not reproduce ([`Error::Unsupported`](crate::Error::Unsupported)).
+pub const SUPPORTED_DSTATE_F32: [usize; 14] = [
+    32, 48, 64, 80, 96, 128, 144, 160, 176, 192, 208, 224, 240, 256,
+];
 
 /// The stochastic-rounding conversion of a call (FlashInfer 0.7.2's, the default, or 0.7.4's);
 /// the same type as the CPU reference's.

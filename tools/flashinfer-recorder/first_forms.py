@@ -74,6 +74,9 @@ DEFAULT_BUILD = os.path.join(REPO, "target", "flashinfer-recorder", "0.7.2.post1
 KINDS = ("simple", "simple_tiled", "vertical")
 HORIZONTAL = "horizontal"
 SERVED_DSTATES = (64, 96, 128, 160, 192, 224, 256)
+# With an fp32 state the crate also serves the other multiples of 16 from 32 to 256 but 112
+# (csrc/checks.h: check_dstate).
+SERVED_DSTATES_F32 = SERVED_DSTATES + (32, 48, 80, 144, 176, 208, 240)
 # The update and epilogue forms of the crate's horizontal kernel (csrc/ssu_hz.cuh: every state
 # dtype, every round count).
 HORIZONTAL_FORM = "H/fma"
@@ -85,6 +88,14 @@ def first_form_f1(simple, below, rounds, dstate, f32=False, v074=False):
     """Python copy of first_form_f1 in csrc/ssu.cu (FlashInfer's single-token kernels; v074:
     FlashInfer 0.7.4's build, else 0.7.2.post1's); it must be kept equal to it. `below`: the
     tiled simple kernel (FlashInfer runs it below the auto switch); `f32`: the state is fp32."""
+    if f32 and dstate in (32, 48):
+        return simple and below
+    if f32 and dstate == 80:
+        return not simple
+    if f32 and dstate == 176:
+        return simple
+    if f32 and dstate in (144, 208, 240):
+        return True
     if dstate == 96 and rounds == 0:
         return simple
     if dstate == 96:
@@ -922,7 +933,8 @@ def _analyse_group(gid, sass, release):
                 form = "?"
         else:
             form = kernel_form(e["occurrences"])
-        served = (kind in KINDS or kind == HORIZONTAL) and g["dstate"] in SERVED_DSTATES
+        served = (kind in KINDS or kind == HORIZONTAL) and g["dstate"] in (
+            SERVED_DSTATES_F32 if g["state_dtype"] == "float32" else SERVED_DSTATES)
         if not served:
             rule = None
         elif kind == HORIZONTAL:

@@ -543,7 +543,7 @@ class Rule(unittest.TestCase):
         for simple in (False, True):
             for below in (False, True):
                 for rounds in range(0, 20):
-                    for dstate in (64, 96, 128, 160, 192, 224, 256):
+                    for dstate in (32, 48, 64, 80, 96, 128, 144, 160, 176, 192, 208, 224, 240, 256):
                         for f32 in (False, True):
                             for v074 in (False, True):
                                 args = (simple, below, rounds, dstate, f32, v074)
