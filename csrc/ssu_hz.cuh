@@ -120,7 +120,7 @@ struct Args {
   uint32_t warps_per_head;   // dim / rows_per_warp
   int32_t rows_per_warp;     // a multiple of kTileRows dividing dim
   int32_t dim;               // a multiple of 64, at most 256
-  int32_t dstate;            // a multiple of 32 from 64 to 256
+  int32_t dstate;            // a multiple of 32 from 64 to 256 (of 16 from 32: an fp32 state)
   int32_t tiles_in_flight;   // kTilesInFlightSmall or kTilesInFlightLarge
   int32_t input_dtype;       // read where the config's inputs are not bf16
   int32_t weight_dtype;

@@ -606,6 +606,31 @@ const DSX_074: Embedded = Embedded {
     dstates: &[160, 192, 224],
 };
 
+/// FlashInfer 0.7.2.post1's single-token kernels with an fp32 state at the dstates only an fp32
+/// state takes, 32, 48, 80, 144, 176, 208 and 240 (`tools/flashinfer-recorder/cases/
+/// dsf32_cases.json`, recorded on an H200 on 2026-12-04): head dim 64, z, dst slots, and 128
+/// heads x batch 4 with a pad (the non-tiled simple kernel; state by hash); the simple, vertical,
+/// horizontal and auto runs, blocks over 64 KiB by hash.
+const DSF32: Embedded = Embedded {
+    name: "flashinfer_ssu_dsf32",
+    manifest: include_str!("data/flashinfer_ssu_dsf32/manifest.json"),
+    fixtures: include_bytes!("data/flashinfer_ssu_dsf32/fixtures.bin"),
+    cases: 14,
+    dims: &[64],
+    dstates: &[32, 48, 80, 144, 176, 208, 240],
+};
+
+/// The cases of [`DSF32`] recorded from FlashInfer 0.7.4's kernels (recorded on an H200 on
+/// 2026-12-04).
+const DSF32_074: Embedded = Embedded {
+    name: "flashinfer_ssu_dsf32_074",
+    manifest: include_str!("data/flashinfer_ssu_dsf32_074/manifest.json"),
+    fixtures: include_bytes!("data/flashinfer_ssu_dsf32_074/fixtures.bin"),
+    cases: 14,
+    dims: &[64],
+    dstates: &[32, 48, 80, 144, 176, 208, 240],
+};
+
 /// The cases of [`INT16`] recorded from FlashInfer 0.7.4's kernels (recorded on an H200 on
 /// 2026-12-03); every output by hash (the inputs stored up to 64 KiB, `state_scale` whatever its
 /// size).
@@ -619,7 +644,7 @@ const INT16_074: Embedded = Embedded {
 };
 
 /// Every embedded set beside the reference data.
-const EMBEDDED: [&Embedded; 13] = [
+const EMBEDDED: [&Embedded; 15] = [
     &SHAPES,
     &SHAPES_074,
     &NEW_CASES,
@@ -633,6 +658,8 @@ const EMBEDDED: [&Embedded; 13] = [
     &HORIZONTAL_074,
     &DSX,
     &DSX_074,
+    &DSF32,
+    &DSF32_074,
 ];
 
 /// Runs one embedded set on the GPU, as [`flashinfer_reference_bit_exact`] checks the reference
@@ -737,6 +764,21 @@ fn flashinfer_dsx_bit_exact() {
 #[ignore = "requires a CUDA GPU"]
 fn flashinfer_dsx_074_bit_exact() {
     check_embedded(&DSX_074);
+}
+
+/// [`DSF32`] on the GPU: an fp32 state at 32, 48, 80, 144, 176, 208 and 240 (the generic
+/// kernels; multi-pass lane runs of 1, 2 and 4 columns).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_dsf32_bit_exact() {
+    check_embedded(&DSF32);
+}
+
+/// [`DSF32_074`] on the GPU (0.7.4's kernels).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_dsf32_074_bit_exact() {
+    check_embedded(&DSF32_074);
 }
 
 /// Every embedded set's data is intact: the bin has its recorded size and SHA-256, every

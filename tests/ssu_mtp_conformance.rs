@@ -207,6 +207,32 @@ fn embedded_dsx_074() -> Manifest {
     )
 }
 
+/// FlashInfer 0.7.2.post1's multi-token kernel with an fp32 state at 32, 48, 80, 144, 176, 208
+/// and 240 (`tools/flashinfer-recorder/cases/dsf32_cases.json`, recorded on an H200 on
+/// 2026-12-04): head dim 64, vLLM's varlen form with final-state writes and T 8 with the
+/// intermediate buffer; blocks over 64 KiB by hash.
+fn embedded_dsf32() -> Manifest {
+    Manifest::from_text(
+        include_str!("data/flashinfer_ssu_mtp_dsf32/manifest.json"),
+        &[(
+            "fixtures.bin",
+            include_bytes!("data/flashinfer_ssu_mtp_dsf32/fixtures.bin"),
+        )],
+    )
+}
+
+/// The cases of [`embedded_dsf32`] recorded from FlashInfer 0.7.4's multi-token kernel
+/// (recorded on an H200 on 2026-12-04).
+fn embedded_dsf32_074() -> Manifest {
+    Manifest::from_text(
+        include_str!("data/flashinfer_ssu_mtp_dsf32_074/manifest.json"),
+        &[(
+            "fixtures.bin",
+            include_bytes!("data/flashinfer_ssu_mtp_dsf32_074/fixtures.bin"),
+        )],
+    )
+}
+
 /// The cases of [`embedded_int16`] recorded from FlashInfer 0.7.4's multi-token kernel
 /// (recorded on an H200 on 2026-12-03); every output by hash, the inputs stored up to 64 KiB
 /// (`state_scale` and `intermediate_state_scales` whatever their size).
@@ -221,7 +247,7 @@ fn embedded_int16_074() -> Manifest {
 }
 
 /// Every embedded manifest: the reference data and the sets above.
-fn all_embedded() -> [Manifest; 12] {
+fn all_embedded() -> [Manifest; 14] {
     [
         embedded(),
         embedded_shapes(),
@@ -235,6 +261,8 @@ fn all_embedded() -> [Manifest; 12] {
         embedded_int16_074(),
         embedded_dsx(),
         embedded_dsx_074(),
+        embedded_dsf32(),
+        embedded_dsf32_074(),
     ]
 }
 
@@ -1012,6 +1040,30 @@ fn flashinfer_mtp_dsx_074_bit_exact() {
     };
     let m = embedded_dsx_074();
     assert_eq!(m.cases.len(), 12);
+    check_manifest(&ctx, &stream, &m);
+}
+
+/// The fp32-state cases at 32, 48, 80, 144, 176, 208 and 240.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_mtp_dsf32_bit_exact() {
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let m = embedded_dsf32();
+    assert_eq!(m.cases.len(), 14);
+    check_manifest(&ctx, &stream, &m);
+}
+
+/// The fp32-state cases from FlashInfer 0.7.4.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_mtp_dsf32_074_bit_exact() {
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let m = embedded_dsf32_074();
+    assert_eq!(m.cases.len(), 14);
     check_manifest(&ctx, &stream, &m);
 }
 
