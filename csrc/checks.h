@@ -75,18 +75,6 @@ inline bool uneven_dstate(int64_t dstate) {
   return dstate != 64 && dstate != 128 && dstate != 256;
 }
 
-// The state dtypes served at a dstate check_dstate took: all of them, but an I16 state at an
-// uneven dstate (FlashInfer's kernels take it; not recorded, not served). After the state
-// dtype's own check; the same for the single- and multi-token checks.
-inline int check_dstate_state(int64_t dstate, int32_t state_dtype) {
-  if (uneven_dstate(dstate) && state_dtype == MAMBA_SSU_I16)
-    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
-                "state_dtype: an I16 state at dstate %lld is not served yet (served at 64, 128 "
-                "and 256)",
-                ll(dstate));
-  return MAMBA_SSU_SUCCESS;
-}
-
 inline bool aligned(const void *p, size_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
 
 // A non-null pointer aligned to `align` bytes.

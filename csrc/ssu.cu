@@ -142,7 +142,6 @@ int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedN
   if (p->state_dtype == MAMBA_SSU_I16 && p->algorithm == MAMBA_SSU_ALGO_HORIZONTAL)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "algorithm: HORIZONTAL with an I16 state is not served (SIMPLE, VERTICAL or AUTO)");
-  if ((s = check_dstate_state(p->dstate, p->state_dtype))) return s;
   // The decode scales (slots, nheads, dim) of an I16 state.
   const bool scaled = scale != nullptr && scale->data != nullptr;
   if (scaled && (s = check_state_scale(*scale, p->nheads, p->dim, p->state_cache_size))) return s;
@@ -413,6 +412,18 @@ bool first_form_f1(bool simple, bool below, int64_t rounds, int64_t dstate, bool
   return !simple || below;
 }
 
+// The first forms of an int16 state's generic kernel at an uneven dstate (DynUnevenI16Config),
+// read from the SASS of FlashInfer 0.7.2.post1's and 0.7.4's builds (first_forms.py,
+// cases/int16_uneven_cases.json; both alike): bit 0 the form of rows whose read slot is not the
+// pad slot, bit 1 of pad rows (FlashInfer's vertical kernel has a path of its own for a pad
+// slot, without the quantisation). Simple and tiled simple: the fp16 state's forms without SR
+// (F1) on both paths; vertical: F0, on the pad path the fp16 state's (F1 at 160 and 224, F0 at
+// 96 and 192).
+int i16_uneven_forms(bool simple, bool below, int64_t dstate) {
+  const int fp16 = first_form_f1(simple, below, 0, dstate, false, false) ? 1 : 0;
+  return simple ? fp16 | (fp16 << 1) : fp16 << 1;
+}
+
 // The launch configuration of a checked problem: a pure function of the parameters and the
 // device's properties (no device touched), shared by the launcher and the plan functions.
 struct Plan {
@@ -641,6 +652,8 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
   a.dstate = static_cast<int32_t>(p.dstate);
   a.simple = simple ? 1 : 0;
   a.first_form_f1 = f1 ? 1 : 0;
+  if (p.state_dtype == MAMBA_SSU_I16 && !hot && uneven_dstate(p.dstate))
+    a.first_form_f1 = i16_uneven_forms(simple, below, p.dstate);
   a.state_dtype = p.state_dtype;
   a.input_dtype = p.input_dtype;
   a.weight_dtype = p.weight_dtype;
@@ -655,6 +668,8 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
   const unsigned nblocks = plan.nblocks;
   const int wpb = warps_per_block;
   const ssu::ScaleArgs sc{const_cast<float *>(scale.data), scale.slot_stride};
+  if (p.state_dtype == MAMBA_SSU_I16 && !hot && uneven_dstate(p.dstate))
+    return ssu::launch_uneven_i16(a, sc, nblocks, wpb, st);
   if (p.state_dtype == MAMBA_SSU_I16 && !hot) {
     ssu::ssu_kernel_scaled<ssu::DynI16Config><<<nblocks, 32 * wpb, 0, st>>>(a, sc);
     return check_launch("selective_state_update launch");

@@ -151,7 +151,8 @@ struct Args {
   int32_t dstate;            // read by DynConfig only
   int32_t philox_rounds;     // read by DynConfig only
   int32_t simple;            // layout, read by DynConfig only
-  int32_t first_form_f1;     // 1: lane partials start with form F1, 0: F0
+  int32_t first_form_f1;     // 1: lane partials start with form F1, 0: F0 (DynUnevenI16Config:
+                             // bit 0 rows that are not pads, bit 1 pad rows)
   int32_t state_dtype;       // read by DynConfig only
   int32_t input_dtype;       // read by DynConfig only
   int32_t weight_dtype;      // read by DynConfig only
@@ -767,6 +768,36 @@ struct DynUnevenWideConfig : DynUnevenConfig {
   __device__ explicit DynUnevenWideConfig(const Args &a) : DynUnevenConfig(a) {}
 };
 
+// An int16 block-scaled state at an uneven dstate (96, 160, 192, 224): DynUnevenConfig's lane
+// runs with DynI16Config's state accesses (rn(float(q) * scale) read, 16-bit stores; no SR), a
+// config of its own so that DynUnevenConfig's and DynI16Config's kernels keep their code.
+struct DynUnevenI16Config : DynUnevenConfig {
+  static constexpr bool kI16Scaled = true;  // scaled_state
+  struct Raw {
+    uint32_t w[kMaxCols];
+    float scale;
+  };
+
+  __device__ explicit DynUnevenI16Config(const Args &a) : DynUnevenConfig(a) {}
+
+  __device__ void load_state(const void *row, int lane, Raw &r) const {
+#pragma unroll
+    for (int i = 0; i < kMaxCols; ++i) {
+      if (i < ncols_) r.w[i] = static_cast<const unsigned short *>(row)[col(lane, i)];
+    }
+  }
+  __device__ float state_value(const Raw &r, int i) const {
+    return __fmul_rn(static_cast<float>(static_cast<int16_t>(static_cast<uint16_t>(r.w[i]))),
+                     r.scale);
+  }
+  __device__ void store_state(void *row, int lane, const uint32_t (&bits)[kMaxCols]) const {
+#pragma unroll
+    for (int i = 0; i < kMaxCols; ++i) {
+      if (i < ncols_) store_cs_u16(static_cast<unsigned short *>(row) + col(lane, i), bits[i]);
+    }
+  }
+};
+
 // Whether a config's random words follow its runs (Cfg::kRunWords: DynUnevenConfig; HotConfig and
 // DynConfig, which every other config derives from, declare false): sr_words's second form.
 template <class Cfg>
@@ -1173,7 +1204,12 @@ __device__ __forceinline__ void ssu_body(const Args &a, const ScaleArgs &sc = Sc
   const float dA = ex2_approx(__fmul_rn(__fmul_rn(a.A[h], dt), kL2E));
   const float D = a.D != nullptr ? cfg.load_weight(a.D, h) : 0.0f;
   const float sel = lane == 0 ? 1.0f : 0.0f;
-  const bool f1 = Cfg::kFirstForm >= 0 ? Cfg::kFirstForm == 1 : a.first_form_f1 != 0;
+  // DynUnevenI16Config: bit 0 the form of rows that are not pads, bit 1 of pad rows (ssu.cu:
+  // i16_uneven_forms).
+  const bool f1 = Cfg::kFirstForm >= 0 ? Cfg::kFirstForm == 1
+                  : std::is_same<Cfg, DynUnevenI16Config>::value
+                      ? ((a.first_form_f1 >> (pad ? 1 : 0)) & 1) != 0
+                      : a.first_form_f1 != 0;
 
   // B * dt' and C at the lane's columns.
   const int64_t g = h / a.heads_per_group;
@@ -1442,6 +1478,9 @@ int launch_hot_i16(const Args &a, StpStateFamily family, unsigned blocks, int wp
 // The generic kernel at an uneven dstate (96, 160, 192, 224; DynUnevenConfig; ssu_uneven.cu).
 int launch_uneven(const Args &a, unsigned blocks, int warps_per_block, bool wide,
                   cudaStream_t stream);
+// The generic kernel of an int16 state at an uneven dstate (DynUnevenI16Config; ssu_uneven.cu).
+int launch_uneven_i16(const Args &a, const ScaleArgs &sc, unsigned blocks, int warps_per_block,
+                      cudaStream_t stream);
 
 }  // namespace ssu
 }  // namespace mamba_ssu

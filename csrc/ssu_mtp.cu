@@ -295,7 +295,9 @@ int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
     sc.inter_entries = scale.inter_entries;
     s = plan.hot ? mtp::launch_hot_i16(a, sc, static_cast<int>(p.dstate), plan.rows_per_group,
                                        plan.small, plan.nblocks, plan.smem, st)
-                 : mtp::launch_i16(a, sc, static_cast<int>(p.dstate), plan.nblocks, plan.smem, st);
+        : uneven_dstate(p.dstate)
+            ? mtp::launch_uneven_i16(a, sc, static_cast<int>(p.dstate), plan.nblocks, plan.smem, st)
+            : mtp::launch_i16(a, sc, static_cast<int>(p.dstate), plan.nblocks, plan.smem, st);
   } else if (plan.hot && p.state_dtype == MAMBA_SSU_BF16) {
     s = mtp::launch_hot_bf16(a, static_cast<int>(p.dstate), plan.rows_per_group, plan.small,
                              plan.nblocks, plan.smem, st);

@@ -269,6 +269,23 @@ __device__ __forceinline__ float i16_encode(const float (&s)[N], unsigned gmask,
   return mx == 0.0f ? 1.0f : __fmul_rn(ssu::rcp_approx(mx), 32767.0f);
 }
 
+// i16_encode over the lane's columns that lie in a row of kDstate columns (an uneven dstate,
+// mtp_tile: the blocks past kDstate hold no state and are left out of the row's max, as
+// FlashInfer's kernel skips them).
+template <int kDstate, int N>
+__device__ __forceinline__ float i16_encode_in_row(const float (&s)[N], int m, unsigned gmask,
+                                                   bool scaled) {
+  if (!scaled) return 1.0f;
+  float mx = -3.40282347e38f;
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    if (mtp_in_row<kDstate, false>(m, i)) mx = fmaxf(mx, fabsf(s[i]));
+  mx = fmaxf(mx, __shfl_xor_sync(gmask, mx, 4, kGroupLanes));
+  mx = fmaxf(mx, __shfl_xor_sync(gmask, mx, 2, kGroupLanes));
+  mx = fmaxf(mx, __shfl_xor_sync(gmask, mx, 1, kGroupLanes));
+  return mx == 0.0f ? 1.0f : __fmul_rn(ssu::rcp_approx(mx), 32767.0f);
+}
+
 // One element quantised with encode factor e: rni(min(max(rn(v * e), -32767), 32767)) (a NaN
 // product reads -32767), its 16 bits.
 __device__ __forceinline__ uint32_t i16_quantize(float v, float e) {
@@ -317,8 +334,8 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
   static_assert(!kI16 || (!kF32 && !kBf16State && (kHot ? kRounds == 0 : kR == 1 && !kSmall)),
                 "kI16: the run-time one-row kernel, or hot kernels without SR");
   static_assert(!kBf16State || (kHot && kRounds == 0), "kBf16State: hot kernels without SR");
-  static_assert(!mtp_uneven(kDstate) || (!kHot && !kI16 && kR == 1 && !kSmall),
-                "an uneven dstate: the run-time kernels of a float state");
+  static_assert(!mtp_uneven(kDstate) || (!kHot && kR == 1 && !kSmall),
+                "an uneven dstate: the run-time kernels");
   // The lane's tile: kDstate columns, or the next power of two at an uneven dstate (mtp_tile),
   // where a lane's blocks at columns >= kDstate are not loaded, updated, summed nor stored
   // (FlashInfer's kernel skips them): at 96 a 2-byte state's second block for lanes 4..7, an
@@ -682,12 +699,19 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
                               ? sc.state_scale[read_slot * sc.slot_stride + h * dim + d]
                               : 1.0f;
 #pragma unroll
-          for (int i = 0; i < NC; ++i)
+          for (int i = 0; i < NC; ++i) {
+            if constexpr (mtp_uneven(kDstate)) {
+              if (!mtp_in_row<kDstate, false>(m, i)) {
+                s[r][i] = 0.0f;
+                continue;
+              }
+            }
             s[r][i] = pad || !ok[r]
                           ? 0.0f
                           : __fmul_rn(static_cast<float>(reinterpret_cast<const int16_t *>(
                                           read_head)[d * kDstate + mtp_col(m, i)]),
                                       f);
+          }
         } else {
 #pragma unroll
           for (int i = 0; i < NC; ++i) {
@@ -907,10 +931,17 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
               scale_head = sc.state_scale + slot * sc.slot_stride + h * dim;
             }
           }
-          const float e = i16_encode(s[r], gmask, scale_head != nullptr);  // group-uniform
+          float e;
+          if constexpr (mtp_uneven(kDstate))
+            e = i16_encode_in_row<kDstate>(s[r], m, gmask, scale_head != nullptr);
+          else
+            e = i16_encode(s[r], gmask, scale_head != nullptr);  // group-uniform
           if (scale_head != nullptr && m == 0) scale_head[d] = ssu::rcp_approx(e);
 #pragma unroll
           for (int j = 0; j < NC / 8; ++j) {
+            if constexpr (mtp_uneven(kDstate)) {
+              if (!mtp_in_row<kDstate, false>(m, 8 * j)) continue;
+            }
             uint32_t w[4];
 #pragma unroll
             for (int k = 0; k < 4; ++k)
@@ -1166,6 +1197,11 @@ int launch_hot_i16(const Args &a, const ScaleArgs &sc, int dstate, int rows_per_
 // translation unit).
 int launch_uneven(const Args &a, int dstate, bool f32, unsigned nblocks, size_t smem,
                   cudaStream_t st);
+
+// Launches the run-time mtp_kernel_i16 at an uneven dstate of a 2-byte state (96, 160, 192 or
+// 224), as launch_uneven (ssu_uneven.cu).
+int launch_uneven_i16(const Args &a, const ScaleArgs &sc, int dstate, unsigned nblocks,
+                      size_t smem, cudaStream_t st);
 
 // Static shared memory the hot int16 kernels add to every multi-token kernel's (s_sct: a
 // pointer per token), which residency and the per-block limit count.

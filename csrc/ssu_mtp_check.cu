@@ -103,8 +103,6 @@ int mtp_check(const mamba_ssu_mtp_params *p, const mamba_ssu_seed &seed, const S
     return invalid("cu_seqlens_dtype: expected I32, I64 or 0 (index_dtype), got %lld",
                    ll(p->cu_seqlens_dtype));
 
-  if ((s = check_dstate_state(p->dstate, p->state_dtype))) return s;
-
   // Pointers and alignment.
   const int sb = float_bytes(p->state_dtype);
   const int ib = float_bytes(p->input_dtype);

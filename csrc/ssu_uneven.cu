@@ -25,6 +25,12 @@ int launch_uneven(const Args &a, unsigned blocks, int warps_per_block, bool wide
   return check_launch("selective_state_update launch");
 }
 
+int launch_uneven_i16(const Args &a, const ScaleArgs &sc, unsigned blocks, int warps_per_block,
+                      cudaStream_t stream) {
+  ssu_kernel_scaled<DynUnevenI16Config><<<blocks, 32 * warps_per_block, 0, stream>>>(a, sc);
+  return check_launch("selective_state_update launch");
+}
+
 }  // namespace ssu
 
 namespace hz {
@@ -79,6 +85,17 @@ int launch_uneven(const Args &a, int dstate, bool f32, unsigned nblocks, size_t 
   case 176: launch_dstate<176, false>(a, f32, nblocks, smem, st); break;
   case 208: launch_dstate<208, false>(a, f32, nblocks, smem, st); break;
   default: launch_dstate<240, false>(a, f32, nblocks, smem, st); break;  // the checks pass no other
+  }
+  return check_launch("multi-token selective-state-update kernel launch");
+}
+
+int launch_uneven_i16(const Args &a, const ScaleArgs &sc, int dstate, unsigned nblocks,
+                      size_t smem, cudaStream_t st) {
+  switch (dstate) {
+  case 96: mtp_kernel_i16<96><<<nblocks, kThreads, smem, st>>>(a, sc); break;
+  case 160: mtp_kernel_i16<160><<<nblocks, kThreads, smem, st>>>(a, sc); break;
+  case 192: mtp_kernel_i16<192><<<nblocks, kThreads, smem, st>>>(a, sc); break;
+  default: mtp_kernel_i16<224><<<nblocks, kThreads, smem, st>>>(a, sc); break;  // the checks pass no other
   }
   return check_launch("multi-token selective-state-update kernel launch");
 }

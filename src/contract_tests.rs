@@ -272,9 +272,8 @@ fn with_dstate(mut a: sys::mamba_ssu_args, ds: i64) -> sys::mamba_ssu_args {
     a
 }
 
-/// The uneven dstates (96, 160, 192, 224) are served for every float state dtype on both paths;
-/// an int16 state there is UNSUPPORTED (FlashInfer's kernels take it; the crate has no recording
-/// of it), on both paths (the block's `state_dtype`, the descriptors' `state`).
+/// The uneven dstates (96, 160, 192, 224) are served for every state dtype on both paths, an
+/// int16 state with its scales included.
 #[rustfmt::skip]
 #[test]
 fn uneven_dstate_rules() {
@@ -294,17 +293,13 @@ fn uneven_dstate_rules() {
                 }
             }
         }
+        for make in [int16, int16_fixed, int16_varlen] {
+            let a = with_dstate(make(), ds);
+            if let Err(e) = check(&a) {
+                panic!("dstate {ds}, int16: {e:?}");
+            }
+        }
     }
-    check_rules(&[
-        (int16, |a| *a = with_dstate(*a, 96), UNS, "state",
-            "state_dtype: an I16 state at dstate 96 is not served yet"),
-        (int16_fixed, |a| *a = with_dstate(*a, 160), UNS, "state",
-            "state_dtype: an I16 state at dstate 160 is not served yet"),
-        (int16_varlen, |a| *a = with_dstate(*a, 224), UNS, "state",
-            "state_dtype: an I16 state at dstate 224 is not served yet"),
-        (int16, |a| *a = with_dstate(*a, 192), UNS, "state",
-            "state_dtype: an I16 state at dstate 192 is not served yet"),
-    ]);
 }
 
 /// FlashInfer's int16 block-scaled state: `state_scale` (slots, nheads, dim) F32 with
