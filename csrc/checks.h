@@ -75,6 +75,20 @@ inline bool uneven_dstate(int64_t dstate) {
   return dstate != 64 && dstate != 128 && dstate != 256;
 }
 
+// An int16 state under the VERTICAL mapping at a dstate whose last 64-column block is partial
+// (96, 160, 224): FlashInfer's vertical kernel (0.7.2.post1 and 0.7.4 alike) writes -32767 into
+// the odd columns of that block (recorded on an H200, docs/flashinfer-ssu.md, "An int16 state at
+// the uneven dstates"): UNSUPPORTED rather than that state or other bits than FlashInfer's.
+inline int check_i16_vertical(int64_t dstate, int32_t state_dtype, bool vertical) {
+  if (state_dtype == MAMBA_SSU_I16 && vertical && dstate % 64 != 0)
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
+                "algorithm: VERTICAL with an I16 state at dstate %lld is not served (FlashInfer's "
+                "vertical kernel writes -32767 into the odd columns of the row's last, partial "
+                "64-column block there; SIMPLE serves it)",
+                ll(dstate));
+  return MAMBA_SSU_SUCCESS;
+}
+
 inline bool aligned(const void *p, size_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
 
 // A non-null pointer aligned to `align` bytes.

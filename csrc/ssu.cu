@@ -139,6 +139,9 @@ int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedN
   if ((s = check_seed(seed, p->state_dtype, names))) return s;
   // FlashInfer's horizontal kernel has no int16 path (with scales its launcher refuses the call,
   // which mamba_ssu_check rejects first).
+  if ((s = check_i16_vertical(p->dstate, p->state_dtype,
+                              p->algorithm == MAMBA_SSU_ALGO_VERTICAL)))
+    return s;
   if (p->state_dtype == MAMBA_SSU_I16 && p->algorithm == MAMBA_SSU_ALGO_HORIZONTAL)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "algorithm: HORIZONTAL with an I16 state is not served (SIMPLE, VERTICAL or AUTO)");
@@ -444,6 +447,8 @@ int plan_launch(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan
       p.algorithm == MAMBA_SSU_ALGO_SIMPLE ||
       (p.algorithm == MAMBA_SSU_ALGO_AUTO &&
        auto_algorithm(p.batch, p.nheads, p.dim, p.state_dtype, d) == MAMBA_SSU_ALGO_SIMPLE);
+  // AUTO resolved to VERTICAL (the explicit algorithm is refused by ssu_check).
+  if (int s = check_i16_vertical(p.dstate, p.state_dtype, !simple)) return s;
   // First accumulate form of FlashInfer's build (first_form_f1).
   const bool f1 =
       first_form_f1(simple, below, p.philox_rounds, p.dstate, p.state_dtype == MAMBA_SSU_F32,

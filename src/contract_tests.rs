@@ -300,6 +300,20 @@ fn uneven_dstate_rules() {
             }
         }
     }
+    // FlashInfer's vertical kernel writes -32767 into the odd columns of a partial last
+    // 64-column block of an int16 row: refused there, served at 192.
+    let vertical = |a: &mut sys::mamba_ssu_args| a.algorithm = sys::MAMBA_SSU_ALGO_VERTICAL as i32;
+    let mut a = with_dstate(int16(), 192);
+    vertical(&mut a);
+    assert!(check(&a).is_ok());
+    check_rules(&[
+        (int16, |a| { *a = with_dstate(*a, 96); a.algorithm = sys::MAMBA_SSU_ALGO_VERTICAL as i32; },
+            UNS, "algorithm",
+            "algorithm: VERTICAL with an I16 state at dstate 96 is not served (FlashInfer's"),
+        (int16, |a| { *a = with_dstate(*a, 224); a.algorithm = sys::MAMBA_SSU_ALGO_VERTICAL as i32; },
+            UNS, "algorithm",
+            "algorithm: VERTICAL with an I16 state at dstate 224 is not served"),
+    ]);
 }
 
 /// FlashInfer's int16 block-scaled state: `state_scale` (slots, nheads, dim) F32 with

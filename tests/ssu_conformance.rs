@@ -631,6 +631,33 @@ const DSF32_074: Embedded = Embedded {
     dstates: &[32, 48, 80, 144, 176, 208, 240],
 };
 
+/// FlashInfer 0.7.2.post1's single-token kernels with an int16 block-scaled state at dstates
+/// 96, 160, 192 and 224 (`tools/flashinfer-recorder/cases/int16_uneven_cases.json`, recorded on
+/// an H200 on 2026-12-04): head dim 64, a pad at slot 0, dst slots with z, batch 40 above the
+/// auto switch; the simple runs at every dstate, vertical and auto at 192 (the crate refuses
+/// VERTICAL at 96, 160 and 224: FlashInfer's kernel writes -32767 into the odd columns of the
+/// partial last 64-column block there), the horizontal kernel's refusal; `state_scale` stored,
+/// the other blocks up to 64 KiB.
+const INT16_UNEVEN: Embedded = Embedded {
+    name: "flashinfer_ssu_int16_uneven",
+    manifest: include_str!("data/flashinfer_ssu_int16_uneven/manifest.json"),
+    fixtures: include_bytes!("data/flashinfer_ssu_int16_uneven/fixtures.bin"),
+    cases: 12,
+    dims: &[64],
+    dstates: &[96, 160, 192, 224],
+};
+
+/// The cases of [`INT16_UNEVEN`] recorded from FlashInfer 0.7.4's kernels (recorded on an H200
+/// on 2026-12-04).
+const INT16_UNEVEN_074: Embedded = Embedded {
+    name: "flashinfer_ssu_int16_uneven_074",
+    manifest: include_str!("data/flashinfer_ssu_int16_uneven_074/manifest.json"),
+    fixtures: include_bytes!("data/flashinfer_ssu_int16_uneven_074/fixtures.bin"),
+    cases: 12,
+    dims: &[64],
+    dstates: &[96, 160, 192, 224],
+};
+
 /// The cases of [`INT16`] recorded from FlashInfer 0.7.4's kernels (recorded on an H200 on
 /// 2026-12-03); every output by hash (the inputs stored up to 64 KiB, `state_scale` whatever its
 /// size).
@@ -644,7 +671,7 @@ const INT16_074: Embedded = Embedded {
 };
 
 /// Every embedded set beside the reference data.
-const EMBEDDED: [&Embedded; 15] = [
+const EMBEDDED: [&Embedded; 17] = [
     &SHAPES,
     &SHAPES_074,
     &NEW_CASES,
@@ -660,6 +687,8 @@ const EMBEDDED: [&Embedded; 15] = [
     &DSX_074,
     &DSF32,
     &DSF32_074,
+    &INT16_UNEVEN,
+    &INT16_UNEVEN_074,
 ];
 
 /// Runs one embedded set on the GPU, as [`flashinfer_reference_bit_exact`] checks the reference
@@ -779,6 +808,20 @@ fn flashinfer_dsf32_bit_exact() {
 #[ignore = "requires a CUDA GPU"]
 fn flashinfer_dsf32_074_bit_exact() {
     check_embedded(&DSF32_074);
+}
+
+/// [`INT16_UNEVEN`] on the GPU: an int16 state at the uneven dstates (DynUnevenI16Config).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_int16_uneven_bit_exact() {
+    check_embedded(&INT16_UNEVEN);
+}
+
+/// [`INT16_UNEVEN_074`] on the GPU (0.7.4's kernels).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_int16_uneven_074_bit_exact() {
+    check_embedded(&INT16_UNEVEN_074);
 }
 
 /// Every embedded set's data is intact: the bin has its recorded size and SHA-256, every

@@ -233,6 +233,32 @@ fn embedded_dsf32_074() -> Manifest {
     )
 }
 
+/// FlashInfer 0.7.2.post1's multi-token kernel with an int16 block-scaled state at dstates 96,
+/// 160, 192 and 224 (`tools/flashinfer-recorder/cases/int16_uneven_cases.json`, recorded on an
+/// H200 on 2026-12-04): head dim 64, T 4, final-state writes with a pad sequence, and the int16
+/// intermediate buffer with its scales; the scales stored, other blocks over 64 KiB by hash.
+fn embedded_int16_uneven() -> Manifest {
+    Manifest::from_text(
+        include_str!("data/flashinfer_ssu_mtp_int16_uneven/manifest.json"),
+        &[(
+            "fixtures.bin",
+            include_bytes!("data/flashinfer_ssu_mtp_int16_uneven/fixtures.bin"),
+        )],
+    )
+}
+
+/// The cases of [`embedded_int16_uneven`] recorded from FlashInfer 0.7.4's multi-token kernel
+/// (recorded on an H200 on 2026-12-04).
+fn embedded_int16_uneven_074() -> Manifest {
+    Manifest::from_text(
+        include_str!("data/flashinfer_ssu_mtp_int16_uneven_074/manifest.json"),
+        &[(
+            "fixtures.bin",
+            include_bytes!("data/flashinfer_ssu_mtp_int16_uneven_074/fixtures.bin"),
+        )],
+    )
+}
+
 /// The cases of [`embedded_int16`] recorded from FlashInfer 0.7.4's multi-token kernel
 /// (recorded on an H200 on 2026-12-03); every output by hash, the inputs stored up to 64 KiB
 /// (`state_scale` and `intermediate_state_scales` whatever their size).
@@ -247,7 +273,7 @@ fn embedded_int16_074() -> Manifest {
 }
 
 /// Every embedded manifest: the reference data and the sets above.
-fn all_embedded() -> [Manifest; 14] {
+fn all_embedded() -> [Manifest; 16] {
     [
         embedded(),
         embedded_shapes(),
@@ -263,6 +289,8 @@ fn all_embedded() -> [Manifest; 14] {
         embedded_dsx_074(),
         embedded_dsf32(),
         embedded_dsf32_074(),
+        embedded_int16_uneven(),
+        embedded_int16_uneven_074(),
     ]
 }
 
@@ -1064,6 +1092,30 @@ fn flashinfer_mtp_dsf32_074_bit_exact() {
     };
     let m = embedded_dsf32_074();
     assert_eq!(m.cases.len(), 14);
+    check_manifest(&ctx, &stream, &m);
+}
+
+/// The int16 cases at dstates 96, 160, 192 and 224.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_mtp_int16_uneven_bit_exact() {
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let m = embedded_int16_uneven();
+    assert_eq!(m.cases.len(), 8);
+    check_manifest(&ctx, &stream, &m);
+}
+
+/// The int16 cases at dstates 96, 160, 192 and 224 from FlashInfer 0.7.4.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_mtp_int16_uneven_074_bit_exact() {
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let m = embedded_int16_uneven_074();
+    assert_eq!(m.cases.len(), 8);
     check_manifest(&ctx, &stream, &m);
 }
 
