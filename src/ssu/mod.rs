@@ -163,7 +163,8 @@ pub const MAX_PHILOX_ROUNDS: u32 = crate::ffi::sys::MAMBA_SSU_MAX_PHILOX_ROUNDS;
 /// [`Error::InvalidArgument`](crate::Error::InvalidArgument)); the CPU references take the same.
 /// 64, 128 and 256 run compiled-in kernels where the rest of the call allows; the multiples of
 /// 32 between them, 96, 160, 192 and 224 (FlashInfer's module takes them for every state dtype),
-/// run the run-time kernels, an int16 state there is not served. An fp32 state takes
+/// run the run-time kernels (an int16 state there too, but not under the VERTICAL mapping at 96,
+/// 160 and 224, where FlashInfer's kernel writes -32767 into part of the row). An fp32 state takes
 /// [`SUPPORTED_DSTATE_F32`].
 pub const SUPPORTED_DSTATE: [usize; 7] = [64, 96, 128, 160, 192, 224, 256];
 
