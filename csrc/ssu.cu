@@ -139,12 +139,12 @@ int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedN
   if ((s = check_seed(seed, p->state_dtype, names))) return s;
   // FlashInfer's horizontal kernel has no int16 path (with scales its launcher refuses the call,
   // which mamba_ssu_check rejects first).
-  if ((s = check_i16_vertical(p->dstate, p->state_dtype,
-                              p->algorithm == MAMBA_SSU_ALGO_VERTICAL)))
-    return s;
   if (p->state_dtype == MAMBA_SSU_I16 && p->algorithm == MAMBA_SSU_ALGO_HORIZONTAL)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "algorithm: HORIZONTAL with an I16 state is not served (SIMPLE, VERTICAL or AUTO)");
+  if ((s = check_i16_vertical(p->dstate, p->state_dtype,
+                              p->algorithm == MAMBA_SSU_ALGO_VERTICAL)))
+    return s;
   // The decode scales (slots, nheads, dim) of an I16 state.
   const bool scaled = scale != nullptr && scale->data != nullptr;
   if (scaled && (s = check_state_scale(*scale, p->nheads, p->dim, p->state_cache_size))) return s;

@@ -661,25 +661,27 @@ struct DynConfig {
   }
 };
 
-// The generic path for an int16 state (FlashInfer's block-scaled state, single token;
-// docs/flashinfer-ssu.md, "int16 block-scaled state"): DynConfig's lane columns for a 2-byte
-// state, a row's integers read as rn(float(q) * scale) with the read slot's decode scale of the
-// row (Raw::scale, loaded by ssu_body: load_scales; 1 without scales), written by ssu_body
-// (i16_encode_row, quantize_i16_row) from the row's fp32 values. A config of its own, so that
-// DynConfig's kernel keeps its code.
-struct DynI16Config : DynConfig {
+// An int16 state's accesses (FlashInfer's block-scaled state, single token;
+// docs/flashinfer-ssu.md, "int16 block-scaled state") over a generic config's lane columns
+// (Base: DynConfig or DynUnevenConfig, its col() and ncols_): a row's integers read as
+// rn(float(q) * scale) with the read slot's decode scale of the row (Raw::scale, loaded by
+// ssu_body: load_scales; 1 without scales), written by ssu_body (i16_encode_row,
+// quantize_i16_row) from the row's fp32 values.
+template <class Base>
+struct I16Columns : Base {
   static constexpr bool kI16Scaled = true;  // scaled_state
+  static constexpr int kMaxCols = Base::kMaxCols;
   struct Raw {
     uint32_t w[kMaxCols];
     float scale;
   };
 
-  __device__ explicit DynI16Config(const Args &a) : DynConfig(a) {}
+  __device__ explicit I16Columns(const Args &a) : Base(a) {}
 
   __device__ void load_state(const void *row, int lane, Raw &r) const {
 #pragma unroll
     for (int i = 0; i < kMaxCols; ++i) {
-      if (i < ncols_) r.w[i] = static_cast<const unsigned short *>(row)[col(lane, i)];
+      if (i < this->ncols_) r.w[i] = static_cast<const unsigned short *>(row)[this->col(lane, i)];
     }
   }
   __device__ float state_value(const Raw &r, int i) const {
@@ -689,9 +691,16 @@ struct DynI16Config : DynConfig {
   __device__ void store_state(void *row, int lane, const uint32_t (&bits)[kMaxCols]) const {
 #pragma unroll
     for (int i = 0; i < kMaxCols; ++i) {
-      if (i < ncols_) store_cs_u16(static_cast<unsigned short *>(row) + col(lane, i), bits[i]);
+      if (i < this->ncols_)
+        store_cs_u16(static_cast<unsigned short *>(row) + this->col(lane, i), bits[i]);
     }
   }
+};
+
+// The generic path for an int16 state: DynConfig's lane columns for a 2-byte state with
+// I16Columns' accesses. A config of its own, so that DynConfig's kernel keeps its code.
+struct DynI16Config : I16Columns<DynConfig> {
+  __device__ explicit DynI16Config(const Args &a) : I16Columns<DynConfig>(a) {}
 };
 
 // The generic path at a dstate between the compiled-in ones that FlashInfer's single-token
@@ -769,33 +778,10 @@ struct DynUnevenWideConfig : DynUnevenConfig {
 };
 
 // An int16 block-scaled state at an uneven dstate (96, 160, 192, 224): DynUnevenConfig's lane
-// runs with DynI16Config's state accesses (rn(float(q) * scale) read, 16-bit stores; no SR), a
-// config of its own so that DynUnevenConfig's and DynI16Config's kernels keep their code.
-struct DynUnevenI16Config : DynUnevenConfig {
-  static constexpr bool kI16Scaled = true;  // scaled_state
-  struct Raw {
-    uint32_t w[kMaxCols];
-    float scale;
-  };
-
-  __device__ explicit DynUnevenI16Config(const Args &a) : DynUnevenConfig(a) {}
-
-  __device__ void load_state(const void *row, int lane, Raw &r) const {
-#pragma unroll
-    for (int i = 0; i < kMaxCols; ++i) {
-      if (i < ncols_) r.w[i] = static_cast<const unsigned short *>(row)[col(lane, i)];
-    }
-  }
-  __device__ float state_value(const Raw &r, int i) const {
-    return __fmul_rn(static_cast<float>(static_cast<int16_t>(static_cast<uint16_t>(r.w[i]))),
-                     r.scale);
-  }
-  __device__ void store_state(void *row, int lane, const uint32_t (&bits)[kMaxCols]) const {
-#pragma unroll
-    for (int i = 0; i < kMaxCols; ++i) {
-      if (i < ncols_) store_cs_u16(static_cast<unsigned short *>(row) + col(lane, i), bits[i]);
-    }
-  }
+// runs with I16Columns' accesses (no SR), a config of its own so that DynUnevenConfig's and
+// DynI16Config's kernels keep their code.
+struct DynUnevenI16Config : I16Columns<DynUnevenConfig> {
+  __device__ explicit DynUnevenI16Config(const Args &a) : I16Columns<DynUnevenConfig>(a) {}
 };
 
 // Whether a config's random words follow its runs (Cfg::kRunWords: DynUnevenConfig; HotConfig and

@@ -98,7 +98,8 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
   pl.smem = static_cast<size_t>(
       hz::block_smem_bytes(static_cast<int>(p.dstate), pl.tiles_in_flight));
   // An uneven dstate (96, 160, 192, 224: rows of 3, 5, 6 or 7 stages of a 2-byte state, twice
-  // as many of an fp32 one) runs the run-time kernel of any stage count.
+  // as many of an fp32 one; an fp32 state at 32 to 240: 2 to 15 stages) runs the run-time
+  // kernel of any stage count.
   pl.compiled = !uneven_dstate(p.dstate) && compiled_kernel(p);
   *out = pl;
   return MAMBA_SSU_SUCCESS;
