@@ -665,11 +665,13 @@ __global__ void __launch_bounds__(kThreadsPerBlock, min_blocks<kState, kRounds>(
   hz_body<kState, kRounds, kBf16, false, true>(a);
 }
 
-// Launches the run-time horizontal kernel of `state_dtype` with any stage count
-// (hz_kernel_any_stages: the uneven dstates) on `nblocks` blocks with `smem` bytes of dynamic shared memory; the launch status
-// (ssu_uneven.cu, its own translation unit).
-int launch_uneven(const Args &a, int32_t state_dtype, unsigned nblocks, size_t smem,
-                  cudaStream_t st);
+// Launches the horizontal kernel of `state_dtype` with any stage count (hz_kernel_any_stages:
+// the uneven dstates) on `nblocks` blocks with `smem` bytes of dynamic shared memory: with
+// `compiled` (bf16 inputs and weights, and an fp16 state's 0, 5 or 10 rounds) the instantiation
+// with them compiled in, as the other dstates' hz_kernel, else the run-time one; the launch
+// status (ssu_uneven.cu, its own translation unit).
+int launch_uneven(const Args &a, int32_t state_dtype, bool compiled, unsigned nblocks,
+                  size_t smem, cudaStream_t st);
 
 }  // namespace hz
 }  // namespace mamba_ssu

@@ -98,9 +98,9 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
   pl.smem = static_cast<size_t>(
       hz::block_smem_bytes(static_cast<int>(p.dstate), pl.tiles_in_flight));
   // An uneven dstate (96, 160, 192, 224: rows of 3, 5, 6 or 7 stages of a 2-byte state, twice
-  // as many of an fp32 one; an fp32 state at 32 to 240: 2 to 15 stages) runs the run-time
-  // kernel of any stage count.
-  pl.compiled = !uneven_dstate(p.dstate) && compiled_kernel(p);
+  // as many of an fp32 one; an fp32 state at 32 to 240: 2 to 15 stages) runs the kernel of any
+  // stage count, with the same dtypes and round counts compiled in as the other dstates.
+  pl.compiled = compiled_kernel(p);
   *out = pl;
   return MAMBA_SSU_SUCCESS;
 }
@@ -184,7 +184,8 @@ int hz_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba_
   a.update_state = p.update_state != 0;
 
   const auto st = reinterpret_cast<cudaStream_t>(stream);
-  if (uneven_dstate(p.dstate)) return hz::launch_uneven(a, p.state_dtype, pl.nblocks, pl.smem, st);
+  if (uneven_dstate(p.dstate))
+    return hz::launch_uneven(a, p.state_dtype, pl.compiled, pl.nblocks, pl.smem, st);
   const bool bf16 = bf16_inputs(p);
   switch (p.state_dtype) {
   case MAMBA_SSU_F16:

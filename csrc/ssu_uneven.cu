@@ -35,17 +35,23 @@ int launch_uneven_i16(const Args &a, const ScaleArgs &sc, unsigned blocks, int w
 
 namespace hz {
 
-int launch_uneven(const Args &a, int32_t state_dtype, unsigned nblocks, size_t smem,
-                  cudaStream_t st) {
+int launch_uneven(const Args &a, int32_t state_dtype, bool compiled, unsigned nblocks,
+                  size_t smem, cudaStream_t st) {
+  auto go = [&](auto kernel) { kernel<<<nblocks, kThreadsPerBlock, smem, st>>>(a); };
   switch (state_dtype) {
   case MAMBA_SSU_F16:
-    hz_kernel_any_stages<MAMBA_SSU_F16, -1, false><<<nblocks, kThreadsPerBlock, smem, st>>>(a);
+    if (!compiled) go(hz_kernel_any_stages<MAMBA_SSU_F16, -1, false>);
+    else if (a.philox_rounds == 0) go(hz_kernel_any_stages<MAMBA_SSU_F16, 0, true>);
+    else if (a.philox_rounds == 5) go(hz_kernel_any_stages<MAMBA_SSU_F16, 5, true>);
+    else go(hz_kernel_any_stages<MAMBA_SSU_F16, 10, true>);
     break;
   case MAMBA_SSU_BF16:
-    hz_kernel_any_stages<MAMBA_SSU_BF16, 0, false><<<nblocks, kThreadsPerBlock, smem, st>>>(a);
+    if (compiled) go(hz_kernel_any_stages<MAMBA_SSU_BF16, 0, true>);
+    else go(hz_kernel_any_stages<MAMBA_SSU_BF16, 0, false>);
     break;
   default:
-    hz_kernel_any_stages<MAMBA_SSU_F32, 0, false><<<nblocks, kThreadsPerBlock, smem, st>>>(a);
+    if (compiled) go(hz_kernel_any_stages<MAMBA_SSU_F32, 0, true>);
+    else go(hz_kernel_any_stages<MAMBA_SSU_F32, 0, false>);
     break;
   }
   return check_launch("selective_state_update (horizontal) launch");

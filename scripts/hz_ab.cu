@@ -251,7 +251,7 @@ __global__ void spin(int *flag, long long ns) {
 }
 
 // One call of side NS's kernel (the dispatch of ssu_single_hz.cu).
-#define HZ_SIDE(NS, FN, GO0)                                                                   \
+#define HZ_SIDE(NS, FN, GO0, ANY)                                                              \
   void FN(const Case &c, const Bufs &b, const int32_t *idx, const int32_t *dst,                \
           cudaStream_t st) {                                                                   \
     using namespace NS;                                                                        \
@@ -270,10 +270,7 @@ __global__ void spin(int *flag, long long ns) {
       CK(cudaGetLastError());                                                                  \
     };                                                                                         \
     if (c.dstate == 96) {                                                                      \
-      if (c.state_dtype == MAMBA_SSU_F16) go(hz_kernel_any_stages<MAMBA_SSU_F16, -1, false>); \
-      else if (c.state_dtype == MAMBA_SSU_BF16)                                                \
-        go(hz_kernel_any_stages<MAMBA_SSU_BF16, 0, false>);                                    \
-      else go(hz_kernel_any_stages<MAMBA_SSU_F32, 0, false>);                                  \
+      ANY(bf && (c.rounds == 0 || c.rounds == 5 || c.rounds == 10));                           \
       return;                                                                                  \
     }                                                                                          \
     if (c.state_dtype == MAMBA_SSU_F16) {                                                      \
@@ -296,14 +293,40 @@ __global__ void spin(int *flag, long long ns) {
 // A kernel with the round count 0 compiled in: the base's hz_kernel; on the new side, as its
 // launcher does, hz_kernel_grouped for the calls with 8 tiles in flight.
 #define HZ_GO0_BASE(S, BF) go(hz_kernel<S, 0, BF>)
+// The kernel of any stage count (dstate 96): the base's launcher runs its run-time
+// instantiations; the new side, as its launcher does, the ones with the input dtypes and the
+// round count compiled in where the call allows (`cr`).
+#define HZ_ANY_BASE(cr)                                                                        \
+  do {                                                                                         \
+    (void)(cr);                                                                                \
+    if (c.state_dtype == MAMBA_SSU_F16) go(hz_kernel_any_stages<MAMBA_SSU_F16, -1, false>);   \
+    else if (c.state_dtype == MAMBA_SSU_BF16)                                                  \
+      go(hz_kernel_any_stages<MAMBA_SSU_BF16, 0, false>);                                      \
+    else go(hz_kernel_any_stages<MAMBA_SSU_F32, 0, false>);                                    \
+  } while (0)
+#define HZ_ANY_NEW(cr)                                                                         \
+  do {                                                                                         \
+    if (c.state_dtype == MAMBA_SSU_F16) {                                                      \
+      if (!(cr)) go(hz_kernel_any_stages<MAMBA_SSU_F16, -1, false>);                           \
+      else if (c.rounds == 0) go(hz_kernel_any_stages<MAMBA_SSU_F16, 0, true>);                \
+      else if (c.rounds == 5) go(hz_kernel_any_stages<MAMBA_SSU_F16, 5, true>);                \
+      else go(hz_kernel_any_stages<MAMBA_SSU_F16, 10, true>);                                  \
+    } else if (c.state_dtype == MAMBA_SSU_BF16) {                                              \
+      if (bf) go(hz_kernel_any_stages<MAMBA_SSU_BF16, 0, true>);                               \
+      else go(hz_kernel_any_stages<MAMBA_SSU_BF16, 0, false>);                                 \
+    } else {                                                                                   \
+      if (bf) go(hz_kernel_any_stages<MAMBA_SSU_F32, 0, true>);                                \
+      else go(hz_kernel_any_stages<MAMBA_SSU_F32, 0, false>);                                  \
+    }                                                                                          \
+  } while (0)
 // (rows of 4 stages or more, which the launcher's 8-tile rule implies: HZ_TIF=8 forces 8 tiles
 // on shorter rows too, which take hz_kernel.)
 #define HZ_GO0_NEW(S, BF)                                                            \
   (a.tiles_in_flight == kTilesInFlightLarge && c.dstate * c.esize() >= 256           \
        ? go(hz_kernel_grouped<S, 0, BF>)                                             \
        : go(hz_kernel<S, 0, BF>))
-HZ_SIDE(::mamba_ssu::hz_base, launch_base, HZ_GO0_BASE)
-HZ_SIDE(::mamba_ssu::hz, launch_new, HZ_GO0_NEW)
+HZ_SIDE(::mamba_ssu::hz_base, launch_base, HZ_GO0_BASE, HZ_ANY_BASE)
+HZ_SIDE(::mamba_ssu::hz, launch_new, HZ_GO0_NEW, HZ_ANY_NEW)
 
 size_t state_bytes(const Case &c, int64_t slots) {
   return size_t(slots) * c.nheads * c.dim * c.dstate * c.esize();
@@ -501,6 +524,10 @@ int main(int argc, char **argv) {
           for (int batch : {8, 32}) ts.push_back(mk(dim, ds, 128, batch, sd, 0));
     ts.push_back(mk(128, 128, 128, 256, F16, 0));
     ts.push_back(mk(128, 128, 128, 256, F16, 10));
+    // dstate 96 (the kernel of any stage count).
+    for (int batch : {8, 32})
+      for (int rounds : {0, 5}) ts.push_back(mk(64, 96, 128, batch, F16, rounds));
+    for (int sd : {BF, F32}) ts.push_back(mk(64, 96, 128, 32, sd, 0));
     for (const Case &k : ts)
       if (only.empty() || k.name().find(only) != std::string::npos) time_case(k, reps, ncu);
   }
