@@ -218,7 +218,8 @@ __device__ __forceinline__ int mtp_col(int m, int i) {
 }
 
 // Whether element i of lane m lies in a row of kDstate columns: at an uneven dstate (mtp_tile) a
-// lane's blocks past column kDstate do not. Called only under `if constexpr (mtp_uneven(kDstate))`, so that the
+// lane's blocks past column kDstate do not. Called only under
+// `if constexpr (mtp_uneven(kDstate))`, so that the
 // other kernels' code is as it was without it.
 template <int kDstate, bool kF32>
 __device__ __forceinline__ bool mtp_in_row(int m, int i) {

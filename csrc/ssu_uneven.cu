@@ -101,7 +101,8 @@ int launch_uneven_i16(const Args &a, const ScaleArgs &sc, int dstate, unsigned n
   case 96: mtp_kernel_i16<96><<<nblocks, kThreads, smem, st>>>(a, sc); break;
   case 160: mtp_kernel_i16<160><<<nblocks, kThreads, smem, st>>>(a, sc); break;
   case 192: mtp_kernel_i16<192><<<nblocks, kThreads, smem, st>>>(a, sc); break;
-  default: mtp_kernel_i16<224><<<nblocks, kThreads, smem, st>>>(a, sc); break;  // the checks pass no other
+  // 224: the checks pass no other dstate.
+  default: mtp_kernel_i16<224><<<nblocks, kThreads, smem, st>>>(a, sc); break;
   }
   return check_launch("multi-token selective-state-update kernel launch");
 }

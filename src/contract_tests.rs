@@ -302,15 +302,17 @@ fn uneven_dstate_rules() {
     }
     // FlashInfer's vertical kernel writes -32767 into the odd columns of a partial last
     // 64-column block of an int16 row: refused there, served at 192.
-    let vertical = |a: &mut sys::mamba_ssu_args| a.algorithm = sys::MAMBA_SSU_ALGO_VERTICAL as i32;
+    fn vertical(a: &mut sys::mamba_ssu_args) {
+        a.algorithm = sys::MAMBA_SSU_ALGO_VERTICAL as i32;
+    }
     let mut a = with_dstate(int16(), 192);
     vertical(&mut a);
     assert!(check(&a).is_ok());
     check_rules(&[
-        (int16, |a| { *a = with_dstate(*a, 96); a.algorithm = sys::MAMBA_SSU_ALGO_VERTICAL as i32; },
+        (int16, |a| { *a = with_dstate(*a, 96); vertical(a); },
             UNS, "algorithm",
             "algorithm: VERTICAL with an I16 state at dstate 96 is not served (FlashInfer's"),
-        (int16, |a| { *a = with_dstate(*a, 224); a.algorithm = sys::MAMBA_SSU_ALGO_VERTICAL as i32; },
+        (int16, |a| { *a = with_dstate(*a, 224); vertical(a); },
             UNS, "algorithm",
             "algorithm: VERTICAL with an I16 state at dstate 224 is not served"),
     ]);
@@ -647,7 +649,8 @@ fn lowered_rules_name_the_tensor() {
                        a.C.shape[2] = 288; a.B.strides[0] = NG * 288; a.C.strides[0] = NG * 288;
                        a.B.strides[1] = 288; a.C.strides[1] = 288;
                        a.state.strides = [NH * DIM * 288, DIM * 288, 288, 1, 0]; }, UNS, "state",
-            "dstate: expected a multiple of 32 from 64 to 256 (of 16 from 32 with an fp32 state), got 288"),
+            "dstate: expected a multiple of 32 from 64 to 256 (of 16 from 32 with an \
+             fp32 state), got 288"),
         (single, |a| { a.B.shape[1] = 3; a.C.shape[1] = 3; a.B.strides[0] = 3 * DS;
                        a.C.strides[0] = 3 * DS; }, INV, "B", "ngroups: expected a divisor of nheads"),
         (single, |a| { a.state_batch_indices = absent(); a.state.shape[0] = 1; }, INV, "state",

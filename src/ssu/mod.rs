@@ -46,10 +46,11 @@
 //! 2-D token tensors). Index tensors may be longer than the batch (FlashInfer's `size(0) >=
 //! batch`: engines pass padded tensors; only the first rows are read). FlashInfer's
 //! multi-token arguments (`intermediate_*`, `num_accepted_tokens`, a `cache_steps` below 1) are
-//! ignored on this path, as FlashInfer ignores them. Besides the shapes, the C check's limits: dstate in
-//! [`SUPPORTED_DSTATE`] ([`SUPPORTED_DSTATE_F32`] with an fp32 state); ngroups divides nheads; batch ≥ 1, slots ≥ batch without read
-//! indices; the slot stride at least a slot; the batch strides of `state`, `x`, `z`, `out`,
-//! `B`, `C` and those six pointers 16-byte multiples (whole cudarc allocations are aligned);
+//! ignored on this path, as FlashInfer ignores them. Besides the shapes, the C check's limits:
+//! dstate in [`SUPPORTED_DSTATE`] ([`SUPPORTED_DSTATE_F32`] with an fp32 state); ngroups
+//! divides nheads; batch ≥ 1, slots ≥ batch without read indices; the slot stride at least a
+//! slot; the batch strides of `state`, `x`, `z`, `out`, `B`, `C` and those six pointers
+//! 16-byte multiples (whole cudarc allocations are aligned);
 //! `out` rows that do not overlap; extents and the grid within the kernels' bounds. The seed:
 //! any `philox_rounds` up to `i32::MAX` (0: none; FlashInfer sets no upper bound, and counts
 //! other than 5 and 10 run the run-time kernel); rounds > 0 (stochastic rounding) need an F16
