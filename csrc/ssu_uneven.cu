@@ -1,10 +1,11 @@
 // ssu_uneven.cu — the generic kernels at the uneven dstates (checks.h: uneven_dstate; 96, 160,
-// 192 and 224), the dstates between the compiled-in ones that FlashInfer's sm_90 module takes
-// for every state dtype: single token DynUnevenConfig (ssu.cuh: FlashInfer's lane runs of 3, 5,
-// 6 or 7 columns, vertical lanes with fewer columns where the row ends; at 6 blocks per SM as
-// DynUnevenWideConfig for calls of >= 48 MiB) and the horizontal kernel with 3 to 7 stages a row
-// (twice as many of an fp32 state; ssu_hz.cuh: kAnyStages), multi token mtp_kernel at each
-// (ssu_mtp.cuh: the 128- or 256-column tile with the blocks past dstate skipped); launched for
+// 192 and 224 for every state dtype, and 32, 48, 80, 144, 176, 208, 240 for an fp32 state), the
+// dstates other than the compiled-in ones that FlashInfer's sm_90 module takes: single token
+// DynUnevenConfig (ssu.cuh: FlashInfer's lane runs of 1 to 7 columns, lanes with fewer columns
+// where the row ends; at 6 blocks per SM as DynUnevenWideConfig for calls of >= 48 MiB;
+// DynUnevenI16Config for an int16 state) and the horizontal kernel with 2 to 15 stages a row
+// (ssu_hz.cuh: kAnyStages), multi token mtp_kernel and mtp_kernel_i16 at each (ssu_mtp.cuh: the
+// next power of two's tile with the blocks past dstate skipped); launched for
 // plans of ssu.cu, ssu_single_hz.cu and ssu_mtp.cu. A translation unit of its own, sorted
 // after the other SSU units, so that their kernels and the device link keep their code and
 // shared-memory layout.
