@@ -14,6 +14,10 @@
 //! - `MAMBA_SSU_CUDA_CACHE`: where `scripts/setup.sh` installed the toolkit.
 //! - `MAMBA_SSU_NVCC_FLAGS`: extra nvcc flags, space separated (tuning experiments, e.g.
 //!   `-DMAMBA_SSU_RPW_WARPS_PER_SM=64`).
+//! - `MAMBA_SSU_F16_INPUT_KERNELS`: `1` builds the single-token compiled-in kernels for fp16
+//!   inputs and weights over an fp16 state (`csrc/ssu_with_f16_inputs.cu`) and routes such calls to
+//!   them, and sets the Rust cfg `f16_input_kernels` (the tests of those kernels); unset or `0`:
+//!   such calls run the generic kernel. Off by default until the kernels have run on a GPU.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -50,9 +54,22 @@ fn main() {
         "MAMBA_SSU_CUDA_PTX",
         "MAMBA_SSU_CUDA_CACHE",
         "MAMBA_SSU_NVCC_FLAGS",
+        "MAMBA_SSU_F16_INPUT_KERNELS",
         "PATH",
     ] {
         println!("cargo:rerun-if-env-changed={var}");
+    }
+    println!("cargo::rustc-check-cfg=cfg(f16_input_kernels)");
+    let f16_input_kernels = match env::var("MAMBA_SSU_F16_INPUT_KERNELS").as_deref() {
+        Ok("1") => true,
+        Ok("0") | Ok("") | Err(_) => false,
+        Ok(other) => {
+            eprintln!("error: MAMBA_SSU_F16_INPUT_KERNELS: expected 1 or 0, got {other:?}");
+            std::process::exit(1);
+        }
+    };
+    if f16_input_kernels {
+        println!("cargo:rustc-cfg=f16_input_kernels");
     }
 
     let root = match find_cuda_root() {
@@ -110,6 +127,9 @@ fn main() {
     }
     for arch in &ptx {
         build.flag(format!("-gencode=arch=compute_{arch},code=compute_{arch}"));
+    }
+    if f16_input_kernels {
+        build.flag("-DMAMBA_SSU_F16_INPUT_KERNELS=1");
     }
     if let Ok(extra) = env::var("MAMBA_SSU_NVCC_FLAGS") {
         for flag in extra.split_whitespace() {

@@ -10,6 +10,16 @@
 
 namespace mamba_ssu {
 
+// Whether the build has the compiled-in kernels for fp16 inputs and weights over an fp16 state,
+// single and multi token (ssu_with_f16_inputs.cu; the plans route such calls to them). Set by
+// MAMBA_SSU_F16_INPUT_KERNELS=1 (build.rs); without it those calls run the run-time kernels.
+// Off by default: the kernels were compiled and their SASS read, but not yet run on a GPU
+// (docs/perf-notes.md, "fp16 inputs: the compiled-in kernels").
+#ifndef MAMBA_SSU_F16_INPUT_KERNELS
+#define MAMBA_SSU_F16_INPUT_KERNELS 0
+#endif
+constexpr bool kF16InputKernels = MAMBA_SSU_F16_INPUT_KERNELS != 0;
+
 // An int16 state's decode scales (FlashInfer's block-scaled state: its state_scale and, multi
 // token, intermediate_state_scales), which only mamba_ssu_args carries (contract.cu; the
 // deprecated parameter blocks have no int16 state): float32, element (slot, h, d) at

@@ -15,7 +15,10 @@
 // same kernels' code with the state converted from and to bf16, in fp32 in FlashInfer's lane
 // columns for 4-byte elements (ssu_stp_states.cu: Bf16State and F32State over each family, 40
 // kernels each), or int16 dequantised with and quantised into its decode scales
-// (ssu_stp_states_i16.cu: I16State, 40 kernels; other int16 calls DynI16Config). The large-grid 10-round kernels' grids at dstate 128 are tapered
+// (ssu_stp_states_i16.cu: I16State, 40 kernels; other int16 calls DynI16Config). In a build with
+// MAMBA_SSU_F16_INPUT_KERNELS, fp16 inputs and weights over an fp16 state run every one of the
+// four fp16-state families with fp16 input conversions (ssu_with_f16_inputs.cu: F16Inputs, 136
+// kernels). The large-grid 10-round kernels' grids at dstate 128 are tapered
 // (their last wave of blocks in quarter-head warps, see Tuning::kTaperShift). Everything else that
 // passes the checks runs the generic kernel (DynConfig), and so does every SR call under
 // FlashInfer 0.7.4's conversion (sr_rule MAMBA_SSU_SR_V074; the hot kernels are 0.7.2's).
@@ -27,6 +30,7 @@
 #include "common.cuh"
 #include "launch.h"
 #include "ssu.cuh"
+#include "ssu_hot_launch.cuh"
 #include "tuning.h"
 
 namespace mamba_ssu {
@@ -35,6 +39,8 @@ namespace {
 using ssu::Args;
 using ssu::DynConfig;
 using ssu::HotConfig;
+using ssu::hot::launch;
+using ssu::hot::launch_hot_shape;
 using tuning::Tuning;
 
 // Static shared memory of a single-token block, an upper bound (the Philox key schedule of 4
@@ -232,90 +238,6 @@ void make_divider(uint32_t d, uint32_t *magic, uint32_t *shift) {
   *magic = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << s) - d)) / d + 1);
 }
 
-template <class Cfg>
-int launch(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream) {
-  ssu::ssu_kernel<Cfg><<<blocks, 32 * warps_per_block, 0, stream>>>(a);
-  return check_launch("selective_state_update launch");
-}
-
-// Grid-size forms (HotConfig's kZW: 0 below Tuning::kLargeGridRows rows, 1 from there on) of
-// three 4-row kernels: 10 rounds simple (pad zeroing word by word, HotConfig::kZeroWords, and
-// zero-page pad reads on large grids), 10 rounds vertical and without SR (the vector x and output
-// pointer, HotConfig::kVecX, on large grids only for the former, on small grids only for the
-// latter); tuning.h has the choices.
-
-// H: HotConfig (dim 64) or HotDimConfig (head_dim at run time), same template parameters.
-template <template <bool, int, int, bool, int> class H, bool kSimple, int kU, bool kGate>
-int launch_hot_z(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream,
-                 bool large) {
-  switch (a.philox_rounds) {
-  case 0:
-    // Grids without SR small enough for one-row chunks take 2-row ones (small_grid_rows).
-    if constexpr (kU == 1) {
-      (void)large;
-      return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "no one-row kernel without SR");
-    } else {
-      return large
-                 ? launch<H<kSimple, 0, kU, kGate, 1>>(a, blocks, warps_per_block, stream)
-                 : launch<H<kSimple, 0, kU, kGate, 0>>(a, blocks, warps_per_block, stream);
-    }
-  case 5: return launch<H<kSimple, 5, kU, kGate, -1>>(a, blocks, warps_per_block, stream);
-  default:
-    if constexpr (kU > 1) {
-      return large
-                 ? launch<H<kSimple, 10, kU, kGate, 1>>(a, blocks, warps_per_block, stream)
-                 : launch<H<kSimple, 10, kU, kGate, 0>>(a, blocks, warps_per_block, stream);
-    } else {
-      return launch<H<kSimple, 10, kU, kGate, -1>>(a, blocks, warps_per_block, stream);
-    }
-  }
-}
-
-// The hot kernels are instantiated with and without z (HotConfig::kZ).
-template <template <bool, int, int, bool, int> class H, bool kSimple, int kU>
-int launch_hot(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream,
-               int64_t rows) {
-  const bool large = rows >= Tuning::kLargeGridRows;
-  return a.z != nullptr
-             ? launch_hot_z<H, kSimple, kU, true>(a, blocks, warps_per_block, stream, large)
-             : launch_hot_z<H, kSimple, kU, false>(a, blocks, warps_per_block, stream, large);
-}
-
-// The 2-row kernels of small grids (small_grid_rows): without SR (both layouts), 5 rounds
-// (both), 10 rounds (simple only, with the aggregate pad zeroing that the 4-row kernel uses on
-// such grids); with and without z.
-template <template <bool, int, int, bool, int> class H, bool kSimple>
-int launch_small2(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream) {
-  const bool z = a.z != nullptr;
-  switch (a.philox_rounds) {
-  case 0:
-    return z ? launch<H<kSimple, 0, 2, true, -1>>(a, blocks, warps_per_block, stream)
-             : launch<H<kSimple, 0, 2, false, -1>>(a, blocks, warps_per_block, stream);
-  case 5:
-    return z ? launch<H<kSimple, 5, 2, true, -1>>(a, blocks, warps_per_block, stream)
-             : launch<H<kSimple, 5, 2, false, -1>>(a, blocks, warps_per_block, stream);
-  default:
-    if constexpr (kSimple) {
-      return z ? launch<H<true, 10, 2, true, 0>>(a, blocks, warps_per_block, stream)
-               : launch<H<true, 10, 2, false, 0>>(a, blocks, warps_per_block, stream);
-    } else {
-      return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "no 2-row kernel for 10 vertical rounds");
-    }
-  }
-}
-
-// A hot kernel of family H (HotConfig or HotDimConfig) by chunk rows and layout.
-template <template <bool, int, int, bool, int> class H>
-int launch_hot_shape(const Args &a, unsigned blocks, int wpb, cudaStream_t st, int64_t rows,
-                     int small_rows, bool simple) {
-  return small_rows == 1 ? (simple ? launch_hot<H, true, 1>(a, blocks, wpb, st, rows)
-                                   : launch_hot<H, false, 1>(a, blocks, wpb, st, rows))
-         : small_rows == 2 ? (simple ? launch_small2<H, true>(a, blocks, wpb, st)
-                                     : launch_small2<H, false>(a, blocks, wpb, st))
-                           : (simple ? launch_hot<H, true, 4>(a, blocks, wpb, st, rows)
-                                     : launch_hot<H, false, 4>(a, blocks, wpb, st, rows));
-}
-
 // Small grids: one warp per chunk of 1 or 2 rows (a warp's serial work, its rows' math,
 // reduction, SR and stores, is then a quarter or a half of a 4-row warp's), instead of 4-row
 // chunks; the bounds are tuning.h's kSmall*Factor, in Tuning::kRpwWarpsPerSm warps per SM of one
@@ -357,13 +279,20 @@ int snap_rows_per_warp(int64_t dim, int rpw, int rows_per_chunk, int block_warps
   return static_cast<int>(best);
 }
 
+// The input and weight dtypes of the hot kernels: bf16 both, and (builds with
+// MAMBA_SSU_F16_INPUT_KERNELS) fp16 both over an fp16 state (ssu_with_f16_inputs.cu).
+bool hot_inputs(const mamba_ssu_params *p) {
+  if (p->input_dtype == MAMBA_SSU_BF16 && p->weight_dtype == MAMBA_SSU_BF16) return true;
+  return kF16InputKernels && p->input_dtype == MAMBA_SSU_F16 &&
+         p->weight_dtype == MAMBA_SSU_F16 && p->state_dtype == MAMBA_SSU_F16;
+}
+
 // The hot kernels implement FlashInfer 0.7.2's SR conversion only: a call with SR under
 // MAMBA_SSU_SR_V074 runs the generic kernel (same layouts, random words and summation forms;
 // its exact SR path takes the rule). Without SR the rule changes nothing.
 bool is_hot(const mamba_ssu_params *p) {
-  return (p->state_dtype == MAMBA_SSU_F16 || p->philox_rounds == 0) &&
-         p->input_dtype == MAMBA_SSU_BF16 &&
-         p->weight_dtype == MAMBA_SSU_BF16 && hot_dim(p->dim) &&
+  return (p->state_dtype == MAMBA_SSU_F16 || p->philox_rounds == 0) && hot_inputs(p) &&
+         hot_dim(p->dim) &&
          (p->dstate == 64 || p->dstate == 128 || p->dstate == 256) &&
          (p->philox_rounds == 0 || p->philox_rounds == 5 || p->philox_rounds == 10) &&
          !(p->philox_rounds > 0 && p->sr_rule == MAMBA_SSU_SR_V074);
@@ -695,6 +624,12 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
     return ssu::launch_hot_i16(a, family, nblocks, wpb, st, rows, small_rows, simple, sc);
   if (p.state_dtype != MAMBA_SSU_F16)
     return ssu::launch_hot_state(a, family, nblocks, wpb, st, rows, small_rows, simple);
+  // Only a build with the fp16-input kernels plans them (hot_inputs), and only it defines the
+  // launcher (ssu_with_f16_inputs.cu).
+  if constexpr (kF16InputKernels) {
+    if (p.input_dtype == MAMBA_SSU_F16)
+      return ssu::launch_hot_f16_inputs(a, family, nblocks, wpb, st, rows, small_rows, simple);
+  }
   if (p.dstate == 64)
     return launch_hot_shape<ssu::HotDs<64>::template Cfg>(a, nblocks, wpb, st, rows, small_rows,
                                                           simple);

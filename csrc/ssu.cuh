@@ -199,6 +199,42 @@ struct ScaleArgs {
 //   load_input / load_weight / store_out; Key, make_key(seed), philox(c, key).
 // The hot kernels' measured choices (occupancy floors, code forms) are tuning.h's.
 
+// The Philox key table of Owner's kernels in shared memory (philox_words.cuh: KeySchedule),
+// kRounds rounds (kKeyRounds = max(kRounds, 1) words each), one per block (kBlockKey) or one per
+// warp: table() the lane's table, make(seed) fills it (every thread of the block, or of the warp,
+// calls it) and returns the key, load() reads it back. The table is a static of this template,
+// so every Owner has its own: a config derived from another (HotDimConfig from HotConfig,
+// F16Inputs from either) leaves the base's kernels' shared-memory layout in the linked module
+// as it was.
+template <class Owner, int kKeyRounds, int kRounds, bool kBlockKey>
+struct OwnKeyTable {
+  using Key = KeySchedule<kKeyRounds>;
+  __device__ static uint32_t *table() {
+    if constexpr (kBlockKey) {
+      __shared__ uint32_t schedule[2 * kKeyRounds];
+      return schedule;
+    } else {
+      __shared__ uint32_t schedule[kWarpsPerBlock][2 * kKeyRounds];
+      return schedule[threadIdx.x >> 5];
+    }
+  }
+  __device__ static Key load() { return load_key_schedule<kKeyRounds>(table()); }
+  __device__ static Key make(uint64_t seed) {
+    if constexpr (kRounds == 0) return Key{};  // no stochastic rounding
+    // Every thread of the block calls this (full chunks: no warp has returned; the seed is
+    // block-uniform), so a block barrier is reached by all.
+    uint32_t *t = table();
+    const int i = kBlockKey ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x & 31);
+    store_key_schedule<kKeyRounds>(t, i, seed);
+    if constexpr (kBlockKey) {
+      __syncthreads();
+    } else {
+      __syncwarp();
+    }
+    return load();
+  }
+};
+
 // Hot path: fp16 state, bf16 x/z/B/C/out and dt/D/dt_bias, dim 64, dstate 128.
 // A row of one lane is 4 two-byte elements, held as 2 words: element i in
 // bits 16*(i%2) of word i/2. Simple: columns 4l..4l+3, one 8-byte access.
@@ -350,32 +386,11 @@ struct HotConfig {
   // The one-row kernels (tiny grids with SR, one latency chain) keep a table per warp: no block
   // barrier in front of their first Philox round.
   static constexpr bool kBlockKey = kU > 1;
-  __device__ static uint32_t *key_table() {
-    if constexpr (kBlockKey) {
-      __shared__ uint32_t schedule[2 * kKeyRounds];
-      return schedule;
-    } else {
-      __shared__ uint32_t schedule[kWarpsPerBlock][2 * kKeyRounds];
-      return schedule[threadIdx.x >> 5];
-    }
-  }
+  using KeyTable = OwnKeyTable<HotConfig, kKeyRounds, kRounds, kBlockKey>;
   // The key from the block's table (make_key filled it). Also called by the exact SR path, so
   // that key words the fast path does not use need not stay in registers.
-  __device__ static Key load_key() { return load_key_schedule<kKeyRounds>(key_table()); }
-  __device__ static Key make_key(uint64_t seed) {
-    if constexpr (kRounds == 0) return Key{};  // no stochastic rounding
-    // Every thread of the block calls this (full chunks: no warp has returned; the seed is
-    // block-uniform), so a block barrier is reached by all.
-    uint32_t *table = key_table();
-    const int t = kBlockKey ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x & 31);
-    store_key_schedule<kKeyRounds>(table, t, seed);
-    if constexpr (kBlockKey) {
-      __syncthreads();
-    } else {
-      __syncwarp();
-    }
-    return load_key();
-  }
+  __device__ static Key load_key() { return KeyTable::load(); }
+  __device__ static Key make_key(uint64_t seed) { return KeyTable::make(seed); }
   __device__ static U32x4 philox(U32x4 c, const Key &k) { return philox_scheduled<kRounds>(c, k); }
 
   // The fast SR path (the kFastSr branch of ssu_body): the lane's counters over the warp's rows
@@ -421,7 +436,7 @@ struct HotConfig {
 // dividing dim, in blocks of Cfg::kBlockWarps warps (or one block of fewer warps per head), so
 // that every chunk is full and a block's first warp index is its index in the head times
 // kBlockWarps, as at dim 64 (plan_launch: snap_rows_per_warp).
-// Its shared key table and its zero page are its own (key_table, zero_page below), so that the
+// Its shared key table and its zero page are its own (OwnKeyTable, zero_page below), so that the
 // dim-64 kernels' shared-memory and global layout in the linked module stays as it was.
 template <bool kSimple, int kRounds, int kU = 4, bool kGate = false, int kZW = -1>
 struct HotDimConfig : HotConfig<kSimple, kRounds, kU, kGate, kZW> {
@@ -431,30 +446,10 @@ struct HotDimConfig : HotConfig<kSimple, kRounds, kU, kGate, kZW> {
   __device__ explicit HotDimConfig(const Args &a) : Base(a), dim_(a.dim) {}
   __device__ int dim() const { return dim_; }
 
-  // HotConfig's key table, make_key and load_key over a table of this config's own.
-  __device__ static uint32_t *key_table() {
-    if constexpr (Base::kBlockKey) {
-      __shared__ uint32_t schedule[2 * Base::kKeyRounds];
-      return schedule;
-    } else {
-      __shared__ uint32_t schedule[kWarpsPerBlock][2 * Base::kKeyRounds];
-      return schedule[threadIdx.x >> 5];
-    }
-  }
-  __device__ static Key load_key() { return load_key_schedule<Base::kKeyRounds>(key_table()); }
-  __device__ static Key make_key(uint64_t seed) {
-    if constexpr (kRounds == 0) return Key{};
-    uint32_t *table = key_table();
-    const int t =
-        Base::kBlockKey ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x & 31);
-    store_key_schedule<Base::kKeyRounds>(table, t, seed);
-    if constexpr (Base::kBlockKey) {
-      __syncthreads();
-    } else {
-      __syncwarp();
-    }
-    return load_key();
-  }
+  // HotConfig's make_key and load_key over a key table of this config's own.
+  using KeyTable = OwnKeyTable<HotDimConfig, Base::kKeyRounds, kRounds, Base::kBlockKey>;
+  __device__ static Key load_key() { return KeyTable::load(); }
+  __device__ static Key make_key(uint64_t seed) { return KeyTable::make(seed); }
 };
 
 // Whether Cfg is a HotDimConfig (its zero page is zero_page_wide).
@@ -1461,6 +1456,12 @@ int launch_hot_state(const Args &a, StpStateFamily family, unsigned blocks, int 
 int launch_hot_i16(const Args &a, StpStateFamily family, unsigned blocks, int wpb,
                    cudaStream_t st, int64_t rows, int small_rows, bool simple,
                    const ScaleArgs &sc);
+
+// The compiled-in kernels for fp16 inputs and weights over an fp16 state (ssu_with_f16_inputs.cu:
+// F16Inputs over each family, every round count) of a plan of ssu.cu. Defined only in a build
+// with them (launch.h: kF16InputKernels), and called only there.
+int launch_hot_f16_inputs(const Args &a, StpStateFamily family, unsigned blocks, int wpb,
+                          cudaStream_t st, int64_t rows, int small_rows, bool simple);
 // The generic kernel at an uneven dstate (96, 160, 192, 224; DynUnevenConfig; ssu_uneven.cu).
 int launch_uneven(const Args &a, unsigned blocks, int warps_per_block, bool wide,
                   cudaStream_t stream);

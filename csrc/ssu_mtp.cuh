@@ -313,7 +313,8 @@ __device__ __forceinline__ void st_state(T *p, const T &v) {
   __stcs(p, v);
 }
 
-// kHot: F16 state (kBf16State: BF16, kI16: I16, no SR), BF16 inputs and weights (vector state and B/C
+// kHot: F16 state (kBf16State: BF16, kI16: I16, no SR), BF16 inputs and weights (kF16In: FP16,
+// below) (vector state and B/C
 // accesses); otherwise every dtype at run time. kDstate: 64, 128 or 256; 96 in the run-time
 // kernels (the 128-column tile, kTile). kRounds: 0, 5, 10 compiled in; -1 at run time.
 // kR: rows a group computes together (1, or 2 and 4 in the hot kernels for large grids).
@@ -328,9 +329,13 @@ __device__ __forceinline__ void st_state(T *p, const T &v) {
 // for a zero row or without scales; q = rni(clamp(rn(s * e), +-32767)); the decode scale
 // rcp.approx(e) stored by lane 0 at the target's scale row: the dst or read slot's, or the
 // intermediate entry's step). No stochastic rounding (FlashInfer's rule).
+// kF16In (with kHot, an F16 state): FP16 inputs and weights instead of BF16 (mtp_kernel_f16in):
+// the same staging of B and C as 2-byte bits, widened from fp16, and `out` rounded to fp16.
 template <bool kHot, int kDstate, int kRounds, int kR, bool kSmall, bool kF32 = false,
-          bool kBf16State = false, bool kI16 = false>
+          bool kBf16State = false, bool kI16 = false, bool kF16In = false>
 __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = ScaleArgs{}) {
+  static_assert(!kF16In || (kHot && !kBf16State && !kI16),
+                "kF16In: the hot kernels of an F16 state");
   static_assert(!kF32 || (!kHot && kR == 1 && !kSmall), "kF32: the run-time kernels");
   static_assert(!kI16 || (!kF32 && !kBf16State && (kHot ? kRounds == 0 : kR == 1 && !kSmall)),
                 "kI16: the run-time one-row kernel, or hot kernels without SR");
@@ -347,8 +352,8 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
   const int32_t sdt = kHot ? (kBf16State ? MAMBA_SSU_BF16 : kI16 ? MAMBA_SSU_I16 : MAMBA_SSU_F16)
                      : kF32 ? MAMBA_SSU_F32
                             : a.state_dtype;
-  const int32_t idt = kHot ? MAMBA_SSU_BF16 : a.input_dtype;
-  const int32_t wdt = kHot ? MAMBA_SSU_BF16 : a.weight_dtype;
+  const int32_t idt = kHot ? (kF16In ? MAMBA_SSU_F16 : MAMBA_SSU_BF16) : a.input_dtype;
+  const int32_t wdt = kHot ? (kF16In ? MAMBA_SSU_F16 : MAMBA_SSU_BF16) : a.weight_dtype;
   const int rounds = kRounds >= 0 ? kRounds : kF32 ? 0 : a.philox_rounds;
 
   __shared__ char *s_tgt[kMaxTokens];   // token t's state target: row 0 of the head, or nullptr
@@ -562,7 +567,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
       float f[8];
       if (kHot || ibytes == 2) {
         const uint4 v = *reinterpret_cast<const uint4 *>(static_cast<const char *>(src) + off * 2);
-        if (!kHot && idt == MAMBA_SSU_F16) widen8<true>(v, f); else widen8<false>(v, f);
+        if (kHot ? kF16In : idt == MAMBA_SSU_F16) widen8<true>(v, f); else widen8<false>(v, f);
       } else {
 #pragma unroll
         for (int k = 0; k < 8; ++k) f[k] = static_cast<const float *>(src)[off + k];
@@ -735,8 +740,9 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
       const Stage *Bt = sB + t * kTile;
       const Stage *Ct = sC + t * kTile;
       if constexpr (kBf16Stage) {
-        widen8<false>(*reinterpret_cast<const uint4 *>(Bt + 64 * j + 8 * m), bv);
-        if (cv != nullptr) widen8<false>(*reinterpret_cast<const uint4 *>(Ct + 64 * j + 8 * m), cv);
+        widen8<kF16In>(*reinterpret_cast<const uint4 *>(Bt + 64 * j + 8 * m), bv);
+        if (cv != nullptr)
+          widen8<kF16In>(*reinterpret_cast<const uint4 *>(Ct + 64 * j + 8 * m), cv);
       } else {
         const int n0 = 64 * j + 4 * m;
         const float4 b0 = *reinterpret_cast<const float4 *>(Bt + n0);
@@ -790,8 +796,8 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
       for (int j = 0; j < NC / 8; ++j) {
         float bv[8], cv[8];
         if constexpr (kBf16Stage) {
-          widen8<false>(cur.b[j], bv);
-          widen8<false>(cur.c[j], cv);
+          widen8<kF16In>(cur.b[j], bv);
+          widen8<kF16In>(cur.c[j], cv);
         } else {
           load_bc(t, j, bv, cv);
         }
@@ -1154,6 +1160,18 @@ __global__ void __launch_bounds__(kThreads, (mtp_min_blocks(true, kDstate, 0, kR
   mtp_body<true, kDstate, 0, kR, kSmall, false, true>(a);
 }
 
+// The hot kernels' code for FP16 inputs and weights over an F16 state (an fp16 model; kF16In),
+// every round count and grid form of mtp_kernel's hot kernels: only the input and output
+// conversions differ. A kernel of its own, so that the others' names and code stay as they are;
+// instantiated only in a build with MAMBA_SSU_F16_INPUT_KERNELS (ssu_with_f16_inputs.cu).
+template <int kDstate, int kRounds, int kR, bool kSmall = false>
+__global__ void __launch_bounds__(kThreads, (mtp_min_blocks(true, kDstate, kRounds, kR, kSmall)))
+    mtp_kernel_f16in(const Args a) {
+  static_assert(!kSmall || kR == 1, "small-grid kernels: one row per group");
+  static_assert(kR <= mtp_max_rows(kDstate), "rows per group past the dstate's limit");
+  mtp_body<true, kDstate, kRounds, kR, kSmall, false, false, false, true>(a);
+}
+
 // The hot kernels' code for an int16 state (FlashInfer's block-scaled state; BF16 inputs and
 // weights, no SR): the state dequantised with the read slot's row scales and each written
 // step's row quantised (kI16, as the run-time kernel below), every other operation and the lane
@@ -1187,6 +1205,12 @@ int launch_i16(const Args &a, const ScaleArgs &sc, int dstate, unsigned nblocks,
 // that theirs keep their shared-memory layout in the device link).
 int launch_hot_bf16(const Args &a, int dstate, int rows_per_group, bool small, unsigned nblocks,
                     size_t smem, cudaStream_t st);
+
+// Launches the mtp_kernel_f16in of a plan (as launch_hot_bf16, with `rounds` 0, 5 or 10;
+// ssu_with_f16_inputs.cu). Defined only in a build with MAMBA_SSU_F16_INPUT_KERNELS (launch.h:
+// kF16InputKernels), and called only there.
+int launch_hot_f16_inputs(const Args &a, int dstate, int rounds, int rows_per_group, bool small,
+                          unsigned nblocks, size_t smem, cudaStream_t st);
 
 // Launches the mtp_kernel_i16_hot of a plan (as launch_hot_bf16; ssu_mtp_i16.cu).
 int launch_hot_i16(const Args &a, const ScaleArgs &sc, int dstate, int rows_per_group, bool small,

@@ -1589,8 +1589,9 @@ fn exact(mut cfg: Cfg) -> Cfg {
 
 /// Small grids for the fp32 emulation: every (state, input) dtype pair at dstate 64, 128 and
 /// 256 (the weight dtype, T, head dim, write and read modes, varlen, pads, index dtypes drawn),
-/// and the compiled-in combination at each dstate with 0, 5 and 10 rounds (the small-grid
-/// kernels).
+/// and the compiled-in combinations at each dstate with 0, 5 and 10 rounds (the small-grid
+/// kernels): an fp16 state with bf16 inputs and weights, and with fp16 ones (the fp16-input
+/// kernels in a build with them).
 fn exact_small(rng: &mut Rng) -> Vec<Problem> {
     let mut cfgs = Vec::new();
     for s in FLOATS {
@@ -1606,10 +1607,15 @@ fn exact_small(rng: &mut Rng) -> Vec<Problem> {
     }
     for dstate in [64, 128, 256] {
         for rounds in [0, 5, 10] {
-            let mut cfg = exact(Cfg::base());
-            cfg.dstate = dstate;
-            cfg.rounds = rounds;
-            cfgs.push(cfg);
+            for half in [false, true] {
+                let mut cfg = exact(Cfg::base());
+                cfg.dstate = dstate;
+                cfg.rounds = rounds;
+                if half {
+                    (cfg.input, cfg.weight) = ("float16", "float16");
+                }
+                cfgs.push(cfg);
+            }
         }
     }
     cfgs.into_iter()
@@ -1644,7 +1650,9 @@ fn exact_small(rng: &mut Rng) -> Vec<Problem> {
 /// = 4224 pairs); at 1056 pairs also T 16 at dstate 256 (shared memory: one row per group) and
 /// T 13 (two rows); at 4224 pairs T 15 with 40 rows per block at dstate 128 (the four-row
 /// kernel's shared memory with the static part just past 48 KiB: two rows); and a bf16 state
-/// without SR (the compiled-in bf16-state kernels) at 768, 1056 and 4224 pairs at each dstate.
+/// without SR (the compiled-in bf16-state kernels) at 768, 1056 and 4224 pairs at each dstate;
+/// and fp16 inputs and weights over an fp16 state at the same grid forms (the fp16-input
+/// kernels in a build with them).
 fn exact_large(rng: &mut Rng) -> Vec<Problem> {
     let mut cfgs = Vec::new();
     for (i, dstate) in [64usize, 128, 256].into_iter().enumerate() {
@@ -1726,6 +1734,44 @@ fn exact_large(rng: &mut Rng) -> Vec<Problem> {
             ][k];
             cfg.varlen = k == 0;
             cfg.pads = true;
+            cfg.padded_strides = k == 1;
+            cfgs.push(cfg);
+        }
+    }
+    // fp16 inputs and weights over an fp16 state (an fp16 model) in the compiled-in kernels'
+    // grid forms: one row (mid grid) and two rows with 0, 5 and 10 rounds, four rows without SR
+    // (the fp16-input kernels in a build with them, `MAMBA_SSU_F16_INPUT_KERNELS=1`; the
+    // run-time kernel otherwise).
+    for dstate in [64usize, 128, 256] {
+        let forms = [
+            (24usize, 32usize, 0u32),
+            (24, 32, 5),
+            (33, 32, 10),
+            (33, 32, 0),
+            (33, 32, 5),
+        ];
+        for (k, (batch, nheads, rounds)) in forms.into_iter().chain([(33, 128, 0)]).enumerate() {
+            let mut cfg = exact(Cfg::base());
+            (cfg.input, cfg.weight) = ("float16", "float16");
+            cfg.dstate = dstate;
+            cfg.rounds = rounds;
+            (cfg.batch, cfg.nheads, cfg.ngroups) = (batch, nheads, 8);
+            cfg.dim = [40, 64][k % 2];
+            cfg.tokens = [5, 8, 3][k % 3];
+            cfg.write = [
+                Write::Inter { indices: true },
+                Write::Dst { in_place: true },
+                Write::Final,
+            ][k % 3];
+            cfg.read = if nheads == 128 {
+                Read::OneD
+            } else {
+                Read::TwoD { nat: true }
+            };
+            cfg.varlen = k % 2 == 0;
+            cfg.pads = true;
+            cfg.pad_slot_id = [-1, 0][k % 2];
+            cfg.index = ["int32", "int64"][(k / 2) % 2];
             cfg.padded_strides = k == 1;
             cfgs.push(cfg);
         }
@@ -2196,7 +2242,10 @@ fn problems_are_valid(seed: u64, run_reference: bool) {
         // The compiled-in kernels serve the hot dtypes at every dstate with 0, 5 or 10 rounds
         // (a bf16 state without SR) and one index dtype; the GPU tests of those problems run
         // them.
-        let hot = (c.input, c.weight) == ("bfloat16", "bfloat16")
+        // fp16 inputs and weights over an fp16 state: in a build with the fp16-input kernels.
+        let f16_inputs = cfg!(f16_input_kernels)
+            && (c.input, c.weight, c.state) == ("float16", "float16", "float16");
+        let hot = ((c.input, c.weight) == ("bfloat16", "bfloat16") || f16_inputs)
             && (c.state == "float16" || (c.state == "bfloat16" && c.rounds == 0))
             && [0, 5, 10].contains(&c.rounds)
             && (p.aux_index() == c.index || (p.nat.is_none() && p.cu.is_none()));

@@ -204,10 +204,14 @@ impl Problem {
         self
     }
 
-    /// The same problem with bf16 inputs and weights given as fp32 (each value exact): a call
-    /// that the generic kernel serves, whose arithmetic is the compiled-in kernels'.
+    /// The same problem with bf16 (or fp16) inputs and weights given as fp32 (each value exact):
+    /// a call that the generic kernel serves, whose arithmetic is the compiled-in kernels'.
     fn widened(&self) -> Problem {
-        assert_eq!((self.cfg.input, self.cfg.weight), ("bfloat16", "bfloat16"));
+        let half = match (self.cfg.input, self.cfg.weight) {
+            ("bfloat16", "bfloat16") => false,
+            ("float16", "float16") => true,
+            other => panic!("widened: bf16 or fp16 inputs and weights, got {other:?}"),
+        };
         assert!(
             !self.cfg.padded_strides,
             "strides in elements of the narrow dtype"
@@ -215,7 +219,14 @@ impl Problem {
         let f32s = |v: &[u8]| -> Vec<u8> {
             common::as_u16(v)
                 .into_iter()
-                .flat_map(|b| bf16::from_bits(b).to_f32().to_le_bytes())
+                .flat_map(|b| {
+                    let v = if half {
+                        f16::from_bits(b).to_f32()
+                    } else {
+                        bf16::from_bits(b).to_f32()
+                    };
+                    v.to_le_bytes()
+                })
                 .collect()
         };
         let mut w = self.clone();
@@ -953,30 +964,107 @@ fn bf16_and_f32_state_compiled_kernels_match_the_generic_kernel_bit_for_bit() {
         let p = Problem::new(cfg, &mut rng);
         let wide = p.widened();
         for alg in ["simple", "vertical"] {
-            let (s, o) = run(&stream, &p, alg);
-            let (ws, wo) = run(&stream, &wide, alg);
             runs += 1;
             let what = format!("{state} dim {dim} dstate {dstate} b{batch} h{nheads} {alg}");
-            if let Some(e) = (0..s.len()).find(|&e| s[e] != ws[e]) {
-                failures.push(format!("{what}: state differs at byte {e}"));
-                continue;
-            }
-            let (o, wo) = (common::as_u16(&o), common::as_u32(&wo));
-            assert_eq!(o.len(), wo.len());
-            // Elements neither call writes keep the poison (0xFF bytes) in both.
-            let bad = (0..o.len())
-                .filter(|&e| {
-                    let unwritten = o[e] == 0xFFFF && wo[e] == u32::MAX;
-                    !unwritten && bf16::from_f32(f32::from_bits(wo[e])).to_bits() != o[e]
-                })
-                .count();
-            if bad > 0 {
-                failures.push(format!("{what}: {bad} out elements differ"));
-            }
+            failures.extend(narrow_against_widened(&stream, &p, &wide, alg, &what));
         }
     }
     eprintln!(
         "bf16/fp32 state, compiled-in vs generic: {runs} runs, {} failures",
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Runs the narrow-input problem `p` and its [`Problem::widened`] form `wide` with `alg`: the
+/// failure, if any, where the state bits differ, or where `p`'s 2-byte `out` is not `wide`'s
+/// fp32 `out` rounded to nearest in `p`'s input dtype (elements neither call writes keep the
+/// poison, 0xFF bytes, in both).
+fn narrow_against_widened(
+    stream: &Arc<CudaStream>,
+    p: &Problem,
+    wide: &Problem,
+    alg: &'static str,
+    what: &str,
+) -> Option<String> {
+    let (s, o) = run(stream, p, alg);
+    let (ws, wo) = run(stream, wide, alg);
+    if let Some(e) = (0..s.len()).find(|&e| s[e] != ws[e]) {
+        return Some(format!("{what}: state differs at byte {e}"));
+    }
+    let (o, wo) = (common::as_u16(&o), common::as_u32(&wo));
+    assert_eq!(o.len(), wo.len());
+    let half = p.cfg.input == "float16";
+    let bad = (0..o.len())
+        .filter(|&e| {
+            let unwritten = o[e] == 0xFFFF && wo[e] == u32::MAX;
+            let v = f32::from_bits(wo[e]);
+            let rounded = if half {
+                f16::from_f32(v).to_bits()
+            } else {
+                bf16::from_f32(v).to_bits()
+            };
+            !unwritten && rounded != o[e]
+        })
+        .count();
+    (bad > 0).then(|| format!("{what}: {bad} out elements differ"))
+}
+
+/// fp16 inputs and weights over an fp16 state (an fp16 model) run the compiled-in kernels in a
+/// build with them (`MAMBA_SSU_F16_INPUT_KERNELS=1`; `src/contract_tests/plans.rs` checks the
+/// plan); the same problem with its inputs and weights given as fp32 runs the generic kernel.
+/// Both must write the same state bits, with and without SR (5 and 10 rounds, the 0.7.2 rule
+/// the compiled-in kernels implement), and the compiled-in kernel's fp16 `out` must be the
+/// generic kernel's fp32 `out` rounded to nearest: every head dim family (64; 80 and 128 at run
+/// time), dstate 64/128/256, both layouts, small (1- and 2-row) and large grids (both grid-size
+/// forms), z, pads and dst slots, int32/int64 indices.
+#[cfg(f16_input_kernels)]
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn f16_input_compiled_kernels_match_the_generic_kernel_bit_for_bit() {
+    let Some((_ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let mut rng = Rng(run_seed());
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    let mut shapes = Vec::new();
+    for dim in [64usize, 80, 128] {
+        for dstate in [64usize, 128, 256] {
+            for (batch, nheads) in [(1usize, 8usize), (3, 32), (16, 128)] {
+                shapes.push((dim, dstate, batch, nheads));
+            }
+        }
+    }
+    // From Tuning::kLargeGridRows (262144) rows on: the large-grid forms.
+    shapes.extend([
+        (64, 128, 40, 128),
+        (64, 64, 40, 128),
+        (80, 128, 26, 128),
+        (128, 256, 17, 128),
+    ]);
+    for (k, &(dim, dstate, batch, nheads)) in shapes.iter().enumerate() {
+        for rounds in [0u32, 5, 10] {
+            let mut cfg = Cfg::base();
+            (cfg.input, cfg.weight) = ("float16", "float16");
+            (cfg.dim, cfg.dstate, cfg.batch, cfg.nheads) = (dim, dstate, batch, nheads);
+            cfg.ngroups = if nheads >= 32 { 8 } else { 2 };
+            cfg.rounds = rounds;
+            cfg.z = (k + rounds as usize) % 2 == 0;
+            cfg.pad = batch > 1 && k % 3 != 2;
+            cfg.dst = k % 4 == 1;
+            cfg.index = if k % 2 == 1 { "int64" } else { "int32" };
+            let p = Problem::new(cfg, &mut rng);
+            let wide = p.widened();
+            for alg in ["simple", "vertical"] {
+                runs += 1;
+                let what = format!("dim {dim} dstate {dstate} b{batch} h{nheads} R={rounds} {alg}");
+                failures.extend(narrow_against_widened(&stream, &p, &wide, alg, &what));
+            }
+        }
+    }
+    eprintln!(
+        "fp16 inputs, compiled-in vs generic: {runs} runs, {} failures",
         failures.len()
     );
     assert!(failures.is_empty(), "{failures:#?}");

@@ -201,6 +201,62 @@ fn bf16_f32_and_i16_states_without_sr_plan_the_compiled_in_kernels() {
     }
 }
 
+/// fp16 inputs and weights over an fp16 state (an fp16 model) run the compiled-in kernels in a
+/// build with them (`MAMBA_SSU_F16_INPUT_KERNELS=1`: cfg `f16_input_kernels`) at every head dim
+/// and dstate the bf16-input ones take, with 0, 5 and 10 rounds, both layouts, small and large
+/// grids, tiling the head as the bf16-input ones do; without them, and in every build for fp16
+/// inputs with bf16 weights, fp16 inputs over a bf16 state, or an SR call under 0.7.4's rule,
+/// the generic kernel.
+#[test]
+fn fp16_inputs_plan_the_compiled_in_kernels_where_the_build_has_them() {
+    let built = cfg!(f16_input_kernels);
+    let simple = sys::MAMBA_SSU_ALGO_SIMPLE as i32;
+    let vertical = sys::MAMBA_SSU_ALGO_VERTICAL as i32;
+    for dim in [64, 80, 128, 256] {
+        for dstate in [64, 128, 256] {
+            for algo in [simple, vertical] {
+                for rounds in [0, 5, 10] {
+                    for (batch, nheads, z) in [(1, 8, false), (16, 128, true), (40, 128, false)] {
+                        let what = format!(
+                            "dim {dim} dstate {dstate} alg {algo} R={rounds} b{batch} h{nheads}"
+                        );
+                        let plan_with = |dtypes: [i32; 3], rule: i32| {
+                            let mut a = call(
+                                batch, nheads, dim, dstate, dtypes, rounds, algo, z, None, false,
+                            );
+                            a.seed.rule = rule;
+                            let (st, plan) = plan_of(&a, 132);
+                            assert_eq!(st, OK, "{what} {dtypes:?}");
+                            plan
+                        };
+                        let v072 = sys::MAMBA_SSU_SR_V072 as i32;
+                        let plan = plan_with([F16, F16, F16], v072);
+                        assert_eq!(plan.compiled_kernel, i32::from(built), "{what}");
+                        assert_hot_tiling(&what, &plan, dim as i64);
+                        if built {
+                            // The bf16-input kernels' grid.
+                            let bf16 = plan_with([F16, BF16, BF16], v072);
+                            let grid = |p: &sys::mamba_ssu_launch_plan| {
+                                (p.rows_per_warp, p.warps_per_block, p.blocks_per_head)
+                            };
+                            assert_eq!(grid(&plan), grid(&bf16), "{what}");
+                        }
+                        let mixed = plan_with([F16, F16, BF16], v072);
+                        assert_eq!(mixed.compiled_kernel, 0, "{what}, bf16 weights");
+                        if rounds == 0 {
+                            let state = plan_with([BF16, F16, F16], v072);
+                            assert_eq!(state.compiled_kernel, 0, "{what}, bf16 state");
+                        } else {
+                            let v074 = plan_with([F16, F16, F16], sys::MAMBA_SSU_SR_V074 as i32);
+                            assert_eq!(v074.compiled_kernel, 0, "{what}, 0.7.4's rule");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The per-SM limits of the GPU families the library ships machine code for (compute
 /// capabilities 8.0, 8.6, 8.9, 9.0, 10.0 and 12.0, from the CUDA C++ Programming Guide's table
 /// of technical specifications per compute capability), each with the SM count of one part

@@ -1,0 +1,160 @@
+// ssu_with_f16_inputs.cu — the SSU's compiled-in kernels for fp16 inputs and weights (an fp16
+// model: x, z, B, C, out, dt, D, dt_bias in fp16) over an fp16 state. Single token: the hot
+// kernels' code (HotConfig, HotDimConfig, HotDsConfig; ssu.cuh) with the input and output
+// conversions of fp16 (F16Inputs), every layout, round count, chunk form and grid-size form the
+// bf16-input families have, launched for plans of ssu.cu (ssu_hot_launch.cuh). Multi token: the
+// hot kernels' code with fp16 conversions (mtp_kernel_f16in, ssu_mtp.cuh), every round count and
+// grid form, launched for plans of ssu_mtp.cu. Compiled only when the build sets
+// MAMBA_SSU_F16_INPUT_KERNELS=1 (build.rs; ssu.cuh: kF16InputKernels; otherwise the unit is
+// empty, not even ssu.cuh's device globals, and fp16 inputs run the generic kernel). A
+// translation unit of its own whose name sorts after every other kernel unit's, so that the
+// other units and the device link keep their code.
+#if MAMBA_SSU_F16_INPUT_KERNELS
+#include "ssu_hot_launch.cuh"
+#include "ssu_mtp.cuh"
+
+namespace mamba_ssu {
+namespace ssu {
+
+// The wrapper lives in a named namespace (not an anonymous one), so that its kernels' names are
+// the same in every build and scripts/sass_diff.sh can match them.
+namespace inputs {
+
+// Base's kernel with fp16 inputs and weights: the same layouts, state accesses, arithmetic and
+// Philox mapping; only the input elements' widening (exact, as FlashInfer widens an fp16 input)
+// and the output's rounding (to nearest fp16, as FlashInfer stores an fp16 out) differ. FlashInfer
+// compiles its kernels per input dtype with the same summation forms (its fp16-input builds'
+// first forms are its bf16-input builds': docs/perf-notes.md, "fp16 inputs run the run-time
+// kernels"), so Base's compile-time first form holds.
+template <class Base>
+struct F16Inputs : Base {
+  static constexpr int kMaxCols = Base::kMaxCols;
+  static constexpr int kU = Base::kRowsPerChunk;
+  __device__ explicit F16Inputs(const Args &a) : Base(a) {}
+
+  // Base's make_key and load_key over a key table of this config's own, so that the bf16-input
+  // kernels' shared-memory layout in the linked module stays as it was (OwnKeyTable).
+  using Key = typename Base::Key;
+  using KeyTable =
+      OwnKeyTable<F16Inputs, Base::kKeyRounds, Base::kKernel.rounds, Base::kBlockKey>;
+  __device__ static Key load_key() { return KeyTable::load(); }
+  __device__ static Key make_key(uint64_t seed) { return KeyTable::make(seed); }
+
+  // B or C (fp16) at the lane's columns: Base's loads of two-byte elements, widened from fp16.
+  __device__ static void load_cols(const void *row, int lane, float (&v)[kMaxCols]) {
+    typename Base::Raw r;
+    Base::load_pairs(row, lane, r);
+#pragma unroll
+    for (int i = 0; i < kMaxCols; ++i) v[i] = half_bits_to_float(Base::pair_elem(r, i));
+  }
+  __device__ static float load_input(const void *p, int64_t idx) {
+    return half_bits_to_float(static_cast<const unsigned short *>(p)[idx]);
+  }
+  // x of a chunk's kU rows in one load (Base::kVecX kernels; aligned as in HotConfig::load_x).
+  template <class I>
+  __device__ static void load_x(const void *p, I idx, float (&x)[kU]) {
+    const unsigned short *q = static_cast<const unsigned short *>(p) + idx;
+    if constexpr (kU == 4) {
+      const uint2 v = load_u32x2(q);
+      x[0] = half_bits_to_float(v.x & 0xffffu);
+      x[1] = half_bits_to_float(v.x >> 16);
+      x[2] = half_bits_to_float(v.y & 0xffffu);
+      x[3] = half_bits_to_float(v.y >> 16);
+    } else if constexpr (kU == 2) {
+      const uint32_t v = load_u32(q);
+      x[0] = half_bits_to_float(v & 0xffffu);
+      x[1] = half_bits_to_float(v >> 16);
+    } else {
+      x[0] = half_bits_to_float(*q);
+    }
+  }
+  __device__ static float load_weight(const void *p, int64_t idx) { return load_input(p, idx); }
+  template <class I>
+  __device__ static void store_out(void *p, I idx, float v) {
+    static_cast<unsigned short *>(p)[idx] = static_cast<unsigned short>(float_to_half_bits_rn(v));
+  }
+};
+
+// The launcher's families (StpStateFamily) with fp16 inputs, as templates of ssu.cu's five
+// parameters.
+template <bool kSimple, int kRounds, int kU, bool kGate, int kZW>
+using Dim64 = F16Inputs<HotConfig<kSimple, kRounds, kU, kGate, kZW>>;
+template <bool kSimple, int kRounds, int kU, bool kGate, int kZW>
+using RtDim = F16Inputs<HotDimConfig<kSimple, kRounds, kU, kGate, kZW>>;
+template <bool kSimple, int kRounds, int kU, bool kGate, int kZW>
+using Ds64 = F16Inputs<HotDsConfig<64, kSimple, kRounds, kU, kGate>>;
+template <bool kSimple, int kRounds, int kU, bool kGate, int kZW>
+using Ds256 = F16Inputs<HotDsConfig<256, kSimple, kRounds, kU, kGate>>;
+
+}  // namespace inputs
+
+// A HotDimConfig with fp16 inputs reads HotDimConfig's zero page (heads of up to 256 rows).
+template <class Base>
+struct IsHotDim<inputs::F16Inputs<Base>> : IsHotDim<Base> {};
+
+int launch_hot_f16_inputs(const Args &a, StpStateFamily family, unsigned blocks, int wpb,
+                          cudaStream_t st, int64_t rows, int small_rows, bool simple) {
+  if (a.state_dtype != MAMBA_SSU_F16)
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
+                "no compiled-in fp16-input kernel for this state dtype");
+  switch (family) {
+  case StpStateFamily::kDim64:
+    return hot::launch_hot_shape<inputs::Dim64>(a, blocks, wpb, st, rows, small_rows, simple);
+  case StpStateFamily::kRtDim:
+    return hot::launch_hot_shape<inputs::RtDim>(a, blocks, wpb, st, rows, small_rows, simple);
+  case StpStateFamily::kDs64:
+    return hot::launch_hot_shape<inputs::Ds64>(a, blocks, wpb, st, rows, small_rows, simple);
+  case StpStateFamily::kDs256:
+    return hot::launch_hot_shape<inputs::Ds256>(a, blocks, wpb, st, rows, small_rows, simple);
+  }
+  return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "unknown fp16-input kernel family");
+}
+
+}  // namespace ssu
+
+namespace mtp {
+namespace {
+
+// The kernel of a plan with kRounds rounds at dstate kDstate: four rows per group (no SR), two,
+// or one (the small-grid form, or not), as ssu_mtp.cu's launch_hot picks the bf16-input ones.
+template <int kDstate, int kRounds>
+int launch_f16_inputs(const Args &a, int rows_per_group, bool small, unsigned nblocks,
+                      size_t smem, cudaStream_t st) {
+  auto go = [&](auto kernel) {
+    kernel<<<nblocks, kThreads, smem, st>>>(a);
+    return check_launch("multi-token selective-state-update kernel launch");
+  };
+  if (rows_per_group == 4) {
+    if constexpr (kRounds == 0 && mtp_max_rows(kDstate) >= 4)
+      return go(mtp_kernel_f16in<kDstate, 0, 4>);
+    else
+      return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "no four-row kernel with SR or at this dstate");
+  }
+  if (rows_per_group == 2) return go(mtp_kernel_f16in<kDstate, kRounds, 2>);
+  if (small) return go(mtp_kernel_f16in<kDstate, kRounds, 1, true>);
+  return go(mtp_kernel_f16in<kDstate, kRounds, 1>);
+}
+
+template <int kDstate>
+int launch_f16_inputs(const Args &a, int rounds, int rows_per_group, bool small, unsigned nblocks,
+                      size_t smem, cudaStream_t st) {
+  return rounds == 0   ? launch_f16_inputs<kDstate, 0>(a, rows_per_group, small, nblocks, smem, st)
+         : rounds == 5 ? launch_f16_inputs<kDstate, 5>(a, rows_per_group, small, nblocks, smem, st)
+                       : launch_f16_inputs<kDstate, 10>(a, rows_per_group, small, nblocks, smem,
+                                                        st);
+}
+
+}  // namespace
+
+int launch_hot_f16_inputs(const Args &a, int dstate, int rounds, int rows_per_group, bool small,
+                          unsigned nblocks, size_t smem, cudaStream_t st) {
+  return dstate == 64 ? launch_f16_inputs<64>(a, rounds, rows_per_group, small, nblocks, smem, st)
+         : dstate == 128
+             ? launch_f16_inputs<128>(a, rounds, rows_per_group, small, nblocks, smem, st)
+             : launch_f16_inputs<256>(a, rounds, rows_per_group, small, nblocks, smem, st);
+}
+
+}  // namespace mtp
+}  // namespace mamba_ssu
+
+#endif  // MAMBA_SSU_F16_INPUT_KERNELS
