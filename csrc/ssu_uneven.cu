@@ -91,7 +91,10 @@ int launch_uneven(const Args &a, int dstate, bool f32, unsigned nblocks, size_t 
   case 144: launch_dstate<144, false>(a, f32, nblocks, smem, st); break;
   case 176: launch_dstate<176, false>(a, f32, nblocks, smem, st); break;
   case 208: launch_dstate<208, false>(a, f32, nblocks, smem, st); break;
-  default: launch_dstate<240, false>(a, f32, nblocks, smem, st); break;  // the checks pass no other
+  case 240: launch_dstate<240, false>(a, f32, nblocks, smem, st); break;
+  default:
+    // check_dstate's uneven set is the cases above: a dstate added there needs its kernel here.
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "dstate: no multi-token kernel for %d", dstate);
   }
   return check_launch("multi-token selective-state-update kernel launch");
 }
@@ -102,8 +105,10 @@ int launch_uneven_i16(const Args &a, const ScaleArgs &sc, int dstate, unsigned n
   case 96: mtp_kernel_i16<96><<<nblocks, kThreads, smem, st>>>(a, sc); break;
   case 160: mtp_kernel_i16<160><<<nblocks, kThreads, smem, st>>>(a, sc); break;
   case 192: mtp_kernel_i16<192><<<nblocks, kThreads, smem, st>>>(a, sc); break;
-  // 224: the checks pass no other dstate.
-  default: mtp_kernel_i16<224><<<nblocks, kThreads, smem, st>>>(a, sc); break;
+  case 224: mtp_kernel_i16<224><<<nblocks, kThreads, smem, st>>>(a, sc); break;
+  default:
+    // The uneven dstates of a 2-byte state (check_dstate): a dstate added there needs its kernel.
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "dstate: no int16 multi-token kernel for %d", dstate);
   }
   return check_launch("multi-token selective-state-update kernel launch");
 }
