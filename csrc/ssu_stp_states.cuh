@@ -14,7 +14,8 @@ namespace ssu {
 namespace states {
 
 // The launcher's config families (StpStateFamily) as templates of ssu.cu's five parameters, for
-// a state wrapper W (Bf16State, F32State or I16State).
+// a wrapper W of a hot config (the state wrappers Bf16State, F32State, I16State; the input
+// wrapper F16Inputs of ssu_with_f16_inputs.cu).
 template <template <class> class W>
 struct Families {
   template <bool kSimple, int kRounds, int kU, bool kGate, int kZW>

@@ -12,6 +12,7 @@
 #if MAMBA_SSU_F16_INPUT_KERNELS
 #include "ssu_hot_launch.cuh"
 #include "ssu_mtp.cuh"
+#include "ssu_stp_states.cuh"
 
 namespace mamba_ssu {
 namespace ssu {
@@ -77,14 +78,7 @@ struct F16Inputs : Base {
 
 // The launcher's families (StpStateFamily) with fp16 inputs, as templates of ssu.cu's five
 // parameters.
-template <bool kSimple, int kRounds, int kU, bool kGate, int kZW>
-using Dim64 = F16Inputs<HotConfig<kSimple, kRounds, kU, kGate, kZW>>;
-template <bool kSimple, int kRounds, int kU, bool kGate, int kZW>
-using RtDim = F16Inputs<HotDimConfig<kSimple, kRounds, kU, kGate, kZW>>;
-template <bool kSimple, int kRounds, int kU, bool kGate, int kZW>
-using Ds64 = F16Inputs<HotDsConfig<64, kSimple, kRounds, kU, kGate>>;
-template <bool kSimple, int kRounds, int kU, bool kGate, int kZW>
-using Ds256 = F16Inputs<HotDsConfig<256, kSimple, kRounds, kU, kGate>>;
+using Families = states::Families<F16Inputs>;
 
 }  // namespace inputs
 
@@ -97,15 +91,16 @@ int launch_hot_f16_inputs(const Args &a, StpStateFamily family, unsigned blocks,
   if (a.state_dtype != MAMBA_SSU_F16)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "no compiled-in fp16-input kernel for this state dtype");
+  using F = inputs::Families;
   switch (family) {
   case StpStateFamily::kDim64:
-    return hot::launch_hot_shape<inputs::Dim64>(a, blocks, wpb, st, rows, small_rows, simple);
+    return hot::launch_hot_shape<F::Dim64>(a, blocks, wpb, st, rows, small_rows, simple);
   case StpStateFamily::kRtDim:
-    return hot::launch_hot_shape<inputs::RtDim>(a, blocks, wpb, st, rows, small_rows, simple);
+    return hot::launch_hot_shape<F::RtDim>(a, blocks, wpb, st, rows, small_rows, simple);
   case StpStateFamily::kDs64:
-    return hot::launch_hot_shape<inputs::Ds64>(a, blocks, wpb, st, rows, small_rows, simple);
+    return hot::launch_hot_shape<F::Ds64>(a, blocks, wpb, st, rows, small_rows, simple);
   case StpStateFamily::kDs256:
-    return hot::launch_hot_shape<inputs::Ds256>(a, blocks, wpb, st, rows, small_rows, simple);
+    return hot::launch_hot_shape<F::Ds256>(a, blocks, wpb, st, rows, small_rows, simple);
   }
   return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "unknown fp16-input kernel family");
 }

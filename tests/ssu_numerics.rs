@@ -934,43 +934,81 @@ fn bf16_and_f32_state_compiled_kernels_match_the_generic_kernel_bit_for_bit() {
         return;
     };
     let mut rng = Rng(run_seed());
-    let mut failures = Vec::new();
-    let mut runs = 0;
-    let mut shapes = Vec::new();
+    let mut problems = Vec::new();
     for state in ["bfloat16", "float32"] {
-        for dim in [64usize, 80, 128] {
-            for dstate in [64usize, 128, 256] {
-                for (batch, nheads) in [(1usize, 8usize), (3, 32), (16, 128)] {
-                    shapes.push((state, dim, dstate, batch, nheads));
-                }
+        for (k, shape) in compiled_kernel_shapes().into_iter().enumerate() {
+            let mut cfg = compiled_kernel_cfg(k, shape);
+            cfg.state = state;
+            problems.push((format!("{state} {}", shape_name(shape)), cfg));
+        }
+    }
+    narrow_against_widened_set(&stream, &mut rng, "bf16/fp32 state", problems);
+}
+
+/// The shapes of the compiled-in kernels' bit-for-bit tests, `(dim, dstate, batch, nheads)`:
+/// every head dim family (64; 80 and 128 at run time) at dstate 64/128/256 on small grids (the
+/// 1- and 2-row kernels, 4-row kernels below the large-grid forms), and from
+/// Tuning::kLargeGridRows (262144) rows on, the large-grid forms.
+fn compiled_kernel_shapes() -> Vec<(usize, usize, usize, usize)> {
+    let mut shapes = Vec::new();
+    for dim in [64usize, 80, 128] {
+        for dstate in [64usize, 128, 256] {
+            for (batch, nheads) in [(1usize, 8usize), (3, 32), (16, 128)] {
+                shapes.push((dim, dstate, batch, nheads));
             }
         }
-        // From Tuning::kLargeGridRows (262144) rows on: the large-grid forms.
-        shapes.extend([
-            (state, 64, 64, 40, 128),
-            (state, 80, 128, 26, 128),
-            (state, 128, 256, 17, 128),
-        ]);
     }
-    for (k, &(state, dim, dstate, batch, nheads)) in shapes.iter().enumerate() {
-        let mut cfg = Cfg::base();
-        cfg.state = state;
-        (cfg.dim, cfg.dstate, cfg.batch, cfg.nheads) = (dim, dstate, batch, nheads);
-        cfg.ngroups = if nheads >= 32 { 8 } else { 2 };
-        cfg.z = k % 2 == 0;
-        cfg.pad = batch > 1 && k % 3 != 2;
-        cfg.dst = k % 4 == 1;
-        cfg.index = if k % 2 == 1 { "int64" } else { "int32" };
-        let p = Problem::new(cfg, &mut rng);
+    shapes.extend([
+        (64, 64, 40, 128),
+        (64, 128, 40, 128),
+        (80, 128, 26, 128),
+        (128, 256, 17, 128),
+    ]);
+    shapes
+}
+
+/// `Cfg::base()` at the `k`-th shape of [`compiled_kernel_shapes`], z, pads, dst slots and the
+/// index dtype varied with `k`.
+fn compiled_kernel_cfg(
+    k: usize,
+    (dim, dstate, batch, nheads): (usize, usize, usize, usize),
+) -> Cfg {
+    let mut cfg = Cfg::base();
+    (cfg.dim, cfg.dstate, cfg.batch, cfg.nheads) = (dim, dstate, batch, nheads);
+    cfg.ngroups = if nheads >= 32 { 8 } else { 2 };
+    cfg.z = k % 2 == 0;
+    cfg.pad = batch > 1 && k % 3 != 2;
+    cfg.dst = k % 4 == 1;
+    cfg.index = if k % 2 == 1 { "int64" } else { "int32" };
+    cfg
+}
+
+/// A shape of [`compiled_kernel_shapes`] as failure messages name it.
+fn shape_name((dim, dstate, batch, nheads): (usize, usize, usize, usize)) -> String {
+    format!("dim {dim} dstate {dstate} b{batch} h{nheads}")
+}
+
+/// Runs each named problem config and its [`Problem::widened`] form with both layouts
+/// ([`narrow_against_widened`]) and fails with every difference.
+fn narrow_against_widened_set(
+    stream: &Arc<CudaStream>,
+    rng: &mut Rng,
+    what: &str,
+    problems: Vec<(String, Cfg)>,
+) {
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for (name, cfg) in problems {
+        let p = Problem::new(cfg, rng);
         let wide = p.widened();
         for alg in ["simple", "vertical"] {
             runs += 1;
-            let what = format!("{state} dim {dim} dstate {dstate} b{batch} h{nheads} {alg}");
-            failures.extend(narrow_against_widened(&stream, &p, &wide, alg, &what));
+            let what = format!("{name} {alg}");
+            failures.extend(narrow_against_widened(stream, &p, &wide, alg, &what));
         }
     }
     eprintln!(
-        "bf16/fp32 state, compiled-in vs generic: {runs} runs, {} failures",
+        "{what}, compiled-in vs generic: {runs} runs, {} failures",
         failures.len()
     );
     assert!(failures.is_empty(), "{failures:#?}");
@@ -1026,48 +1064,17 @@ fn f16_input_compiled_kernels_match_the_generic_kernel_bit_for_bit() {
         return;
     };
     let mut rng = Rng(run_seed());
-    let mut failures = Vec::new();
-    let mut runs = 0;
-    let mut shapes = Vec::new();
-    for dim in [64usize, 80, 128] {
-        for dstate in [64usize, 128, 256] {
-            for (batch, nheads) in [(1usize, 8usize), (3, 32), (16, 128)] {
-                shapes.push((dim, dstate, batch, nheads));
-            }
-        }
-    }
-    // From Tuning::kLargeGridRows (262144) rows on: the large-grid forms.
-    shapes.extend([
-        (64, 128, 40, 128),
-        (64, 64, 40, 128),
-        (80, 128, 26, 128),
-        (128, 256, 17, 128),
-    ]);
-    for (k, &(dim, dstate, batch, nheads)) in shapes.iter().enumerate() {
+    let mut problems = Vec::new();
+    for (k, shape) in compiled_kernel_shapes().into_iter().enumerate() {
         for rounds in [0u32, 5, 10] {
-            let mut cfg = Cfg::base();
+            let mut cfg = compiled_kernel_cfg(k, shape);
             (cfg.input, cfg.weight) = ("float16", "float16");
-            (cfg.dim, cfg.dstate, cfg.batch, cfg.nheads) = (dim, dstate, batch, nheads);
-            cfg.ngroups = if nheads >= 32 { 8 } else { 2 };
             cfg.rounds = rounds;
             cfg.z = (k + rounds as usize) % 2 == 0;
-            cfg.pad = batch > 1 && k % 3 != 2;
-            cfg.dst = k % 4 == 1;
-            cfg.index = if k % 2 == 1 { "int64" } else { "int32" };
-            let p = Problem::new(cfg, &mut rng);
-            let wide = p.widened();
-            for alg in ["simple", "vertical"] {
-                runs += 1;
-                let what = format!("dim {dim} dstate {dstate} b{batch} h{nheads} R={rounds} {alg}");
-                failures.extend(narrow_against_widened(&stream, &p, &wide, alg, &what));
-            }
+            problems.push((format!("{} R={rounds}", shape_name(shape)), cfg));
         }
     }
-    eprintln!(
-        "fp16 inputs, compiled-in vs generic: {runs} runs, {} failures",
-        failures.len()
-    );
-    assert!(failures.is_empty(), "{failures:#?}");
+    narrow_against_widened_set(&stream, &mut rng, "fp16 inputs", problems);
 }
 
 /// A problem whose exact new state is `s + 2^-12` with `s` in [1, 2) (fp16 ulp 2^-10): a
