@@ -20,6 +20,14 @@ namespace mamba_ssu {
 #endif
 constexpr bool kF16InputKernels = MAMBA_SSU_F16_INPUT_KERNELS != 0;
 
+// The input and weight dtypes the compiled-in kernels of both forms take: bf16 both, and (builds
+// with kF16InputKernels) fp16 both over an fp16 state.
+inline bool hot_input_dtypes(int32_t state_dtype, int32_t input_dtype, int32_t weight_dtype) {
+  if (input_dtype == MAMBA_SSU_BF16 && weight_dtype == MAMBA_SSU_BF16) return true;
+  return kF16InputKernels && input_dtype == MAMBA_SSU_F16 && weight_dtype == MAMBA_SSU_F16 &&
+         state_dtype == MAMBA_SSU_F16;
+}
+
 // An int16 state's decode scales (FlashInfer's block-scaled state: its state_scale and, multi
 // token, intermediate_state_scales), which only mamba_ssu_args carries (contract.cu; the
 // deprecated parameter blocks have no int16 state): float32, element (slot, h, d) at

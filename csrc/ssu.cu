@@ -279,19 +279,12 @@ int snap_rows_per_warp(int64_t dim, int rpw, int rows_per_chunk, int block_warps
   return static_cast<int>(best);
 }
 
-// The input and weight dtypes of the hot kernels: bf16 both, and (builds with
-// MAMBA_SSU_F16_INPUT_KERNELS) fp16 both over an fp16 state (ssu_with_f16_inputs.cu).
-bool hot_inputs(const mamba_ssu_params *p) {
-  if (p->input_dtype == MAMBA_SSU_BF16 && p->weight_dtype == MAMBA_SSU_BF16) return true;
-  return kF16InputKernels && p->input_dtype == MAMBA_SSU_F16 &&
-         p->weight_dtype == MAMBA_SSU_F16 && p->state_dtype == MAMBA_SSU_F16;
-}
-
 // The hot kernels implement FlashInfer 0.7.2's SR conversion only: a call with SR under
 // MAMBA_SSU_SR_V074 runs the generic kernel (same layouts, random words and summation forms;
 // its exact SR path takes the rule). Without SR the rule changes nothing.
 bool is_hot(const mamba_ssu_params *p) {
-  return (p->state_dtype == MAMBA_SSU_F16 || p->philox_rounds == 0) && hot_inputs(p) &&
+  return (p->state_dtype == MAMBA_SSU_F16 || p->philox_rounds == 0) &&
+         hot_input_dtypes(p->state_dtype, p->input_dtype, p->weight_dtype) &&
          hot_dim(p->dim) &&
          (p->dstate == 64 || p->dstate == 128 || p->dstate == 256) &&
          (p->philox_rounds == 0 || p->philox_rounds == 5 || p->philox_rounds == 10) &&
@@ -624,7 +617,7 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
     return ssu::launch_hot_i16(a, family, nblocks, wpb, st, rows, small_rows, simple, sc);
   if (p.state_dtype != MAMBA_SSU_F16)
     return ssu::launch_hot_state(a, family, nblocks, wpb, st, rows, small_rows, simple);
-  // Only a build with the fp16-input kernels plans them (hot_inputs), and only it defines the
+  // Only a build with the fp16-input kernels plans them (hot_input_dtypes), and only it defines the
   // launcher (ssu_with_f16_inputs.cu).
   if constexpr (kF16InputKernels) {
     if (p.input_dtype == MAMBA_SSU_F16)

@@ -48,19 +48,11 @@ int64_t static_smem(const mamba_ssu_mtp_params &p, bool hot) {
          (hot && p.state_dtype == MAMBA_SSU_I16 ? mtp::kI16HotStaticSmemBytes : 0);
 }
 
-// The input and weight dtypes of the compiled-in kernels: bf16 both, and (builds with
-// MAMBA_SSU_F16_INPUT_KERNELS) fp16 both over an fp16 state (ssu_with_f16_inputs.cu).
-bool hot_inputs(const mamba_ssu_mtp_params &p) {
-  if (p.input_dtype == MAMBA_SSU_BF16 && p.weight_dtype == MAMBA_SSU_BF16) return true;
-  return kF16InputKernels && p.input_dtype == MAMBA_SSU_F16 &&
-         p.weight_dtype == MAMBA_SSU_F16 && p.state_dtype == MAMBA_SSU_F16;
-}
-
 bool is_hot(const mamba_ssu_mtp_params &p) {
   return (p.state_dtype == MAMBA_SSU_F16 ||
           ((p.state_dtype == MAMBA_SSU_BF16 || p.state_dtype == MAMBA_SSU_I16) &&
            p.philox_rounds == 0)) &&
-         hot_inputs(p) &&
+         hot_input_dtypes(p.state_dtype, p.input_dtype, p.weight_dtype) &&
          (p.dstate == 64 || p.dstate == 128 || p.dstate == 256) &&
          (p.philox_rounds == 0 || p.philox_rounds == 5 || p.philox_rounds == 10) &&
          // The compiled-in kernels read every index tensor with index_dtype.
@@ -310,7 +302,8 @@ int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
     s = mtp::launch_hot_bf16(a, static_cast<int>(p.dstate), plan.rows_per_group, plan.small,
                              plan.nblocks, plan.smem, st);
   } else if (kF16InputKernels && plan.hot && p.input_dtype == MAMBA_SSU_F16) {
-    // Only a build with the fp16-input kernels plans them (hot_inputs) and defines the launcher.
+    // Only a build with the fp16-input kernels plans them (hot_input_dtypes) and defines the
+    // launcher.
     if constexpr (kF16InputKernels)
       s = mtp::launch_hot_f16_inputs(a, static_cast<int>(p.dstate),
                                      static_cast<int>(p.philox_rounds), plan.rows_per_group,
