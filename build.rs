@@ -15,7 +15,7 @@
 //! - `MAMBA_SSU_NVCC_FLAGS`: extra nvcc flags, space separated (tuning experiments, e.g.
 //!   `-DMAMBA_SSU_RPW_WARPS_PER_SM=64`).
 //! - `MAMBA_SSU_F16_INPUT_KERNELS`: `1` builds the compiled-in kernels for fp16 inputs and
-//!   weights over an fp16 state, single and multi token (`csrc/ssu_with_f16_inputs.cu`), routes
+//!   weights over an fp16, bf16 or fp32 state (`csrc/ssu_with_f16_inputs.cu`), routes
 //!   such calls to them, and sets the Rust cfg `f16_input_kernels` (the tests of those kernels);
 //!   unset or `0`: such calls run the run-time kernels. Off by default until the kernels have
 //!   run on a GPU.

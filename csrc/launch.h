@@ -10,8 +10,9 @@
 
 namespace mamba_ssu {
 
-// Whether the build has the compiled-in kernels for fp16 inputs and weights over an fp16 state,
-// single and multi token (ssu_with_f16_inputs.cu; the plans route such calls to them). Set by
+// Whether the build has the compiled-in kernels for fp16 inputs and weights over an fp16, bf16
+// or fp32 state, single token, and over an fp16 or bf16 state, multi token (ssu_with_f16_inputs.cu;
+// the plans route such calls to them). Set by
 // MAMBA_SSU_F16_INPUT_KERNELS=1 (build.rs); without it those calls run the run-time kernels.
 // Off by default: the kernels were compiled and their SASS read, but not yet run on a GPU
 // (docs/perf-notes.md, "fp16 inputs: the compiled-in kernels").
@@ -21,11 +22,12 @@ namespace mamba_ssu {
 constexpr bool kF16InputKernels = MAMBA_SSU_F16_INPUT_KERNELS != 0;
 
 // The input and weight dtypes the compiled-in kernels of both forms take: bf16 both, and (builds
-// with kF16InputKernels) fp16 both over an fp16 state.
+// with kF16InputKernels) fp16 both over any state but an int16 one (the forms' own rules say
+// which states they compile in: is_hot in ssu.cu and ssu_mtp.cu).
 inline bool hot_input_dtypes(int32_t state_dtype, int32_t input_dtype, int32_t weight_dtype) {
   if (input_dtype == MAMBA_SSU_BF16 && weight_dtype == MAMBA_SSU_BF16) return true;
   return kF16InputKernels && input_dtype == MAMBA_SSU_F16 && weight_dtype == MAMBA_SSU_F16 &&
-         state_dtype == MAMBA_SSU_F16;
+         state_dtype != MAMBA_SSU_I16;
 }
 
 // An int16 state's decode scales (FlashInfer's block-scaled state: its state_scale and, multi

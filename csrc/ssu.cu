@@ -16,10 +16,11 @@
 // columns for 4-byte elements (ssu_stp_states.cu: Bf16State and F32State over each family, 40
 // kernels each), or int16 dequantised with and quantised into its decode scales
 // (ssu_stp_states_i16.cu: I16State, 40 kernels; other int16 calls DynI16Config). In a build with
-// MAMBA_SSU_F16_INPUT_KERNELS, fp16 inputs and weights over an fp16 state run every one of the
-// four fp16-state families with fp16 input conversions (ssu_with_f16_inputs.cu: F16Inputs, 136
-// kernels). The large-grid 10-round kernels' grids at dstate 128 are tapered
-// (their last wave of blocks in quarter-head warps, see Tuning::kTaperShift). Everything else that
+// MAMBA_SSU_F16_INPUT_KERNELS, fp16 inputs and weights run the same families with fp16 input
+// conversions (ssu_with_f16_inputs.cu: F16Inputs; over an fp16 state every one of the four
+// families' 136 kernels, over a bf16 or an fp32 state their 40 each without SR). The large-grid
+// 10-round kernels' grids at dstate 128 are tapered (their last wave of blocks in quarter-head
+// warps, see Tuning::kTaperShift). Everything else that
 // passes the checks runs the generic kernel (DynConfig), and so does every SR call under
 // FlashInfer 0.7.4's conversion (sr_rule MAMBA_SSU_SR_V074; the hot kernels are 0.7.2's).
 // Index dtype, the other optional tensors and flags are run time values in both.
@@ -615,14 +616,14 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
                                                        : ssu::StpStateFamily::kDim64;
   if (p.state_dtype == MAMBA_SSU_I16)
     return ssu::launch_hot_i16(a, family, nblocks, wpb, st, rows, small_rows, simple, sc);
-  if (p.state_dtype != MAMBA_SSU_F16)
-    return ssu::launch_hot_state(a, family, nblocks, wpb, st, rows, small_rows, simple);
   // Only a build with the fp16-input kernels plans them (hot_input_dtypes), and only it defines the
-  // launcher (ssu_with_f16_inputs.cu).
+  // launcher (ssu_with_f16_inputs.cu; an fp16, bf16 or fp32 state).
   if constexpr (kF16InputKernels) {
     if (p.input_dtype == MAMBA_SSU_F16)
       return ssu::launch_hot_f16_inputs(a, family, nblocks, wpb, st, rows, small_rows, simple);
   }
+  if (p.state_dtype != MAMBA_SSU_F16)
+    return ssu::launch_hot_state(a, family, nblocks, wpb, st, rows, small_rows, simple);
   if (p.dstate == 64)
     return launch_hot_shape<ssu::HotDs<64>::template Cfg>(a, nblocks, wpb, st, rows, small_rows,
                                                           simple);

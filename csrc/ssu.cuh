@@ -1457,9 +1457,10 @@ int launch_hot_i16(const Args &a, StpStateFamily family, unsigned blocks, int wp
                    cudaStream_t st, int64_t rows, int small_rows, bool simple,
                    const ScaleArgs &sc);
 
-// The compiled-in kernels for fp16 inputs and weights over an fp16 state (ssu_with_f16_inputs.cu:
-// F16Inputs over each family, every round count) of a plan of ssu.cu. Defined only in a build
-// with them (launch.h: kF16InputKernels), and called only there.
+// The compiled-in kernels for fp16 inputs and weights (ssu_with_f16_inputs.cu: F16Inputs over
+// each family; an fp16 state with every round count, a bf16 or an fp32 state without SR) of a
+// plan of ssu.cu. Defined only in a build with them (launch.h: kF16InputKernels), and called
+// only there.
 int launch_hot_f16_inputs(const Args &a, StpStateFamily family, unsigned blocks, int wpb,
                           cudaStream_t st, int64_t rows, int small_rows, bool simple);
 // The generic kernel at an uneven dstate (96, 160, 192, 224; DynUnevenConfig; ssu_uneven.cu).

@@ -173,23 +173,22 @@ int launch(const mtp::Args &a, const Plan &plan, cudaStream_t st) {
   return check_launch("multi-token selective-state-update kernel launch");
 }
 
-// The plan's compiled-in kernel at dstate kDstate (0, 5 or 10 rounds).
+// The plan's compiled-in kernel at dstate kDstate with kRounds rounds (0, 5 or 10).
+template <int kDstate, int kRounds>
+int launch_hot(const mtp::Args &a, const Plan &plan, cudaStream_t st) {
+  return mtp::launch_hot_form<kDstate, kRounds>(
+      plan.rows_per_group, plan.small, [&](auto rows, auto small) {
+        constexpr int kR = decltype(rows)::value;
+        constexpr bool kSmall = decltype(small)::value;
+        return launch<true, kDstate, kRounds, kR, kSmall>(a, plan, st);
+      });
+}
+
 template <int kDstate>
 int launch_hot(const mtp::Args &a, const Plan &plan, int rounds, cudaStream_t st) {
-  if constexpr (mtp::mtp_max_rows(kDstate) >= 4) {
-    if (plan.rows_per_group == 4) return launch<true, kDstate, 0, 4>(a, plan, st);  // no SR only
-  }
-  if (plan.rows_per_group == 2)
-    return rounds == 0   ? launch<true, kDstate, 0, 2>(a, plan, st)
-           : rounds == 5 ? launch<true, kDstate, 5, 2>(a, plan, st)
-                         : launch<true, kDstate, 10, 2>(a, plan, st);
-  if (plan.small)
-    return rounds == 0   ? launch<true, kDstate, 0, 1, true>(a, plan, st)
-           : rounds == 5 ? launch<true, kDstate, 5, 1, true>(a, plan, st)
-                         : launch<true, kDstate, 10, 1, true>(a, plan, st);
-  return rounds == 0   ? launch<true, kDstate, 0>(a, plan, st)
-         : rounds == 5 ? launch<true, kDstate, 5>(a, plan, st)
-                       : launch<true, kDstate, 10>(a, plan, st);
+  return rounds == 0   ? launch_hot<kDstate, 0>(a, plan, st)
+         : rounds == 5 ? launch_hot<kDstate, 5>(a, plan, st)
+                       : launch_hot<kDstate, 10>(a, plan, st);
 }
 
 }  // namespace
@@ -298,18 +297,18 @@ int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
         : uneven_dstate(p.dstate)
             ? mtp::launch_uneven_i16(a, sc, static_cast<int>(p.dstate), plan.nblocks, plan.smem, st)
             : mtp::launch_i16(a, sc, static_cast<int>(p.dstate), plan.nblocks, plan.smem, st);
-  } else if (plan.hot && p.state_dtype == MAMBA_SSU_BF16) {
-    s = mtp::launch_hot_bf16(a, static_cast<int>(p.dstate), plan.rows_per_group, plan.small,
-                             plan.nblocks, plan.smem, st);
   } else if (kF16InputKernels && plan.hot && p.input_dtype == MAMBA_SSU_F16) {
     // Only a build with the fp16-input kernels plans them (hot_input_dtypes) and defines the
-    // launcher.
+    // launcher (an fp16 or a bf16 state).
     if constexpr (kF16InputKernels)
-      s = mtp::launch_hot_f16_inputs(a, static_cast<int>(p.dstate),
+      s = mtp::launch_hot_f16_inputs(a, p.state_dtype == MAMBA_SSU_BF16, static_cast<int>(p.dstate),
                                      static_cast<int>(p.philox_rounds), plan.rows_per_group,
                                      plan.small, plan.nblocks, plan.smem, st);
     else
       s = fail(MAMBA_SSU_ERROR_UNSUPPORTED, "no compiled-in fp16-input kernels in this build");
+  } else if (plan.hot && p.state_dtype == MAMBA_SSU_BF16) {
+    s = mtp::launch_hot_bf16(a, static_cast<int>(p.dstate), plan.rows_per_group, plan.small,
+                             plan.nblocks, plan.smem, st);
   } else if (plan.hot) {
     const int rounds = static_cast<int>(p.philox_rounds);
     s = p.dstate == 64    ? launch_hot<64>(a, plan, rounds, st)

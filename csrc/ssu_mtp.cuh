@@ -75,6 +75,7 @@
 
 #include <type_traits>
 
+#include "common.cuh"
 #include "fp32_ops.cuh"
 #include "include/mamba_ssu.h"
 #include "loads.cuh"
@@ -329,13 +330,13 @@ __device__ __forceinline__ void st_state(T *p, const T &v) {
 // for a zero row or without scales; q = rni(clamp(rn(s * e), +-32767)); the decode scale
 // rcp.approx(e) stored by lane 0 at the target's scale row: the dst or read slot's, or the
 // intermediate entry's step). No stochastic rounding (FlashInfer's rule).
-// kF16In (with kHot, an F16 state): FP16 inputs and weights instead of BF16 (mtp_kernel_f16in):
-// the same staging of B and C as 2-byte bits, widened from fp16, and `out` rounded to fp16.
+// kF16In (with kHot, an F16 or a BF16 state): FP16 inputs and weights instead of BF16
+// (mtp_kernel_f16in, mtp_kernel_bf16_f16in): the same staging of B and C as 2-byte bits, widened
+// from fp16, and `out` rounded to fp16.
 template <bool kHot, int kDstate, int kRounds, int kR, bool kSmall, bool kF32 = false,
           bool kBf16State = false, bool kI16 = false, bool kF16In = false>
 __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = ScaleArgs{}) {
-  static_assert(!kF16In || (kHot && !kBf16State && !kI16),
-                "kF16In: the hot kernels of an F16 state");
+  static_assert(!kF16In || (kHot && !kI16), "kF16In: the hot kernels of an F16 or a BF16 state");
   static_assert(!kF32 || (!kHot && kR == 1 && !kSmall), "kF32: the run-time kernels");
   static_assert(!kI16 || (!kF32 && !kBf16State && (kHot ? kRounds == 0 : kR == 1 && !kSmall)),
                 "kI16: the run-time one-row kernel, or hot kernels without SR");
@@ -1136,6 +1137,25 @@ __host__ __device__ constexpr int mtp_max_rows(int dstate) {
   return dstate == 256 ? Tuning::kMtpDs256MaxRows : 4;
 }
 
+// The grid form of a plan's hot kernel (mtp_plan: four rows per group without SR where the
+// dstate allows it, two, or one; the small-grid form of one row), for a kernel family at
+// kDstate with kRounds rounds: go(rows, small) with the form as compile-time constants
+// (std::integral_constant<int, rows>, std::bool_constant<small>), which launches that kernel and
+// returns the launch status. Every launcher of hot kernels picks its kernel here.
+template <int kDstate, int kRounds, class Go>
+int launch_hot_form(int rows_per_group, bool small, Go &&go) {
+  if constexpr (kRounds == 0 && mtp_max_rows(kDstate) >= 4) {
+    if (rows_per_group == 4) return go(std::integral_constant<int, 4>{}, std::false_type{});
+  }
+  if (rows_per_group == 2) return go(std::integral_constant<int, 2>{}, std::false_type{});
+  if (rows_per_group != 1)
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
+                "multi-token plan: no hot kernel with %d rows per group at dstate %d, %d rounds",
+                rows_per_group, kDstate, kRounds);
+  if (small) return go(std::integral_constant<int, 1>{}, std::true_type{});
+  return go(std::integral_constant<int, 1>{}, std::false_type{});
+}
+
 // kSmall: the hot one-row kernels for grids within their floor of blocks per SM
 // (Tuning::kMtpSmallBlocks; at dstate 256 kMtpDs256Small*), where a call is latency: a token loop without branches (predicated stores; with SR, a replay
 // of the rare rows that need the exact conversion) unrolled so that tokens overlap.
@@ -1172,6 +1192,16 @@ __global__ void __launch_bounds__(kThreads, (mtp_min_blocks(true, kDstate, kRoun
   mtp_body<true, kDstate, kRounds, kR, kSmall, false, false, false, true>(a);
 }
 
+// mtp_kernel_bf16's code for FP16 inputs and weights (kF16In) over a BF16 state, every grid form;
+// instantiated only in a build with MAMBA_SSU_F16_INPUT_KERNELS (ssu_with_f16_inputs.cu).
+template <int kDstate, int kR, bool kSmall = false>
+__global__ void __launch_bounds__(kThreads, (mtp_min_blocks(true, kDstate, 0, kR, kSmall)))
+    mtp_kernel_bf16_f16in(const Args a) {
+  static_assert(!kSmall || kR == 1, "small-grid kernels: one row per group");
+  static_assert(kR <= mtp_max_rows(kDstate), "rows per group past the dstate's limit");
+  mtp_body<true, kDstate, 0, kR, kSmall, false, true, false, true>(a);
+}
+
 // The hot kernels' code for an int16 state (FlashInfer's block-scaled state; BF16 inputs and
 // weights, no SR): the state dequantised with the read slot's row scales and each written
 // step's row quantised (kI16, as the run-time kernel below), every other operation and the lane
@@ -1206,11 +1236,13 @@ int launch_i16(const Args &a, const ScaleArgs &sc, int dstate, unsigned nblocks,
 int launch_hot_bf16(const Args &a, int dstate, int rows_per_group, bool small, unsigned nblocks,
                     size_t smem, cudaStream_t st);
 
-// Launches the mtp_kernel_f16in of a plan (as launch_hot_bf16, with `rounds` 0, 5 or 10;
-// ssu_with_f16_inputs.cu). Defined only in a build with MAMBA_SSU_F16_INPUT_KERNELS (launch.h:
-// kF16InputKernels), and called only there.
-int launch_hot_f16_inputs(const Args &a, int dstate, int rounds, int rows_per_group, bool small,
-                          unsigned nblocks, size_t smem, cudaStream_t st);
+// Launches the mtp_kernel_f16in (an F16 state, `rounds` 0, 5 or 10) or, with `bf16_state`, the
+// mtp_kernel_bf16_f16in (no SR) of a plan, as launch_hot_bf16 (ssu_with_f16_inputs.cu). Defined
+// only in a build with MAMBA_SSU_F16_INPUT_KERNELS (launch.h: kF16InputKernels), and called only
+// there.
+int launch_hot_f16_inputs(const Args &a, bool bf16_state, int dstate, int rounds,
+                          int rows_per_group, bool small, unsigned nblocks, size_t smem,
+                          cudaStream_t st);
 
 // Launches the mtp_kernel_i16_hot of a plan (as launch_hot_bf16; ssu_mtp_i16.cu).
 int launch_hot_i16(const Args &a, const ScaleArgs &sc, int dstate, int rows_per_group, bool small,

@@ -14,16 +14,12 @@ namespace {
 template <int kDstate>
 int launch_dstate(const Args &a, int rows_per_group, bool small, unsigned nblocks, size_t smem,
                   cudaStream_t st) {
-  auto go = [&](auto kernel) {
-    kernel<<<nblocks, kThreads, smem, st>>>(a);
+  return launch_hot_form<kDstate, 0>(rows_per_group, small, [&](auto rows, auto small_grid) {
+    constexpr int kR = decltype(rows)::value;
+    constexpr bool kSmall = decltype(small_grid)::value;
+    mtp_kernel_bf16<kDstate, kR, kSmall><<<nblocks, kThreads, smem, st>>>(a);
     return check_launch("multi-token selective-state-update kernel launch");
-  };
-  if constexpr (mtp_max_rows(kDstate) >= 4) {
-    if (rows_per_group == 4) return go(mtp_kernel_bf16<kDstate, 4>);
-  }
-  if (rows_per_group == 2) return go(mtp_kernel_bf16<kDstate, 2>);
-  if (small) return go(mtp_kernel_bf16<kDstate, 1, true>);
-  return go(mtp_kernel_bf16<kDstate, 1>);
+  });
 }
 
 }  // namespace

@@ -1,14 +1,15 @@
 // ssu_with_f16_inputs.cu — the SSU's compiled-in kernels for fp16 inputs and weights (an fp16
-// model: x, z, B, C, out, dt, D, dt_bias in fp16) over an fp16 state. Single token: the hot
-// kernels' code (HotConfig, HotDimConfig, HotDsConfig; ssu.cuh) with the input and output
-// conversions of fp16 (F16Inputs), every layout, round count, chunk form and grid-size form the
-// bf16-input families have, launched for plans of ssu.cu (ssu_hot_launch.cuh). Multi token: the
-// hot kernels' code with fp16 conversions (mtp_kernel_f16in, ssu_mtp.cuh), every round count and
-// grid form, launched for plans of ssu_mtp.cu. Compiled only when the build sets
-// MAMBA_SSU_F16_INPUT_KERNELS=1 (build.rs; ssu.cuh: kF16InputKernels; otherwise the unit is
-// empty, not even ssu.cuh's device globals, and fp16 inputs run the generic kernel). A
-// translation unit of its own whose name sorts after every other kernel unit's, so that the
-// other units and the device link keep their code.
+// model: x, z, B, C, out, dt, D, dt_bias in fp16) over an fp16, bf16 or fp32 state. Single token:
+// the hot kernels' code (HotConfig, HotDimConfig, HotDsConfig; ssu.cuh; with a bf16 or fp32
+// state through the state wrappers of ssu_stp_states.cuh) with the input and output conversions
+// of fp16 (F16Inputs), every layout, round count, chunk form and grid-size form the bf16-input
+// families have, launched for plans of ssu.cu (ssu_hot_launch.cuh, ssu_stp_states.cuh). Multi
+// token (an fp16 or bf16 state): the hot kernels' code with fp16 conversions (mtp_kernel_f16in,
+// mtp_kernel_bf16_f16in; ssu_mtp.cuh), every round count and grid form, launched for plans of
+// ssu_mtp.cu. Compiled only when the build sets MAMBA_SSU_F16_INPUT_KERNELS=1 (build.rs;
+// launch.h: kF16InputKernels; otherwise the unit is empty, not even ssu.cuh's device globals, and
+// fp16 inputs run the generic kernel). A translation unit of its own whose name sorts after every
+// other kernel unit's, so that the other units and the device link keep their code.
 #if MAMBA_SSU_F16_INPUT_KERNELS
 #include "ssu_hot_launch.cuh"
 #include "ssu_mtp.cuh"
@@ -41,12 +42,17 @@ struct F16Inputs : Base {
   __device__ static Key load_key() { return KeyTable::load(); }
   __device__ static Key make_key(uint64_t seed) { return KeyTable::make(seed); }
 
-  // B or C (fp16) at the lane's columns: Base's loads of two-byte elements, widened from fp16.
+  // B or C (fp16) at the lane's columns: Base's loads of two-byte elements, widened from fp16;
+  // over an fp32 state (F32State), its lane columns for 4-byte elements.
   __device__ static void load_cols(const void *row, int lane, float (&v)[kMaxCols]) {
-    typename Base::Raw r;
-    Base::load_pairs(row, lane, r);
+    if constexpr (Base::state_bytes() == 4) {
+      Base::template load_cols<true>(row, lane, v);
+    } else {
+      typename Base::Raw r;
+      Base::load_pairs(row, lane, r);
 #pragma unroll
-    for (int i = 0; i < kMaxCols; ++i) v[i] = half_bits_to_float(Base::pair_elem(r, i));
+      for (int i = 0; i < kMaxCols; ++i) v[i] = half_bits_to_float(Base::pair_elem(r, i));
+    }
   }
   __device__ static float load_input(const void *p, int64_t idx) {
     return half_bits_to_float(static_cast<const unsigned short *>(p)[idx]);
@@ -77,8 +83,15 @@ struct F16Inputs : Base {
 };
 
 // The launcher's families (StpStateFamily) with fp16 inputs, as templates of ssu.cu's five
-// parameters.
+// parameters (an fp16 state).
 using Families = states::Families<F16Inputs>;
+
+// A hot config with fp16 inputs over a bf16 or an fp32 state (no SR), the wrappers of
+// states::launcher::launch_state.
+template <class Base>
+using Bf16StateF16Inputs = F16Inputs<states::Bf16State<Base>>;
+template <class Base>
+using F32StateF16Inputs = F16Inputs<states::F32State<Base>>;
 
 }  // namespace inputs
 
@@ -88,6 +101,16 @@ struct IsHotDim<inputs::F16Inputs<Base>> : IsHotDim<Base> {};
 
 int launch_hot_f16_inputs(const Args &a, StpStateFamily family, unsigned blocks, int wpb,
                           cudaStream_t st, int64_t rows, int small_rows, bool simple) {
+  if (a.state_dtype == MAMBA_SSU_BF16 || a.state_dtype == MAMBA_SSU_F32) {
+    if (a.philox_rounds != 0)
+      return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
+                  "no compiled-in BF16- or F32-state kernel with SR");
+    return a.state_dtype == MAMBA_SSU_BF16
+               ? states::launcher::launch_state<inputs::Bf16StateF16Inputs>(
+                     a, family, blocks, wpb, st, rows, small_rows, simple, nullptr)
+               : states::launcher::launch_state<inputs::F32StateF16Inputs>(
+                     a, family, blocks, wpb, st, rows, small_rows, simple, nullptr);
+  }
   if (a.state_dtype != MAMBA_SSU_F16)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "no compiled-in fp16-input kernel for this state dtype");
@@ -110,43 +133,50 @@ int launch_hot_f16_inputs(const Args &a, StpStateFamily family, unsigned blocks,
 namespace mtp {
 namespace {
 
-// The kernel of a plan with kRounds rounds at dstate kDstate: four rows per group (no SR), two,
-// or one (the small-grid form, or not), as ssu_mtp.cu's launch_hot picks the bf16-input ones.
+// The kernel of a plan at dstate kDstate with kRounds rounds: an F16 state's (mtp_kernel_f16in),
+// or a BF16 state's (mtp_kernel_bf16_f16in, no SR), in the plan's grid form (launch_hot_form).
 template <int kDstate, int kRounds>
-int launch_f16_inputs(const Args &a, int rows_per_group, bool small, unsigned nblocks,
-                      size_t smem, cudaStream_t st) {
-  auto go = [&](auto kernel) {
-    kernel<<<nblocks, kThreads, smem, st>>>(a);
+int launch_f16_inputs(const Args &a, bool bf16_state, int rows_per_group, bool small,
+                      unsigned nblocks, size_t smem, cudaStream_t st) {
+  return launch_hot_form<kDstate, kRounds>(rows_per_group, small, [&](auto rows, auto small_grid) {
+    constexpr int kR = decltype(rows)::value;
+    constexpr bool kSmall = decltype(small_grid)::value;
+    if constexpr (kRounds == 0) {
+      if (bf16_state) {
+        mtp_kernel_bf16_f16in<kDstate, kR, kSmall><<<nblocks, kThreads, smem, st>>>(a);
+        return check_launch("multi-token selective-state-update kernel launch");
+      }
+    }
+    mtp_kernel_f16in<kDstate, kRounds, kR, kSmall><<<nblocks, kThreads, smem, st>>>(a);
     return check_launch("multi-token selective-state-update kernel launch");
-  };
-  if (rows_per_group == 4) {
-    if constexpr (kRounds == 0 && mtp_max_rows(kDstate) >= 4)
-      return go(mtp_kernel_f16in<kDstate, 0, 4>);
-    else
-      return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "no four-row kernel with SR or at this dstate");
-  }
-  if (rows_per_group == 2) return go(mtp_kernel_f16in<kDstate, kRounds, 2>);
-  if (small) return go(mtp_kernel_f16in<kDstate, kRounds, 1, true>);
-  return go(mtp_kernel_f16in<kDstate, kRounds, 1>);
+  });
 }
 
 template <int kDstate>
-int launch_f16_inputs(const Args &a, int rounds, int rows_per_group, bool small, unsigned nblocks,
-                      size_t smem, cudaStream_t st) {
-  return rounds == 0   ? launch_f16_inputs<kDstate, 0>(a, rows_per_group, small, nblocks, smem, st)
-         : rounds == 5 ? launch_f16_inputs<kDstate, 5>(a, rows_per_group, small, nblocks, smem, st)
-                       : launch_f16_inputs<kDstate, 10>(a, rows_per_group, small, nblocks, smem,
-                                                        st);
+int launch_f16_inputs(const Args &a, bool bf16_state, int rounds, int rows_per_group, bool small,
+                      unsigned nblocks, size_t smem, cudaStream_t st) {
+  if (bf16_state && rounds != 0)
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "no compiled-in BF16-state kernel with SR");
+  return rounds == 0 ? launch_f16_inputs<kDstate, 0>(a, bf16_state, rows_per_group, small,
+                                                     nblocks, smem, st)
+         : rounds == 5
+             ? launch_f16_inputs<kDstate, 5>(a, false, rows_per_group, small, nblocks, smem, st)
+             : launch_f16_inputs<kDstate, 10>(a, false, rows_per_group, small, nblocks, smem, st);
 }
 
 }  // namespace
 
-int launch_hot_f16_inputs(const Args &a, int dstate, int rounds, int rows_per_group, bool small,
-                          unsigned nblocks, size_t smem, cudaStream_t st) {
-  return dstate == 64 ? launch_f16_inputs<64>(a, rounds, rows_per_group, small, nblocks, smem, st)
+int launch_hot_f16_inputs(const Args &a, bool bf16_state, int dstate, int rounds,
+                          int rows_per_group, bool small, unsigned nblocks, size_t smem,
+                          cudaStream_t st) {
+  return dstate == 64
+             ? launch_f16_inputs<64>(a, bf16_state, rounds, rows_per_group, small, nblocks, smem,
+                                     st)
          : dstate == 128
-             ? launch_f16_inputs<128>(a, rounds, rows_per_group, small, nblocks, smem, st)
-             : launch_f16_inputs<256>(a, rounds, rows_per_group, small, nblocks, smem, st);
+             ? launch_f16_inputs<128>(a, bf16_state, rounds, rows_per_group, small, nblocks, smem,
+                                      st)
+             : launch_f16_inputs<256>(a, bf16_state, rounds, rows_per_group, small, nblocks, smem,
+                                      st);
 }
 
 }  // namespace mtp

@@ -1651,8 +1651,8 @@ fn exact_small(rng: &mut Rng) -> Vec<Problem> {
 /// T 13 (two rows); at 4224 pairs T 15 with 40 rows per block at dstate 128 (the four-row
 /// kernel's shared memory with the static part just past 48 KiB: two rows); and a bf16 state
 /// without SR (the compiled-in bf16-state kernels) at 768, 1056 and 4224 pairs at each dstate;
-/// and fp16 inputs and weights over an fp16 state at the same grid forms (the fp16-input
-/// kernels in a build with them).
+/// and fp16 inputs and weights over an fp16 state at the same grid forms, and over a bf16 state
+/// without SR at one, two and four rows (the fp16-input kernels in a build with them).
 fn exact_large(rng: &mut Rng) -> Vec<Problem> {
     let mut cfgs = Vec::new();
     for (i, dstate) in [64usize, 128, 256].into_iter().enumerate() {
@@ -1773,6 +1773,35 @@ fn exact_large(rng: &mut Rng) -> Vec<Problem> {
             cfg.pad_slot_id = [-1, 0][k % 2];
             cfg.index = ["int32", "int64"][(k / 2) % 2];
             cfg.padded_strides = k == 1;
+            cfgs.push(cfg);
+        }
+    }
+    // fp16 inputs and weights over a bf16 state (no SR) at one, two and four rows per group.
+    for dstate in [64usize, 128, 256] {
+        for (k, (batch, nheads)) in [(24usize, 32usize), (33, 32), (33, 128)]
+            .into_iter()
+            .enumerate()
+        {
+            let mut cfg = exact(Cfg::base());
+            (cfg.state, cfg.input, cfg.weight) = ("bfloat16", "float16", "float16");
+            cfg.dstate = dstate;
+            cfg.rounds = 0;
+            (cfg.batch, cfg.nheads, cfg.ngroups) = (batch, nheads, 8);
+            cfg.dim = [64, 40][k % 2];
+            cfg.tokens = [8, 3, 5][k % 3];
+            cfg.write = [
+                Write::Dst { in_place: true },
+                Write::Inter { indices: true },
+                Write::Final,
+            ][k % 3];
+            cfg.read = if nheads == 128 {
+                Read::OneD
+            } else {
+                Read::TwoD { nat: true }
+            };
+            cfg.varlen = k == 1;
+            cfg.pads = true;
+            cfg.index = ["int64", "int32"][k % 2];
             cfgs.push(cfg);
         }
     }
@@ -2242,9 +2271,11 @@ fn problems_are_valid(seed: u64, run_reference: bool) {
         // The compiled-in kernels serve the hot dtypes at every dstate with 0, 5 or 10 rounds
         // (a bf16 state without SR) and one index dtype; the GPU tests of those problems run
         // them.
-        // fp16 inputs and weights over an fp16 state: in a build with the fp16-input kernels.
+        // fp16 inputs and weights over an fp16 or a bf16 state: in a build with the fp16-input
+        // kernels.
         let f16_inputs = cfg!(f16_input_kernels)
-            && (c.input, c.weight, c.state) == ("float16", "float16", "float16");
+            && (c.input, c.weight) == ("float16", "float16")
+            && (c.state == "float16" || c.state == "bfloat16");
         let hot = ((c.input, c.weight) == ("bfloat16", "bfloat16") || f16_inputs)
             && (c.state == "float16" || (c.state == "bfloat16" && c.rounds == 0))
             && [0, 5, 10].contains(&c.rounds)

@@ -1048,14 +1048,15 @@ fn narrow_against_widened(
     (bad > 0).then(|| format!("{what}: {bad} out elements differ"))
 }
 
-/// fp16 inputs and weights over an fp16 state (an fp16 model) run the compiled-in kernels in a
-/// build with them (`MAMBA_SSU_F16_INPUT_KERNELS=1`; `src/contract_tests/plans.rs` checks the
-/// plan); the same problem with its inputs and weights given as fp32 runs the generic kernel.
-/// Both must write the same state bits, with and without SR (5 and 10 rounds, the 0.7.2 rule
-/// the compiled-in kernels implement), and the compiled-in kernel's fp16 `out` must be the
-/// generic kernel's fp32 `out` rounded to nearest: every head dim family (64; 80 and 128 at run
-/// time), dstate 64/128/256, both layouts, small (1- and 2-row) and large grids (both grid-size
-/// forms), z, pads and dst slots, int32/int64 indices.
+/// fp16 inputs and weights (an fp16 model) run the compiled-in kernels in a build with them
+/// (`MAMBA_SSU_F16_INPUT_KERNELS=1`; `src/contract_tests/plans.rs` checks the plan); the same
+/// problem with its inputs and weights given as fp32 runs the generic kernel. Both must write
+/// the same state bits — over an fp16 state with and without SR (5 and 10 rounds, the 0.7.2
+/// rule the compiled-in kernels implement), over a bf16 and an fp32 state without — and the
+/// compiled-in kernel's fp16 `out` must be the generic kernel's fp32 `out` rounded to nearest:
+/// every head dim family (64; 80 and 128 at run time), dstate 64/128/256, both layouts, small
+/// (1- and 2-row) and large grids (both grid-size forms), z, pads and dst slots, int32/int64
+/// indices.
 #[cfg(f16_input_kernels)]
 #[test]
 #[ignore = "requires a CUDA GPU"]
@@ -1072,6 +1073,12 @@ fn f16_input_compiled_kernels_match_the_generic_kernel_bit_for_bit() {
             cfg.rounds = rounds;
             cfg.z = (k + rounds as usize) % 2 == 0;
             problems.push((format!("{} R={rounds}", shape_name(shape)), cfg));
+        }
+        for state in ["bfloat16", "float32"] {
+            let mut cfg = compiled_kernel_cfg(k, shape);
+            (cfg.state, cfg.input, cfg.weight) = (state, "float16", "float16");
+            cfg.z = k % 2 == 1;
+            problems.push((format!("{} {state} state", shape_name(shape)), cfg));
         }
     }
     narrow_against_widened_set(&stream, &mut rng, "fp16 inputs", problems);

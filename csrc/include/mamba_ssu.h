@@ -242,7 +242,7 @@ typedef enum mamba_ssu_sr_rule {
  * same kernels with the state converted from and to bf16, held in fp32, or int16 dequantised
  * with the read slot's scales and quantised per row); in a library built with
  * MAMBA_SSU_F16_INPUT_KERNELS=1 (off by default: not yet run on a GPU) also FP16 inputs and
- * weights over an F16 state; every other combination
+ * weights over an F16 state, and over a BF16 or F32 state without SR; every other combination
  * a kernel that takes them at run time. ALGO_HORIZONTAL: BF16 inputs and weights run kernels with them compiled in (an F16
  * state with 0, 5 or 10 rounds, a BF16 or F32 state), everything else a kernel per state dtype
  * that reads them at run time; the head dim and dstate are run-time values in all. */
@@ -431,7 +431,7 @@ int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch,
  * rounds run compiled-in kernels (any head dim; dstate 128 the tuned ones), and a BF16 or I16
  * state likewise without SR, when num_accepted_tokens and cu_seqlens have index_dtype (in a
  * library built with MAMBA_SSU_F16_INPUT_KERNELS=1 also FP16 inputs and weights over an F16
- * state); every other combination a kernel that takes them at run time. */
+ * state, and over a BF16 state without SR); every other combination a kernel that takes them at run time. */
 typedef struct mamba_ssu_mtp_params {
   int64_t batch;   /* sequences: >= 1 */
   int64_t ntokens; /* 1..MAMBA_SSU_MTP_MAX_TOKENS: T (fixed length) or the longest (varlen) */

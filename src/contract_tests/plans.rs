@@ -201,12 +201,12 @@ fn bf16_f32_and_i16_states_without_sr_plan_the_compiled_in_kernels() {
     }
 }
 
-/// fp16 inputs and weights over an fp16 state (an fp16 model) run the compiled-in kernels in a
-/// build with them (`MAMBA_SSU_F16_INPUT_KERNELS=1`: cfg `f16_input_kernels`) at every head dim
-/// and dstate the bf16-input ones take, with 0, 5 and 10 rounds, both layouts, small and large
-/// grids, tiling the head as the bf16-input ones do; without them, and in every build for fp16
-/// inputs with bf16 weights, fp16 inputs over a bf16 state, or an SR call under 0.7.4's rule,
-/// the generic kernel.
+/// fp16 inputs and weights (an fp16 model) run the compiled-in kernels in a build with them
+/// (`MAMBA_SSU_F16_INPUT_KERNELS=1`: cfg `f16_input_kernels`) at every head dim and dstate the
+/// bf16-input ones take: over an fp16 state with 0, 5 and 10 rounds, over a bf16 or an fp32
+/// state without SR; both layouts, small and large grids, tiling the head as the bf16-input ones
+/// do, in their grid; without them, and in every build for fp16 inputs with bf16 weights or an
+/// SR call under 0.7.4's rule, the generic kernel.
 #[test]
 fn fp16_inputs_plan_the_compiled_in_kernels_where_the_build_has_them() {
     let built = cfg!(f16_input_kernels);
@@ -244,8 +244,29 @@ fn fp16_inputs_plan_the_compiled_in_kernels_where_the_build_has_them() {
                         let mixed = plan_with([F16, F16, BF16], v072);
                         assert_eq!(mixed.compiled_kernel, 0, "{what}, bf16 weights");
                         if rounds == 0 {
-                            let state = plan_with([BF16, F16, F16], v072);
-                            assert_eq!(state.compiled_kernel, 0, "{what}, bf16 state");
+                            // Over a bf16 or an fp32 state: the compiled-in kernels of those
+                            // states (no SR) with fp16 inputs, in their bf16-input twins' grid.
+                            for state in [BF16, F32] {
+                                let f16in = plan_with([state, F16, F16], v072);
+                                let twin = plan_with([state, BF16, BF16], v072);
+                                assert_eq!(twin.compiled_kernel, 1, "{what}, state {state}");
+                                assert_eq!(
+                                    f16in.compiled_kernel,
+                                    i32::from(built),
+                                    "{what}, state {state}"
+                                );
+                                if built {
+                                    assert_eq!(
+                                        (f16in.rows_per_warp, f16in.warps_per_block),
+                                        (twin.rows_per_warp, twin.warps_per_block),
+                                        "{what}, state {state}"
+                                    );
+                                    assert_eq!(
+                                        f16in.blocks_per_head, twin.blocks_per_head,
+                                        "{what}, state {state}"
+                                    );
+                                }
+                            }
                         } else {
                             let v074 = plan_with([F16, F16, F16], sys::MAMBA_SSU_SR_V074 as i32);
                             assert_eq!(v074.compiled_kernel, 0, "{what}, 0.7.4's rule");

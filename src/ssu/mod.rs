@@ -76,8 +76,9 @@
 //! leaving `z` as `None` (gating done later, as in engines' Mamba-2 mixers) runs a loop with
 //! no `z` work at all. A library built with `MAMBA_SSU_F16_INPUT_KERNELS=1` (off by default:
 //! those kernels have not yet run on a GPU) also has them for F16 inputs and weights over an F16
-//! state. Every other combination runs a kernel that takes sizes, dtypes and rounds at run time
-//! (same results, slower). Figures: `BENCHMARKS.md`.
+//! state, and without SR over a BF16 or (single token) F32 state. Every other combination runs a
+//! kernel that takes sizes, dtypes and rounds at run time (same results, slower). Figures:
+//! `BENCHMARKS.md`.
 //!
 //! [`Error::InvalidArgument`]: crate::Error::InvalidArgument
 //! [`Error::Unsupported`]: crate::Error::Unsupported
