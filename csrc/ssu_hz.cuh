@@ -36,6 +36,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "fp32_ops.cuh"
 #include "include/mamba_ssu.h"
 #include "loads.cuh"
@@ -664,6 +666,36 @@ __global__ void __launch_bounds__(kThreadsPerBlock, min_blocks<kState, kRounds>(
     hz_kernel_grouped(const Args a) {
   static_assert(kRounds == 0, "the grouped copies serve the calls without rounding");
   hz_body<kState, kRounds, kBf16, false, true>(a);
+}
+
+// The compile-time parameters of a planned horizontal call's kernel: go(state, rounds,
+// compiled) with the state dtype, the round count and whether the input dtypes are compiled in
+// as std::integral_constant<int, ...> / std::bool_constant<...> values. `compiled` (bf16 inputs
+// and weights, and an fp16 state's 0, 5 or 10 rounds): the instantiation with them (an fp16
+// state's round count, 0 otherwise), else the run-time one (-1 rounds with an fp16 state).
+// Returns go's result. Every launcher of the horizontal kernels (ssu_single_hz.cu,
+// ssu_uneven.cu) picks its instantiation here.
+template <int kValue>
+using Int = std::integral_constant<int, kValue>;
+template <class Go>
+int with_kernel_params(int32_t state_dtype, bool compiled, int rounds, Go &&go) {
+  using std::false_type;
+  using std::true_type;
+  switch (state_dtype) {
+  case MAMBA_SSU_F16:
+    if (!compiled) return go(Int<MAMBA_SSU_F16>{}, Int<-1>{}, false_type{});
+    switch (rounds) {
+    case 0: return go(Int<MAMBA_SSU_F16>{}, Int<0>{}, true_type{});
+    case 5: return go(Int<MAMBA_SSU_F16>{}, Int<5>{}, true_type{});
+    default: return go(Int<MAMBA_SSU_F16>{}, Int<10>{}, true_type{});
+    }
+  case MAMBA_SSU_BF16:
+    return compiled ? go(Int<MAMBA_SSU_BF16>{}, Int<0>{}, true_type{})
+                    : go(Int<MAMBA_SSU_BF16>{}, Int<0>{}, false_type{});
+  default:
+    return compiled ? go(Int<MAMBA_SSU_F32>{}, Int<0>{}, true_type{})
+                    : go(Int<MAMBA_SSU_F32>{}, Int<0>{}, false_type{});
+  }
 }
 
 // Launches the horizontal kernel of `state_dtype` with any stage count (hz_kernel_any_stages:

@@ -186,24 +186,11 @@ int hz_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba_
   const auto st = reinterpret_cast<cudaStream_t>(stream);
   if (uneven_dstate(p.dstate))
     return hz::launch_uneven(a, p.state_dtype, pl.compiled, pl.nblocks, pl.smem, st);
-  const bool bf16 = bf16_inputs(p);
-  switch (p.state_dtype) {
-  case MAMBA_SSU_F16:
-    if (pl.compiled) {
-      switch (a.philox_rounds) {
-      case 0: return launch<MAMBA_SSU_F16, 0, true>(a, pl, st);
-      case 5: return launch<MAMBA_SSU_F16, 5, true>(a, pl, st);
-      default: return launch<MAMBA_SSU_F16, 10, true>(a, pl, st);
-      }
-    }
-    return launch<MAMBA_SSU_F16, -1, false>(a, pl, st);
-  case MAMBA_SSU_BF16:
-    return bf16 ? launch<MAMBA_SSU_BF16, 0, true>(a, pl, st)
-                : launch<MAMBA_SSU_BF16, 0, false>(a, pl, st);
-  default:
-    return bf16 ? launch<MAMBA_SSU_F32, 0, true>(a, pl, st)
-                : launch<MAMBA_SSU_F32, 0, false>(a, pl, st);
-  }
+  return hz::with_kernel_params(p.state_dtype, pl.compiled, a.philox_rounds,
+                                [&](auto state, auto rounds, auto bf16) {
+                                  return launch<decltype(state)::value, decltype(rounds)::value,
+                                                decltype(bf16)::value>(a, pl, st);
+                                });
 }
 
 }  // namespace mamba_ssu

@@ -38,24 +38,13 @@ namespace hz {
 
 int launch_uneven(const Args &a, int32_t state_dtype, bool compiled, unsigned nblocks,
                   size_t smem, cudaStream_t st) {
-  auto go = [&](auto kernel) { kernel<<<nblocks, kThreadsPerBlock, smem, st>>>(a); };
-  switch (state_dtype) {
-  case MAMBA_SSU_F16:
-    if (!compiled) go(hz_kernel_any_stages<MAMBA_SSU_F16, -1, false>);
-    else if (a.philox_rounds == 0) go(hz_kernel_any_stages<MAMBA_SSU_F16, 0, true>);
-    else if (a.philox_rounds == 5) go(hz_kernel_any_stages<MAMBA_SSU_F16, 5, true>);
-    else go(hz_kernel_any_stages<MAMBA_SSU_F16, 10, true>);
-    break;
-  case MAMBA_SSU_BF16:
-    if (compiled) go(hz_kernel_any_stages<MAMBA_SSU_BF16, 0, true>);
-    else go(hz_kernel_any_stages<MAMBA_SSU_BF16, 0, false>);
-    break;
-  default:
-    if (compiled) go(hz_kernel_any_stages<MAMBA_SSU_F32, 0, true>);
-    else go(hz_kernel_any_stages<MAMBA_SSU_F32, 0, false>);
-    break;
-  }
-  return check_launch("selective_state_update (horizontal) launch");
+  return with_kernel_params(state_dtype, compiled, a.philox_rounds,
+                            [&](auto state, auto rounds, auto bf16) {
+                              hz_kernel_any_stages<decltype(state)::value, decltype(rounds)::value,
+                                                   decltype(bf16)::value>
+                                  <<<nblocks, kThreadsPerBlock, smem, st>>>(a);
+                              return check_launch("selective_state_update (horizontal) launch");
+                            });
 }
 
 }  // namespace hz
