@@ -1738,21 +1738,25 @@ fn exact_large(rng: &mut Rng) -> Vec<Problem> {
             cfgs.push(cfg);
         }
     }
-    // fp16 inputs and weights over an fp16 state (an fp16 model) in the compiled-in kernels'
-    // grid forms: one row (mid grid) and two rows with 0, 5 and 10 rounds, four rows without SR
-    // (the fp16-input kernels in a build with them, `MAMBA_SSU_F16_INPUT_KERNELS=1`; the
-    // run-time kernel otherwise).
+    // fp16 inputs and weights (an fp16 model) in the compiled-in kernels' grid forms: over an
+    // fp16 state one row (mid grid) and two rows with 0, 5 and 10 rounds, four rows without SR;
+    // over a bf16 state (no SR) one, two and four rows (the fp16-input kernels in a build with
+    // them, `MAMBA_SSU_F16_INPUT_KERNELS=1`; the run-time kernel otherwise).
+    let forms = [
+        ("float16", 24usize, 32usize, 0u32),
+        ("float16", 24, 32, 5),
+        ("float16", 33, 32, 10),
+        ("float16", 33, 32, 0),
+        ("float16", 33, 32, 5),
+        ("float16", 33, 128, 0),
+        ("bfloat16", 24, 32, 0),
+        ("bfloat16", 33, 32, 0),
+        ("bfloat16", 33, 128, 0),
+    ];
     for dstate in [64usize, 128, 256] {
-        let forms = [
-            (24usize, 32usize, 0u32),
-            (24, 32, 5),
-            (33, 32, 10),
-            (33, 32, 0),
-            (33, 32, 5),
-        ];
-        for (k, (batch, nheads, rounds)) in forms.into_iter().chain([(33, 128, 0)]).enumerate() {
+        for (k, (state, batch, nheads, rounds)) in forms.into_iter().enumerate() {
             let mut cfg = exact(Cfg::base());
-            (cfg.input, cfg.weight) = ("float16", "float16");
+            (cfg.state, cfg.input, cfg.weight) = (state, "float16", "float16");
             cfg.dstate = dstate;
             cfg.rounds = rounds;
             (cfg.batch, cfg.nheads, cfg.ngroups) = (batch, nheads, 8);
@@ -1773,35 +1777,6 @@ fn exact_large(rng: &mut Rng) -> Vec<Problem> {
             cfg.pad_slot_id = [-1, 0][k % 2];
             cfg.index = ["int32", "int64"][(k / 2) % 2];
             cfg.padded_strides = k == 1;
-            cfgs.push(cfg);
-        }
-    }
-    // fp16 inputs and weights over a bf16 state (no SR) at one, two and four rows per group.
-    for dstate in [64usize, 128, 256] {
-        for (k, (batch, nheads)) in [(24usize, 32usize), (33, 32), (33, 128)]
-            .into_iter()
-            .enumerate()
-        {
-            let mut cfg = exact(Cfg::base());
-            (cfg.state, cfg.input, cfg.weight) = ("bfloat16", "float16", "float16");
-            cfg.dstate = dstate;
-            cfg.rounds = 0;
-            (cfg.batch, cfg.nheads, cfg.ngroups) = (batch, nheads, 8);
-            cfg.dim = [64, 40][k % 2];
-            cfg.tokens = [8, 3, 5][k % 3];
-            cfg.write = [
-                Write::Dst { in_place: true },
-                Write::Inter { indices: true },
-                Write::Final,
-            ][k % 3];
-            cfg.read = if nheads == 128 {
-                Read::OneD
-            } else {
-                Read::TwoD { nat: true }
-            };
-            cfg.varlen = k == 1;
-            cfg.pads = true;
-            cfg.index = ["int64", "int32"][k % 2];
             cfgs.push(cfg);
         }
     }
