@@ -11,8 +11,8 @@
 namespace mamba_ssu {
 
 // Whether the build has the compiled-in kernels for fp16 inputs and weights over an fp16, bf16
-// or fp32 state, single token, and over an fp16 or bf16 state, multi token (ssu_with_f16_inputs.cu;
-// the plans route such calls to them). Set by
+// or fp32 state, single token, and over an fp16 or bf16 state, multi token
+// (ssu_with_f16_inputs.cu; the plans route such calls to them). Set by
 // MAMBA_SSU_F16_INPUT_KERNELS=1 (build.rs); without it those calls run the run-time kernels.
 // Off by default: the kernels were compiled and their SASS read, but not yet run on a GPU
 // (docs/perf-notes.md, "fp16 inputs: the compiled-in kernels").

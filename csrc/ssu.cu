@@ -20,9 +20,9 @@
 // conversions (ssu_with_f16_inputs.cu: F16Inputs; over an fp16 state every one of the four
 // families' 136 kernels, over a bf16 or an fp32 state their 40 each without SR). The large-grid
 // 10-round kernels' grids at dstate 128 are tapered (their last wave of blocks in quarter-head
-// warps, see Tuning::kTaperShift). Everything else that
-// passes the checks runs the generic kernel (DynConfig), and so does every SR call under
-// FlashInfer 0.7.4's conversion (sr_rule MAMBA_SSU_SR_V074; the hot kernels are 0.7.2's).
+// warps, see Tuning::kTaperShift). Everything else that passes the checks runs the generic
+// kernel (DynConfig), and so does every SR call under FlashInfer 0.7.4's conversion (sr_rule
+// MAMBA_SSU_SR_V074; the hot kernels are 0.7.2's).
 // Index dtype, the other optional tensors and flags are run time values in both.
 #include <algorithm>
 #include <limits>

@@ -301,7 +301,8 @@ int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
     // Only a build with the fp16-input kernels plans them (hot_input_dtypes) and defines the
     // launcher (an fp16 or a bf16 state).
     if constexpr (kF16InputKernels)
-      s = mtp::launch_hot_f16_inputs(a, p.state_dtype == MAMBA_SSU_BF16, static_cast<int>(p.dstate),
+      s = mtp::launch_hot_f16_inputs(a, p.state_dtype == MAMBA_SSU_BF16,
+                                     static_cast<int>(p.dstate),
                                      static_cast<int>(p.philox_rounds), plan.rows_per_group,
                                      plan.small, plan.nblocks, plan.smem, st);
     else

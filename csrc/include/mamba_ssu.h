@@ -431,7 +431,8 @@ int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch,
  * rounds run compiled-in kernels (any head dim; dstate 128 the tuned ones), and a BF16 or I16
  * state likewise without SR, when num_accepted_tokens and cu_seqlens have index_dtype (in a
  * library built with MAMBA_SSU_F16_INPUT_KERNELS=1 also FP16 inputs and weights over an F16
- * state, and over a BF16 state without SR); every other combination a kernel that takes them at run time. */
+ * state, and over a BF16 state without SR); every other combination a kernel that takes them
+ * at run time. */
 typedef struct mamba_ssu_mtp_params {
   int64_t batch;   /* sequences: >= 1 */
   int64_t ntokens; /* 1..MAMBA_SSU_MTP_MAX_TOKENS: T (fixed length) or the longest (varlen) */
