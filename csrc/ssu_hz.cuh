@@ -132,10 +132,19 @@ struct Args {
 };
 
 // The element types of a kernel: the state's (kState, compile-time: its bytes fix the stage
-// width and the rotation), and the inputs' and weights' (bf16 at compile time when kBf16, else
-// read from Args).
-template <int kState, bool kBf16>
+// width and the rotation), and the inputs' and weights' (bf16 at compile time when kBf16, fp16
+// when kF16In, else read from Args).
+template <int kState, bool kBf16, bool kF16In = false>
 struct Elem {
+  static_assert(!(kBf16 && kF16In), "one compiled-in input dtype");
+  // Whether the inputs' dtype is compiled in, and the widening and rounding of one element.
+  static constexpr bool kCompiled = kBf16 || kF16In;
+  __device__ static float widen(uint32_t bits) {
+    return kF16In ? ssu::half_bits_to_float(bits) : ssu::bf16_bits_to_float(bits);
+  }
+  __device__ static uint32_t narrow(float v) {
+    return kF16In ? ssu::float_to_half_bits_rn(v) : ssu::float_to_bf16_bits_rn(v);
+  }
   static constexpr int kStateBytes = kState == MAMBA_SSU_F32 ? 4 : 2;
   // Columns per stage: 32 (2-byte state) or 16 (fp32).
   static constexpr int kStageCols = kStageBytes / kStateBytes;
@@ -143,7 +152,7 @@ struct Elem {
   // An input element's bits (2 or 4 bytes), loaded ahead and widened where it is used
   // (input_value): the load's latency is not waited for at the load.
   __device__ static uint32_t load_input_bits(const Args &a, const void *p, int64_t idx) {
-    if constexpr (kBf16) {
+    if constexpr (kCompiled) {
       return static_cast<const unsigned short *>(p)[idx];
     } else {
       return a.input_dtype == MAMBA_SSU_F32 ? __float_as_uint(static_cast<const float *>(p)[idx])
@@ -151,8 +160,8 @@ struct Elem {
     }
   }
   __device__ static float input_value(const Args &a, uint32_t bits) {
-    if constexpr (kBf16) {
-      return ssu::bf16_bits_to_float(bits);
+    if constexpr (kCompiled) {
+      return widen(bits);
     } else {
       return a.input_dtype == MAMBA_SSU_F32   ? __uint_as_float(bits)
              : a.input_dtype == MAMBA_SSU_F16 ? ssu::half_bits_to_float(bits)
@@ -160,23 +169,22 @@ struct Elem {
     }
   }
   __device__ static float load_input(const Args &a, const void *p, int64_t idx) {
-    if constexpr (kBf16) {
-      return ssu::bf16_bits_to_float(static_cast<const unsigned short *>(p)[idx]);
+    if constexpr (kCompiled) {
+      return widen(static_cast<const unsigned short *>(p)[idx]);
     } else {
       return ssu::load_float(p, idx, a.input_dtype);
     }
   }
   __device__ static float load_weight(const Args &a, const void *p, int64_t idx) {
-    if constexpr (kBf16) {
-      return ssu::bf16_bits_to_float(static_cast<const unsigned short *>(p)[idx]);
+    if constexpr (kCompiled) {
+      return widen(static_cast<const unsigned short *>(p)[idx]);
     } else {
       return ssu::load_float(p, idx, a.weight_dtype);
     }
   }
   __device__ static void store_out(const Args &a, int64_t idx, float v) {
-    if constexpr (kBf16) {
-      static_cast<unsigned short *>(a.out)[idx] =
-          static_cast<unsigned short>(ssu::float_to_bf16_bits_rn(v));
+    if constexpr (kCompiled) {
+      static_cast<unsigned short *>(a.out)[idx] = static_cast<unsigned short>(narrow(v));
     } else {
       ssu::store_float(a.out, idx, a.input_dtype, v);
     }
@@ -253,9 +261,10 @@ __device__ __forceinline__ void sr_two_words(const float *n, U32x4 r, int32_t ru
 // 15; the kernels of ssu_uneven.cu): the tile's row block and stage by division instead of a
 // shift and a mask. Off, the code is the one the other kernels were built
 // with.
-template <int kState, int kRounds, bool kBf16, bool kAnyStages = false, bool kGrouped = false>
+template <int kState, int kRounds, bool kBf16, bool kAnyStages = false, bool kGrouped = false,
+          bool kF16In = false>
 __device__ __forceinline__ void hz_body(const Args &a) {
-  using E = Elem<kState, kBf16>;
+  using E = Elem<kState, kBf16, kF16In>;
   constexpr bool kF16 = kState == MAMBA_SSU_F16;
   constexpr bool kTwoByte = E::kStateBytes == 2;
   static_assert(kRounds <= kMaxKeyRounds, "the key table holds kMaxKeyRounds rounds");
@@ -698,6 +707,17 @@ int with_kernel_params(int32_t state_dtype, bool compiled, int rounds, Go &&go) 
   }
 }
 
+// hz_kernel (kAnyStages: hz_kernel_any_stages; kGrouped: hz_kernel_grouped) with FP16 inputs and
+// weights compiled in (kF16In), a kernel of its own so that the others keep their names and code;
+// instantiated only in a build with MAMBA_SSU_F16_INPUT_KERNELS (ssu_with_f16_inputs.cu: an F16
+// state with 0, 5 or 10 rounds, a BF16 or F32 state; 13 kernels).
+template <int kState, int kRounds, bool kAnyStages, bool kGrouped>
+__global__ void __launch_bounds__(kThreadsPerBlock, min_blocks<kState, kRounds>())
+    hz_kernel_f16in(const Args a) {
+  static_assert(!kGrouped || (kRounds == 0 && !kAnyStages), "grouped copies: no rounding");
+  hz_body<kState, kRounds, false, kAnyStages, kGrouped, true>(a);
+}
+
 // Launches the horizontal kernel of `state_dtype` with any stage count (hz_kernel_any_stages:
 // the uneven dstates) on `nblocks` blocks with `smem` bytes of dynamic shared memory: with
 // `compiled` (bf16 inputs and weights, and an fp16 state's 0, 5 or 10 rounds) the instantiation
@@ -705,6 +725,13 @@ int with_kernel_params(int32_t state_dtype, bool compiled, int rounds, Go &&go) 
 // status (ssu_uneven.cu, its own translation unit).
 int launch_uneven(const Args &a, int32_t state_dtype, bool compiled, unsigned nblocks,
                   size_t smem, cudaStream_t st);
+
+// Launches hz_kernel_f16in for a call with FP16 inputs and weights (an fp16 state's 0, 5 or 10
+// rounds, or a bf16 or fp32 state): `any_stages` at an uneven dstate, else `grouped` (8 tiles in
+// flight, no rounding) or not; the launch status (ssu_with_f16_inputs.cu). Defined only in a
+// build with MAMBA_SSU_F16_INPUT_KERNELS (launch.h: kF16InputKernels), and called only there.
+int launch_f16_inputs(const Args &a, int32_t state_dtype, bool any_stages, bool grouped,
+                      unsigned nblocks, size_t smem, cudaStream_t st);
 
 }  // namespace hz
 }  // namespace mamba_ssu

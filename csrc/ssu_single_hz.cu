@@ -8,8 +8,10 @@
 //
 // Dispatch: an F16 state with BF16 inputs and weights and 0, 5 or 10 Philox rounds runs a
 // kernel with the round count and the input dtypes compiled in; a BF16 or F32 state with BF16
-// inputs and weights likewise (no rounding choice there); every other combination the kernel of
-// its state dtype that reads the input dtypes and the round count at run time. The
+// inputs and weights likewise (no rounding choice there); in a build with
+// MAMBA_SSU_F16_INPUT_KERNELS the same with FP16 inputs and weights (hz_kernel_f16in,
+// ssu_with_f16_inputs.cu); every other combination the kernel of its state dtype that reads the
+// input dtypes and the round count at run time. The
 // stochastic-rounding rule (0.7.2's or 0.7.4's conversion) is a run-time value of every kernel:
 // their fast pair conversion is exact under both, and the rare pairs it flags are converted by
 // the call's rule (sr.cuh).
@@ -50,14 +52,18 @@ struct Plan {
   unsigned nblocks;
   size_t smem;
   bool compiled;  // a kernel with the input dtypes (and the round count) compiled in
+  bool f16_inputs;  // ... and those are FP16 (hz_kernel_f16in)
 };
 
-bool bf16_inputs(const mamba_ssu_params &p) {
-  return p.input_dtype == MAMBA_SSU_BF16 && p.weight_dtype == MAMBA_SSU_BF16;
+// The input dtypes with compiled-in kernels: BF16 inputs and weights, and in a build with
+// kF16InputKernels FP16 ones.
+bool compiled_inputs(const mamba_ssu_params &p) {
+  if (p.input_dtype == MAMBA_SSU_BF16 && p.weight_dtype == MAMBA_SSU_BF16) return true;
+  return kF16InputKernels && p.input_dtype == MAMBA_SSU_F16 && p.weight_dtype == MAMBA_SSU_F16;
 }
 
 bool compiled_kernel(const mamba_ssu_params &p) {
-  if (!bf16_inputs(p)) return false;
+  if (!compiled_inputs(p)) return false;
   if (p.state_dtype != MAMBA_SSU_F16) return true;
   return p.philox_rounds == 0 || p.philox_rounds == 5 || p.philox_rounds == 10;
 }
@@ -101,6 +107,7 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
   // as many of an fp32 one; an fp32 state at 32 to 240: 2 to 15 stages) runs the kernel of any
   // stage count, with the same dtypes and round counts compiled in as the other dstates.
   pl.compiled = compiled_kernel(p);
+  pl.f16_inputs = pl.compiled && p.input_dtype == MAMBA_SSU_F16;
   *out = pl;
   return MAMBA_SSU_SUCCESS;
 }
@@ -184,6 +191,14 @@ int hz_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba_
   a.update_state = p.update_state != 0;
 
   const auto st = reinterpret_cast<cudaStream_t>(stream);
+  // Only a build with the fp16-input kernels plans them (compiled_inputs) and defines their
+  // launcher.
+  if constexpr (kF16InputKernels) {
+    if (pl.f16_inputs)
+      return hz::launch_f16_inputs(a, p.state_dtype, uneven_dstate(p.dstate),
+                                   pl.tiles_in_flight == hz::kTilesInFlightLarge, pl.nblocks,
+                                   pl.smem, st);
+  }
   if (uneven_dstate(p.dstate))
     return hz::launch_uneven(a, p.state_dtype, pl.compiled, pl.nblocks, pl.smem, st);
   return hz::with_kernel_params(p.state_dtype, pl.compiled, a.philox_rounds,

@@ -6,12 +6,15 @@
 // families have, launched for plans of ssu.cu (ssu_hot_launch.cuh, ssu_stp_states.cuh). Multi
 // token (an fp16 or bf16 state): the hot kernels' code with fp16 conversions (mtp_kernel_f16in,
 // mtp_kernel_bf16_f16in; ssu_mtp.cuh), every round count and grid form, launched for plans of
-// ssu_mtp.cu. Compiled only when the build sets MAMBA_SSU_F16_INPUT_KERNELS=1 (build.rs;
+// ssu_mtp.cu. Horizontal (single token, every state): hz_kernel_f16in (ssu_hz.cuh) in each
+// form of the bf16-input kernels (any stage count, grouped copies), launched for plans of
+// ssu_single_hz.cu. Compiled only when the build sets MAMBA_SSU_F16_INPUT_KERNELS=1 (build.rs;
 // launch.h: kF16InputKernels; otherwise the unit is empty, not even ssu.cuh's device globals, and
 // fp16 inputs run the generic kernel). A translation unit of its own whose name sorts after every
 // other kernel unit's, so that the other units and the device link keep their code.
 #if MAMBA_SSU_F16_INPUT_KERNELS
 #include "ssu_hot_launch.cuh"
+#include "ssu_hz.cuh"
 #include "ssu_mtp.cuh"
 #include "ssu_stp_states.cuh"
 
@@ -180,6 +183,30 @@ int launch_hot_f16_inputs(const Args &a, bool bf16_state, int dstate, int rounds
 }
 
 }  // namespace mtp
+
+namespace hz {
+
+int launch_f16_inputs(const Args &a, int32_t state_dtype, bool any_stages, bool grouped,
+                      unsigned nblocks, size_t smem, cudaStream_t st) {
+  return with_kernel_params(state_dtype, true, a.philox_rounds, [&](auto state, auto rounds, auto) {
+    constexpr int kState = decltype(state)::value;
+    constexpr int kRounds = decltype(rounds)::value;
+    // with_kernel_params's run-time-rounds branch (not taken: `compiled` is true) has no kernel.
+    if constexpr (kRounds < 0) {
+      return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "no fp16-input horizontal kernel");
+    } else {
+      if (any_stages)
+        hz_kernel_f16in<kState, kRounds, true, false><<<nblocks, kThreadsPerBlock, smem, st>>>(a);
+      else if (kRounds == 0 && grouped)
+        hz_kernel_f16in<kState, 0, false, true><<<nblocks, kThreadsPerBlock, smem, st>>>(a);
+      else
+        hz_kernel_f16in<kState, kRounds, false, false><<<nblocks, kThreadsPerBlock, smem, st>>>(a);
+      return check_launch("selective_state_update (horizontal) launch");
+    }
+  });
+}
+
+}  // namespace hz
 }  // namespace mamba_ssu
 
 #endif  // MAMBA_SSU_F16_INPUT_KERNELS

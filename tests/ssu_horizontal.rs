@@ -15,11 +15,12 @@
 //!
 //! Covered: head dims 64, 128, 192, 256; dstate 64, 128, 256; F16 (0, 5, 10 and 3 Philox
 //! rounds, FlashInfer 0.7.2's and 0.7.4's conversion), BF16 and F32 states; BF16, F16 and F32
-//! inputs and weights; z, D, dt_bias, softplus on and off; read and write indices, pads, padded
-//! strides, disabled state updates; large grids (the kernel's 64-row warps) and small ones (16);
-//! states that reach the conversion's edges (past 65504, below 2^-14, infinities). Also: calls
-//! HORIZONTAL refuses launch nothing, and a fused seed gives the bits of the same seed by
-//! pointer.
+//! inputs and weights (fp16 ones run the compiled-in fp16-input kernels in a build with
+//! `MAMBA_SSU_F16_INPUT_KERNELS=1`, the run-time kernel otherwise); z, D, dt_bias, softplus on
+//! and off; read and write indices, pads, padded strides, disabled state updates; large grids
+//! (the kernel's 64-row warps) and small ones (16); states that reach the conversion's edges
+//! (past 65504, below 2^-14, infinities). Also: calls HORIZONTAL refuses launch nothing, and a
+//! fused seed gives the bits of the same seed by pointer.
 
 mod common;
 #[path = "common/ssu_dev.rs"]
@@ -642,6 +643,9 @@ fn horizontal_matches_the_model_bit_for_bit() {
                     if k % 4 == 0 {
                         // The compiled-in kernels: BF16 inputs and weights.
                         (c.input, c.weight) = ("bfloat16", "bfloat16");
+                    } else if k % 4 == 2 {
+                        // FP16 ones: compiled-in in a build with the fp16-input kernels.
+                        (c.input, c.weight) = ("float16", "float16");
                     }
                     c.rule = if rounds > 0 && k % 2 == 1 {
                         SrRule::V074
@@ -671,7 +675,8 @@ fn horizontal_matches_the_model_bit_for_bit() {
 }
 
 /// The kernel's 64-row warps and large grids (Nemotron-H's 128 heads at batch 32, and 32
-/// heads at batch 256), with and without SR, bit for bit.
+/// heads at batch 256), with and without SR, bit for bit; the grouped copies (no SR, >= 64 MiB
+/// of state) with bf16 and with fp16 inputs.
 #[test]
 #[ignore = "requires a CUDA GPU"]
 fn horizontal_large_grids_match_the_model() {
@@ -680,15 +685,18 @@ fn horizontal_large_grids_match_the_model() {
     };
     let mut rng = Rng(run_seed());
     let mut cfgs = Vec::new();
-    for (nheads, batch, dim, dstate, rounds) in [
-        (128usize, 32usize, 64usize, 128usize, 10u32),
-        (128, 32, 128, 128, 0),
-        (32, 256, 64, 128, 5),
-        (128, 8, 128, 256, 10),
-        (128, 8, 64, 64, 10),
+    for (nheads, batch, dim, dstate, rounds, input) in [
+        (128usize, 32usize, 64usize, 128usize, 10u32, "bfloat16"),
+        (128, 32, 128, 128, 0, "bfloat16"),
+        (128, 32, 128, 128, 0, "float16"),
+        (32, 256, 64, 128, 5, "bfloat16"),
+        (32, 256, 64, 128, 5, "float16"),
+        (128, 8, 128, 256, 10, "bfloat16"),
+        (128, 8, 64, 64, 10, "bfloat16"),
     ] {
         let mut c = Cfg::base();
         (c.nheads, c.batch, c.dim, c.dstate, c.rounds) = (nheads, batch, dim, dstate, rounds);
+        (c.input, c.weight) = (input, input);
         c.ngroups = 8;
         c.pad = true;
         cfgs.push(c);

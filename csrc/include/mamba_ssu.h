@@ -243,9 +243,11 @@ typedef enum mamba_ssu_sr_rule {
  * with the read slot's scales and quantised per row); in a library built with
  * MAMBA_SSU_F16_INPUT_KERNELS=1 (off by default: not yet run on a GPU) also FP16 inputs and
  * weights over an F16 state, and over a BF16 or F32 state without SR; every other combination
- * a kernel that takes them at run time. ALGO_HORIZONTAL: BF16 inputs and weights run kernels with them compiled in (an F16
- * state with 0, 5 or 10 rounds, a BF16 or F32 state), everything else a kernel per state dtype
- * that reads them at run time; the head dim and dstate are run-time values in all. */
+ * a kernel that takes them at run time. ALGO_HORIZONTAL: BF16 inputs and weights run kernels
+ * with them compiled in (an F16 state with 0, 5 or 10 rounds, a BF16 or F32 state), and in a
+ * library built with MAMBA_SSU_F16_INPUT_KERNELS=1 FP16 ones likewise; everything else a kernel
+ * per state dtype that reads them at run time; the head dim and dstate are run-time values in
+ * all. */
 typedef struct mamba_ssu_params {
   int64_t batch;
   int64_t nheads;

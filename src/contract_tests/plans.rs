@@ -204,17 +204,25 @@ fn bf16_f32_and_i16_states_without_sr_plan_the_compiled_in_kernels() {
 /// fp16 inputs and weights (an fp16 model) run the compiled-in kernels in a build with them
 /// (`MAMBA_SSU_F16_INPUT_KERNELS=1`: cfg `f16_input_kernels`) at every head dim and dstate the
 /// bf16-input ones take: over an fp16 state with 0, 5 and 10 rounds, over a bf16 or an fp32
-/// state without SR; both layouts, small and large grids, tiling the head as the bf16-input ones
-/// do, in their grid; without them, and in every build for fp16 inputs with bf16 weights or an
-/// SR call under 0.7.4's rule, the generic kernel.
+/// state without SR; the simple and vertical layouts and the horizontal mapping (its head dims,
+/// and dstate 96 too), small and large grids, tiling the head as the bf16-input ones do, in
+/// their grid; without them, and in every build for fp16 inputs with bf16 weights, the generic
+/// kernel; an SR call under 0.7.4's rule the generic kernel but in the horizontal mapping (whose
+/// kernels take the rule at run time).
 #[test]
 fn fp16_inputs_plan_the_compiled_in_kernels_where_the_build_has_them() {
     let built = cfg!(f16_input_kernels);
     let simple = sys::MAMBA_SSU_ALGO_SIMPLE as i32;
     let vertical = sys::MAMBA_SSU_ALGO_VERTICAL as i32;
+    let horizontal = sys::MAMBA_SSU_ALGO_HORIZONTAL as i32;
     for dim in [64, 80, 128, 256] {
-        for dstate in [64, 128, 256] {
-            for algo in [simple, vertical] {
+        for dstate in [64, 96, 128, 256] {
+            for algo in [simple, vertical, horizontal] {
+                // HORIZONTAL takes head dims that are multiples of 64; the uneven dstate 96 runs
+                // compiled-in kernels only there (its any-stage-count kernels).
+                if (algo == horizontal && dim % 64 != 0) || (algo != horizontal && dstate == 96) {
+                    continue;
+                }
                 for rounds in [0, 5, 10] {
                     for (batch, nheads, z) in [(1, 8, false), (16, 128, true), (40, 128, false)] {
                         let what = format!(
@@ -231,6 +239,7 @@ fn fp16_inputs_plan_the_compiled_in_kernels_where_the_build_has_them() {
                         };
                         let v072 = sys::MAMBA_SSU_SR_V072 as i32;
                         let plan = plan_with([F16, F16, F16], v072);
+                        assert_eq!(plan.algorithm, algo, "{what}");
                         assert_eq!(plan.compiled_kernel, i32::from(built), "{what}");
                         assert_hot_tiling(&what, &plan, dim as i64);
                         if built {
@@ -243,6 +252,9 @@ fn fp16_inputs_plan_the_compiled_in_kernels_where_the_build_has_them() {
                         }
                         let mixed = plan_with([F16, F16, BF16], v072);
                         assert_eq!(mixed.compiled_kernel, 0, "{what}, bf16 weights");
+                        // The horizontal kernels (and the uneven dstate's) take 0.7.4's rule
+                        // at run time: compiled-in there too.
+                        let v074_compiled = algo == horizontal && built;
                         if rounds == 0 {
                             // Over a bf16 or an fp32 state: the compiled-in kernels of those
                             // states (no SR) with fp16 inputs, in their bf16-input twins' grid.
@@ -269,7 +281,11 @@ fn fp16_inputs_plan_the_compiled_in_kernels_where_the_build_has_them() {
                             }
                         } else {
                             let v074 = plan_with([F16, F16, F16], sys::MAMBA_SSU_SR_V074 as i32);
-                            assert_eq!(v074.compiled_kernel, 0, "{what}, 0.7.4's rule");
+                            assert_eq!(
+                                v074.compiled_kernel,
+                                i32::from(v074_compiled),
+                                "{what}, 0.7.4's rule"
+                            );
                         }
                     }
                 }
