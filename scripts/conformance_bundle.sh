@@ -28,10 +28,11 @@
 # tool's output folder; else .gpu-conf/out): round.log (every step, with a PASS/FAIL line each
 # and a summary), embed.tar.xz (the recordings merged with merge.py's default 64 KiB cap, per
 # release and path, ready for tests/data/), perf.json. Exit status: 0 when every step passed.
-# The checks and the timing are two archives (.gpu-conf/checks.tar.xz, perf.tar.xz; the test
-# binaries stripped of debug information): the runner runs the part whose archive it finds, so
-# that a round over the device tool's 64 MiB carry limit goes in two calls, each carrying
-# .gpu-conf/run.sh, .gpu-conf/info and one archive.
+# The recordings' checks, the named tests and the timing are three archives (.gpu-conf/
+# checks.tar.xz, tests.tar.xz, perf.tar.xz; the test binaries stripped of debug information):
+# the runner runs the parts whose archives it finds, so that a round over the device tool's
+# 64 MiB carry limit goes in several calls, each carrying .gpu-conf/run.sh, .gpu-conf/info and
+# some of the archives (the script prints a plan).
 set -euo pipefail
 usage() { sed -n '2,29p' "$0" >&2; exit 2; }
 [ $# -ge 1 ] || usage
@@ -57,7 +58,7 @@ grep -qx '/.gpu-conf/' .git/info/exclude 2>/dev/null || echo '/.gpu-conf/' >> .g
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/conf-bundle.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 stage=$tmp/checks
-mkdir -p "$stage/bin" "$stage/specs" "$tmp/perf"
+mkdir -p "$stage/bin" "$stage/specs" "$tmp/perf" "$tmp/tests/bin"
 cp "$spec" "$stage/specs/spec.json"
 
 recorder=${CONF_RECORDER_PREFIX:-target/flashinfer-recorder/conf-}
@@ -78,19 +79,27 @@ json=$(mktemp)
 targets=()
 for n in $(printf '%s\n' "${names[@]}" | sort -u); do targets+=(--test "$n"); done
 cargo test --release --locked --no-run "${targets[@]}" --message-format=json-render-diagnostics >"$json"
-python3 - "$json" "$stage/bin" <<'PY'
+python3 - "$json" "$stage/bin" "$tmp/tests/bin" <<'PY'
 import json, shutil, sys
 for line in open(sys.argv[1]):
     if not line.startswith('{'):
         continue
     m = json.loads(line)
     if m.get('reason') == 'compiler-artifact' and m.get('executable') and m['target']['kind'] == ['test']:
-        shutil.copy2(m['executable'], f"{sys.argv[2]}/test-{m['target']['name']}")
+        name = m['target']['name']
+        dst = sys.argv[2] if name in ('ssu_conformance', 'ssu_mtp_conformance') else sys.argv[3]
+        shutil.copy2(m['executable'], f"{dst}/test-{name}")
 PY
 rm -f "$json"
-strip --strip-debug "$stage"/bin/*
-printf '%s\n' "${tests[@]}" >"$stage/tests"
-printf '%s\n' "${memtests[@]}" >"$stage/memcheck-tests"
+strip --strip-debug "$stage"/bin/* "$tmp"/tests/bin/*
+# A named conformance binary is run from the checks archive.
+for n in ssu_conformance ssu_mtp_conformance; do
+  for t in "${tests[@]}" "${memtests[@]}"; do
+    [ "${t%% *}" != "$n" ] || { cp "$stage/bin/test-$n" "$tmp/tests/bin/"; break; }
+  done
+done
+printf '%s\n' "${tests[@]}" >"$tmp/tests/tests"
+printf '%s\n' "${memtests[@]}" >"$tmp/tests/memcheck-tests"
 
 # 3. With --perf: the torch extension of this tree (python/build.sh), and its package.
 if [ -n "$perf" ]; then
@@ -101,6 +110,7 @@ fi
 
 rm -rf "$out"; mkdir -p "$out"
 tar -C "$stage" -cf - . | xz -T0 -6 >"$out/checks.tar.xz"
+[ ${#tests[@]} -eq 0 ] && [ ${#memtests[@]} -eq 0 ] || tar -C "$tmp/tests" -cf - . | xz -T0 -6 >"$out/tests.tar.xz"
 [ -z "$perf" ] || tar -C "$tmp/perf" -cf - . | xz -T0 -6 >"$out/perf.tar.xz"
 {
   echo "spec: $spec"; echo "perf: ${perf:-none}"; echo "tree: $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (with uncommitted changes)')"
@@ -117,7 +127,7 @@ O=${OUT:-.gpu-conf/out}
 mkdir -p "$O"
 log=$O/round.log
 exec > >(tee "$log") 2>&1
-for part in checks perf; do
+for part in checks tests perf; do
   [ ! -f .gpu-conf/$part.tar.xz ] || { mkdir -p "$X/$part"; xz -dc .gpu-conf/$part.tar.xz | tar -C "$X/$part" -xf -; }
 done
 export MAMBA_SSU_REQUIRE_GPU=1
@@ -134,6 +144,7 @@ step() {  # step NAME COMMAND...: runs it, prints its tail and PASS/FAIL
 cat .gpu-conf/info
 mc="compute-sanitizer --tool memcheck --error-exitcode 1"
 P=$X/perf
+T=$X/tests
 X=$X/checks
 for rel in 0.7.2.post1 0.7.4; do
   [ -d "$X/rec-$rel" ] || continue
@@ -155,13 +166,13 @@ for rel in 0.7.2.post1 0.7.4; do
 done
 while read -r bin filter; do
   [ -n "$bin" ] || continue
-  step "test $bin $filter" "$X/bin/test-$bin" $filter --include-ignored
-done < <(cat "$X/tests" 2>/dev/null)
+  step "test $bin $filter" "$T/bin/test-$bin" $filter --include-ignored
+done < <(cat "$T/tests" 2>/dev/null)
 while read -r bin filter; do
   [ -n "$bin" ] || continue
-  step "test $bin $filter" "$X/bin/test-$bin" $filter --include-ignored &&
-  step "memcheck $bin $filter" $mc "$X/bin/test-$bin" $filter --include-ignored
-done < <(cat "$X/memcheck-tests" 2>/dev/null)
+  step "test $bin $filter" "$T/bin/test-$bin" $filter --include-ignored &&
+  step "memcheck $bin $filter" $mc "$T/bin/test-$bin" $filter --include-ignored
+done < <(cat "$T/memcheck-tests" 2>/dev/null)
 if [ -f "$P/perf.json" ]; then
   step "record perf 0.7.2.post1" bash "$P/rec-0.7.2.post1/run.sh" record "$P/perf.json" --out "$P/rec" &&
   step "flashinfer_warm" env PYTHONPATH="$P/py" python3 python/bench/flashinfer_warm.py "$P"/rec/*/ --json "$O/perf.json"
@@ -174,8 +185,23 @@ date -u +%FT%T
 RUN
 chmod +x "$out/run.sh"
 du -sh "$out"/* >&2
-if [ "$(du -cb "$out"/* | tail -n 1 | cut -f1)" -le $((64 * 1024 * 1024)) ]; then
-  echo "conformance_bundle: carry [\".gpu-conf\"]; on the GPU host: bash .gpu-conf/run.sh" >&2
-else
-  echo "conformance_bundle: over 64 MiB: two calls, carrying [\".gpu-conf/run.sh\", \".gpu-conf/info\", \".gpu-conf/checks.tar.xz\"], then perf.tar.xz instead of checks.tar.xz; each runs bash .gpu-conf/run.sh" >&2
-fi
+# The calls: the archives packed in order into carries of at most 64 MiB (with run.sh and info).
+python3 - "$out" >&2 <<'PY'
+import os, sys
+out, limit = sys.argv[1], 64 << 20
+calls, cur, size = [], [], 0
+for part in ("checks", "tests", "perf"):
+    path = os.path.join(out, part + ".tar.xz")
+    if not os.path.exists(path):
+        continue
+    n = os.path.getsize(path)
+    if cur and size + n > limit - (1 << 20):
+        calls.append(cur); cur, size = [], 0
+    cur.append(path); size += n
+    if n > limit - (1 << 20):
+        print(f"conformance_bundle: {path} alone is over the 64 MiB a call carries")
+calls.append(cur)
+for i, c in enumerate(calls, 1):
+    carry = [os.path.join(out, "run.sh"), os.path.join(out, "info")] + c
+    print(f"conformance_bundle: call {i} of {len(calls)}: carry {carry}; run bash {out}/run.sh")
+PY
