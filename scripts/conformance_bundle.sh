@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# conformance_bundle.sh — one GPU call that checks a case spec against FlashInfer's own kernels:
+# conformance_bundle.sh — one GPU round that checks a case spec against FlashInfer's own kernels:
 # builds here the FlashInfer recorder of the spec for 0.7.2.post1 and 0.7.4, the conformance
 # test binaries (and any other test binaries named), optionally the torch extension for a
 # timing spec, and lays them out in .gpu-conf/ with a runner for a GPU host without Rust,
@@ -22,9 +22,8 @@
 # merge.py of the single- and multi-token cases (1 MiB cap), test-ssu_conformance /
 # test-ssu_mtp_conformance on those manifests (MAMBA_SSU_FLASHINFER_MANIFEST /
 # MAMBA_SSU_FLASHINFER_MTP_MANIFEST); compute-sanitizer memcheck of their manifest tests on
-# 0.7.2.post1's; the
-# --test / --memcheck-test binaries; with --perf, 0.7.2.post1's recording of PERF_SPEC and
-# python/bench/flashinfer_warm.py on the bundled extension. It writes to $OUT (the device
+# 0.7.2.post1's; the --test / --memcheck-test binaries; with --perf, 0.7.2.post1's recording of
+# PERF_SPEC and python/bench/flashinfer_warm.py on the bundled extension. It writes to $OUT (the device
 # tool's output folder; else .gpu-conf/out): round.log (every step, with a PASS/FAIL line each
 # and a summary), embed.tar.xz (the recordings merged with merge.py's default 64 KiB cap, per
 # release and path, ready for tests/data/), perf.json. Exit status: 0 when every step passed.
@@ -34,7 +33,7 @@
 # 64 MiB carry limit goes in several calls, each carrying .gpu-conf/run.sh, .gpu-conf/info and
 # some of the archives (the script prints a plan).
 set -euo pipefail
-usage() { sed -n '2,29p' "$0" >&2; exit 2; }
+usage() { sed -n '2,34p' "$0" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 spec=$1; shift
 groups=(); tests=(); memtests=(); perf=
@@ -91,13 +90,13 @@ for line in open(sys.argv[1]):
         shutil.copy2(m['executable'], f"{dst}/test-{name}")
 PY
 rm -f "$json"
-strip --strip-debug "$stage"/bin/* "$tmp"/tests/bin/*
-# A named conformance binary is run from the checks archive.
+# A conformance binary named by --test / --memcheck-test goes into the tests archive too.
 for n in ssu_conformance ssu_mtp_conformance; do
   for t in "${tests[@]}" "${memtests[@]}"; do
     [ "${t%% *}" != "$n" ] || { cp "$stage/bin/test-$n" "$tmp/tests/bin/"; break; }
   done
 done
+find "$stage/bin" "$tmp/tests/bin" -type f -exec strip --strip-debug {} +
 printf '%s\n' "${tests[@]}" >"$tmp/tests/tests"
 printf '%s\n' "${memtests[@]}" >"$tmp/tests/memcheck-tests"
 
