@@ -7,7 +7,7 @@
 #
 #   bash scripts/conformance_bundle.sh SPEC [--group SUBSTR]... [--test 'BINARY FILTER']...
 #        [--memcheck-test 'BINARY FILTER']... [--perf PERF_SPEC]          (here)
-#   bash .gpu-conf/run.sh                                        (GPU host, repository root)
+#   bash .gpu-conf/run.sh [.gpu-conf/call-N.tar.xz]...           (GPU host, repository root)
 #
 # SPEC, PERF_SPEC: case specs of tools/flashinfer-recorder/cases (paths). --group: build only
 # the recorder groups whose id contains SUBSTR (build.py --group; default: every group the spec
@@ -18,8 +18,8 @@
 # ${CONF_RECORDER_PREFIX:-target/flashinfer-recorder/conf-}<release> (kept: a second bundle
 # recompiles only new groups).
 #
-# The runner, for each release: `run.sh record SPEC` (FlashInfer's kernels, run-to-run checked),
-# merge.py of the single- and multi-token cases (1 MiB cap), test-ssu_conformance /
+# The runner, for each path (single, multi token) and release: `run.sh record` of the spec's
+# cases of that path (FlashInfer's kernels, run-to-run checked), merge.py (1 MiB cap), test-ssu_conformance /
 # test-ssu_mtp_conformance on those manifests (MAMBA_SSU_FLASHINFER_MANIFEST /
 # MAMBA_SSU_FLASHINFER_MTP_MANIFEST); compute-sanitizer memcheck of their manifest tests on
 # 0.7.2.post1's; the --test / --memcheck-test binaries; with --perf, 0.7.2.post1's recording of
@@ -27,13 +27,15 @@
 # tool's output folder; else .gpu-conf/out): round.log (every step, with a PASS/FAIL line each
 # and a summary), embed.tar.xz (the recordings merged with merge.py's default 64 KiB cap, per
 # release and path, ready for tests/data/), perf.json. Exit status: 0 when every step passed.
-# The recordings' checks, the named tests and the timing are three archives (.gpu-conf/
-# checks.tar.xz, tests.tar.xz, perf.tar.xz; the test binaries stripped of debug information):
-# the runner runs the parts whose archives it finds, so that a round over the device tool's
-# 64 MiB carry limit goes in several calls, each carrying .gpu-conf/run.sh, .gpu-conf/info and
-# some of the archives (the script prints a plan).
+# The parts (the single-token checks, the multi-token checks, the named tests, the timing) are
+# packed into as few archives as fit the device tool's carry limit (64 MiB for the working tree
+# that travels and the carried paths together): .gpu-conf/call-N.tar.xz, each compressed with
+# one xz stream and a dictionary as large as the archive, so that the CUDA code every binary
+# carries is stored once per archive. The runner runs the parts of the archives named (default:
+# every one there); the script prints one device call per archive, each carrying .gpu-conf/run.sh,
+# .gpu-conf/info and that archive.
 set -euo pipefail
-usage() { sed -n '2,34p' "$0" >&2; exit 2; }
+usage() { sed -n '2,36p' "$0" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 spec=$1; shift
 groups=(); tests=(); memtests=(); perf=
@@ -56,9 +58,20 @@ out=.gpu-conf
 grep -qx '/.gpu-conf/' .git/info/exclude 2>/dev/null || echo '/.gpu-conf/' >> .git/info/exclude
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/conf-bundle.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-stage=$tmp/checks
-mkdir -p "$stage/bin" "$stage/specs" "$tmp/perf" "$tmp/tests/bin"
-cp "$spec" "$stage/specs/spec.json"
+# The stage holds every part; an archive holds the paths of the parts packed into it:
+#   rec-<release>/ (the recorders), specs/spec-<path>.json and bin/test-ssu_[mtp_]conformance
+#   (the checks of one path), tests/ (--test / --memcheck-test), perf/ (--perf).
+stage=$tmp/stage
+mkdir -p "$stage/bin" "$stage/specs" "$stage/tests/bin"
+# The spec's cases split by path (a case without "path" is single token, as in the recorder).
+python3 - "$spec" "$stage/specs" <<'PY'
+import json, sys
+spec = json.load(open(sys.argv[1]))
+for path in ("stp", "mtp"):
+    cases = [c for c in spec["cases"] if c.get("path", "stp") == path]
+    if cases:
+        json.dump(dict(spec, cases=cases), open(f"{sys.argv[2]}/spec-{path}.json", "w"), indent=1)
+PY
 
 recorder=${CONF_RECORDER_PREFIX:-target/flashinfer-recorder/conf-}
 # 1. The recorder of each release (the perf spec only in 0.7.2.post1's: the timing anchor).
@@ -69,7 +82,6 @@ for rel in 0.7.2.post1 0.7.4; do
     --out "$recorder$rel" -j "$(nproc)" "${groups[@]}" >&2
   cp -r "$recorder$rel/dist" "$stage/rec-$rel"
 done
-[ -z "$perf" ] || { cp -r "$stage/rec-0.7.2.post1" "$tmp/perf/"; cp "$perf" "$tmp/perf/perf.json"; }
 
 # 2. The test binaries: the two conformance binaries and those of --test / --memcheck-test.
 names=(ssu_conformance ssu_mtp_conformance)
@@ -78,44 +90,37 @@ json=$(mktemp)
 targets=()
 for n in $(printf '%s\n' "${names[@]}" | sort -u); do targets+=(--test "$n"); done
 cargo test --release --locked --no-run "${targets[@]}" --message-format=json-render-diagnostics >"$json"
-python3 - "$json" "$stage/bin" "$tmp/tests/bin" <<'PY'
+python3 - "$json" "$stage/bin" <<'PY'
 import json, shutil, sys
 for line in open(sys.argv[1]):
     if not line.startswith('{'):
         continue
     m = json.loads(line)
     if m.get('reason') == 'compiler-artifact' and m.get('executable') and m['target']['kind'] == ['test']:
-        name = m['target']['name']
-        dst = sys.argv[2] if name in ('ssu_conformance', 'ssu_mtp_conformance') else sys.argv[3]
-        shutil.copy2(m['executable'], f"{dst}/test-{name}")
+        shutil.copy2(m['executable'], f"{sys.argv[2]}/test-{m['target']['name']}")
 PY
 rm -f "$json"
-# A conformance binary named by --test / --memcheck-test goes into the tests archive too.
-for n in ssu_conformance ssu_mtp_conformance; do
-  for t in "${tests[@]}" "${memtests[@]}"; do
-    [ "${t%% *}" != "$n" ] || { cp "$stage/bin/test-$n" "$tmp/tests/bin/"; break; }
-  done
+for t in "${tests[@]}" "${memtests[@]}"; do cp "$stage/bin/test-${t%% *}" "$stage/tests/bin/"; done
+for n in "${names[@]}"; do
+  case $n in ssu_conformance | ssu_mtp_conformance) ;; *) rm -f "$stage/bin/test-$n" ;; esac
 done
-find "$stage/bin" "$tmp/tests/bin" -type f -exec strip --strip-debug {} +
-printf '%s\n' "${tests[@]}" >"$tmp/tests/tests"
-printf '%s\n' "${memtests[@]}" >"$tmp/tests/memcheck-tests"
+find "$stage/bin" "$stage/tests/bin" -type f -exec strip --strip-debug {} +
+printf '%s\n' "${tests[@]}" >"$stage/tests/tests"
+printf '%s\n' "${memtests[@]}" >"$stage/tests/memcheck-tests"
 
 # 3. With --perf: the torch extension of this tree (python/build.sh), and its package.
 if [ -n "$perf" ]; then
   bash python/build.sh >&2
-  mkdir -p "$tmp/perf/py"
-  cp -r python/mamba_ssu "$tmp/perf/py/"
+  mkdir -p "$stage/perf/py"
+  cp "$perf" "$stage/perf/perf.json"
+  cp -r python/mamba_ssu "$stage/perf/py/"
 fi
 
-rm -rf "$out"; mkdir -p "$out"
-tar -C "$stage" -cf - . | xz -T0 -6 >"$out/checks.tar.xz"
-[ ${#tests[@]} -eq 0 ] && [ ${#memtests[@]} -eq 0 ] || tar -C "$tmp/tests" -cf - . | xz -T0 -6 >"$out/tests.tar.xz"
-[ -z "$perf" ] || tar -C "$tmp/perf" -cf - . | xz -T0 -6 >"$out/perf.tar.xz"
 {
   echo "spec: $spec"; echo "perf: ${perf:-none}"; echo "tree: $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (with uncommitted changes)')"
   env | grep -E '^MAMBA_SSU_(F16_INPUT_KERNELS|CUDA_ARCHS|NVCC_FLAGS)=' || true
-} >"$out/info"
-cat >"$out/run.sh" <<'RUN'
+} >"$tmp/info"
+cat >"$tmp/run.sh" <<'RUN'
 #!/usr/bin/env bash
 # The runner of scripts/conformance_bundle.sh (from the repository root of the GPU host).
 set -uo pipefail
@@ -126,8 +131,10 @@ O=${OUT:-.gpu-conf/out}
 mkdir -p "$O"
 log=$O/round.log
 exec > >(tee "$log") 2>&1
-for part in checks tests perf; do
-  [ ! -f .gpu-conf/$part.tar.xz ] || { mkdir -p "$X/$part"; xz -dc .gpu-conf/$part.tar.xz | tar -C "$X/$part" -xf -; }
+# The archives named (a warm host may keep an earlier call's), else every one there.
+[ $# -gt 0 ] || set -- .gpu-conf/call-*.tar.xz
+for a in "$@"; do
+  [ ! -f "$a" ] || xz -dc "$a" | tar -C "$X" -xf -
 done
 export MAMBA_SSU_REQUIRE_GPU=1
 pass=0; failed=()
@@ -141,39 +148,39 @@ step() {  # step NAME COMMAND...: runs it, prints its tail and PASS/FAIL
   return $rc
 }
 cat .gpu-conf/info
+ls "$X" "$X/bin" "$X/specs" 2>/dev/null | tr '\n' ' '; echo
 mc="compute-sanitizer --tool memcheck --error-exitcode 1"
-P=$X/perf
-T=$X/tests
-X=$X/checks
-for rel in 0.7.2.post1 0.7.4; do
-  [ -d "$X/rec-$rel" ] || continue
-  step "record $rel" bash "$X/rec-$rel/run.sh" record "$X/specs/spec.json" --out "$X/r-$rel" --cap 1048576 || continue
-  dirs=$(ls -d "$X/r-$rel"/*/ 2>/dev/null)
-  for path in stp mtp; do
-    # merge.py keeps the cases of --path and fails when there are none: a spec of one path.
-    python3 tools/flashinfer-recorder/merge.py "$X/embed/$rel-$path" $dirs --path $path \
-      >"$X/merge.log" 2>&1 || { grep -q "no $path cases" "$X/merge.log" && continue; }
+declare -A bin=([stp]=ssu_conformance [mtp]=ssu_mtp_conformance)
+declare -A var=([stp]=MAMBA_SSU_FLASHINFER_MANIFEST [mtp]=MAMBA_SSU_FLASHINFER_MTP_MANIFEST)
+declare -A test=([stp]=flashinfer_reference_bit_exact [mtp]=flashinfer_mtp_reference_bit_exact)
+for path in stp mtp; do
+  # The checks of a path: its spec's cases and its conformance binary, both in this call.
+  [ -f "$X/specs/spec-$path.json" ] && [ -x "$X/bin/test-${bin[$path]}" ] || continue
+  for rel in 0.7.2.post1 0.7.4; do
+    r=$X/r-$rel-$path
+    step "record $rel $path" bash "$X/rec-$rel/run.sh" record "$X/specs/spec-$path.json" --out "$r" --cap 1048576 || continue
+    dirs=$(ls -d "$r"/*/ 2>/dev/null)
+    python3 tools/flashinfer-recorder/merge.py "$X/embed/$rel-$path" $dirs --path $path >"$X/merge.log" 2>&1 ||
+      { cat "$X/merge.log"; continue; }
     step "merge $rel $path" python3 tools/flashinfer-recorder/merge.py "$X/m-$rel-$path" $dirs --path $path --cap 1048576 || continue
-    if [ $path = stp ]; then
-      step "conformance $rel stp" env MAMBA_SSU_FLASHINFER_MANIFEST="$X/m-$rel-stp/manifest.json" "$X/bin/test-ssu_conformance" --include-ignored
-      [ $rel != 0.7.2.post1 ] || step "memcheck conformance $rel stp" env MAMBA_SSU_FLASHINFER_MANIFEST="$X/m-$rel-stp/manifest.json" $mc "$X/bin/test-ssu_conformance" flashinfer_reference_bit_exact --include-ignored
-    else
-      step "conformance $rel mtp" env MAMBA_SSU_FLASHINFER_MTP_MANIFEST="$X/m-$rel-mtp/manifest.json" "$X/bin/test-ssu_mtp_conformance" --include-ignored
-      [ $rel != 0.7.2.post1 ] || step "memcheck conformance $rel mtp" env MAMBA_SSU_FLASHINFER_MTP_MANIFEST="$X/m-$rel-mtp/manifest.json" $mc "$X/bin/test-ssu_mtp_conformance" flashinfer_mtp_reference_bit_exact --include-ignored
-    fi
+    m=$X/m-$rel-$path/manifest.json
+    step "conformance $rel $path" env "${var[$path]}=$m" "$X/bin/test-${bin[$path]}" --include-ignored
+    [ $rel != 0.7.2.post1 ] || step "memcheck conformance $rel $path" env "${var[$path]}=$m" $mc "$X/bin/test-${bin[$path]}" "${test[$path]}" --include-ignored
   done
 done
-while read -r bin filter; do
-  [ -n "$bin" ] || continue
-  step "test $bin $filter" "$T/bin/test-$bin" $filter --include-ignored
+T=$X/tests
+while read -r b filter; do
+  [ -n "$b" ] || continue
+  step "test $b $filter" "$T/bin/test-$b" $filter --include-ignored
 done < <(cat "$T/tests" 2>/dev/null)
-while read -r bin filter; do
-  [ -n "$bin" ] || continue
-  step "test $bin $filter" "$T/bin/test-$bin" $filter --include-ignored &&
-  step "memcheck $bin $filter" $mc "$T/bin/test-$bin" $filter --include-ignored
+while read -r b filter; do
+  [ -n "$b" ] || continue
+  step "test $b $filter" "$T/bin/test-$b" $filter --include-ignored &&
+  step "memcheck $b $filter" $mc "$T/bin/test-$b" $filter --include-ignored
 done < <(cat "$T/memcheck-tests" 2>/dev/null)
+P=$X/perf
 if [ -f "$P/perf.json" ]; then
-  step "record perf 0.7.2.post1" bash "$P/rec-0.7.2.post1/run.sh" record "$P/perf.json" --out "$P/rec" &&
+  step "record perf 0.7.2.post1" bash "$X/rec-0.7.2.post1/run.sh" record "$P/perf.json" --out "$P/rec" &&
   step "flashinfer_warm" env PYTHONPATH="$P/py" python3 python/bench/flashinfer_warm.py "$P"/rec/*/ --json "$O/perf.json"
   grep -E '^\|' "$L"
 fi
@@ -182,25 +189,49 @@ echo "=== summary: $pass passed, ${#failed[@]} failed${failed:+: ${failed[*]}}"
 date -u +%FT%T
 [ ${#failed[@]} -eq 0 ]
 RUN
-chmod +x "$out/run.sh"
-du -sh "$out"/* >&2
-# The calls: the archives packed in order into carries of at most 64 MiB (with run.sh and info).
-python3 - "$out" >&2 <<'PY'
-import os, sys
-out, limit = sys.argv[1], 64 << 20
-calls, cur, size = [], [], 0
-for part in ("checks", "tests", "perf"):
-    path = os.path.join(out, part + ".tar.xz")
-    if not os.path.exists(path):
+chmod +x "$tmp/run.sh"
+
+# 4. The archives: the parts packed in order, each archive as large as the carry limit leaves
+# beside the working tree that travels (tracked and untracked, not ignored, files).
+rm -rf "$out"; mkdir -p "$out"
+cp "$tmp/run.sh" "$tmp/info" "$out/"
+tree_bytes=$( { git ls-files -z; git ls-files -z -o --exclude-standard; } | du -cb --files0-from=- | tail -1 | cut -f1)
+parts=()
+[ ! -f "$stage/specs/spec-stp.json" ] || parts+=("stp rec-0.7.2.post1 rec-0.7.4 specs/spec-stp.json bin/test-ssu_conformance")
+[ ! -f "$stage/specs/spec-mtp.json" ] || parts+=("mtp rec-0.7.2.post1 rec-0.7.4 specs/spec-mtp.json bin/test-ssu_mtp_conformance")
+[ ${#tests[@]} -eq 0 ] && [ ${#memtests[@]} -eq 0 ] || parts+=("tests tests")
+[ -z "$perf" ] || parts+=("perf rec-0.7.2.post1 perf")
+python3 - "$stage" "$out" "$tree_bytes" "${parts[@]}" >&2 <<'PY'
+import os, subprocess, sys
+stage, out, tree = sys.argv[1], sys.argv[2], int(sys.argv[3])
+parts = [p.split() for p in sys.argv[4:]]
+fixed = sum(os.path.getsize(os.path.join(out, f)) for f in ("run.sh", "info"))
+room = (64 << 20) - tree - fixed - (1 << 20)   # a MiB of margin
+
+def pack(paths, dst):
+    tar = subprocess.Popen(["tar", "-C", stage, "-cf", "-", *sorted(set(paths))], stdout=subprocess.PIPE)
+    with open(dst, "wb") as f:
+        subprocess.run(["xz", "-T1", "--lzma2=preset=6,dict=192MiB"], stdin=tar.stdout, stdout=f, check=True)
+    tar.wait()
+    return os.path.getsize(dst)
+
+calls, cur = [], []
+trial = os.path.join(out, "trial.tar.xz")
+for name, *paths in parts:
+    if cur and pack([p for _, ps in cur + [(name, paths)] for p in ps], trial) <= room:
+        cur.append((name, paths))
         continue
-    n = os.path.getsize(path)
-    if cur and size + n > limit - (1 << 20):
-        calls.append(cur); cur, size = [], 0
-    cur.append(path); size += n
-    if n > limit - (1 << 20):
-        print(f"conformance_bundle: {path} alone is over the 64 MiB a call carries")
+    if cur:
+        calls.append(cur)
+    cur = [(name, paths)]
 calls.append(cur)
+os.remove(trial) if os.path.exists(trial) else None
+print(f"conformance_bundle: working tree {tree / 2**20:.1f} MiB, room for {room / 2**20:.1f} MiB a call")
 for i, c in enumerate(calls, 1):
-    carry = [os.path.join(out, "run.sh"), os.path.join(out, "info")] + c
-    print(f"conformance_bundle: call {i} of {len(calls)}: carry {carry}; run bash {out}/run.sh")
+    dst = os.path.join(out, f"call-{i}.tar.xz")
+    n = pack([p for _, ps in c for p in ps], dst)
+    names = " + ".join(name for name, _ in c)
+    warn = "" if n <= room else "  OVER THE LIMIT"
+    print(f"conformance_bundle: call {i} of {len(calls)} ({names}, {n / 2**20:.1f} MiB){warn}: "
+          f"carry ['{out}/run.sh', '{out}/info', '{dst}']; run bash {out}/run.sh {dst}")
 PY
