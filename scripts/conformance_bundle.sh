@@ -25,7 +25,7 @@
 # 0.7.2.post1's; the --test / --memcheck-test binaries; with --perf, 0.7.2.post1's recording of
 # PERF_SPEC and python/bench/flashinfer_warm.py on the bundled extension. It writes to $OUT (the device
 # tool's output folder; else .gpu-conf/out): round.log (every step, with a PASS/FAIL line each
-# and a summary), embed.tar.xz (the recordings merged with merge.py's default 64 KiB cap, per
+# and a summary), steps.log (every step's whole output, as it runs), embed.tar.xz (the recordings merged with merge.py's default 64 KiB cap, per
 # release and path, ready for tests/data/), perf.json. Exit status: 0 when every step passed.
 # The parts (the single-token checks, the multi-token checks, the named tests, the timing) are
 # packed into as few archives as fit the device tool's carry limit (64 MiB for the working tree
@@ -138,10 +138,11 @@ for a in "$@"; do
 done
 export MAMBA_SSU_REQUIRE_GPU=1
 pass=0; failed=()
-step() {  # step NAME COMMAND...: runs it, prints its tail and PASS/FAIL
+step() {  # step NAME COMMAND...: runs it, prints its tail and PASS/FAIL; steps.log: all of it
   local name=$1; shift
   echo "=== $name"; date -u +%FT%T
-  "$@" >"$L" 2>&1; local rc=$?
+  echo "=== $name" >>"$O/steps.log"
+  "$@" 2>&1 | tee -a "$O/steps.log" >"$L"; local rc=${PIPESTATUS[0]}
   grep -E 'test result|FAILED|panicked|ERROR SUMMARY|mismatch|identical|cases into|: [0-9]+ of [0-9]+' "$L" | tail -40
   [ $rc -eq 0 ] || tail -25 "$L"
   if [ $rc -eq 0 ]; then pass=$((pass + 1)); echo "PASS $name"; else failed+=("$name"); echo "FAIL $name (rc $rc)"; fi
@@ -157,6 +158,7 @@ for path in stp mtp; do
   # The checks of a path: its spec's cases and its conformance binary, both in this call.
   [ -f "$X/specs/spec-$path.json" ] && [ -x "$X/bin/test-${bin[$path]}" ] || continue
   for rel in 0.7.2.post1 0.7.4; do
+    [ -d "$X/rec-$rel" ] || continue
     r=$X/r-$rel-$path
     step "record $rel $path" bash "$X/rec-$rel/run.sh" record "$X/specs/spec-$path.json" --out "$r" --cap 1048576 || continue
     dirs=$(ls -d "$r"/*/ 2>/dev/null)
