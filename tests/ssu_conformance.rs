@@ -670,8 +670,25 @@ const INT16_074: Embedded = Embedded {
     dstates: &[64, 128, 256],
 };
 
+/// FlashInfer 0.7.4's single-token kernels with fp16 inputs and weights (an fp16 model;
+/// `tools/flashinfer-recorder/cases/f16in_cases.json`, `--path stp`, recorded on an H200 on
+/// 2026-12-05): head dims 64, 80 and 128 at dstate 64, 128 and 256, an fp16 state at 0, 5 and 10
+/// rounds, bf16 and fp32 states (32 heads x batch 3, a pad and z; simple, vertical, auto), the
+/// horizontal mapping at head dims 64 and 128 with dstate 96 too, and 128 heads x batch 8 and 40
+/// (state by hash); blocks over 64 KiB by hash. Left out: the horizontal run with an fp32 state
+/// at head dim 128 and dstate 256, where FlashInfer's own kernel is not deterministic (two
+/// calls of 0.7.2.post1's gave different bytes on the H200; docs/flashinfer-ssu.md).
+const F16IN_074: Embedded = Embedded {
+    name: "flashinfer_ssu_f16in_074",
+    manifest: include_str!("data/flashinfer_ssu_f16in_074/manifest.json"),
+    fixtures: include_bytes!("data/flashinfer_ssu_f16in_074/fixtures.bin"),
+    cases: 97,
+    dims: &[64, 80, 128],
+    dstates: &[64, 96, 128, 256],
+};
+
 /// Every embedded set beside the reference data.
-const EMBEDDED: [&Embedded; 17] = [
+const EMBEDDED: [&Embedded; 18] = [
     &SHAPES,
     &SHAPES_074,
     &NEW_CASES,
@@ -689,6 +706,7 @@ const EMBEDDED: [&Embedded; 17] = [
     &DSF32_074,
     &INT16_UNEVEN,
     &INT16_UNEVEN_074,
+    &F16IN_074,
 ];
 
 /// Runs one embedded set on the GPU, as [`flashinfer_reference_bit_exact`] checks the reference
@@ -822,6 +840,14 @@ fn flashinfer_int16_uneven_bit_exact() {
 #[ignore = "requires a CUDA GPU"]
 fn flashinfer_int16_uneven_074_bit_exact() {
     check_embedded(&INT16_UNEVEN_074);
+}
+
+/// [`F16IN_074`] on the GPU: fp16 inputs and weights over every state the compiled-in kernels
+/// take (those of a build with `MAMBA_SSU_F16_INPUT_KERNELS=1`, else the run-time kernels).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_f16in_074_bit_exact() {
+    check_embedded(&F16IN_074);
 }
 
 /// Every embedded set's data is intact: the bin has its recorded size and SHA-256, every
