@@ -23,10 +23,11 @@
 # test-ssu_mtp_conformance on those manifests (MAMBA_SSU_FLASHINFER_MANIFEST /
 # MAMBA_SSU_FLASHINFER_MTP_MANIFEST); compute-sanitizer memcheck of their manifest tests on
 # 0.7.2.post1's; the --test / --memcheck-test binaries; with --perf, 0.7.2.post1's recording of
-# PERF_SPEC and python/bench/flashinfer_warm.py on the bundled extension. It writes to $OUT (the device
-# tool's output folder; else .gpu-conf/out): round.log (every step, with a PASS/FAIL line each
-# and a summary), steps.log (every step's whole output, as it runs), embed.tar.xz (the recordings merged with merge.py's default 64 KiB cap, per
-# release and path, ready for tests/data/), perf.json. Exit status: 0 when every step passed.
+# PERF_SPEC and python/bench/flashinfer_warm.py on the bundled extension. It writes to $OUT
+# (the device tool's output folder; else .gpu-conf/out): round.log (every step, with a
+# PASS/FAIL line each and a summary), steps.log (every step's whole output, as it runs),
+# embed.tar.xz (the recordings merged with merge.py's default 64 KiB cap, per release and path,
+# ready for tests/data/), perf.json. Exit status: 0 when every step passed.
 # The parts (the single-token checks, the multi-token checks, the named tests, the timing) are
 # packed into as few archives as fit the device tool's carry limit (64 MiB for the working tree
 # that travels and the carried paths together): .gpu-conf/call-N.tar.xz, each compressed with
@@ -35,7 +36,7 @@
 # every one there); the script prints one device call per archive, each carrying .gpu-conf/run.sh,
 # .gpu-conf/info and that archive.
 set -euo pipefail
-usage() { sed -n '2,36p' "$0" >&2; exit 2; }
+usage() { sed -n '2,37p' "$0" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 spec=$1; shift
 groups=(); tests=(); memtests=(); perf=
