@@ -184,13 +184,6 @@ int launch_hot(const mtp::Args &a, const Plan &plan, cudaStream_t st) {
       });
 }
 
-template <int kDstate>
-int launch_hot(const mtp::Args &a, const Plan &plan, int rounds, cudaStream_t st) {
-  return rounds == 0   ? launch_hot<kDstate, 0>(a, plan, st)
-         : rounds == 5 ? launch_hot<kDstate, 5>(a, plan, st)
-                       : launch_hot<kDstate, 10>(a, plan, st);
-}
-
 }  // namespace
 
 int mtp_plan(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d,
@@ -311,10 +304,11 @@ int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
     s = mtp::launch_hot_bf16(a, static_cast<int>(p.dstate), plan.rows_per_group, plan.small,
                              plan.nblocks, plan.smem, st);
   } else if (plan.hot) {
-    const int rounds = static_cast<int>(p.philox_rounds);
-    s = p.dstate == 64    ? launch_hot<64>(a, plan, rounds, st)
-        : p.dstate == 128 ? launch_hot<128>(a, plan, rounds, st)
-                          : launch_hot<256>(a, plan, rounds, st);
+    s = mtp::with_hot_dstate(static_cast<int>(p.dstate), [&](auto dstate) {
+      return mtp::with_hot_rounds(static_cast<int>(p.philox_rounds), [&](auto rounds) {
+        return launch_hot<decltype(dstate)::value, decltype(rounds)::value>(a, plan, st);
+      });
+    });
   } else if (uneven_dstate(p.dstate)) {
     s = mtp::launch_uneven(a, static_cast<int>(p.dstate), p.state_dtype == MAMBA_SSU_F32,
                            plan.nblocks, plan.smem, st);

@@ -1137,6 +1137,24 @@ __host__ __device__ constexpr int mtp_max_rows(int dstate) {
   return dstate == 256 ? Tuning::kMtpDs256MaxRows : 4;
 }
 
+// A hot plan's dstate (64, 128 or 256: is_hot sends no other) as a compile-time constant:
+// go(std::integral_constant<int, dstate>), which launches that dstate's kernel and returns the
+// launch status. Every launcher of hot kernels dispatches its dstate here.
+template <class Go>
+int with_hot_dstate(int dstate, Go &&go) {
+  return dstate == 64    ? go(std::integral_constant<int, 64>{})
+         : dstate == 128 ? go(std::integral_constant<int, 128>{})
+                         : go(std::integral_constant<int, 256>{});
+}
+
+// A hot plan's round count (0, 5 or 10: is_hot sends no other) likewise.
+template <class Go>
+int with_hot_rounds(int rounds, Go &&go) {
+  return rounds == 0   ? go(std::integral_constant<int, 0>{})
+         : rounds == 5 ? go(std::integral_constant<int, 5>{})
+                       : go(std::integral_constant<int, 10>{});
+}
+
 // The grid form of a plan's hot kernel (mtp_plan: four rows per group without SR where the
 // dstate allows it, two, or one; the small-grid form of one row), for a kernel family at
 // kDstate with kRounds rounds: go(rows, small) with the form as compile-time constants

@@ -26,9 +26,9 @@ int launch_dstate(const Args &a, int rows_per_group, bool small, unsigned nblock
 
 int launch_hot_bf16(const Args &a, int dstate, int rows_per_group, bool small, unsigned nblocks,
                     size_t smem, cudaStream_t st) {
-  return dstate == 64    ? launch_dstate<64>(a, rows_per_group, small, nblocks, smem, st)
-         : dstate == 128 ? launch_dstate<128>(a, rows_per_group, small, nblocks, smem, st)
-                         : launch_dstate<256>(a, rows_per_group, small, nblocks, smem, st);
+  return with_hot_dstate(dstate, [&](auto ds) {
+    return launch_dstate<decltype(ds)::value>(a, rows_per_group, small, nblocks, smem, st);
+  });
 }
 
 }  // namespace mtp

@@ -27,9 +27,10 @@ int launch_hot_dstate(const Args &a, const ScaleArgs &sc, int rows_per_group, bo
 
 int launch_hot_i16(const Args &a, const ScaleArgs &sc, int dstate, int rows_per_group, bool small,
                    unsigned nblocks, size_t smem, cudaStream_t st) {
-  return dstate == 64    ? launch_hot_dstate<64>(a, sc, rows_per_group, small, nblocks, smem, st)
-         : dstate == 128 ? launch_hot_dstate<128>(a, sc, rows_per_group, small, nblocks, smem, st)
-                         : launch_hot_dstate<256>(a, sc, rows_per_group, small, nblocks, smem, st);
+  return with_hot_dstate(dstate, [&](auto ds) {
+    return launch_hot_dstate<decltype(ds)::value>(a, sc, rows_per_group, small, nblocks, smem,
+                                                  st);
+  });
 }
 
 int launch_i16(const Args &a, const ScaleArgs &sc, int dstate, unsigned nblocks, size_t smem,

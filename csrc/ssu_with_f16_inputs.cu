@@ -155,31 +155,19 @@ int launch_f16_inputs(const Args &a, bool bf16_state, int rows_per_group, bool s
   });
 }
 
-template <int kDstate>
-int launch_f16_inputs(const Args &a, bool bf16_state, int rounds, int rows_per_group, bool small,
-                      unsigned nblocks, size_t smem, cudaStream_t st) {
-  if (bf16_state && rounds != 0)
-    return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "no compiled-in BF16-state kernel with SR");
-  return rounds == 0 ? launch_f16_inputs<kDstate, 0>(a, bf16_state, rows_per_group, small,
-                                                     nblocks, smem, st)
-         : rounds == 5
-             ? launch_f16_inputs<kDstate, 5>(a, false, rows_per_group, small, nblocks, smem, st)
-             : launch_f16_inputs<kDstate, 10>(a, false, rows_per_group, small, nblocks, smem, st);
-}
-
 }  // namespace
 
 int launch_hot_f16_inputs(const Args &a, bool bf16_state, int dstate, int rounds,
                           int rows_per_group, bool small, unsigned nblocks, size_t smem,
                           cudaStream_t st) {
-  return dstate == 64
-             ? launch_f16_inputs<64>(a, bf16_state, rounds, rows_per_group, small, nblocks, smem,
-                                     st)
-         : dstate == 128
-             ? launch_f16_inputs<128>(a, bf16_state, rounds, rows_per_group, small, nblocks, smem,
-                                      st)
-             : launch_f16_inputs<256>(a, bf16_state, rounds, rows_per_group, small, nblocks, smem,
-                                      st);
+  if (bf16_state && rounds != 0)
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "no compiled-in BF16-state kernel with SR");
+  return with_hot_dstate(dstate, [&](auto ds) {
+    return with_hot_rounds(rounds, [&](auto r) {
+      return launch_f16_inputs<decltype(ds)::value, decltype(r)::value>(
+          a, bf16_state, rows_per_group, small, nblocks, smem, st);
+    });
+  });
 }
 
 }  // namespace mtp
