@@ -14,7 +14,8 @@
 // small>, ssu_mtp_bf16.cu), an I16 state (no SR) likewise (mtp_kernel_i16_hot, with its decode
 // scales, ssu_mtp_i16.cu); everything else that passes the check
 // runs a kernel per dstate that takes dtypes, index dtypes and rounds at run time
-// (mtp_kernel<false, dstate, -1, 1>; with an fp32 state mtp_kernel<false, dstate, -1, 1, false,
+// (mtp_kernel<false, dstate, -1, 1>, with fp16 inputs mtp_kernel_f16_pairs<dstate>: FlashInfer's
+// fp16-input update of a column pair; with an fp32 state mtp_kernel<false, dstate, -1, 1, false,
 // true>, FlashInfer's 4-column lane blocks of an fp32 state; an I16 state mtp_kernel_i16:
 // ssu_mtp.cuh).
 #include <algorithm>
@@ -317,9 +318,14 @@ int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
         : p.dstate == 128 ? launch<false, 128, -1, 1, false, true>(a, plan, st)
                           : launch<false, 256, -1, 1, false, true>(a, plan, st);
   } else {
-    s = p.dstate == 64    ? launch<false, 64, -1>(a, plan, st)
-        : p.dstate == 128 ? launch<false, 128, -1>(a, plan, st)
-                          : launch<false, 256, -1>(a, plan, st);
+    s = mtp::with_hot_dstate(static_cast<int>(p.dstate), [&](auto dstate) {
+      constexpr int kDstate = decltype(dstate)::value;
+      if (p.input_dtype == MAMBA_SSU_F16) {
+        mtp::mtp_kernel_f16_pairs<kDstate><<<plan.nblocks, mtp::kThreads, plan.smem, st>>>(a);
+        return check_launch("multi-token selective-state-update kernel launch");
+      }
+      return launch<false, kDstate, -1>(a, plan, st);
+    });
   }
   return s;
 }

@@ -203,10 +203,17 @@ __device__ __forceinline__ uint32_t mtp_fast_div(uint32_t n, uint32_t d, uint32_
 }
 
 // One token's update of an even and an odd state column, FlashInfer's operations: even
-// s = fma(dA, s, rn(B * dtx)), odd s = fma(B, dtx, rn(dA * s)).
+// s = fma(dA, s, rn(B * dtx)), odd s = fma(B, dtx, rn(dA * s)); kF16Pairs (fp16 inputs over a
+// 2-byte state): both columns the odd one's, as FlashInfer's fp16-input kernels contract them
+// (docs/flashinfer-ssu.md, "Multi-token").
+template <bool kF16Pairs = false>
 __device__ __forceinline__ void mtp_step_pair(float dA, float b_even, float b_odd, float dtx,
                                               float &se, float &so) {
-  se = __fmaf_rn(dA, se, __fmul_rn(b_even, dtx));
+  if constexpr (kF16Pairs) {
+    se = __fmaf_rn(b_even, dtx, __fmul_rn(dA, se));
+  } else {
+    se = __fmaf_rn(dA, se, __fmul_rn(b_even, dtx));
+  }
   so = __fmaf_rn(b_odd, dtx, __fmul_rn(dA, so));
 }
 
@@ -334,9 +341,12 @@ __device__ __forceinline__ void st_state(T *p, const T &v) {
 // (mtp_kernel_f16in, mtp_kernel_bf16_f16in): the same staging of B and C as 2-byte bits, widened
 // from fp16, and `out` rounded to fp16.
 template <bool kHot, int kDstate, int kRounds, int kR, bool kSmall, bool kF32 = false,
-          bool kBf16State = false, bool kI16 = false, bool kF16In = false>
+          bool kBf16State = false, bool kI16 = false, bool kF16In = false,
+          bool kF16Pairs = false>
 __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = ScaleArgs{}) {
   static_assert(!kF16In || (kHot && !kI16), "kF16In: the hot kernels of an F16 or a BF16 state");
+  static_assert(!kF16Pairs || (!kHot && !kF32 && !kI16),
+                "kF16Pairs: the run-time kernels of an F16 or a BF16 state");
   static_assert(!kF32 || (!kHot && kR == 1 && !kSmall), "kF32: the run-time kernels");
   static_assert(!kI16 || (!kF32 && !kBf16State && (kHot ? kRounds == 0 : kR == 1 && !kSmall)),
                 "kI16: the run-time one-row kernel, or hot kernels without SR");
@@ -758,6 +768,11 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
         }
       }
     };
+    // One token's update of a column pair (mtp_step_pair): the fp16-input form in the hot
+    // kernels with FP16 inputs (kF16In) and in the run-time ones for them (kF16Pairs).
+    auto step_pair = [&](float dA, float b_even, float b_odd, float dtx, float &se, float &so) {
+      mtp_step_pair<kF16In || kF16Pairs>(dA, b_even, b_odd, dtx, se, so);
+    };
     // The small SR kernels: whether a token of the row needed the exact conversion.
     bool need_exact = false;
     // One token of the rows (run for t = 0 .. len - 1 below); kRule: the SR rule
@@ -811,7 +826,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
             }
             float &se = s[r][8 * j + i];
             float &so = s[r][8 * j + i + 1];
-            mtp_step_pair(dA, bv[i], bv[i + 1], dtx[r], se, so);
+            step_pair(dA, bv[i], bv[i + 1], dtx[r], se, so);
             acc_e[r] = __fmaf_rn(se, cv[i], acc_e[r]);
             acc_o[r] = __fmaf_rn(so, cv[i + 1], acc_o[r]);
           }
@@ -1066,7 +1081,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
             load_bc(t, j, bv, nullptr);
 #pragma unroll
             for (int i = 0; i < 8; i += 2) {
-              mtp_step_pair(dA, bv[i], bv[i + 1], dtx, st[8 * j + i], st[8 * j + i + 1]);
+              step_pair(dA, bv[i], bv[i + 1], dtx, st[8 * j + i], st[8 * j + i + 1]);
             }
           }
           char *const head = s_tgt[t];
@@ -1137,9 +1152,10 @@ __host__ __device__ constexpr int mtp_max_rows(int dstate) {
   return dstate == 256 ? Tuning::kMtpDs256MaxRows : 4;
 }
 
-// A hot plan's dstate (64, 128 or 256: is_hot sends no other) as a compile-time constant:
-// go(std::integral_constant<int, dstate>), which launches that dstate's kernel and returns the
-// launch status. Every launcher of hot kernels dispatches its dstate here.
+// A plan's dstate of 64, 128 or 256 (a hot plan has no other; the uneven ones go to
+// launch_uneven) as a compile-time constant: go(std::integral_constant<int, dstate>), which
+// launches that dstate's kernel and returns the launch status. Every launcher of hot kernels,
+// and of the run-time ones at those dstates for fp16 inputs, dispatches its dstate here.
 template <class Go>
 int with_hot_dstate(int dstate, Go &&go) {
   return dstate == 64    ? go(std::integral_constant<int, 64>{})
@@ -1184,6 +1200,16 @@ __global__ void __launch_bounds__(kThreads, (mtp_min_blocks(kHot, kDstate, kRoun
   static_assert(!kSmall || (kHot && kR == 1), "small-grid kernels: hot, one row per group");
   static_assert(kR <= mtp_max_rows(kDstate), "rows per group past the dstate's limit");
   mtp_body<kHot, kDstate, kRounds, kR, kSmall, kF32>(a);
+}
+
+// The run-time kernel of an F16 or a BF16 state for FP16 inputs (the launcher's choice by the
+// input dtype): mtp_kernel<false, kDstate, -1>'s code with FlashInfer's fp16-input update of a
+// column pair (mtp_step_pair<true>). A kernel of its own, so that the others' names and code
+// stay as they are.
+template <int kDstate>
+__global__ void __launch_bounds__(kThreads, (mtp_min_blocks(false, kDstate, -1, 1, false)))
+    mtp_kernel_f16_pairs(const Args a) {
+  mtp_body<false, kDstate, -1, 1, false, false, false, false, false, true>(a);
 }
 
 // The hot kernels' code for a BF16 state (BF16 inputs and weights, no SR: stochastic rounding
