@@ -305,7 +305,7 @@ int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
     s = mtp::launch_hot_bf16(a, static_cast<int>(p.dstate), plan.rows_per_group, plan.small,
                              plan.nblocks, plan.smem, st);
   } else if (plan.hot) {
-    s = mtp::with_hot_dstate(static_cast<int>(p.dstate), [&](auto dstate) {
+    s = mtp::with_even_dstate(static_cast<int>(p.dstate), [&](auto dstate) {
       return mtp::with_hot_rounds(static_cast<int>(p.philox_rounds), [&](auto rounds) {
         return launch_hot<decltype(dstate)::value, decltype(rounds)::value>(a, plan, st);
       });
@@ -314,11 +314,11 @@ int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
     s = mtp::launch_uneven(a, static_cast<int>(p.dstate), p.state_dtype == MAMBA_SSU_F32,
                            plan.nblocks, plan.smem, st);
   } else if (p.state_dtype == MAMBA_SSU_F32) {
-    s = p.dstate == 64    ? launch<false, 64, -1, 1, false, true>(a, plan, st)
-        : p.dstate == 128 ? launch<false, 128, -1, 1, false, true>(a, plan, st)
-                          : launch<false, 256, -1, 1, false, true>(a, plan, st);
+    s = mtp::with_even_dstate(static_cast<int>(p.dstate), [&](auto dstate) {
+      return launch<false, decltype(dstate)::value, -1, 1, false, true>(a, plan, st);
+    });
   } else {
-    s = mtp::with_hot_dstate(static_cast<int>(p.dstate), [&](auto dstate) {
+    s = mtp::with_even_dstate(static_cast<int>(p.dstate), [&](auto dstate) {
       constexpr int kDstate = decltype(dstate)::value;
       if (p.input_dtype == MAMBA_SSU_F16) {
         mtp::mtp_kernel_f16_pairs<kDstate><<<plan.nblocks, mtp::kThreads, plan.smem, st>>>(a);

@@ -768,11 +768,6 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
         }
       }
     };
-    // One token's update of a column pair (mtp_step_pair): the fp16-input form in the hot
-    // kernels with FP16 inputs (kF16In) and in the run-time ones for them (kF16Pairs).
-    auto step_pair = [&](float dA, float b_even, float b_odd, float dtx, float &se, float &so) {
-      mtp_step_pair<kF16In || kF16Pairs>(dA, b_even, b_odd, dtx, se, so);
-    };
     // The small SR kernels: whether a token of the row needed the exact conversion.
     bool need_exact = false;
     // One token of the rows (run for t = 0 .. len - 1 below); kRule: the SR rule
@@ -826,7 +821,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
             }
             float &se = s[r][8 * j + i];
             float &so = s[r][8 * j + i + 1];
-            step_pair(dA, bv[i], bv[i + 1], dtx[r], se, so);
+            mtp_step_pair<kF16In || kF16Pairs>(dA, bv[i], bv[i + 1], dtx[r], se, so);
             acc_e[r] = __fmaf_rn(se, cv[i], acc_e[r]);
             acc_o[r] = __fmaf_rn(so, cv[i + 1], acc_o[r]);
           }
@@ -1081,7 +1076,8 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
             load_bc(t, j, bv, nullptr);
 #pragma unroll
             for (int i = 0; i < 8; i += 2) {
-              step_pair(dA, bv[i], bv[i + 1], dtx, st[8 * j + i], st[8 * j + i + 1]);
+              mtp_step_pair<kF16In || kF16Pairs>(dA, bv[i], bv[i + 1], dtx, st[8 * j + i],
+                                                 st[8 * j + i + 1]);
             }
           }
           char *const head = s_tgt[t];
@@ -1152,12 +1148,12 @@ __host__ __device__ constexpr int mtp_max_rows(int dstate) {
   return dstate == 256 ? Tuning::kMtpDs256MaxRows : 4;
 }
 
-// A plan's dstate of 64, 128 or 256 (a hot plan has no other; the uneven ones go to
-// launch_uneven) as a compile-time constant: go(std::integral_constant<int, dstate>), which
-// launches that dstate's kernel and returns the launch status. Every launcher of hot kernels,
-// and of the run-time ones at those dstates for fp16 inputs, dispatches its dstate here.
+// A plan's even dstate, 64, 128 or 256 (a hot plan has no other; the uneven ones go to
+// launch_uneven), as a compile-time constant: go(std::integral_constant<int, dstate>), which
+// launches that dstate's kernel and returns the launch status. Every launcher of kernels at
+// these dstates dispatches its dstate here.
 template <class Go>
-int with_hot_dstate(int dstate, Go &&go) {
+int with_even_dstate(int dstate, Go &&go) {
   return dstate == 64    ? go(std::integral_constant<int, 64>{})
          : dstate == 128 ? go(std::integral_constant<int, 128>{})
                          : go(std::integral_constant<int, 256>{});

@@ -26,7 +26,7 @@ int launch_dstate(const Args &a, int rows_per_group, bool small, unsigned nblock
 
 int launch_hot_bf16(const Args &a, int dstate, int rows_per_group, bool small, unsigned nblocks,
                     size_t smem, cudaStream_t st) {
-  return with_hot_dstate(dstate, [&](auto ds) {
+  return with_even_dstate(dstate, [&](auto ds) {
     return launch_dstate<decltype(ds)::value>(a, rows_per_group, small, nblocks, smem, st);
   });
 }

@@ -27,7 +27,7 @@ int launch_hot_dstate(const Args &a, const ScaleArgs &sc, int rows_per_group, bo
 
 int launch_hot_i16(const Args &a, const ScaleArgs &sc, int dstate, int rows_per_group, bool small,
                    unsigned nblocks, size_t smem, cudaStream_t st) {
-  return with_hot_dstate(dstate, [&](auto ds) {
+  return with_even_dstate(dstate, [&](auto ds) {
     return launch_hot_dstate<decltype(ds)::value>(a, sc, rows_per_group, small, nblocks, smem,
                                                   st);
   });

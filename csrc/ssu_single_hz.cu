@@ -55,15 +55,11 @@ struct Plan {
   bool f16_inputs;  // ... and those are FP16 (hz_kernel_f16in)
 };
 
-// The input dtypes with compiled-in kernels: BF16 inputs and weights, and in a build with
-// kF16InputKernels FP16 ones.
-bool compiled_inputs(const mamba_ssu_params &p) {
-  if (p.input_dtype == MAMBA_SSU_BF16 && p.weight_dtype == MAMBA_SSU_BF16) return true;
-  return kF16InputKernels && p.input_dtype == MAMBA_SSU_F16 && p.weight_dtype == MAMBA_SSU_F16;
-}
-
+// A kernel with the input dtypes compiled in (hot_input_dtypes: BF16 inputs and weights, and in
+// a build with kF16InputKernels FP16 ones; HORIZONTAL refuses an int16 state before the plan),
+// and for an F16 state the round count.
 bool compiled_kernel(const mamba_ssu_params &p) {
-  if (!compiled_inputs(p)) return false;
+  if (!hot_input_dtypes(p.state_dtype, p.input_dtype, p.weight_dtype)) return false;
   if (p.state_dtype != MAMBA_SSU_F16) return true;
   return p.philox_rounds == 0 || p.philox_rounds == 5 || p.philox_rounds == 10;
 }
@@ -191,7 +187,7 @@ int hz_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba_
   a.update_state = p.update_state != 0;
 
   const auto st = reinterpret_cast<cudaStream_t>(stream);
-  // Only a build with the fp16-input kernels plans them (compiled_inputs) and defines their
+  // Only a build with the fp16-input kernels plans them (hot_input_dtypes) and defines their
   // launcher.
   if constexpr (kF16InputKernels) {
     if (pl.f16_inputs)

@@ -162,7 +162,7 @@ int launch_hot_f16_inputs(const Args &a, bool bf16_state, int dstate, int rounds
                           cudaStream_t st) {
   if (bf16_state && rounds != 0)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED, "no compiled-in BF16-state kernel with SR");
-  return with_hot_dstate(dstate, [&](auto ds) {
+  return with_even_dstate(dstate, [&](auto ds) {
     return with_hot_rounds(rounds, [&](auto r) {
       return launch_f16_inputs<decltype(ds)::value, decltype(r)::value>(
           a, bf16_state, rows_per_group, small, nblocks, smem, st);
