@@ -14,10 +14,10 @@
 // small>, ssu_mtp_bf16.cu), an I16 state (no SR) likewise (mtp_kernel_i16_hot, with its decode
 // scales, ssu_mtp_i16.cu); everything else that passes the check
 // runs a kernel per dstate that takes dtypes, index dtypes and rounds at run time
-// (mtp_kernel<false, dstate, -1, 1>, with fp16 inputs mtp_kernel_f16_pairs<dstate>: FlashInfer's
-// fp16-input update of a column pair; with an fp32 state mtp_kernel<false, dstate, -1, 1, false,
+// (mtp_kernel<false, dstate, -1, 1>; with an fp32 state mtp_kernel<false, dstate, -1, 1, false,
 // true>, FlashInfer's 4-column lane blocks of an fp32 state; an I16 state mtp_kernel_i16:
-// ssu_mtp.cuh).
+// ssu_mtp.cuh), or, for inputs other than bf16, the same kernels with FlashInfer's uniform update
+// of a column pair (mtp::uniform_pairs; launch_uniform, ssu_with_uniform_pairs.cu).
 #include <algorithm>
 #include <limits>
 
@@ -279,18 +279,17 @@ int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
 
   const auto st = reinterpret_cast<cudaStream_t>(stream);
   int s;
+  mtp::ScaleArgs sc{};
   if (p.state_dtype == MAMBA_SSU_I16) {
-    mtp::ScaleArgs sc{};
     sc.state_scale = const_cast<float *>(scale.data);
     sc.slot_stride = scale.slot_stride;
     sc.inter_scales = scale.data != nullptr && p.intermediate_states != nullptr ? scale.inter
                                                                                 : nullptr;
     sc.inter_entries = scale.inter_entries;
-    s = plan.hot ? mtp::launch_hot_i16(a, sc, static_cast<int>(p.dstate), plan.rows_per_group,
-                                       plan.small, plan.nblocks, plan.smem, st)
-        : uneven_dstate(p.dstate)
-            ? mtp::launch_uneven_i16(a, sc, static_cast<int>(p.dstate), plan.nblocks, plan.smem, st)
-            : mtp::launch_i16(a, sc, static_cast<int>(p.dstate), plan.nblocks, plan.smem, st);
+  }
+  if (plan.hot && p.state_dtype == MAMBA_SSU_I16) {
+    s = mtp::launch_hot_i16(a, sc, static_cast<int>(p.dstate), plan.rows_per_group, plan.small,
+                            plan.nblocks, plan.smem, st);
   } else if (kF16InputKernels && plan.hot && p.input_dtype == MAMBA_SSU_F16) {
     // Only a build with the fp16-input kernels plans them (hot_input_dtypes) and defines the
     // launcher (an fp16 or a bf16 state).
@@ -310,6 +309,12 @@ int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
         return launch_hot<decltype(dstate)::value, decltype(rounds)::value>(a, plan, st);
       });
     });
+  } else if (mtp::uniform_pairs(p.input_dtype)) {
+    s = mtp::launch_uniform(a, sc, static_cast<int>(p.dstate), plan.nblocks, plan.smem, st);
+  } else if (p.state_dtype == MAMBA_SSU_I16) {
+    s = uneven_dstate(p.dstate)
+            ? mtp::launch_uneven_i16(a, sc, static_cast<int>(p.dstate), plan.nblocks, plan.smem, st)
+            : mtp::launch_i16(a, sc, static_cast<int>(p.dstate), plan.nblocks, plan.smem, st);
   } else if (uneven_dstate(p.dstate)) {
     s = mtp::launch_uneven(a, static_cast<int>(p.dstate), p.state_dtype == MAMBA_SSU_F32,
                            plan.nblocks, plan.smem, st);
@@ -319,12 +324,7 @@ int mtp_launch(mamba_ssu_stream_t stream, const mamba_ssu_mtp_params &p,
     });
   } else {
     s = mtp::with_even_dstate(static_cast<int>(p.dstate), [&](auto dstate) {
-      constexpr int kDstate = decltype(dstate)::value;
-      if (p.input_dtype == MAMBA_SSU_F16) {
-        mtp::mtp_kernel_f16_pairs<kDstate><<<plan.nblocks, mtp::kThreads, plan.smem, st>>>(a);
-        return check_launch("multi-token selective-state-update kernel launch");
-      }
-      return launch<false, kDstate, -1>(a, plan, st);
+      return launch<false, decltype(dstate)::value, -1>(a, plan, st);
     });
   }
   return s;

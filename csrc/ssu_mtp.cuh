@@ -50,8 +50,9 @@
 //
 // Numerics per token, exactly FlashInfer's (every operation pinned; the build flushes
 // subnormals): dt' = rn(dt + dt_bias), softplus when enabled and dt' <= 20; dA =
-// ex2(rn(rn(A * dt') * L2E)); dtx = rn(dt' * x); even columns s = fma(dA, s, rn(B * dtx)),
-// odd columns s = fma(B, dtx, rn(dA * s)); acc_even = fma(s, C, acc_even) over the even
+// ex2(rn(rn(A * dt') * L2E)); dtx = rn(dt' * x); with bf16 inputs even columns
+// s = fma(dA, s, rn(B * dtx)), odd columns s = fma(B, dtx, rn(dA * s)), with fp16 or fp32
+// inputs every column the odd one's (mtp_step_pair); acc_even = fma(s, C, acc_even) over the even
 // columns and acc_odd likewise, in the lane's column order, from 0; the lane's partial =
 // rn(acc_even + acc_odd); the group's sum by shuffle-down 4, 2, 1; y = fma(D, x, partial),
 // gated by z as single token, rounded to nearest into out. out uses the fp32 state (it does
@@ -202,19 +203,29 @@ __device__ __forceinline__ uint32_t mtp_fast_div(uint32_t n, uint32_t d, uint32_
   return d == 1 ? n : __umulhi(n, mul) >> shr;
 }
 
-// One token's update of an even and an odd state column, FlashInfer's operations: even
-// s = fma(dA, s, rn(B * dtx)), odd s = fma(B, dtx, rn(dA * s)); kF16Pairs (fp16 inputs over a
-// 2-byte state): both columns the odd one's, as FlashInfer's fp16-input kernels contract them
-// (docs/flashinfer-ssu.md, "Multi-token").
-template <bool kF16Pairs = false>
+// One token's update of an even and an odd state column, FlashInfer's operations. kUniform
+// false (FlashInfer's kernels with bf16 inputs): even s = fma(dA, s, rn(B * dtx)), odd
+// s = fma(B, dtx, rn(dA * s)); kUniform (its kernels with fp16 or fp32 inputs, every state
+// dtype): both columns the odd one's. FlashInfer writes the pair update as plain multiply-adds,
+// which its build contracts one way or the other by the input dtype (docs/flashinfer-ssu.md,
+// "Multi-token"; uniform_pairs below).
+template <bool kUniform = false>
 __device__ __forceinline__ void mtp_step_pair(float dA, float b_even, float b_odd, float dtx,
                                               float &se, float &so) {
-  if constexpr (kF16Pairs) {
+  if constexpr (kUniform) {
     se = __fmaf_rn(b_even, dtx, __fmul_rn(dA, se));
   } else {
     se = __fmaf_rn(dA, se, __fmul_rn(b_even, dtx));
   }
   so = __fmaf_rn(b_odd, dtx, __fmul_rn(dA, so));
+}
+
+// Whether a call with inputs of `input_dtype` takes the uniform pair update (mtp_step_pair): every
+// input dtype but bf16, as FlashInfer's kernels contract it (read from the SASS of its sm_90
+// multi-token kernels, 0.7.2.post1 and 0.7.4, for every state, input and weight dtype:
+// docs/flashinfer-ssu.md).
+__host__ __device__ constexpr bool uniform_pairs(int32_t input_dtype) {
+  return input_dtype != MAMBA_SSU_BF16;
 }
 
 // Column of a lane's element i (lane m of the row's 8): 64 (i / 8) + 8 m + i % 8 (2-byte state),
@@ -339,14 +350,16 @@ __device__ __forceinline__ void st_state(T *p, const T &v) {
 // intermediate entry's step). No stochastic rounding (FlashInfer's rule).
 // kF16In (with kHot, an F16 or a BF16 state): FP16 inputs and weights instead of BF16
 // (mtp_kernel_f16in, mtp_kernel_bf16_f16in): the same staging of B and C as 2-byte bits, widened
-// from fp16, and `out` rounded to fp16.
+// from fp16, and `out` rounded to fp16; its update is the uniform pair form.
+// kUniform (run-time kernels, every state dtype: mtp_kernel_uniform, mtp_kernel_f32_uniform,
+// mtp_kernel_i16_uniform): the uniform pair update (mtp_step_pair) for calls whose inputs are not
+// bf16 (uniform_pairs); the other run-time kernels keep the mixed form of bf16 inputs.
 template <bool kHot, int kDstate, int kRounds, int kR, bool kSmall, bool kF32 = false,
           bool kBf16State = false, bool kI16 = false, bool kF16In = false,
-          bool kF16Pairs = false>
+          bool kUniform = false>
 __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = ScaleArgs{}) {
   static_assert(!kF16In || (kHot && !kI16), "kF16In: the hot kernels of an F16 or a BF16 state");
-  static_assert(!kF16Pairs || (!kHot && !kF32 && !kI16),
-                "kF16Pairs: the run-time kernels of an F16 or a BF16 state");
+  static_assert(!kUniform || !kHot, "kUniform: the run-time kernels");
   static_assert(!kF32 || (!kHot && kR == 1 && !kSmall), "kF32: the run-time kernels");
   static_assert(!kI16 || (!kF32 && !kBf16State && (kHot ? kRounds == 0 : kR == 1 && !kSmall)),
                 "kI16: the run-time one-row kernel, or hot kernels without SR");
@@ -821,7 +834,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
             }
             float &se = s[r][8 * j + i];
             float &so = s[r][8 * j + i + 1];
-            mtp_step_pair<kF16In || kF16Pairs>(dA, bv[i], bv[i + 1], dtx[r], se, so);
+            mtp_step_pair<kF16In || kUniform>(dA, bv[i], bv[i + 1], dtx[r], se, so);
             acc_e[r] = __fmaf_rn(se, cv[i], acc_e[r]);
             acc_o[r] = __fmaf_rn(so, cv[i + 1], acc_o[r]);
           }
@@ -1076,7 +1089,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
             load_bc(t, j, bv, nullptr);
 #pragma unroll
             for (int i = 0; i < 8; i += 2) {
-              mtp_step_pair<kF16In || kF16Pairs>(dA, bv[i], bv[i + 1], dtx, st[8 * j + i],
+              mtp_step_pair<kF16In || kUniform>(dA, bv[i], bv[i + 1], dtx, st[8 * j + i],
                                                  st[8 * j + i + 1]);
             }
           }
@@ -1198,16 +1211,6 @@ __global__ void __launch_bounds__(kThreads, (mtp_min_blocks(kHot, kDstate, kRoun
   mtp_body<kHot, kDstate, kRounds, kR, kSmall, kF32>(a);
 }
 
-// The run-time kernel of an F16 or a BF16 state for FP16 inputs (the launcher's choice by the
-// input dtype): mtp_kernel<false, kDstate, -1>'s code with FlashInfer's fp16-input update of a
-// column pair (mtp_step_pair<true>). A kernel of its own, so that the others' names and code
-// stay as they are.
-template <int kDstate>
-__global__ void __launch_bounds__(kThreads, (mtp_min_blocks(false, kDstate, -1, 1, false)))
-    mtp_kernel_f16_pairs(const Args a) {
-  mtp_body<false, kDstate, -1, 1, false, false, false, false, false, true>(a);
-}
-
 // The hot kernels' code for a BF16 state (BF16 inputs and weights, no SR: stochastic rounding
 // needs an F16 state): the state widened from and rounded to nearest bf16, every other
 // operation and the lane map as the F16 kernels' (the run-time kernels' BF16 branch's
@@ -1263,6 +1266,28 @@ __global__ void __launch_bounds__(kThreads, 1) mtp_kernel_i16(const Args a, cons
   mtp_body<false, kDstate, -1, 1, false, false, false, true>(a, sc);
 }
 
+// The run-time kernels with the uniform pair update (kUniform: inputs other than bf16,
+// uniform_pairs), each the code of the run-time kernel of its state with only the update's
+// contraction changed: an F16 or a BF16 state (mtp_kernel<false, kDstate, -1, 1>'s),
+// an fp32 state (mtp_kernel<false, kDstate, -1, 1, false, true>'s) and an int16 state
+// (mtp_kernel_i16's). Kernels of their own, instantiated in ssu_with_uniform_pairs.cu, so that
+// the other kernels' names and code stay as they are.
+template <int kDstate>
+__global__ void __launch_bounds__(kThreads, (mtp_min_blocks(false, kDstate, -1, 1, false)))
+    mtp_kernel_uniform(const Args a) {
+  mtp_body<false, kDstate, -1, 1, false, false, false, false, false, true>(a);
+}
+template <int kDstate>
+__global__ void __launch_bounds__(kThreads, (mtp_min_blocks(false, kDstate, -1, 1, false)))
+    mtp_kernel_f32_uniform(const Args a) {
+  mtp_body<false, kDstate, -1, 1, false, true, false, false, false, true>(a);
+}
+template <int kDstate>
+__global__ void __launch_bounds__(kThreads, 1)
+    mtp_kernel_i16_uniform(const Args a, const ScaleArgs sc) {
+  mtp_body<false, kDstate, -1, 1, false, false, false, true, false, true>(a, sc);
+}
+
 // Launches the mtp_kernel_i16 of a plan (dstate 64, 128 or 256) on `nblocks` blocks with `smem`
 // bytes of dynamic shared memory; the launch status (ssu_mtp_i16.cu, its own translation unit,
 // linked after the other multi-token kernels).
@@ -1299,6 +1324,14 @@ int launch_uneven(const Args &a, int dstate, bool f32, unsigned nblocks, size_t 
 // 224), as launch_uneven (ssu_uneven.cu).
 int launch_uneven_i16(const Args &a, const ScaleArgs &sc, int dstate, unsigned nblocks,
                       size_t smem, cudaStream_t st);
+
+// Launches the run-time kernel with the uniform pair update for a.state_dtype (F16 or BF16:
+// mtp_kernel_uniform, F32: mtp_kernel_f32_uniform, I16: mtp_kernel_i16_uniform with `sc`) at
+// `dstate` (every dstate the check passes for that state) on `nblocks` blocks with `smem` bytes
+// of dynamic shared memory, as the other run-time launchers; the launch status
+// (ssu_with_uniform_pairs.cu, its own translation unit, linked after every other kernel unit).
+int launch_uniform(const Args &a, const ScaleArgs &sc, int dstate, unsigned nblocks, size_t smem,
+                   cudaStream_t st);
 
 // Static shared memory the hot int16 kernels add to every multi-token kernel's (s_sct: a
 // pointer per token), which residency and the per-block limit count.

@@ -52,16 +52,11 @@ int launch_uneven(const Args &a, int32_t state_dtype, bool compiled, unsigned nb
 namespace mtp {
 
 namespace {
-// The run-time kernel at kDstate: an fp32 state's when `f32`, else a 2-byte one's (for fp16
-// inputs mtp_kernel_f16_pairs).
+// The run-time kernel at kDstate: an fp32 state's when `f32`, else a 2-byte one's.
 template <int kDstate, bool kTwoByte = true>
 void launch_dstate(const Args &a, bool f32, unsigned nblocks, size_t smem, cudaStream_t st) {
   if constexpr (kTwoByte) {
     if (!f32) {
-      if (a.input_dtype == MAMBA_SSU_F16) {
-        mtp_kernel_f16_pairs<kDstate><<<nblocks, kThreads, smem, st>>>(a);
-        return;
-      }
       mtp_kernel<false, kDstate, -1, 1, false, false><<<nblocks, kThreads, smem, st>>>(a);
       return;
     }

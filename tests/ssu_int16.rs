@@ -572,7 +572,10 @@ struct MtpGot {
 /// One multi-token call on `p` (T tokens per sequence in p.x, p.dt, p.b, p.c; read slots
 /// p.read) in write mode `mode` with inputs, weights and `out` of element type T (A is f32):
 /// `dst` (batch, T) for [`Mode::Dst`]; for [`Mode::Buffer`] an `entries`-entry buffer starting
-/// as `inter0`, entries `inter_idx`, and (with `scaled`) its scales starting as `iscale0`.
+/// as `inter0`, entries `inter_idx`, and (with `scaled`) its scales starting as `iscale0`. With
+/// `run_time`, `num_accepted_tokens` as int64 ones beside the int32 read index: the same call
+/// (a 1-D read index reads column 0 whatever the counts), served by the run-time kernel (the
+/// compiled-in ones read every index tensor with the slot indices' dtype).
 #[allow(clippy::too_many_arguments)]
 fn run_mtp_as<E: Input>(
     stream: &Arc<CudaStream>,
@@ -585,6 +588,7 @@ fn run_mtp_as<E: Input>(
     entries: usize,
     inter0: &[i16],
     iscale0: &[f32],
+    run_time: bool,
 ) -> MtpGot {
     use mamba_ssu::ssu::MtpArgs;
     let (batch, dim, dstate, slots) = (p.batch, p.dim, p.dstate, p.slots);
@@ -602,6 +606,7 @@ fn run_mtp_as<E: Input>(
     let read = stream.clone_htod(&p.read).unwrap();
     let dstb = stream.clone_htod(dst).unwrap();
     let iib = stream.clone_htod(inter_idx).unwrap();
+    let counts = stream.clone_htod(&vec![1i64; batch]).unwrap();
     let mut inter = stream.clone_htod(inter0).unwrap();
     let mut iscale = stream.clone_htod(iscale0).unwrap();
     let mut out = stream.alloc_zeros::<E>(batch * t * NH * dim).unwrap();
@@ -638,6 +643,9 @@ fn run_mtp_as<E: Input>(
         .d(Tensor::new(&d, &[NH, dim], &[1, 0]).unwrap())
         .dt_bias(Tensor::new(&bias, &[NH, dim], &[1, 0]).unwrap())
         .state_batch_indices(Tensor::new(&read, &[batch], &[1]).unwrap());
+        if run_time {
+            args = args.num_accepted_tokens(Tensor::new(&counts, &[batch], &[1]).unwrap());
+        }
         match mode {
             Mode::Final => {}
             Mode::Dst => {
@@ -727,6 +735,7 @@ fn int16_multi_token_matches_the_f64_reference() {
 
                 let got = run_mtp_as::<bf16>(
                     &stream, &p, T, mode, scaled, &dst, &inter_idx, entries, &inter0, &iscale0,
+                    false,
                 );
                 let MtpGot {
                     state: got_state,
@@ -897,9 +906,10 @@ fn int16_multi_token_matches_the_f64_reference() {
 
 /// The compiled-in multi-token int16 kernels (bf16 inputs and weights: `mtp_kernel_i16_hot`,
 /// the F16 kernels' code with the state dequantised and each written step quantised) against
-/// the run-time kernel (`mtp_kernel_i16`, taken with fp32 inputs and weights of the same
-/// values): state, buffer and every scale bit for bit, and the compiled-in kernel's bf16 `out`
-/// the run-time kernel's fp32 `out` rounded to nearest. Head dims 64, 80 and 128, dstate
+/// the run-time kernel (`mtp_kernel_i16`, taken for the same call by an int64
+/// `num_accepted_tokens`; fp32 inputs would run `mtp_kernel_i16_uniform`, whose update is
+/// contracted as FlashInfer's fp32-input kernels contract it): state, buffer, every scale and
+/// `out` bit for bit. Head dims 64, 80 and 128, dstate
 /// 64/128/256, every write mode, with and without scales, a pad; the small-grid kernel, the
 /// one-row kernel, and from `Tuning::kMtpTwoRowPairs` (1024) and `kMtpFourRowPairs` (4096)
 /// (sequence, head) pairs on the two- and four-row ones.
@@ -949,10 +959,10 @@ fn int16_multi_token_compiled_kernels_match_the_run_time_kernel_bit_for_bit() {
         let iscale0 = vec![f32::from_bits(0xffff_ffff); batch * T * NH * dim];
         let args = (&dst[..], &inter_idx[..], entries, &inter0[..], &iscale0[..]);
         let hot = run_mtp_as::<bf16>(
-            &stream, &p, T, mode, scaled, args.0, args.1, args.2, args.3, args.4,
+            &stream, &p, T, mode, scaled, args.0, args.1, args.2, args.3, args.4, false,
         );
-        let rt = run_mtp_as::<f32>(
-            &stream, &p, T, mode, scaled, args.0, args.1, args.2, args.3, args.4,
+        let rt = run_mtp_as::<bf16>(
+            &stream, &p, T, mode, scaled, args.0, args.1, args.2, args.3, args.4, true,
         );
         let what = format!("dim {dim} dstate {dstate} batch {batch} {mode:?} scaled {scaled}");
         if hot.state != rt.state {

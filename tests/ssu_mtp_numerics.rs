@@ -1442,9 +1442,9 @@ fn tok_off(p: &Problem, st: (usize, usize), row: usize) -> usize {
 /// rounded fp32 one), computed on the CPU with FlashInfer's multi-token operations in its lane
 /// order (`f32_map`: the lane map of an fp32 state, else of a 2-byte one; see [`lane_col`]):
 /// per token dt' = rn(dt + dt_bias), dA = ex2(0) = 1, dtx = rn(dt' x); even columns
-/// s = fma(dA, s, rn(B dtx)), odd s = fma(B, dtx, rn(dA s)), every column the odd one's with
-/// fp16 inputs over an fp16 or a bf16 state (FlashInfer's fp16-input kernels contract both
-/// columns that way, `mtp_step_pair` in `csrc/ssu_mtp.cuh`); per lane acc_even and acc_odd =
+/// s = fma(dA, s, rn(B dtx)), odd s = fma(B, dtx, rn(dA s)) with bf16 inputs, every column the
+/// odd one's with fp16 or fp32 inputs over any state (FlashInfer's kernels with those inputs
+/// contract both columns that way, `mtp_step_pair` in `csrc/ssu_mtp.cuh`); per lane acc_even and acc_odd =
 /// fma(s, C, acc) over its even and odd elements in order, partial = rn(acc_even + acc_odd);
 /// y = ((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7)) (shuffle-down 4, 2, 1); out =
 /// fma(D, x, y) rounded to nearest; the written states rounded to nearest, or with SR by the
@@ -1480,7 +1480,7 @@ fn emulate_fp32(p: &Problem, r: &MtpReference, f32_map: bool) -> After {
         sign_extend: true,
     };
     let hpg = nh / c.ngroups;
-    let f16_pairs = c.input == "float16" && matches!(c.state, "float16" | "bfloat16");
+    let uniform = c.input != "bfloat16";
     let mut s = vec![0f32; ds];
     for (b, &(first, len)) in r.sequences.iter().enumerate() {
         // The sequence's write target of each step.
@@ -1509,7 +1509,7 @@ fn emulate_fp32(p: &Problem, r: &MtpReference, f32_map: bool) -> After {
                     let bc = tok_off(p, p.bc_st, row) + g * ds;
                     for (n, v) in s.iter_mut().enumerate() {
                         let bv = bm[bc + n];
-                        *v = if n % 2 == 0 && !f16_pairs {
+                        *v = if n % 2 == 0 && !uniform {
                             ffma(da, *v, fmul(bv, dtx))
                         } else {
                             ffma(bv, dtx, fmul(da, *v))

@@ -49,13 +49,13 @@ accumulation chains (their columns' parities), the quantisation (row max by FMNM
 m != 0 with 1.0 otherwise, FMNMX clamps to +-32767, F2I to nearest even, MUFU.RCP of the encode
 scale as the decode scale) and, multi token, that no I2F lies in the update's step loop (the
 state carried in fp32). These are checked against int16_rule, the forms docs/flashinfer-ssu.md
-documents (the crate has no int16 kernels yet).
+documents, which the crate's int16 kernels implement.
 
 Output: one line per (group, kernel kind) with the form read and, for single-token groups whose
 dstate the crate serves (64 to 256), the form the rule predicts (the first-form rule for the
 simple and vertical kernels of fp16-, bf16- and fp32-state groups, HORIZONTAL_FORM for the horizontal kernel of
-every state dtype, int16_rule for int16-state kernels, multi token included). Other multi-token
-groups are listed as not covered. Exit status: 0 when every classified form agrees with the
+every state dtype, int16_rule for int16-state kernels, multi token included, and
+mtp_update_rule for the multi-token kernels of the other states). Exit status: 0 when every classified form agrees with the
 rule, 1 when one disagrees (`?` forms are listed separately and are not a failure), 2 when the
 build or cuobjdump cannot be read.
 """
@@ -169,6 +169,8 @@ def parse_group(gid):
     if len(t) < 8 or t[0] not in ("stp", "mtp") or not t[1].startswith("s"):
         return None
     g = {"path": t[0], "state_dtype": SHORT_DT.get(t[1][1:], t[1][1:])}
+    if t[2].startswith("i"):
+        g["input_dtype"] = SHORT_DT.get(t[2][1:], t[2][1:])
     for tok in t[2:]:
         m = re.fullmatch(r"(ds|d|pr)(\d+)", tok)
         if m:
@@ -407,9 +409,11 @@ def classify_horizontal(insns):
     """The state update's and the epilogue's forms in a horizontal kernel: {'update': {'H': n,
     'S': n}, 'epilogue': 'fma' | 'add' | '?', 'examples': [instruction texts]}. Values are
     tagged in program order (a register's tag is set when it is written): a product by log2 e
-    ('l2e'), MUFU.EX2 of one ('dA'), a product by a 'dA' ('dA*'), followed through moves and
-    into uniform registers (R2UR); an FFMA reading a 'dA' multiplicand is S, one whose addend is
-    a 'dA*' is H. The epilogue: the sum FADD of a
+    ('l2e'), MUFU.EX2 of one ('dA'), a product by a 'dA' ('dA*'), any other product ('mul'),
+    followed through moves and into uniform registers (R2UR); an FFMA reading a 'dA'
+    multiplicand with a 'mul' addend is S, one whose addend is a 'dA*' is H (an FFMA that only
+    seems to read dA, its register reused on a path the program order does not see, has a sum
+    as its addend: y = fma(D, x, partial) after a shuffle tree). The epilogue: the sum FADD of a
     SHFL.DOWN by 0x10 and the register it shuffled, then the next instruction reading the sum:
     an FFMA taking it as its addend is 'fma', an FADD is 'add'."""
     tag, utag = {}, {}
@@ -439,8 +443,10 @@ def classify_horizontal(insns):
             new = t(ins, 1)
         elif ins.base == "FMUL" and "dA" in (t(ins, 1), t(ins, 2)):
             new = "dA*"
+        elif ins.base == "FMUL":
+            new = "mul"
         elif ins.base == "FFMA" and len(ins.args) == 4:
-            if "dA" in (t(ins, 1), t(ins, 2)):
+            if "dA" in (t(ins, 1), t(ins, 2)) and t(ins, 3) == "mul":
                 update["S"] += 1
                 examples.append(ins.text)
             elif t(ins, 3) == "dA*":
@@ -750,22 +756,35 @@ def classify_int16(insns):
     return r
 
 
-def int16_rule(kind, dstate, dim=None, release="0.7.2.post1"):
+def mtp_update_rule(input_dtype):
+    """The multi-token kernel's update contraction, by the input dtype (every state dtype):
+    'S/H' (even columns S, s' = fma(dA, s, rn(B * dtx)); odd columns H, s' = fma(B, dtx,
+    rn(dA * s))) with bf16 inputs, 'H' on every column with fp16 or fp32 inputs (read from
+    FlashInfer 0.7.2.post1's and 0.7.4's sm_90 builds of cases/dtype_forms_cases.json, every
+    state, input and weight dtype, and of cases/f16in_cases.json and f16in_states_cases.json at
+    head dims 64 and 128, dstates 64/128/256; the crate: mtp::uniform_pairs in
+    csrc/ssu_mtp.cuh)."""
+    return "S/H" if input_dtype in (None, "bfloat16") else "H"
+
+
+def int16_rule(kind, dstate, dim=None, release="0.7.2.post1", input_dtype=None):
     """The documented forms of an int16-state kernel (docs/flashinfer-ssu.md, 'int16
     block-scaled state'), as read from FlashInfer 0.7.2.post1's and 0.7.4's sm_90 builds (bf16
     inputs and weights, fp32 scales, head dims 64, 80 and 128, dstate 64, 128 and 256: the same
-    in every one of them): (form, accumulation) or None for a dstate not read. The form is
+    in every one of them; fp16 and fp32 inputs from cases/dtype_forms_cases.json and
+    f16in_states_cases.json): (form, accumulation) or None for a dstate not read. The form is
     dequant/update[/first]: the dequantised s rounded on its own (rn), the update S in the
-    single-token kernels and S on even columns, H on odd ones in the multi-token kernel, lane
-    0's first term F0 in the simple and vertical kernels and F1 in the tiled simple one (the
-    fp16 state's forms without SR). The accumulation: single token one chain per lane over its
-    columns in order (even, odd alternating); multi token one chain of the even and one of the
-    odd columns (the uneven dstates 96, 160, 192 and 224 are not served with an int16 state)."""
+    single-token kernels, in the multi-token kernel mtp_update_rule's (S on even columns and H
+    on odd ones with bf16 inputs, H on every column otherwise), lane 0's first term F0 in the
+    simple and vertical kernels and F1 in the tiled simple one (the fp16 state's forms without
+    SR). The accumulation: single token one chain per lane over its columns in order (even, odd
+    alternating); multi token one chain of the even and one of the odd columns (the uneven
+    dstates 96, 160, 192 and 224 are not read here). input_dtype None: bf16."""
     if dstate not in (64, 128, 256):
         return None
     if kind == "mtp":
         n = dstate // 16
-        return "rn/S/H", ",".join(("e" * n, "o" * n))
+        return f"rn/{mtp_update_rule(input_dtype)}", ",".join(("e" * n, "o" * n))
     first = {"simple": "F0", "simple_tiled": "F1", "vertical": "F0"}.get(kind)
     if first is None:
         return None
@@ -866,7 +885,7 @@ def analyse_int16_group(gid, sass, release="0.7.2.post1"):
             vals = {json.dumps(s[k]) for s in e["summaries"]}
             summ[k] = e["summaries"][0][k] if len(vals) == 1 else "mixed"
         form = int16_form(summ)
-        expected = int16_rule(kind, g["dstate"], g["dim"], release)
+        expected = int16_rule(kind, g["dstate"], g["dim"], release, g.get("input_dtype"))
         rule = expected[0] if expected else None
         if "?" in form.split("/") or summ["quant"] != "ok":
             status = "unclassified"
@@ -901,7 +920,60 @@ def analyse_group(gid, sass, release="0.7.2.post1"):
         if g["path"] == "mtp":
             return rows
         return rows + [r for r in _analyse_group(gid, sass, release) if r["kind"] == HORIZONTAL]
+    if g["path"] == "mtp":
+        return analyse_mtp_group(gid, sass)
     return _analyse_group(gid, sass, release)
+
+
+def mtp_update_form(u):
+    """A multi-token kernel's update form from classify_horizontal's counts (FFMAs taking dA as
+    a multiplicand: S; FFMAs whose addend is a product by dA: H): 'S/H' when both occur equally
+    often (FlashInfer's pair update, even column S and odd column H; the columns' parities are
+    not followed here, as classify_int16 does for an int16 state), 'H' or 'S' when only one
+    occurs, 'mixed' otherwise, '?' when neither."""
+    ns, nh = u["S"], u["H"]
+    if ns == nh == 0:
+        return "?"
+    if ns == nh:
+        return "S/H"
+    if ns == 0:
+        return "H"
+    if nh == 0:
+        return "S"
+    return "mixed"
+
+
+def analyse_mtp_group(gid, sass):
+    """The row of a multi-token group of an fp16, bf16 or fp32 state: the update form of its
+    simple kernel's functions (mtp_update_form; 'mixed' where they differ), checked against
+    mtp_update_rule at the dstates the crate serves."""
+    g = parse_group(gid)
+    forms, functions, occurrences = set(), [], []
+    for arch, name, lines in split_functions(sass):
+        if int16_kernel_kind(name, g["dim"]) != "mtp":
+            continue
+        c = classify_horizontal(parse_sass(lines))
+        f = mtp_update_form(c["update"])
+        forms.add(f)
+        functions.append({"arch": arch, "name": name})
+        occurrences.append({"form": f, "addr": 0, "insn": "; ".join(c["examples"]),
+                            "why": f"update {c['update']}"})
+    if not functions:
+        return [{"group": gid, "kind": "mtp", "form": "?", "rule": None, "status": "kernel not found",
+                 "dim": g["dim"], "dstate": g["dstate"], "philox_rounds": g["philox_rounds"],
+                 "functions": [], "occurrences": []}]
+    form = forms.pop() if len(forms) == 1 else "mixed"
+    served = g["dstate"] in (SERVED_DSTATES_F32 if g["state_dtype"] == "float32" else SERVED_DSTATES)
+    rule = mtp_update_rule(g.get("input_dtype")) if served else None
+    if rule is None:
+        status = "not served"
+    elif form == "?":
+        status = "unclassified"
+    else:
+        status = "agrees" if form == rule else "DISAGREES"
+    return [{"group": gid, "kind": "mtp", "form": form, "rule": rule, "status": status,
+             "dim": g["dim"], "dstate": g["dstate"], "philox_rounds": g["philox_rounds"],
+             "functions": functions, "occurrences": occurrences}]
 
 
 def _analyse_group(gid, sass, release):
@@ -961,7 +1033,7 @@ def _analyse_group(gid, sass, release):
 
 
 def covered(g):
-    return g["path"] == "stp" or g["state_dtype"] == "int16"
+    return g is not None
 
 
 def run(build, cuobjdump=None, only=None, jobs=2):
@@ -1028,7 +1100,7 @@ def main(argv=None):
             why = "; ".join(sorted({o["why"] for o in r["occurrences"] if o["form"] == "?"})) or r["status"]
             print(f"  {r['group']} {r['kind']}: {why}")
     if skipped:
-        print(f"not covered (multi-token, not int16): {len(skipped)} groups")
+        print(f"not covered (group ids of another form): {len(skipped)} groups")
         for gid in skipped:
             print(f"  {gid}")
     if a.json:

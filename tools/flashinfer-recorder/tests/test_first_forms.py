@@ -403,6 +403,10 @@ class Int16(unittest.TestCase):
         self.assertEqual(ff.int16_rule("simple_tiled", 64, 80, "0.7.4"), ("rn/S/F1", "eo"))
         self.assertEqual(ff.int16_rule("vertical", 256), ("rn/S/F0", "eoeoeoeo"))
         self.assertEqual(ff.int16_rule("mtp", 128), ("rn/S/H", "eeeeeeee,oooooooo"))
+        self.assertEqual(ff.int16_rule("mtp", 128, input_dtype="bfloat16"), ("rn/S/H", "eeeeeeee,oooooooo"))
+        self.assertEqual(ff.int16_rule("mtp", 64, input_dtype="float16"), ("rn/H", "eeee,oooo"))
+        self.assertEqual(ff.int16_rule("mtp", 64, input_dtype="float32")[0], "rn/H")
+        self.assertEqual(ff.int16_rule("simple", 64, input_dtype="float16"), ("rn/S/F0", "eo"))
         self.assertIsNone(ff.int16_rule("mtp", 96))
 
     def test_group_rows(self):
@@ -422,7 +426,54 @@ class Int16(unittest.TestCase):
         self.assertEqual([(r["kind"], r["form"], r["status"]) for r in rows], [("mtp", "rn/S/H", "DISAGREES")])
         rows = ff.analyse_group(I16_MTP_GROUP.replace("ds64", "ds16"), sass)
         self.assertEqual(rows[0]["status"], "not served")
-        self.assertFalse(ff.covered(ff.parse_group(I16_MTP_GROUP.replace("si16", "sf16").replace("_scf32", ""))))
+        self.assertTrue(ff.covered(ff.parse_group(I16_MTP_GROUP.replace("si16", "sf16").replace("_scf32", ""))))
+        # fp16 inputs: the rule is H on every column, which the S/H listing is not
+        rows = ff.analyse_group(I16_MTP_GROUP.replace("ibf16", "if16"), sass)
+        self.assertEqual([(r["form"], r["rule"]) for r in rows], [("rn/S/H", "rn/H")])
+
+
+# A multi-token kernel's token step of one column pair as FlashInfer's sm_90 build has it with
+# bf16 inputs: dA = ex2(rn(A dt') L2E), the even column S, s' = fma(dA, s, rn(B dtx)), the odd
+# one H, s' = fma(B, dtx, rn(dA s)); MTP_H: both columns H (its fp16- and fp32-input builds).
+MTP_SH = (
+    "FMUL.FTZ R12, R24, R44",
+    "FMUL.FTZ R12, R12, 1.4426950216293334961",
+    "MUFU.EX2 R12, R12",
+    "FMUL.FTZ R44, R44, R43",
+    "FMUL.FTZ R15, R44, R15",
+    "FFMA.FTZ R38, R12, R38, R15",
+    "FMUL.FTZ R46, R12, R46",
+    "FFMA.FTZ R46, R44, R17, R46",
+)
+MTP_H = MTP_SH[:4] + ("FMUL.FTZ R38, R12, R38", "FFMA.FTZ R38, R44, R15, R38") + MTP_SH[6:]
+MTP_GROUP = "mtp_sf16_ibf16_wbf16_af32_sii32_d64_ds128_nt4_csi32_nai32_pr0"
+
+
+class MultiToken(unittest.TestCase):
+    def test_update_forms(self):
+        self.assertEqual(ff.mtp_update_form({"S": 8, "H": 8}), "S/H")
+        self.assertEqual(ff.mtp_update_form({"S": 0, "H": 16}), "H")
+        self.assertEqual(ff.mtp_update_form({"S": 16, "H": 0}), "S")
+        self.assertEqual(ff.mtp_update_form({"S": 3, "H": 8}), "mixed")
+        self.assertEqual(ff.mtp_update_form({"S": 0, "H": 0}), "?")
+        self.assertEqual(ff.mtp_update_rule("bfloat16"), "S/H")
+        self.assertEqual(ff.mtp_update_rule("float16"), "H")
+        self.assertEqual(ff.mtp_update_rule("float32"), "H")
+
+    def test_group_rows(self):
+        sh = "\n".join(["\tcode for sm_90a"] + i16_mtp_function(MTP_SH))
+        h = "\n".join(["\tcode for sm_90a"] + i16_mtp_function(MTP_H))
+        row = lambda gid, sass: [(r["kind"], r["form"], r["rule"], r["status"]) for r in ff.analyse_group(gid, sass)]
+        self.assertEqual(row(MTP_GROUP, sh), [("mtp", "S/H", "S/H", "agrees")])
+        self.assertEqual(row(MTP_GROUP, h), [("mtp", "H", "S/H", "DISAGREES")])
+        for other in ("if16_wf16", "if32_wbf16"):
+            gid = MTP_GROUP.replace("ibf16_wbf16", other)
+            self.assertEqual(row(gid, h), [("mtp", "H", "H", "agrees")])
+            self.assertEqual(row(gid, sh), [("mtp", "S/H", "H", "DISAGREES")])
+        self.assertEqual(row(MTP_GROUP.replace("sf16", "sf32").replace("ds128", "ds112"), sh),
+                         [("mtp", "S/H", None, "not served")])
+        self.assertEqual(row(MTP_GROUP, dump([function("simple", 0, F0)])),
+                         [("mtp", "?", None, "kernel not found")])
 
 
 class Kernels(unittest.TestCase):
@@ -438,9 +489,10 @@ class Kernels(unittest.TestCase):
         g = ff.parse_group(GROUP)
         self.assertEqual((g["path"], g["state_dtype"], g["dim"], g["dstate"], g["philox_rounds"]),
                          ("stp", "float16", 128, 128, 0))
-        g = ff.parse_group("mtp_sbf16_ibf16_wbf16_af32_sii32_d128_ds96_nt8_csi32_nai32_pr0")
-        self.assertEqual((g["path"], g["state_dtype"], g["dstate"]), ("mtp", "bfloat16", 96))
-        self.assertFalse(ff.covered(g))
+        g = ff.parse_group("mtp_sbf16_if32_wbf16_af32_sii32_d128_ds96_nt8_csi32_nai32_pr0")
+        self.assertEqual((g["path"], g["state_dtype"], g["input_dtype"], g["dstate"]),
+                         ("mtp", "bfloat16", "float32", 96))
+        self.assertTrue(ff.covered(g))
         self.assertTrue(ff.covered(ff.parse_group(GROUP.replace("sf16", "sf32"))))
         self.assertIsNone(ff.parse_group("common"))
 
@@ -476,14 +528,15 @@ class Kernels(unittest.TestCase):
             with open(os.path.join(libs, "stp_sf32_ibf16_wbf16_af32_sii32_d128_ds128_pr0.so"), "w") as f:
                 f.write(good)
             with open(os.path.join(libs, "mtp_sf16_ibf16_wbf16_af32_sii32_d64_ds128_nt8_csi32_nai32_pr0.so"), "w") as f:
-                f.write(good)
+                f.write("\n".join(["\tcode for sm_90a"] + i16_mtp_function(MTP_SH)))
             out = io.StringIO()
             with redirect_stdout(out):
                 rc = ff.main([tmp, "--cuobjdump", tool, "--json", os.path.join(tmp, "t.json")])
             self.assertEqual(rc, 0, out.getvalue())
-            # both groups' simple and vertical kernels; their horizontal kernels are not there
-            self.assertIn("6 agree with the rule, 0 disagree, 2 unclassified", out.getvalue())
-            self.assertIn("not covered", out.getvalue())
+            # both groups' simple and vertical kernels and the multi-token kernel; the
+            # single-token groups' horizontal kernels are not there
+            self.assertIn("7 agree with the rule, 0 disagree, 2 unclassified", out.getvalue())
+            self.assertNotIn("not covered", out.getvalue())
             self.assertTrue(os.path.exists(os.path.join(tmp, "t.json")))
 
             # an unclassified kernel is listed, not a failure
