@@ -311,9 +311,15 @@ bool is_hot(const mamba_ssu_params *p) {
 //   and 2;
 //   an fp32 state (no SR) at the dstates only it takes: 32 and 48 0 1 0, 80 0 0 1, 144, 208 and
 //   240 1 1 1, 176 1 1 0.
+// With fp32 inputs over an fp16 or a bf16 state (`f32_in`; read from both releases' builds of
+// cases/f32in_forms_cases.json and f32in_cases.json, head dim 64, 0 to 12 and 16 rounds) the
+// same but the tiled simple kernel F1 at 160, 192 and 224 for every round count and the
+// vertical one F1 at 128 and 192 with 1 round; an fp32 state with fp32 inputs: f32_input_form.
 // Round counts above 16 are taken as 16. `f32`: the state is fp32.
-bool first_form_f1(bool simple, bool below, int64_t rounds, int64_t dstate, bool f32,
-                   bool v074) {
+bool first_form_f1(bool simple, bool below, int64_t rounds, int64_t dstate, bool f32, bool v074,
+                   bool f32_in) {
+  if (f32_in && !f32 && simple && below && dstate > 128 && dstate < 256) return true;
+  if (f32_in && !f32 && !simple && rounds == 1 && (dstate == 128 || dstate == 192)) return true;
   if (f32 && (dstate == 32 || dstate == 48)) return simple && below;
   if (f32 && dstate == 80) return !simple;
   if (f32 && dstate == 176) return simple;
@@ -338,6 +344,21 @@ bool first_form_f1(bool simple, bool below, int64_t rounds, int64_t dstate, bool
   return !simple || below;
 }
 
+// The first form of a row of the generic kernels of an fp32 state with fp32 inputs (RowForms,
+// ssu.cuh; Args::first_form_f1 bits 0-1, pad rows 2-3): 0 F0, 1 F1, 2 F2 (no contraction,
+// rn(rn(sel * rn(D * x)) + rn(C * s'))). Read from the SASS of FlashInfer 0.7.2.post1's and
+// 0.7.4's builds of tools/flashinfer-recorder/cases/f32in_cases.json (first_forms.py; head dim 64,
+// every dstate an fp32 state takes, fp32 weights, and at dstate 128 bf16 and fp16 weights; both
+// releases alike): first_form_f1's forms (`f1`) but the vertical kernel's pad rows (`pad`: the
+// read slot is the pad slot, which it runs from state 0 in code of its own) F1 at every dstate,
+// the simple kernel F1 at dstate 48 and the tiled simple kernel F2 at dstate 32.
+int f32_input_form(bool simple, bool below, int64_t dstate, bool pad, bool f1) {
+  if (!simple && pad) return 1;
+  if (simple && below && dstate == 32) return 2;
+  if (simple && !below && dstate == 48) return 1;
+  return f1 ? 1 : 0;
+}
+
 // The first forms of an int16 state's generic kernel at an uneven dstate (DynUnevenI16Config),
 // read from the SASS of FlashInfer 0.7.2.post1's and 0.7.4's builds (first_forms.py,
 // cases/int16_uneven_cases.json; both alike): bit 0 the form of rows whose read slot is not the
@@ -346,7 +367,7 @@ bool first_form_f1(bool simple, bool below, int64_t rounds, int64_t dstate, bool
 // (F1) on both paths; vertical: F0, on the pad path the fp16 state's (F1 at 160 and 224, F0 at
 // 96 and 192).
 int i16_uneven_forms(bool simple, bool below, int64_t dstate) {
-  const int fp16 = first_form_f1(simple, below, 0, dstate, false, false) ? 1 : 0;
+  const int fp16 = first_form_f1(simple, below, 0, dstate, false, false, false) ? 1 : 0;
   return simple ? fp16 | (fp16 << 1) : fp16 << 1;
 }
 
@@ -375,7 +396,8 @@ int plan_launch(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan
   // First accumulate form of FlashInfer's build (first_form_f1).
   const bool f1 =
       first_form_f1(simple, below, p.philox_rounds, p.dstate, p.state_dtype == MAMBA_SSU_F32,
-                    p.philox_rounds > 0 && p.sr_rule == MAMBA_SSU_SR_V074);
+                    p.philox_rounds > 0 && p.sr_rule == MAMBA_SSU_SR_V074,
+                    p.input_dtype == MAMBA_SSU_F32);
 
   const bool hot = is_hot(&p);
   const int64_t rows = p.batch * p.nheads * p.dim;
@@ -582,6 +604,11 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
   a.first_form_f1 = f1 ? 1 : 0;
   if (p.state_dtype == MAMBA_SSU_I16 && !hot && uneven_dstate(p.dstate))
     a.first_form_f1 = i16_uneven_forms(simple, below, p.dstate);
+  const bool f32_inputs =
+      !hot && p.state_dtype == MAMBA_SSU_F32 && p.input_dtype == MAMBA_SSU_F32;
+  if (f32_inputs)
+    a.first_form_f1 = f32_input_form(simple, below, p.dstate, false, f1) |
+                      f32_input_form(simple, below, p.dstate, true, f1) << 2;
   a.state_dtype = p.state_dtype;
   a.input_dtype = p.input_dtype;
   a.weight_dtype = p.weight_dtype;
@@ -602,13 +629,14 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
     ssu::ssu_kernel_scaled<ssu::DynI16Config><<<nblocks, 32 * wpb, 0, st>>>(a, sc);
     return check_launch("selective_state_update launch");
   }
-  if (!hot && uneven_dstate(p.dstate)) {
-    // The calls that read >= 48 MiB of state take the kernel at 6 blocks per SM
-    // (DynUnevenWideConfig; same-run A/B: docs/perf-notes.md, "dstate 96: where the run-time
-    // kernel's time goes").
-    const int64_t state_bytes = p.batch * p.nheads * p.dim * p.dstate * float_bytes(p.state_dtype);
-    return ssu::launch_uneven(a, nblocks, wpb, state_bytes >= kUnevenWideStateBytes, st);
-  }
+  // The calls that read >= 48 MiB of state at an uneven dstate take the kernel at 6 blocks per
+  // SM (DynUnevenWideConfig; same-run A/B: docs/perf-notes.md, "dstate 96: where the run-time
+  // kernel's time goes").
+  const bool wide = p.batch * p.nheads * p.dim * p.dstate * float_bytes(p.state_dtype) >=
+                    kUnevenWideStateBytes;
+  if (f32_inputs)
+    return ssu::launch_f32_inputs(a, nblocks, wpb, uneven_dstate(p.dstate), wide, st);
+  if (!hot && uneven_dstate(p.dstate)) return ssu::launch_uneven(a, nblocks, wpb, wide, st);
   if (!hot) return launch<DynConfig>(a, nblocks, wpb, st);
   const ssu::StpStateFamily family = p.dstate == 64    ? ssu::StpStateFamily::kDs64
                                      : p.dstate == 256 ? ssu::StpStateFamily::kDs256

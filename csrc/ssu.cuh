@@ -152,7 +152,8 @@ struct Args {
   int32_t philox_rounds;     // read by DynConfig only
   int32_t simple;            // layout, read by DynConfig only
   int32_t first_form_f1;     // 1: lane partials start with form F1, 0: F0 (DynUnevenI16Config:
-                             // bit 0 rows that are not pads, bit 1 pad rows)
+                             // bit 0 rows that are not pads, bit 1 pad rows; RowForms: bits 0-1
+                             // and 2-3, 0 F0, 1 F1, 2 F2)
   int32_t state_dtype;       // read by DynConfig only
   int32_t input_dtype;       // read by DynConfig only
   int32_t weight_dtype;      // read by DynConfig only
@@ -779,6 +780,25 @@ struct DynUnevenI16Config : I16Columns<DynUnevenConfig> {
   __device__ explicit DynUnevenI16Config(const Args &a) : I16Columns<DynUnevenConfig>(a) {}
 };
 
+// The generic configs of an fp32 state with fp32 inputs (RowForms<DynConfig>,
+// RowForms<DynUnevenConfig>, RowForms<DynUnevenWideConfig>; ssu_uneven.cu): a row takes
+// the first form Args::first_form_f1 holds for its kind, bits 0-1 for a row whose read slot is
+// not the pad slot and bits 2-3 for a pad row, each 0 (F0), 1 (F1) or 2 (F2: no contraction,
+// rn(rn(sel * rn(D * x)) + rn(C * s'))), as FlashInfer's build contracts its kernels for those
+// dtypes (ssu.cu: f32_input_form). Configs of their own, so that the other generic kernels keep
+// their code.
+template <class Base>
+struct RowForms : Base {
+  static constexpr bool kRowForms = true;
+  __device__ explicit RowForms(const Args &a) : Base(a) {}
+};
+
+// Whether Cfg is a RowForms config.
+template <class Cfg, class = void>
+struct HasRowForms : std::false_type {};
+template <class Cfg>
+struct HasRowForms<Cfg, std::void_t<decltype(Cfg::kRowForms)>> : std::true_type {};
+
 // Whether a config's random words follow its runs (Cfg::kRunWords: DynUnevenConfig; HotConfig and
 // DynConfig, which every other config derives from, declare false): sr_words's second form.
 template <class Cfg>
@@ -1191,6 +1211,9 @@ __device__ __forceinline__ void ssu_body(const Args &a, const ScaleArgs &sc = Sc
                   : std::is_same<Cfg, DynUnevenI16Config>::value
                       ? ((a.first_form_f1 >> (pad ? 1 : 0)) & 1) != 0
                       : a.first_form_f1 != 0;
+  // RowForms: the row's form, 0 F0, 1 F1, 2 F2 (bits 2-3 for a pad row).
+  [[maybe_unused]] const int row_form =
+      HasRowForms<Cfg>::value ? (a.first_form_f1 >> (pad ? 2 : 0)) & 3 : 0;
 
   // B * dt' and C at the lane's columns.
   const int64_t g = h / a.heads_per_group;
@@ -1269,8 +1292,15 @@ __device__ __forceinline__ void ssu_body(const Args &a, const ScaleArgs &sc = Sc
           s[r][i] = __fmaf_rn(dA, cfg.state_value(cur.state[r], i), __fmul_rn(x, Bdt[i]));
       }
       const float Dx = __fmul_rn(D, x);
-      float acc = f1 ? __fmaf_rn(Cv[0], s[r][0], __fmul_rn(sel, Dx))
-                     : __fmaf_rn(sel, Dx, __fmul_rn(Cv[0], s[r][0]));
+      float acc;
+      if constexpr (HasRowForms<Cfg>::value) {
+        acc = row_form == 2   ? __fadd_rn(__fmul_rn(sel, Dx), __fmul_rn(Cv[0], s[r][0]))
+              : row_form == 1 ? __fmaf_rn(Cv[0], s[r][0], __fmul_rn(sel, Dx))
+                              : __fmaf_rn(sel, Dx, __fmul_rn(Cv[0], s[r][0]));
+      } else {
+        acc = f1 ? __fmaf_rn(Cv[0], s[r][0], __fmul_rn(sel, Dx))
+                 : __fmaf_rn(sel, Dx, __fmul_rn(Cv[0], s[r][0]));
+      }
 #pragma unroll
       for (int i = 1; i < K; ++i) {
         if (i < cfg.ncols()) acc = __fmaf_rn(Cv[i], s[r][i], acc);
@@ -1468,6 +1498,10 @@ int launch_uneven(const Args &a, unsigned blocks, int warps_per_block, bool wide
                   cudaStream_t stream);
 // The generic kernel of an int16 state at an uneven dstate (DynUnevenI16Config; ssu_uneven.cu).
 int launch_uneven_i16(const Args &a, const ScaleArgs &sc, unsigned blocks, int warps_per_block,
+                      cudaStream_t stream);
+// The generic kernel of an fp32 state with fp32 inputs (RowForms over DynConfig, or at an
+// uneven dstate DynUnevenConfig, DynUnevenWideConfig with `wide`; ssu_uneven.cu).
+int launch_f32_inputs(const Args &a, unsigned blocks, int warps_per_block, bool uneven, bool wide,
                       cudaStream_t stream);
 
 }  // namespace ssu

@@ -5,7 +5,10 @@
 // where the row ends; at 6 blocks per SM as DynUnevenWideConfig for calls of >= 48 MiB;
 // DynUnevenI16Config for an int16 state) and the horizontal kernel with 2 to 15 stages a row
 // (ssu_hz.cuh: kAnyStages), multi token mtp_kernel and mtp_kernel_i16 at each (ssu_mtp.cuh: the
-// next power of two's tile with the blocks past dstate skipped); launched for
+// next power of two's tile with the blocks past dstate skipped); and the single-token generic
+// kernels of an fp32 state with fp32 inputs at every dstate (RowForms over DynConfig,
+// DynUnevenConfig and DynUnevenWideConfig: a first form per row kind, ssu.cu: f32_input_form;
+// here so that they share this unit's zero pages instead of adding a unit's own). Launched for
 // plans of ssu.cu, ssu_single_hz.cu and ssu_mtp.cu. A translation unit of its own, sorted
 // after the other SSU units, so that their kernels and the device link keep their code and
 // shared-memory layout.
@@ -29,6 +32,18 @@ int launch_uneven(const Args &a, unsigned blocks, int warps_per_block, bool wide
 int launch_uneven_i16(const Args &a, const ScaleArgs &sc, unsigned blocks, int warps_per_block,
                       cudaStream_t stream) {
   ssu_kernel_scaled<DynUnevenI16Config><<<blocks, 32 * warps_per_block, 0, stream>>>(a, sc);
+  return check_launch("selective_state_update launch");
+}
+
+int launch_f32_inputs(const Args &a, unsigned blocks, int warps_per_block, bool uneven, bool wide,
+                      cudaStream_t stream) {
+  const unsigned threads = 32 * warps_per_block;
+  if (!uneven)
+    ssu_kernel<RowForms<DynConfig>><<<blocks, threads, 0, stream>>>(a);
+  else if (wide)
+    ssu_kernel<RowForms<DynUnevenWideConfig>><<<blocks, threads, 0, stream>>>(a);
+  else
+    ssu_kernel<RowForms<DynUnevenConfig>><<<blocks, threads, 0, stream>>>(a);
   return check_launch("selective_state_update launch");
 }
 

@@ -84,10 +84,15 @@ HORIZONTAL_FORM = "H/fma"
 
 # --- the crate's rule ---------------------------------------------------------------------------
 
-def first_form_f1(simple, below, rounds, dstate, f32=False, v074=False):
+def first_form_f1(simple, below, rounds, dstate, f32=False, v074=False, f32_in=False):
     """Python copy of first_form_f1 in csrc/ssu.cu (FlashInfer's single-token kernels; v074:
     FlashInfer 0.7.4's build, else 0.7.2.post1's); it must be kept equal to it. `below`: the
-    tiled simple kernel (FlashInfer runs it below the auto switch); `f32`: the state is fp32."""
+    tiled simple kernel (FlashInfer runs it below the auto switch); `f32`: the state is fp32;
+    `f32_in`: the inputs are fp32."""
+    if f32_in and not f32 and simple and below and 128 < dstate < 256:
+        return True
+    if f32_in and not f32 and not simple and rounds == 1 and dstate in (128, 192):
+        return True
     if f32 and dstate in (32, 48):
         return simple and below
     if f32 and dstate == 80:
@@ -139,11 +144,34 @@ def is_v074(release):
     return not str(release).startswith("0.7.2")
 
 
-def predicted_form(kind, rounds, dstate, state_dtype="float16", release="0.7.2.post1"):
+def f32_input_form(simple, below, dstate, pad, f1):
+    """Python copy of f32_input_form in csrc/ssu.cu (an fp32 state with fp32 inputs: 0 F0, 1 F1,
+    2 F2 for a row, `pad` a pad row, `f1` first_form_f1's); it must be kept equal to it."""
+    if not simple and pad:
+        return 1
+    if simple and below and dstate == 32:
+        return 2
+    if simple and not below and dstate == 48:
+        return 1
+    return 1 if f1 else 0
+
+
+FORM_NAMES = ("F0", "F1", "F2")
+
+
+def predicted_form(kind, rounds, dstate, state_dtype="float16", release="0.7.2.post1",
+                   input_dtype=None):
+    """The crate's form for a kernel kind: 'F0', 'F1' or 'F2', and 'S|pad P' where the vertical
+    kernel's pad path takes another form P than its rows of a read slot (S)."""
     simple = kind in ("simple", "simple_tiled")
+    below = kind == "simple_tiled"
     f32 = state_dtype == "float32"
-    f1 = first_form_f1(simple, kind == "simple_tiled", rounds, dstate, f32, is_v074(release))
-    return "F1" if f1 else "F0"
+    f1 = first_form_f1(simple, below, rounds, dstate, f32, is_v074(release), input_dtype == "float32")
+    if not (f32 and input_dtype == "float32"):
+        return "F1" if f1 else "F0"
+    state = FORM_NAMES[f32_input_form(simple, below, dstate, False, f1)]
+    pad = FORM_NAMES[f32_input_form(simple, below, dstate, True, f1)]
+    return state if pad == state else f"{state}|pad {pad}"
 
 
 def build_release(build):
@@ -323,7 +351,8 @@ def is_sel(ins):
 
 def classify(insns):
     """The occurrences of lane 0's first term in a function's instructions:
-    [{'form': 'F0'|'F1'|'?', 'addr', 'insn', 'why'}]."""
+    [{'form': 'F0'|'F1'|'F2'|'?', 'addr', 'insn', 'why'}] (F2: lane 0's D*x term and its first
+    product added by an FADD, no contraction)."""
     last_def = {}  # register -> index of the instruction that last wrote it
     occ = []
 
@@ -365,7 +394,7 @@ def _occurrence(insns, i, sel_at, fmul_result):
     # The product's registers: the FMUL's result and its unpredicated copies (is_copy), followed
     # until one of them is read (a register written before it is read is dropped).
     held = {ins.plain(0)}
-    for nxt in insns[i + 1:]:
+    for j, nxt in enumerate(insns[i + 1:], i + 1):
         if not held & nxt.reads():
             held -= set(nxt.dests())  # a copy overwritten before it is read
             if not held:
@@ -380,8 +409,22 @@ def _occurrence(insns, i, sel_at, fmul_result):
         if nxt.base == "FFMA" and len(nxt.args) == 4 and nxt.plain(3) in held \
                 and not any(int(r) in held for a in nxt.args[1:3] for r in REG.findall(a)):
             return {"form": "F1", "why": f"FMUL sel, rn(x*D); then {nxt.text}"}
+        if nxt.base == "FADD" and len(nxt.args) == 3 and not nxt.text.startswith("@"):
+            other = [k for k in (1, 2) if nxt.plain(k) not in held]
+            if len(other) == 1 and _last_writer_base(insns, j, nxt.plain(other[0])) == "FMUL":
+                return {"form": "F2", "why": f"FMUL sel, rn(x*D); then {nxt.text} (no contraction)"}
         return {"form": "?", "why": f"FMUL with sel: its product is next touched by {nxt.text}"}
     return {"form": "?", "why": "FMUL with sel: its product is not used"}
+
+
+def _last_writer_base(insns, j, reg):
+    """The base opcode of the last instruction before insns[j] that writes register `reg`."""
+    if reg is None:
+        return None
+    for k in range(j - 1, -1, -1):
+        if reg in insns[k].dests():
+            return insns[k].base
+    return None
 
 
 def is_half_clear(ins):
@@ -976,6 +1019,16 @@ def analyse_mtp_group(gid, sass):
              "functions": functions, "occurrences": occurrences}]
 
 
+def pad_path_start(insns):
+    """The address where a vertical kernel's pad path begins: its one product of the zero state by
+    dA, `FMUL Rd, RZ, Rs` (FlashInfer's vertical kernel runs a row whose read slot is the pad slot
+    from state 0 in code of its own, placed after the other path's: every lane-0 first term
+    after it is the pad path's); None when there is not exactly one."""
+    found = [ins.addr for ins in insns if ins.base == "FMUL" and len(ins.args) == 3
+             and ins.args[1] == "RZ" and re.fullmatch(r"R\d+", ins.args[2])]
+    return found[0] if len(found) == 1 else None
+
+
 def _analyse_group(gid, sass, release):
     g = parse_group(gid)
     simple_vertical = g["state_dtype"] in ("float16", "bfloat16", "float32")
@@ -993,7 +1046,13 @@ def _analyse_group(gid, sass, release):
                                      "insn": "; ".join(c["examples"]),
                                      "why": f"update {c['update']}, epilogue {c['epilogue']}"})
         else:
-            e["occurrences"] += classify(parse_sass(lines))
+            insns = parse_sass(lines)
+            occ = classify(insns)
+            if kind == "vertical":
+                marker = pad_path_start(insns)
+                for o in occ:
+                    o["path"] = "pad" if marker is not None and o["addr"] > marker else "state"
+            e["occurrences"] += occ
     rows = []
     order = KINDS + (HORIZONTAL,)
     for kind in sorted(found, key=lambda k: (order.index(k) if k in order else len(order), k)):
@@ -1005,6 +1064,12 @@ def _analyse_group(gid, sass, release):
                 form = "?"
         else:
             form = kernel_form(e["occurrences"])
+            pad = [o for o in e["occurrences"] if o.get("path") == "pad"]
+            if form == "mixed" and pad:
+                state = kernel_form([o for o in e["occurrences"] if o.get("path") != "pad"])
+                pad_form = kernel_form(pad)
+                if "mixed" not in (state, pad_form):
+                    form = "?" if "?" in (state, pad_form) else f"{state}|pad {pad_form}"
         served = (kind in KINDS or kind == HORIZONTAL) and g["dstate"] in (
             SERVED_DSTATES_F32 if g["state_dtype"] == "float32" else SERVED_DSTATES)
         if not served:
@@ -1012,7 +1077,8 @@ def _analyse_group(gid, sass, release):
         elif kind == HORIZONTAL:
             rule = HORIZONTAL_FORM
         else:
-            rule = predicted_form(kind, g["philox_rounds"], g["dstate"], g["state_dtype"], release)
+            rule = predicted_form(kind, g["philox_rounds"], g["dstate"], g["state_dtype"], release,
+                                  g.get("input_dtype"))
         if rule is None:
             status = "not served"
         elif form == "?":

@@ -234,6 +234,27 @@ class Classifier(unittest.TestCase):
     def test_f1(self):
         self.assertEqual(forms(*F1), ["F1"])
 
+    def test_f2(self):
+        # rn(sel * rn(x*D)) and rn(C * s') added by an FADD (an fp32 state with fp32 inputs,
+        # the tiled simple kernel at dstate 32)
+        f2 = F1[:6] + ("FADD.FTZ R17, R16, R29",)
+        self.assertEqual(forms(*f2), ["F2"])
+        # the FADD's other operand not a product: not a form the tool knows
+        self.assertEqual(forms(*(F1[:5] + ("FADD.FTZ R17, R16, R26",))), ["?"])
+
+    def test_vertical_pad_path(self):
+        # the rows of a read slot in F0, then the pad path (its zero state times dA) in F1
+        body = F0 + ("FMUL.FTZ R15, RZ, R15", "FADD.FTZ R17, R1, R2") + F1
+        gid = GROUP.replace("sf16_ibf16", "sf32_if32")
+        rows = {r["kind"]: r for r in ff.analyse_group(gid, dump([function("vertical", 0, body)]))}
+        self.assertEqual((rows["vertical"]["form"], rows["vertical"]["rule"], rows["vertical"]["status"]),
+                         ("F0|pad F1", "F0|pad F1", "agrees"))
+        rows = {r["kind"]: r for r in ff.analyse_group(GROUP, dump([function("vertical", 0, body)]))}
+        self.assertEqual((rows["vertical"]["form"], rows["vertical"]["status"]), ("F0|pad F1", "DISAGREES"))
+        # without the marker the two forms are one kernel's disagreement
+        rows = {r["kind"]: r for r in ff.analyse_group(GROUP, dump([function("vertical", 0, body[:8] + body[9:])]))}
+        self.assertEqual(rows["vertical"]["form"], "mixed")
+
     def test_f0_with_sel_second(self):
         body = list(F0)
         body[6] = "FFMA.FTZ R26, R7, R17, R26"
@@ -561,18 +582,19 @@ class Kernels(unittest.TestCase):
             self.assertEqual(rc, 1, out.getvalue())
 
 
-def c_rule():
-    """csrc/ssu.cu's first_form_f1 as a Python function (its body is a few `if (c) return e;`
-    statements and a final `return e;`)."""
+def c_rule(name="first_form_f1", ret="bool"):
+    """A function of csrc/ssu.cu (first_form_f1, f32_input_form) as a Python function (its body
+    is a few `if (c) return e;` statements and a final `return e;`)."""
     with open(os.path.join(REPO, "csrc", "ssu.cu")) as f:
         src = f.read()
-    m = re.search(r"bool first_form_f1\(([^)]*)\)\s*\{(.*?)\n\}", src, re.S)
-    assert m, "first_form_f1 not found in csrc/ssu.cu"
+    m = re.search(ret + r" " + name + r"\(([^)]*)\)\s*\{(.*?)\n\}", src, re.S)
+    assert m, f"{name} not found in csrc/ssu.cu"
     params = [p.split()[-1] for p in m.group(1).split(",")]
 
     def expr(c):
         c = c.replace("&&", " and ").replace("||", " or ")
         c = re.sub(r"!(?!=)", " not ", c)
+        c = re.sub(r"(\w+) \? (\w+) : (\w+)", r"(\2 if \1 else \3)", c)
         return c.replace("true", "True").replace("false", "False")
 
     lines = [f"def rule({', '.join(params)}):"]
@@ -584,7 +606,7 @@ def c_rule():
         elif r:
             lines.append(f"    return {expr(r.group(1))}")
         else:
-            raise AssertionError(f"first_form_f1 has a statement this test cannot read: {stmt!r}")
+            raise AssertionError(f"{name} has a statement this test cannot read: {stmt!r}")
     ns = {}
     exec("\n".join(lines), ns)
     return ns["rule"]
@@ -599,8 +621,29 @@ class Rule(unittest.TestCase):
                     for dstate in (32, 48, 64, 80, 96, 128, 144, 160, 176, 192, 208, 224, 240, 256):
                         for f32 in (False, True):
                             for v074 in (False, True):
-                                args = (simple, below, rounds, dstate, f32, v074)
-                                self.assertEqual(bool(rule(*args)), ff.first_form_f1(*args), args)
+                                for f32_in in (False, True):
+                                    args = (simple, below, rounds, dstate, f32, v074, f32_in)
+                                    self.assertEqual(bool(rule(*args)), ff.first_form_f1(*args), args)
+
+    def test_python_copy_of_the_fp32_input_forms_equals_the_crate(self):
+        rule = c_rule("f32_input_form", "int")
+        for simple in (False, True):
+            for below in (False, True):
+                for dstate in (32, 48, 64, 80, 96, 128, 144, 160, 176, 192, 208, 224, 240, 256):
+                    for pad in (False, True):
+                        for f1 in (False, True):
+                            args = (simple, below, dstate, pad, f1)
+                            self.assertEqual(rule(*args), ff.f32_input_form(*args), args)
+
+    def test_forms_of_an_fp32_state_with_fp32_inputs(self):
+        p = lambda k, ds: ff.predicted_form(k, 0, ds, "float32", "0.7.4", "float32")
+        self.assertEqual([p(k, 128) for k in ff.KINDS], ["F0", "F1", "F0|pad F1"])
+        self.assertEqual([p(k, 32) for k in ff.KINDS], ["F0", "F2", "F0|pad F1"])
+        self.assertEqual([p(k, 48) for k in ff.KINDS], ["F1", "F1", "F0|pad F1"])
+        self.assertEqual([p(k, 256) for k in ff.KINDS], ["F0", "F0", "F1"])
+        # bf16 inputs: first_form_f1 alone
+        self.assertEqual([ff.predicted_form(k, 0, 48, "float32", "0.7.4", "bfloat16") for k in ff.KINDS],
+                         ["F0", "F1", "F0"])
 
     def test_forms_of_0_7_2_post1(self):
         p = ff.predicted_form
