@@ -1002,21 +1002,22 @@ def analyse_mtp_group(gid, sass):
         occurrences.append({"form": f, "addr": 0, "insn": "; ".join(c["examples"]),
                             "why": f"update {c['update']}"})
     if not functions:
-        return [{"group": gid, "kind": "mtp", "form": "?", "rule": None, "status": "kernel not found",
-                 "dim": g["dim"], "dstate": g["dstate"], "philox_rounds": g["philox_rounds"],
-                 "functions": [], "occurrences": []}]
+        return [_row(gid, g, "mtp", "?", None, [], [], "kernel not found")]
     form = forms.pop() if len(forms) == 1 else "mixed"
     served = g["dstate"] in (SERVED_DSTATES_F32 if g["state_dtype"] == "float32" else SERVED_DSTATES)
     rule = mtp_update_rule(g.get("input_dtype")) if served else None
-    if rule is None:
-        status = "not served"
-    elif form == "?":
-        status = "unclassified"
-    else:
-        status = "agrees" if form == rule else "DISAGREES"
-    return [{"group": gid, "kind": "mtp", "form": form, "rule": rule, "status": status,
-             "dim": g["dim"], "dstate": g["dstate"], "philox_rounds": g["philox_rounds"],
-             "functions": functions, "occurrences": occurrences}]
+    return [_row(gid, g, "mtp", form, rule, functions, occurrences)]
+
+
+def _row(gid, g, kind, form, rule, functions, occurrences, status=None):
+    """A table row: the form read against the rule's (status 'not served' without a rule,
+    'unclassified' for a form '?', else 'agrees' or 'DISAGREES', unless given)."""
+    if status is None:
+        status = ("not served" if rule is None else "unclassified" if form == "?"
+                  else "agrees" if form == rule else "DISAGREES")
+    return {"group": gid, "kind": kind, "form": form, "rule": rule, "status": status,
+            "dim": g["dim"], "dstate": g["dstate"], "philox_rounds": g["philox_rounds"],
+            "functions": functions, "occurrences": occurrences}
 
 
 def pad_path_start(insns):
@@ -1079,15 +1080,7 @@ def _analyse_group(gid, sass, release):
         else:
             rule = predicted_form(kind, g["philox_rounds"], g["dstate"], g["state_dtype"], release,
                                   g.get("input_dtype"))
-        if rule is None:
-            status = "not served"
-        elif form == "?":
-            status = "unclassified"
-        else:
-            status = "agrees" if form == rule else "DISAGREES"
-        rows.append({"group": gid, "kind": kind, "form": form, "rule": rule, "status": status,
-                     "dim": g["dim"], "dstate": g["dstate"], "philox_rounds": g["philox_rounds"],
-                     "functions": e["functions"], "occurrences": e["occurrences"]})
+        rows.append(_row(gid, g, kind, form, rule, e["functions"], e["occurrences"]))
     # FlashInfer 0.7.4 instantiates its horizontal kernel only for the head dims it takes.
     hz_dim = g["dim"] % 64 == 0 and g["dim"] <= 256
     for kind in (KINDS if simple_vertical else ()) + ((HORIZONTAL,) if hz_dim else ()):

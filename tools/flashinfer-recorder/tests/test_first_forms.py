@@ -142,6 +142,22 @@ I16_H = I16[:11] + ("FMUL.FTZ R27, R11, R12", "FMUL.FTZ R27, R14, R27", "FFMA.FT
 I16_FUSED = I16[:12] + ("FMUL.FTZ R25, R11, R14", "FFMA.FTZ R12, R12, R25, R27") + I16[14:]
 
 
+# A multi-token kernel's token step of one column pair as FlashInfer's sm_90 build has it with
+# bf16 inputs: dA = ex2(rn(A dt') L2E), the even column S, s' = fma(dA, s, rn(B dtx)), the odd
+# one H, s' = fma(B, dtx, rn(dA s)); MTP_H: both columns H (its fp16- and fp32-input builds).
+MTP_SH = (
+    "FMUL.FTZ R12, R24, R44",
+    "FMUL.FTZ R12, R12, 1.4426950216293334961",
+    "MUFU.EX2 R12, R12",
+    "FMUL.FTZ R44, R44, R43",
+    "FMUL.FTZ R15, R44, R15",
+    "FFMA.FTZ R38, R12, R38, R15",
+    "FMUL.FTZ R46, R12, R46",
+    "FFMA.FTZ R46, R44, R17, R46",
+)
+MTP_H = MTP_SH[:4] + ("FMUL.FTZ R38, R12, R38", "FFMA.FTZ R38, R44, R15, R38") + MTP_SH[6:]
+
+
 def i16_mtp():
     """A multi-token row, as FlashInfer's kernel has it: the int16 pair dequantised once before
     the step loop, then per step even column S, odd column H, two accumulators added, the
@@ -154,15 +170,7 @@ def i16_mtp():
         "FMUL.FTZ R46, R42.reuse, R31",
         "FMUL.FTZ R38, R42, R33",
     )
-    loop = (
-        "FMUL.FTZ R12, R24, R44",
-        "FMUL.FTZ R12, R12, 1.4426950216293334961",
-        "MUFU.EX2 R12, R12",
-        "FMUL.FTZ R44, R44, R43",
-        "FMUL.FTZ R15, R44, R15",
-        "FFMA.FTZ R38, R12, R38, R15",
-        "FMUL.FTZ R46, R12, R46",
-        "FFMA.FTZ R46, R44, R17, R46",
+    loop = MTP_SH + (
         "FFMA.FTZ R16, R18, R38, RZ",
         "FFMA.FTZ R17, R19, R46, RZ",
         "FADD.FTZ R17, R16, R17",
@@ -453,20 +461,6 @@ class Int16(unittest.TestCase):
         self.assertEqual([(r["form"], r["rule"]) for r in rows], [("rn/S/H", "rn/H")])
 
 
-# A multi-token kernel's token step of one column pair as FlashInfer's sm_90 build has it with
-# bf16 inputs: dA = ex2(rn(A dt') L2E), the even column S, s' = fma(dA, s, rn(B dtx)), the odd
-# one H, s' = fma(B, dtx, rn(dA s)); MTP_H: both columns H (its fp16- and fp32-input builds).
-MTP_SH = (
-    "FMUL.FTZ R12, R24, R44",
-    "FMUL.FTZ R12, R12, 1.4426950216293334961",
-    "MUFU.EX2 R12, R12",
-    "FMUL.FTZ R44, R44, R43",
-    "FMUL.FTZ R15, R44, R15",
-    "FFMA.FTZ R38, R12, R38, R15",
-    "FMUL.FTZ R46, R12, R46",
-    "FFMA.FTZ R46, R44, R17, R46",
-)
-MTP_H = MTP_SH[:4] + ("FMUL.FTZ R38, R12, R38", "FFMA.FTZ R38, R44, R15, R38") + MTP_SH[6:]
 MTP_GROUP = "mtp_sf16_ibf16_wbf16_af32_sii32_d64_ds128_nt4_csi32_nai32_pr0"
 
 
