@@ -5,11 +5,12 @@
 # timing spec, and lays them out in .gpu-conf/ with a runner for a GPU host without Rust,
 # compilers or network.
 #
-#   bash scripts/conformance_bundle.sh SPEC [--group SUBSTR]... [--test 'BINARY FILTER']...
-#        [--memcheck-test 'BINARY FILTER']... [--perf PERF_SPEC]          (here)
+#   bash scripts/conformance_bundle.sh SPEC [--spec SPEC]... [--group SUBSTR]...
+#        [--test 'BINARY FILTER']... [--memcheck-test 'BINARY FILTER']... [--perf PERF_SPEC] (here)
 #   bash .gpu-conf/run.sh [.gpu-conf/call-N.tar.xz]...           (GPU host, repository root)
 #
-# SPEC, PERF_SPEC: case specs of tools/flashinfer-recorder/cases (paths). --group: build only
+# SPEC, PERF_SPEC: case specs of tools/flashinfer-recorder/cases (paths); --spec adds another
+# spec to the round (their cases checked together, each with its own file's defaults). --group: build only
 # the recorder groups whose id contains SUBSTR (build.py --group; default: every group the spec
 # needs). --test: a test binary of this crate (e.g. ssu_numerics) and a name filter, run with
 # --include-ignored; --memcheck-test: the same, also run under compute-sanitizer memcheck.
@@ -38,10 +39,11 @@
 set -euo pipefail
 usage() { sed -n '2,37p' "$0" >&2; exit 2; }
 [ $# -ge 1 ] || usage
-spec=$1; shift
+specs=("$1"); shift
 groups=(); tests=(); memtests=(); perf=
 while [ $# -gt 0 ]; do
   case "$1" in
+    --spec) specs+=("$2"); shift 2 ;;
     --group) groups+=(--group "$2"); shift 2 ;;
     --test) tests+=("$2"); shift 2 ;;
     --memcheck-test) memtests+=("$2"); shift 2 ;;
@@ -51,7 +53,11 @@ while [ $# -gt 0 ]; do
 done
 root=$(git rev-parse --show-toplevel)
 cd "$root"
-[ -f "$spec" ] || { echo "conformance_bundle: no spec $spec" >&2; exit 2; }
+for spec in "${specs[@]}"; do
+  [ -f "$spec" ] || { echo "conformance_bundle: no spec $spec" >&2; exit 2; }
+done
+spec_args=()
+for spec in "${specs[@]}"; do spec_args+=(--spec "$spec"); done
 [ -z "$perf" ] || [ -f "$perf" ] || { echo "conformance_bundle: no spec $perf" >&2; exit 2; }
 [ -n "${MAMBA_SSU_CUDA_ROOT:-}" ] || eval "$(bash scripts/setup.sh)"
 export MAMBA_SSU_CUDA_ARCHS=${MAMBA_SSU_CUDA_ARCHS:-90}
@@ -64,14 +70,18 @@ trap 'rm -rf "$tmp"' EXIT
 #   (the checks of one path), tests/ (--test / --memcheck-test), perf/ (--perf).
 stage=$tmp/stage
 mkdir -p "$stage/bin" "$stage/specs" "$stage/tests/bin"
-# The spec's cases split by path (a case without "path" is single token, as in the recorder).
-python3 - "$spec" "$stage/specs" <<'PY'
+# The specs' cases split by path (a case without "path" is single token, as in the recorder),
+# each case with its own file's defaults written into it.
+python3 - "$stage/specs" "${specs[@]}" <<'PY'
 import json, sys
-spec = json.load(open(sys.argv[1]))
+cases = []
+for name in sys.argv[2:]:
+    spec = json.load(open(name))
+    cases += [dict(spec.get("defaults", {}), **c) for c in spec["cases"]]
 for path in ("stp", "mtp"):
-    cases = [c for c in spec["cases"] if c.get("path", "stp") == path]
-    if cases:
-        json.dump(dict(spec, cases=cases), open(f"{sys.argv[2]}/spec-{path}.json", "w"), indent=1)
+    mine = [c for c in cases if c.get("path", "stp") == path]
+    if mine:
+        json.dump({"defaults": {}, "cases": mine}, open(f"{sys.argv[1]}/spec-{path}.json", "w"), indent=1)
 PY
 
 recorder=${CONF_RECORDER_PREFIX:-target/flashinfer-recorder/conf-}
@@ -79,7 +89,7 @@ recorder=${CONF_RECORDER_PREFIX:-target/flashinfer-recorder/conf-}
 for rel in 0.7.2.post1 0.7.4; do
   extra=()
   [ -z "$perf" ] || [ "$rel" != 0.7.2.post1 ] || extra=(--spec "$perf")
-  python3 tools/flashinfer-recorder/build.py --flashinfer "$rel" --spec "$spec" "${extra[@]}" \
+  python3 tools/flashinfer-recorder/build.py --flashinfer "$rel" "${spec_args[@]}" "${extra[@]}" \
     --out "$recorder$rel" -j "$(nproc)" "${groups[@]}" >&2
   cp -r "$recorder$rel/dist" "$stage/rec-$rel"
 done
@@ -118,7 +128,7 @@ if [ -n "$perf" ]; then
 fi
 
 {
-  echo "spec: $spec"; echo "perf: ${perf:-none}"; echo "tree: $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (with uncommitted changes)')"
+  echo "spec: ${specs[*]}"; echo "perf: ${perf:-none}"; echo "tree: $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (with uncommitted changes)')"
   env | grep -E '^MAMBA_SSU_(F16_INPUT_KERNELS|CUDA_ARCHS|NVCC_FLAGS)=' || true
 } >"$tmp/info"
 cat >"$tmp/run.sh" <<'RUN'
