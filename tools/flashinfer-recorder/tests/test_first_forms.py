@@ -436,7 +436,15 @@ class Int16(unittest.TestCase):
         self.assertEqual(ff.int16_rule("mtp", 64, input_dtype="float16"), ("rn/H", "eeee,oooo"))
         self.assertEqual(ff.int16_rule("mtp", 64, input_dtype="float32")[0], "rn/H")
         self.assertEqual(ff.int16_rule("simple", 64, input_dtype="float16"), ("rn/S/F0", "eo"))
-        self.assertIsNone(ff.int16_rule("mtp", 96))
+        # the uneven dstates: the multi-token tile of the next power of two, single-token chains
+        # not compared (odd runs), VERTICAL served at 192 only
+        self.assertEqual(ff.int16_rule("mtp", 96), ("rn/S/H", "eeeeeeee,oooooooo"))
+        self.assertEqual(ff.int16_rule("mtp", 160, input_dtype="float16"), ("rn/H", "e" * 16 + "," + "o" * 16))
+        self.assertEqual(ff.int16_rule("simple", 160, input_dtype="float32"), ("rn/S/F1", None))
+        self.assertEqual(ff.int16_rule("simple_tiled", 96), ("rn/S/F1", None))
+        self.assertEqual(ff.int16_rule("vertical", 192), ("rn/S/F0", "eoeoeo"))
+        self.assertIsNone(ff.int16_rule("vertical", 224))
+        self.assertIsNone(ff.int16_rule("mtp", 288))
 
     def test_group_rows(self):
         types = "S2_fsif"
