@@ -22,8 +22,9 @@
 # How it builds: `cargo build --release --locked --lib` in a temporary `git worktree` of
 # BASE_REV and in this tree (each with its own target dir), so build.rs compiles csrc/ with
 # exactly the nvcc flags (and MAMBA_SSU_CUDA_ARCHS / MAMBA_SSU_NVCC_FLAGS, if set) of a normal
-# build; the objects compared are those under the build script's OUT_DIR (every `<hash>-<name>.o`
-# that cc compiled, matched by <name>, and mamba_ssu_dlink.o, the device-linked code).
+# build; the objects compared are the members of the static library in the build script's
+# OUT_DIR (every `<hash>-<name>.o` that cc compiled, matched by <name>, and mamba_ssu_dlink.o,
+# the device-linked code).
 #
 # Environment:
 #   SASS_DIFF_TARGET_DIR  where the two cargo target dirs go (DIR/base, DIR/current; default: a
@@ -115,10 +116,14 @@ CUR_OUT=$(build "$REPO" current)
 
 # --- dumps and comparison ----------------------------------------------------------------
 # One dump per object, keyed by the object's name without cc's hash prefix.
+# Only the members of the build's static library: a reused OUT_DIR keeps the objects of units
+# since deleted, which the library no longer holds.
 dump_all() {
   local out=$1 dest=$2 o name
   mkdir -p "$dest"
-  for o in "$out"/*.o; do
+  [ -f "$out/libmamba_ssu.a" ] || { log "no libmamba_ssu.a in $out"; exit 2; }
+  for o in $(ar t "$out/libmamba_ssu.a" | sed "s|^|$out/|"); do
+    [ -f "$o" ] || { log "$o: a member of libmamba_ssu.a that is not in $out"; exit 2; }
     name=$(basename "$o" | sed -E 's/^[0-9a-f]{16}-//')
     "$CUOBJDUMP" -arch "$SASS_DIFF_ARCH" -sass "$o" >"$dest/$name.sass"
     "$CUOBJDUMP" -arch "$SASS_DIFF_ARCH" -res-usage "$o" >"$dest/$name.res"
