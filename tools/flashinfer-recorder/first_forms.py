@@ -827,7 +827,7 @@ def int16_rule(kind, dstate, dim=None, release="0.7.2.post1", input_dtype=None):
     simple and tiled simple F1, vertical F0 at 192 and not served at 96, 160 and 224 (the crate
     refuses VERTICAL there); the single-token chains are not compared where a lane's run is
     odd (None: the tool reads runs of even length only). input_dtype None: bf16."""
-    if dstate not in (64, 96, 128, 160, 192, 224, 256):
+    if dstate not in SERVED_DSTATES:
         return None
     if kind == "mtp":
         n = (1 << (dstate - 1).bit_length()) // 16
@@ -956,9 +956,7 @@ def analyse_int16_group(gid, sass, release="0.7.2.post1"):
     expect = ("mtp",) if g["path"] == "mtp" else KINDS
     for kind in expect:
         if kind not in found:
-            rows.append({"group": gid, "kind": kind, "form": "?", "rule": None, "status": "kernel not found",
-                         "dim": g["dim"], "dstate": g["dstate"], "philox_rounds": g["philox_rounds"],
-                         "functions": [], "occurrences": []})
+            rows.append(_row(gid, g, kind, "?", None, [], [], "kernel not found"))
     return rows
 
 
@@ -1095,9 +1093,7 @@ def _analyse_group(gid, sass, release):
     hz_dim = g["dim"] % 64 == 0 and g["dim"] <= 256
     for kind in (KINDS if simple_vertical else ()) + ((HORIZONTAL,) if hz_dim else ()):
         if kind not in found:
-            rows.append({"group": gid, "kind": kind, "form": "?", "rule": None, "status": "kernel not found",
-                         "dim": g["dim"], "dstate": g["dstate"], "philox_rounds": g["philox_rounds"],
-                         "functions": [], "occurrences": []})
+            rows.append(_row(gid, g, kind, "?", None, [], [], "kernel not found"))
     return rows
 
 
