@@ -632,11 +632,13 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
   // The calls that read >= 48 MiB of state at an uneven dstate take the kernel at 6 blocks per
   // SM (DynUnevenWideConfig; same-run A/B: docs/perf-notes.md, "dstate 96: where the run-time
   // kernel's time goes").
-  const bool wide = p.batch * p.nheads * p.dim * p.dstate * float_bytes(p.state_dtype) >=
-                    kUnevenWideStateBytes;
+  const auto wide = [&p] {
+    return p.batch * p.nheads * p.dim * p.dstate * float_bytes(p.state_dtype) >=
+           kUnevenWideStateBytes;
+  };
   if (f32_inputs)
-    return ssu::launch_f32_inputs(a, nblocks, wpb, uneven_dstate(p.dstate), wide, st);
-  if (!hot && uneven_dstate(p.dstate)) return ssu::launch_uneven(a, nblocks, wpb, wide, st);
+    return ssu::launch_f32_inputs(a, nblocks, wpb, uneven_dstate(p.dstate), wide(), st);
+  if (!hot && uneven_dstate(p.dstate)) return ssu::launch_uneven(a, nblocks, wpb, wide(), st);
   if (!hot) return launch<DynConfig>(a, nblocks, wpb, st);
   const ssu::StpStateFamily family = p.dstate == 64    ? ssu::StpStateFamily::kDs64
                                      : p.dstate == 256 ? ssu::StpStateFamily::kDs256
