@@ -86,8 +86,9 @@ struct Plan {
 };
 
 // The grid of the hot kernels with r rows per group (or of the run-time kernels), unchecked.
+// rows > 0: blocks of that many rows instead (the full-pass plan below).
 void grid_for(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d, bool hot, int r,
-              Plan *g) {
+              Plan *g, int64_t rows = 0) {
   const int64_t heads = p.batch * p.nheads;  // < 2^31 (checked)
   const int min_blocks =
       !hot ? 4
@@ -108,7 +109,10 @@ void grid_for(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d, bo
       int64_t{resident_blocks(d, min_blocks, mtp::kThreads,
                               static_cast<int64_t>(smem_of(bph)) + static_smem(p, hot))} *
       d.num_sms;
-  while (2 * bph <= max_bph && heads * 2 * bph <= wave) bph *= 2;
+  if (rows > 0)
+    bph = (p.dim + rows - 1) / rows;
+  else
+    while (2 * bph <= max_bph && heads * 2 * bph <= wave) bph *= 2;
   const int64_t rpb = (p.dim + bph - 1) / bph;
   g->blocks_per_head = bph;
   g->rows_per_block = rpb;
@@ -142,6 +146,16 @@ int plan_launch(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d, 
   // The lane partials of four rows (4 x 8 floats per token and group; of two at dstate 256,
   // with twice the B/C) pass 48 KiB of shared memory at long token counts: half the rows there.
   while (g.rows_per_group > 1 && !fits(g)) grid_for(p, d, hot, g.rows_per_group / 2, &g);
+  // Full passes (Tuning::kMtpFullPasses): where a block's rows leave its last pass of row
+  // groups part-empty (head dim 80: 40-row blocks, 32-row passes of two-row groups), one-row
+  // groups on blocks of kGroups rows, every group busy in the block's one pass.
+  if (hot && g.rows_per_group > 1 && p.dim % mtp::kGroups == 0 &&
+      g.rows_per_block % (int64_t{mtp::kGroups} * g.rows_per_group) != 0 &&
+      (Tuning::kMtpFullPasses > 1 || (Tuning::kMtpFullPasses == 1 && p.philox_rounds > 0))) {
+    Plan f;
+    grid_for(p, d, hot, 1, &f, mtp::kGroups);
+    if (fits(f)) g = f;
+  }
   if (g.blocks > std::numeric_limits<int32_t>::max())
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "batch * nheads * ceil(dim / 64): expected a grid of <= %d blocks, got %lld x "

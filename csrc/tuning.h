@@ -15,11 +15,12 @@
 // the live configuration in csrc/tuning.h)" lists the former switches and where their results
 // are.
 //
-// Build-time override (the one kept, for benchmark experiments on the planning):
+// Build-time overrides (kept for benchmark experiments on the planning):
 //   MAMBA_SSU_NVCC_FLAGS="-DMAMBA_SSU_RPW_WARPS_PER_SM=N" (build.rs passes it to nvcc) replaces
 //   Sm90::kRpwWarpsPerSm in `Tuning`. It changes host code only (the launch plan: rows per warp,
 //   the small-grid rules), so every variant runs the same kernels; give each variant its own
-//   CARGO_TARGET_DIR.
+//   CARGO_TARGET_DIR. Likewise "-DMAMBA_SSU_MTP_FULL_PASSES=N" replaces Sm90::kMtpFullPasses
+//   (the multi-token plan at head dims whose blocks leave a pass part-empty).
 #pragma once
 
 #include <stdint.h>
@@ -192,13 +193,22 @@ struct Sm90 {
   // Rows per group at dstate 256: at most two (a block's 32 rows then write 16 KiB per token,
   // what four rows write at dstate 128; four rows would need all 255 registers: 2 blocks).
   static constexpr int kMtpDs256MaxRows = 2;
+  // Hot multi-token calls whose blocks leave the last pass of row groups part-empty (head dim
+  // 80): 0 keeps the plan above; 1 runs them with SR as one-row groups on blocks of 16 rows
+  // (ssu_mtp.cu, plan_launch); 2 does so with and without SR. Host code only.
+  static constexpr int kMtpFullPasses = 0;
 };
 
 // The configuration of this build.
-#ifdef MAMBA_SSU_RPW_WARPS_PER_SM
-// The build-time override of the planning threshold (see the top of this file).
+#if defined(MAMBA_SSU_RPW_WARPS_PER_SM) || defined(MAMBA_SSU_MTP_FULL_PASSES)
+// The build-time overrides of the planning (see the top of this file).
 struct Tuning : Sm90 {
+#ifdef MAMBA_SSU_RPW_WARPS_PER_SM
   static constexpr int kRpwWarpsPerSm = MAMBA_SSU_RPW_WARPS_PER_SM;
+#endif
+#ifdef MAMBA_SSU_MTP_FULL_PASSES
+  static constexpr int kMtpFullPasses = MAMBA_SSU_MTP_FULL_PASSES;
+#endif
 };
 #else
 using Tuning = Sm90;

@@ -1792,20 +1792,40 @@ fn run_exact_set(name: &str, problems: &[Problem]) {
     let Some((_ctx, stream)) = common::gpu() else {
         return;
     };
+    // The f64 reference and the fp32 emulation are the test's cost (the kernel runs take
+    // milliseconds): computed on the host's cores, a few problems at a time (a large problem's
+    // reference holds every token's f64 state), then checked against the kernel in order.
+    let width = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
     let mut failures = Vec::new();
-    for p in problems {
-        let r = reference(p);
-        let want = emulate_fp32(p, &r, p.cfg.state == "float32");
-        let got = run(&stream, p);
-        let mut bad: Vec<String> = exact_diff(p, &want, &got).into_iter().collect();
-        let tol = check(p, &r, &got);
-        if !tol.is_empty() {
-            bad.push(format!("{:?} (f64 reference): {}", p.cfg, tol.join("; ")));
-        }
-        if !bad.is_empty() {
-            let f = bad.join(" | ");
-            eprintln!("FAIL {f}");
-            failures.push(f);
+    for chunk in problems.chunks(width) {
+        let expected: Vec<(MtpReference, After)> = std::thread::scope(|s| {
+            let handles: Vec<_> = chunk
+                .iter()
+                .map(|p| {
+                    s.spawn(move || {
+                        let r = reference(p);
+                        let want = emulate_fp32(p, &r, p.cfg.state == "float32");
+                        (r, want)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("reference thread panicked"))
+                .collect()
+        });
+        for (p, (r, want)) in chunk.iter().zip(&expected) {
+            let got = run(&stream, p);
+            let mut bad: Vec<String> = exact_diff(p, want, &got).into_iter().collect();
+            let tol = check(p, r, &got);
+            if !tol.is_empty() {
+                bad.push(format!("{:?} (f64 reference): {}", p.cfg, tol.join("; ")));
+            }
+            if !bad.is_empty() {
+                let f = bad.join(" | ");
+                eprintln!("FAIL {f}");
+                failures.push(f);
+            }
         }
     }
     report(
