@@ -116,7 +116,7 @@ void grid_for(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d, bo
   const int64_t rpb = (p.dim + bph - 1) / bph;
   g->blocks_per_head = bph;
   g->rows_per_block = rpb;
-  // heads < 2^31 and bph <= max(4, ceil(dim / 64)) < 2^25: no overflow (the check bounds it by
+  // heads < 2^31 and bph <= max(4, ceil(dim / 16)) < 2^27: no overflow (the check bounds it by
   // INT32_MAX already; plan_launch checks again).
   g->blocks = heads * bph + (p.seed_next != nullptr ? 1 : 0);
   g->nblocks = 0;
