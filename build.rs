@@ -19,6 +19,14 @@
 //!   such calls to them, and sets the Rust cfg `f16_input_kernels` (the tests of those kernels);
 //!   unset or `0`: such calls run the run-time kernels. Off by default until the kernels have
 //!   run on a GPU.
+//! - `MAMBA_SSU_NVCC_CACHE`: a directory (absolute path) in which to keep built static libraries,
+//!   one per key: the nvcc command line `cc` would run (targets, flags, `-D`s), the toolkit's
+//!   `nvcc --version`, `NVCC_PREPEND_FLAGS`/`NVCC_APPEND_FLAGS`, the target triple and the
+//!   contents of every file under `csrc/`. A build whose key is there copies that library instead
+//!   of running nvcc; cargo's profiles (check, clippy, doc, test, release, `cargo package`'s
+//!   verification) all compile the same nvcc command, so one compilation serves them all.
+//!   Unset (the default): no cache, every build script run compiles. `scripts/test.sh` sets it
+//!   to `target/nvcc-cache`. Entries are never pruned: remove the directory to clear it.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -56,6 +64,9 @@ fn main() {
         "MAMBA_SSU_CUDA_CACHE",
         "MAMBA_SSU_NVCC_FLAGS",
         "MAMBA_SSU_F16_INPUT_KERNELS",
+        "MAMBA_SSU_NVCC_CACHE",
+        "NVCC_PREPEND_FLAGS",
+        "NVCC_APPEND_FLAGS",
         "PATH",
     ] {
         println!("cargo:rerun-if-env-changed={var}");
@@ -142,9 +153,9 @@ fn main() {
             build.file(src);
         }
     }
-    build.compile("mamba_ssu");
-
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR is set by cargo"));
+    compile_library(&build, &nvcc, &sources, &out_dir);
+
     println!("cargo:rustc-link-search=native={}", lib_dir.display());
     for lib in ["dl", "rt", "pthread"] {
         println!("cargo:rustc-link-lib=dylib={lib}");
@@ -173,6 +184,90 @@ fn main() {
     ] {
         link_c_demo(name, env_var, &out_dir, &include, &lib_dir);
     }
+}
+
+/// Builds `libmamba_ssu.a` into `out_dir` with `build`, or copies it from the cache of
+/// `MAMBA_SSU_NVCC_CACHE` where that holds a library built from the same key (module docs), and
+/// prints the link lines `cc` prints. A cache that cannot be read or written only costs the
+/// compilation (a `cargo:warning` says why).
+fn compile_library(build: &cc::Build, nvcc: &Path, sources: &[PathBuf], out_dir: &Path) {
+    let entry = env::var_os("MAMBA_SSU_NVCC_CACHE")
+        .filter(|d| !d.is_empty())
+        .map(|dir| PathBuf::from(dir).join(format!("{}.a", cache_key(build, nvcc, sources))));
+    let lib = out_dir.join("libmamba_ssu.a");
+    if let Some(entry) = entry.as_ref().filter(|e| e.is_file()) {
+        match std::fs::copy(entry, &lib) {
+            Ok(_) => {
+                // What `cc::Build::compile` prints for a CUDA build with a static cudart (the
+                // toolkit's library directory is printed by the caller).
+                println!("cargo:rustc-link-lib=static=mamba_ssu");
+                println!("cargo:rustc-link-search=native={}", out_dir.display());
+                println!("cargo:rustc-link-lib=stdc++");
+                println!("cargo:rustc-link-lib=cudart_static");
+                return;
+            }
+            Err(e) => println!(
+                "cargo:warning=MAMBA_SSU_NVCC_CACHE: copying {} failed ({e}); compiling",
+                entry.display()
+            ),
+        }
+    }
+    build.compile("mamba_ssu");
+    if let Some(entry) = entry {
+        // Written under a temporary name and renamed: a concurrent build never reads half a file.
+        let tmp = entry.with_extension(format!("tmp{}", std::process::id()));
+        let stored = entry
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|_| std::fs::copy(&lib, &tmp))
+            .and_then(|_| std::fs::rename(&tmp, &entry));
+        if let Err(e) = stored {
+            let _ = std::fs::remove_file(&tmp);
+            println!(
+                "cargo:warning=MAMBA_SSU_NVCC_CACHE: storing {} failed ({e})",
+                entry.display()
+            );
+        }
+    }
+}
+
+/// The cache key of a library build (module docs, `MAMBA_SSU_NVCC_CACHE`): 128 bits as hex.
+fn cache_key(build: &cc::Build, nvcc: &Path, sources: &[PathBuf]) -> String {
+    use std::hash::{DefaultHasher, Hasher};
+    let version = Command::new(nvcc)
+        .arg("--version")
+        .output()
+        .map(|o| o.stdout)
+        .unwrap_or_default();
+    let mut text: Vec<u8> = Vec::new();
+    let mut field = |bytes: &[u8]| {
+        text.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        text.extend_from_slice(bytes);
+    };
+    field(b"mamba-ssu nvcc cache 1");
+    // The compiler and its arguments; not `to_command()`'s environment, which holds OUT_DIR.
+    let tool = build.get_compiler();
+    field(tool.path().as_os_str().as_encoded_bytes());
+    for arg in tool.args() {
+        field(arg.as_encoded_bytes());
+    }
+    field(&version);
+    for var in ["NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "TARGET"] {
+        field(env::var(var).unwrap_or_default().as_bytes());
+    }
+    for src in sources {
+        field(src.to_string_lossy().as_bytes());
+        field(&std::fs::read(src).unwrap_or_else(|e| panic!("reading {src:?}: {e}")));
+    }
+    // Two SipHash-1-3 digests of the same bytes under different prefixes. std's hasher is fixed
+    // within a Rust release; a different release can only miss the cache, never hit wrongly.
+    let digest = |salt: u8| {
+        let mut h = DefaultHasher::new();
+        h.write_u8(salt);
+        h.write(&text);
+        h.finish()
+    };
+    format!("{:016x}{:016x}", digest(1), digest(2))
 }
 
 /// The first toolkit root with an executable `bin/nvcc`, in the documented order.

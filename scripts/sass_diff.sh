@@ -88,7 +88,8 @@ git worktree add --quiet --detach "$BASE_TREE" "$BASE_SHA"
 build() {
   local tree=$1 json
   json=$WORK/$(basename "$tree").json
-  (cd "$tree" && CARGO_TARGET_DIR=$TARGET/$2 cargo build --release --locked --lib \
+  # No object cache (build.rs, MAMBA_SSU_NVCC_CACHE): the dumps read the objects in OUT_DIR.
+  (cd "$tree" && env -u MAMBA_SSU_NVCC_CACHE CARGO_TARGET_DIR=$TARGET/$2 cargo build --release --locked --lib \
      --message-format=json >"$json") || { log "build failed in $tree"; exit 2; }
   python3 - "$json" "$tree" <<'EOF'
 import json, os, sys

@@ -20,6 +20,10 @@ eval "$(bash scripts/setup.sh)"
 # below (python/build.sh) and checked with scripts/check_fatbin.sh.
 full_archs=${MAMBA_SSU_CUDA_ARCHS-}
 export MAMBA_SSU_CUDA_ARCHS=${MAMBA_SSU_TEST_ARCHS:-90}
+# One nvcc compilation per library for all of cargo's profiles below (clippy, doc, bench, test,
+# and `cargo package`'s verification build the same nvcc command): build.rs keeps each built
+# library under the key of its command, toolkit and sources (README "Build notes").
+export MAMBA_SSU_NVCC_CACHE=${MAMBA_SSU_NVCC_CACHE:-$PWD/target/nvcc-cache}
 
 cargo fmt --check
 cargo clippy --all-targets --locked -- -D warnings
