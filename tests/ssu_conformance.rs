@@ -471,7 +471,8 @@ const SHAPES_074: Embedded = Embedded {
 /// new_cases.json`'s cases the crate serves: head dim 128 with dstate 64 and 256 (fp16 state at
 /// 0, 5 and 10 rounds; fp32 and bf16 state), 1, 3, 7 and 12 Philox rounds, padded index tensors,
 /// 264 heads x batch 1; the simple, vertical and auto runs (`merge.py --algorithms
-/// simple,vertical,auto --exclude _ds96_`). At head dim 80 with dstate 64, 96 or 256 FlashInfer's
+/// simple,vertical,auto --exclude _ds96_`). The padded-index case writes a slot no other
+/// sequence reads (re-recorded on an H100 on 2026-12-06). At head dim 80 with dstate 64, 96 or 256 FlashInfer's
 /// own call ends in an illegal memory access on the H200, so those cases have no recording.
 const NEW_CASES: Embedded = Embedded {
     name: "flashinfer_ssu_new_cases",
@@ -671,18 +672,17 @@ const INT16_074: Embedded = Embedded {
 };
 
 /// FlashInfer 0.7.4's single-token kernels with fp16 inputs and weights (an fp16 model;
-/// `tools/flashinfer-recorder/cases/f16in_cases.json`, `--path stp`, recorded on an H200 on
-/// 2026-12-05): head dims 64, 80 and 128 at dstate 64, 128 and 256, an fp16 state at 0, 5 and 10
+/// `tools/flashinfer-recorder/cases/f16in_cases.json`, `--path stp`, recorded on an H100 on
+/// 2026-12-06): head dims 64, 80 and 128 at dstate 64, 128 and 256, an fp16 state at 0, 5 and 10
 /// rounds, bf16 and fp32 states (32 heads x batch 3, a pad and z; simple, vertical, auto), the
-/// horizontal mapping at head dims 64 and 128 with dstate 96 too, and 128 heads x batch 8 and 40
-/// (state by hash); blocks over 64 KiB by hash. Left out: the horizontal run with an fp32 state
-/// at head dim 128 and dstate 256, where FlashInfer's own kernel is not deterministic (two
-/// calls of 0.7.2.post1's gave different bytes on the H200; docs/flashinfer-ssu.md).
+/// horizontal mapping at head dims 64 and 128 with dstate 96 too (each sequence writing a slot
+/// no other sequence reads), and 128 heads x batch 8 and 40 (state by hash); blocks over 64 KiB
+/// by hash.
 const F16IN_074: Embedded = Embedded {
     name: "flashinfer_ssu_f16in_074",
     manifest: include_str!("data/flashinfer_ssu_f16in_074/manifest.json"),
     fixtures: include_bytes!("data/flashinfer_ssu_f16in_074/fixtures.bin"),
-    cases: 97,
+    cases: 98,
     dims: &[64, 80, 128],
     dstates: &[64, 96, 128, 256],
 };

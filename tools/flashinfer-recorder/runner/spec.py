@@ -143,6 +143,33 @@ def _contig(shape):
     return list(reversed(st)), acc
 
 
+def _check_slots_disjoint(c):
+    """Refuses a case in which one sequence writes a state slot that another one reads or writes.
+
+    FlashInfer's blocks of different sequences run concurrently, and a block reads its slot
+    before it writes: with such a slot shared, what a sequence reads depends on the schedule
+    (a race), so two calls can leave different bytes and no recording is a reference. Engines
+    give every sequence a slot of its own. A row of a 2-D index counts whole; pads are left out;
+    a sequence without dst indices writes where it reads (none with disable_state_update)."""
+    batch, pad = c["batch"], c["pad_slot_id"]
+
+    def rows(v):
+        return [set(r if isinstance(r, list) else [r]) - {pad} for r in v[:batch]]
+
+    sbi, dsbi = c["state_batch_indices"], c["dst_state_batch_indices"]
+    reads = rows(sbi) if sbi is not None else [{i} for i in range(batch)]
+    if c["disable_state_update"]:
+        writes = [set() for _ in reads]
+    else:
+        writes = rows(dsbi) if dsbi is not None else reads
+    for i, w in enumerate(writes):
+        for j in range(len(reads)):
+            shared = w & (reads[j] | (writes[j] if j < len(writes) else set()))
+            if i != j and shared:
+                raise SpecError(f"{c['name']}: sequence {i} writes slot {min(shared)}, which sequence {j} reads "
+                                f"or writes: the result would depend on the blocks' schedule (a race)")
+
+
 def build_case(c):
     """A manifest-form case (inputs described, no results) from one expanded spec case."""
     unknown = set(c) - SPEC_KEYS
@@ -164,6 +191,7 @@ def build_case(c):
     ix = c["index_dtype"]
     sbi, dsbi = c["state_batch_indices"], c["dst_state_batch_indices"]
     referenced = [v for v in _flat(sbi or []) + _flat(dsbi or []) if v != c["pad_slot_id"]]
+    _check_slots_disjoint(c)
     cache = c["state_cache_size"] or max([batch] + [v + 1 for v in referenced])
     head = nh * dim * ds
     sstride = c["state_stride_batch"] or head

@@ -112,6 +112,20 @@ class Spec(unittest.TestCase):
             specmod.build_case({"name": "x", "gen_seed": 1, "path": "mtp"})
         with self.assertRaises(specmod.SpecError):
             specmod.expand_cases({"cases": [{"name": "a", "gen_seed": 1}, {"name": "a", "gen_seed": 2}]})
+        # A slot one sequence writes and another reads (a race between their blocks), or two
+        # sequences write; a pad, and disjoint slots, are fine.
+        racy = {"name": "x", "gen_seed": 1, "batch": 3, "state_batch_indices": [0, 3, 1],
+                "dst_state_batch_indices": [1, 2, 3], "state_cache_size": 4}
+        with self.assertRaises(specmod.SpecError):
+            specmod.build_case(racy)
+        with self.assertRaises(specmod.SpecError):
+            specmod.build_case({**racy, "dst_state_batch_indices": [2, 2, 4], "state_cache_size": 5})
+        with self.assertRaises(specmod.SpecError):
+            specmod.build_case({**racy, "dst_state_batch_indices": None, "state_batch_indices": [1, 1, 2]})
+        specmod.build_case({**racy, "dst_state_batch_indices": [2, 4, 5], "state_cache_size": 6})
+        specmod.build_case({**racy, "state_batch_indices": [0, -1, -1], "dst_state_batch_indices": None})
+        specmod.build_case({**racy, "state_batch_indices": [1, 1, 2], "dst_state_batch_indices": None,
+                            "disable_state_update": True, "path": "mtp", "T": 2})
 
     def test_spec_rebuilds_a_recorded_case(self):
         # The spec form of pr10_h8_b3_dst_g1 gives the recorded input descriptors exactly.
