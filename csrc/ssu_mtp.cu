@@ -151,7 +151,7 @@ int plan_launch(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d, 
   // groups on blocks of kGroups rows, every group busy in the block's one pass.
   if (hot && g.rows_per_group > 1 && p.dim % mtp::kGroups == 0 &&
       g.rows_per_block % (int64_t{mtp::kGroups} * g.rows_per_group) != 0 &&
-      (Tuning::kMtpFullPasses > 1 || (Tuning::kMtpFullPasses == 1 && p.philox_rounds > 0))) {
+      (Tuning::kMtpFullPasses > 1 || (Tuning::kMtpFullPasses == 1 && p.philox_rounds == 0))) {
     Plan f;
     grid_for(p, d, hot, 1, &f, mtp::kGroups);
     if (fits(f)) g = f;

@@ -194,9 +194,11 @@ struct Sm90 {
   // what four rows write at dstate 128; four rows would need all 255 registers: 2 blocks).
   static constexpr int kMtpDs256MaxRows = 2;
   // Hot multi-token calls whose blocks leave the last pass of row groups part-empty (head dim
-  // 80): 0 keeps the plan above; 1 runs them with SR as one-row groups on blocks of 16 rows
-  // (ssu_mtp.cu, plan_launch); 2 does so with and without SR. Host code only.
-  static constexpr int kMtpFullPasses = 0;
+  // 80): 0 keeps the plan above; 1 runs them without SR as one-row groups on blocks of 16 rows
+  // (ssu_mtp.cu, plan_launch); 2 does so with and without SR. Host code only. 1: without SR
+  // the full passes took 0.92-0.99 of the time at head dim 80, with SR 1.06-1.21 (the
+  // multi-token plan at head dim 80, docs/perf-notes.md, 2026-12-06).
+  static constexpr int kMtpFullPasses = 1;
 };
 
 // The configuration of this build.

@@ -272,8 +272,25 @@ fn embedded_int16_074() -> Manifest {
     )
 }
 
+/// FlashInfer 0.7.4's multi-token kernel on the dtype forms beside bf16 inputs
+/// (`tools/flashinfer-recorder/cases/dtype_forms_cases.json`: every input and weight dtype over
+/// bf16, fp32 and int16 states; `f16in_states_cases.json`, `f16in_cases.json`: fp16 inputs over
+/// fp16, bf16, fp32 and int16 states at head dims 64 and 128 and dstates 64, 128 and 256) and on
+/// `mtp_d80_grid_cases.json` (head dim 80, 128 heads x batch 8 and 32, 0/5/10 rounds, dense and
+/// varlen: the launch plans of head dim 80 at the sizes engines run). Recorded on an H100 on
+/// 2026-12-06; blocks over 8 KiB by hash, the int16 scales stored whatever their size.
+fn embedded_forms_074() -> Manifest {
+    Manifest::from_text(
+        include_str!("data/flashinfer_ssu_mtp_forms_074/manifest.json"),
+        &[(
+            "fixtures.bin",
+            include_bytes!("data/flashinfer_ssu_mtp_forms_074/fixtures.bin"),
+        )],
+    )
+}
+
 /// Every embedded manifest: the reference data and the sets above.
-fn all_embedded() -> [Manifest; 16] {
+fn all_embedded() -> [Manifest; 17] {
     [
         embedded(),
         embedded_shapes(),
@@ -291,6 +308,7 @@ fn all_embedded() -> [Manifest; 16] {
         embedded_dsf32_074(),
         embedded_int16_uneven(),
         embedded_int16_uneven_074(),
+        embedded_forms_074(),
     ]
 }
 
@@ -1032,6 +1050,18 @@ fn flashinfer_mtp_ds96_bit_exact() {
     };
     let m = embedded_ds96();
     assert_eq!(m.cases.len(), 10);
+    check_manifest(&ctx, &stream, &m);
+}
+
+/// The dtype forms, the fp16-input cases and the head-dim-80 launch plans from FlashInfer 0.7.4.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_mtp_forms_074_bit_exact() {
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let m = embedded_forms_074();
+    assert_eq!(m.cases.len(), 84);
     check_manifest(&ctx, &stream, &m);
 }
 
