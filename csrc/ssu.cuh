@@ -150,7 +150,7 @@ struct Args {
   int32_t dim;               // read by DynConfig only
   int32_t dstate;            // read by DynConfig only
   int32_t philox_rounds;     // read by DynConfig only
-  int32_t simple;            // layout, read by DynConfig only
+  int32_t simple;            // layout, read by DynConfig; RowForms: the update form too
   int32_t first_form_f1;     // 1: lane partials start with form F1, 0: F0 (DynUnevenI16Config:
                              // bit 0 rows that are not pads, bit 1 pad rows; RowForms: bits 0-1
                              // and 2-3, 0 F0, 1 F1, 2 F2)
@@ -1214,6 +1214,12 @@ __device__ __forceinline__ void ssu_body(const Args &a, const ScaleArgs &sc = Sc
   // RowForms: the row's form, 0 F0, 1 F1, 2 F2 (bits 2-3 for a pad row).
   [[maybe_unused]] const int row_form =
       HasRowForms<Cfg>::value ? (a.first_form_f1 >> (pad ? 2 : 0)) & 3 : 0;
+  // RowForms under the vertical mapping: FlashInfer's vertical kernel of an fp32 state with fp32
+  // inputs contracts the other product of the update, s' = fma(x, dB, rn(dA * s)) (form H; read
+  // from the SASS of both releases' builds, every dstate and weight dtype: first_forms.py,
+  // stp_update_rule); its simple kernels, and every kernel of the other dtypes, take
+  // s' = fma(dA, s, rn(x * dB)) (form S). A pad row's zero state gives rn(x * dB) either way.
+  [[maybe_unused]] const bool update_h = HasRowForms<Cfg>::value && a.simple == 0;
 
   // B * dt' and C at the lane's columns.
   const int64_t g = h / a.heads_per_group;
@@ -1288,8 +1294,15 @@ __device__ __forceinline__ void ssu_body(const Args &a, const ScaleArgs &sc = Sc
       const float x = cur.x[r];
 #pragma unroll
       for (int i = 0; i < K; ++i) {
-        if (i < cfg.ncols())
-          s[r][i] = __fmaf_rn(dA, cfg.state_value(cur.state[r], i), __fmul_rn(x, Bdt[i]));
+        if (i < cfg.ncols()) {
+          if constexpr (HasRowForms<Cfg>::value) {
+            const float sv = cfg.state_value(cur.state[r], i);
+            s[r][i] = update_h ? __fmaf_rn(x, Bdt[i], __fmul_rn(dA, sv))
+                               : __fmaf_rn(dA, sv, __fmul_rn(x, Bdt[i]));
+          } else {
+            s[r][i] = __fmaf_rn(dA, cfg.state_value(cur.state[r], i), __fmul_rn(x, Bdt[i]));
+          }
+        }
       }
       const float Dx = __fmul_rn(D, x);
       float acc;

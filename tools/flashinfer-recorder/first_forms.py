@@ -1028,6 +1028,21 @@ def _row(gid, g, kind, form, rule, functions, occurrences, status=None):
             "functions": functions, "occurrences": occurrences}
 
 
+def stp_update_rule(kind, state_dtype, input_dtype):
+    """The crate's state-update form of a single-token simple or vertical kernel (csrc/ssu.cuh,
+    ssu_kernel): 'H', s' = fma(x, dB, rn(dA * s)), in the vertical kernel of an fp32 state with
+    fp32 inputs (the RowForms configs); 'S', s' = fma(dA, s, rn(x * dB)), in every other."""
+    vertical_f32 = kind == "vertical" and state_dtype == "float32" and input_dtype == "float32"
+    return "H" if vertical_f32 else "S"
+
+
+def update_form(insns, end=None):
+    """The update form (mtp_update_form of classify_horizontal's counts) of the instructions
+    before address `end`: a vertical kernel's pad path is left out, its zero state's product by
+    dA making every pad row's update read as H whatever the other rows take."""
+    return mtp_update_form(classify_horizontal([i for i in insns if end is None or i.addr < end])["update"])
+
+
 def pad_path_start(insns):
     """The address where a vertical kernel's pad path begins: its one product of the zero state by
     dA, `FMUL Rd, RZ, Rs` (FlashInfer's vertical kernel runs a row whose read slot is the pad slot
@@ -1057,11 +1072,13 @@ def _analyse_group(gid, sass, release):
         else:
             insns = parse_sass(lines)
             occ = classify(insns)
+            marker = None
             if kind == "vertical":
                 marker = pad_path_start(insns)
                 for o in occ:
                     o["path"] = "pad" if marker is not None and o["addr"] > marker else "state"
             e["occurrences"] += occ
+            e.setdefault("updates", []).append(update_form(insns, marker))
     rows = []
     order = KINDS + (HORIZONTAL,)
     for kind in sorted(found, key=lambda k: (order.index(k) if k in order else len(order), k)):
@@ -1088,7 +1105,17 @@ def _analyse_group(gid, sass, release):
         else:
             rule = predicted_form(kind, g["philox_rounds"], g["dstate"], g["state_dtype"], release,
                                   g.get("input_dtype"))
-        rows.append(_row(gid, g, kind, form, rule, e["functions"], e["occurrences"]))
+        row = _row(gid, g, kind, form, rule, e["functions"], e["occurrences"])
+        if kind != HORIZONTAL:
+            # The state update's form beside the first form: a classified one the crate's rule
+            # does not take is a disagreement ('mixed', 'S/H' and '?' are reported, not checked).
+            updates = set(e["updates"])
+            row["update"] = updates.pop() if len(updates) == 1 else "mixed"
+            row["update_rule"] = stp_update_rule(kind, g["state_dtype"], g.get("input_dtype")) if served else None
+            if (row["status"] == "agrees" and row["update"] in ("S", "H")
+                    and row["update"] != row["update_rule"]):
+                row["status"] = "DISAGREES"
+        rows.append(row)
     # FlashInfer 0.7.4 instantiates its horizontal kernel only for the head dims it takes.
     hz_dim = g["dim"] % 64 == 0 and g["dim"] <= 256
     for kind in (KINDS if simple_vertical else ()) + ((HORIZONTAL,) if hz_dim else ()):
@@ -1137,9 +1164,10 @@ def main(argv=None):
         return 2
 
     width = max([len(r["group"]) for r in rows] + [5])
-    print(f"{'group':<{width}}  {'kernel':<12}  {'form':<7}  {'rule':<5}  status")
+    print(f"{'group':<{width}}  {'kernel':<12}  {'form':<7}  {'rule':<5}  {'update':<6}  {'rule':<4}  status")
     for r in rows:
-        print(f"{r['group']:<{width}}  {r['kind']:<12}  {r['form']:<7}  {r['rule'] or '-':<5}  {r['status']}")
+        print(f"{r['group']:<{width}}  {r['kind']:<12}  {r['form']:<7}  {r['rule'] or '-':<5}  "
+              f"{r.get('update', '-'):<6}  {r.get('update_rule') or '-':<4}  {r['status']}")
         if a.verbose and "int16" in r:
             i = r["int16"]
             print(f"      accumulation {i['acc']}, quantisation {i['quant']}"
@@ -1158,7 +1186,8 @@ def main(argv=None):
     if bad:
         print("disagree:")
         for r in bad:
-            print(f"  {r['group']} {r['kind']}: {r['form']}, rule {r['rule']}")
+            print(f"  {r['group']} {r['kind']}: {r['form']}, rule {r['rule']}"
+                  + (f"; update {r['update']}, rule {r['update_rule']}" if "update" in r else ""))
     if unclassified:
         print("unclassified (not a failure):")
         for r in unclassified:
