@@ -687,8 +687,27 @@ const F16IN_074: Embedded = Embedded {
     dstates: &[64, 96, 128, 256],
 };
 
+/// FlashInfer 0.7.4's single-token kernels on the dtype forms beside bf16 inputs
+/// (`tools/flashinfer-recorder/cases/dtype_forms_cases.json`: every input and weight dtype over
+/// fp16, bf16, fp32 and int16 states at dstate 128; `f32in_cases.json`: fp32 inputs and weights
+/// over fp32, fp16 and bf16 states at every dstate an fp32 state takes, a pad sequence, dst
+/// slots, z; `f16in_states_cases.json`'s int16 cases), recorded on an H100 on 2026-12-06;
+/// blocks over 8 KiB by hash, the int16 scales stored. The vertical runs of an fp32 state with
+/// fp32 inputs check the update form of the `RowForms` kernels under the vertical mapping
+/// (docs/flashinfer-ssu.md).
+const DTYPE_FORMS_074: Embedded = Embedded {
+    name: "flashinfer_ssu_dtype_forms_074",
+    manifest: include_str!("data/flashinfer_ssu_dtype_forms_074/manifest.json"),
+    fixtures: include_bytes!("data/flashinfer_ssu_dtype_forms_074/fixtures.bin"),
+    cases: 85,
+    dims: &[64, 80, 128],
+    dstates: &[
+        32, 48, 64, 80, 96, 128, 144, 160, 176, 192, 208, 224, 240, 256,
+    ],
+};
+
 /// Every embedded set beside the reference data.
-const EMBEDDED: [&Embedded; 18] = [
+const EMBEDDED: [&Embedded; 19] = [
     &SHAPES,
     &SHAPES_074,
     &NEW_CASES,
@@ -707,6 +726,7 @@ const EMBEDDED: [&Embedded; 18] = [
     &INT16_UNEVEN,
     &INT16_UNEVEN_074,
     &F16IN_074,
+    &DTYPE_FORMS_074,
 ];
 
 /// Runs one embedded set on the GPU, as [`flashinfer_reference_bit_exact`] checks the reference
@@ -848,6 +868,13 @@ fn flashinfer_int16_uneven_074_bit_exact() {
 #[ignore = "requires a CUDA GPU"]
 fn flashinfer_f16in_074_bit_exact() {
     check_embedded(&F16IN_074);
+}
+
+/// [`DTYPE_FORMS_074`] on the GPU: the dtype forms and fp32 inputs, every state.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_dtype_forms_074_bit_exact() {
+    check_embedded(&DTYPE_FORMS_074);
 }
 
 /// Every embedded set's data is intact: the bin has its recorded size and SHA-256, every
