@@ -259,8 +259,8 @@ fn cache_key(build: &cc::Build, nvcc: &Path, sources: &[PathBuf]) -> String {
         field(src.to_string_lossy().as_bytes());
         field(&std::fs::read(src).unwrap_or_else(|e| panic!("reading {src:?}: {e}")));
     }
-    // Two SipHash-1-3 digests of the same bytes under different prefixes. std's hasher is fixed
-    // within a Rust release; a different release can only miss the cache, never hit wrongly.
+    // Two digests of the same bytes under different prefixes with std's DefaultHasher (fixed
+    // keys; its algorithm may change between Rust releases, which can only miss the cache).
     let digest = |salt: u8| {
         let mut h = DefaultHasher::new();
         h.write_u8(salt);
