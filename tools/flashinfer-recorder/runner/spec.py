@@ -163,9 +163,9 @@ def _check_slots_disjoint(c):
     else:
         writes = rows(dsbi) if dsbi is not None else reads
     for i, w in enumerate(writes):
-        for j in range(len(reads)):
-            shared = w & (reads[j] | (writes[j] if j < len(writes) else set()))
-            if i != j and shared:
+        for j, (r, w_j) in enumerate(zip(reads, writes)):
+            shared = w & (r | w_j) if i != j else None
+            if shared:
                 raise SpecError(f"{c['name']}: sequence {i} writes slot {min(shared)}, which sequence {j} reads "
                                 f"or writes: the result would depend on the blocks' schedule (a race)")
 
