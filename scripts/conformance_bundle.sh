@@ -27,7 +27,7 @@
 # PERF_SPEC and python/bench/flashinfer_warm.py on the bundled extension. It writes to $OUT
 # (the device tool's output folder; else .gpu-conf/out): round.log (every step, with a
 # PASS/FAIL line each and a summary), steps.log (every step's whole output, as it runs),
-# embed.tar.xz (the recordings merged with merge.py's default 64 KiB cap, per release and path,
+# embed.tar.xz (the recordings merged with merge.py's default 64 KiB cap and --xz, per release and path,
 # ready for tests/data/), perf.json. Exit status: 0 when every step passed.
 # The parts (the single-token and the multi-token checks of each release, the named tests, the timing) are
 # packed into as few archives as fit the device tool's carry limit (64 MiB for the working tree
@@ -176,7 +176,7 @@ for path in stp mtp; do
     step "record $rel $path" bash "$X/rec-$rel/run.sh" record "$X/specs/spec-$path.json" --out "$r" --cap 1048576
     dirs=$(ls -d "$r"/*/ 2>/dev/null)
     [ -n "$dirs" ] || continue
-    python3 tools/flashinfer-recorder/merge.py "$X/embed/$rel-$path" $dirs --path $path >"$X/merge.log" 2>&1 ||
+    python3 tools/flashinfer-recorder/merge.py "$X/embed/$rel-$path" $dirs --path $path --xz >"$X/merge.log" 2>&1 ||
       { cat "$X/merge.log"; continue; }
     step "merge $rel $path" python3 tools/flashinfer-recorder/merge.py "$X/m-$rel-$path" $dirs --path $path --cap 1048576 || continue
     m=$X/m-$rel-$path/manifest.json

@@ -38,10 +38,10 @@ use mamba_ssu::ssu::{Algorithm, SrRule};
 /// recorder's `cases/horizontal_cases.json` on an H200 (FlashInfer 0.7.2.post1, 2026-12-03),
 /// whose case at head dim 64, dstate 64 and 10 rounds keeps its whole state (32 heads x batch 2,
 /// one entry a pad, z); the others' states are hash only (the GPU conformance test's).
-const EMBEDDED: &[(&str, &str, &[u8])] = &[(
+const EMBEDDED: &[(&str, &[u8], &[u8])] = &[(
     "flashinfer_ssu_horizontal",
-    include_str!("data/flashinfer_ssu_horizontal/manifest.json"),
-    include_bytes!("data/flashinfer_ssu_horizontal/fixtures.bin"),
+    include_bytes!("data/flashinfer_ssu_horizontal/manifest.json.xz"),
+    include_bytes!("data/flashinfer_ssu_horizontal/fixtures.bin.xz"),
 )];
 
 /// One recorded horizontal run on the host.
@@ -620,7 +620,7 @@ fn check_manifest(m: &Manifest) -> usize {
 fn model_reproduces_recorded_horizontal_runs() {
     let mut checked = 0;
     for (name, manifest, fixtures) in EMBEDDED {
-        let m = Manifest::from_text(manifest, &[("fixtures.bin", fixtures)]);
+        let m = Manifest::from_xz(manifest, &[("fixtures.bin", fixtures)]);
         let n = check_manifest(&m);
         assert!(n > 0, "{name}: no horizontal run with stored outputs");
         checked += n;

@@ -428,7 +428,9 @@ fn flashinfer_reference_bit_exact() {
 struct Embedded {
     /// The directory under `tests/data`.
     name: &'static str,
-    manifest: &'static str,
+    /// `manifest.json.xz`.
+    manifest: &'static [u8],
+    /// `fixtures.bin.xz`.
     fixtures: &'static [u8],
     /// Cases it holds.
     cases: usize,
@@ -439,7 +441,7 @@ struct Embedded {
 
 impl Embedded {
     fn load(&self) -> Manifest {
-        Manifest::from_text(self.manifest, &[("fixtures.bin", self.fixtures)])
+        Manifest::from_xz(self.manifest, &[("fixtures.bin", self.fixtures)])
     }
 }
 
@@ -449,8 +451,8 @@ impl Embedded {
 /// shape_cases.json`).
 const SHAPES: Embedded = Embedded {
     name: "flashinfer_ssu_shapes",
-    manifest: include_str!("data/flashinfer_ssu_shapes/manifest.json"),
-    fixtures: include_bytes!("data/flashinfer_ssu_shapes/fixtures.bin"),
+    manifest: include_bytes!("data/flashinfer_ssu_shapes/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_shapes/fixtures.bin.xz"),
     cases: 42,
     dims: &[80, 128],
     dstates: &[128],
@@ -460,8 +462,8 @@ const SHAPES: Embedded = Embedded {
 /// `common::recorded_sr_rule` reads the release from the manifest).
 const SHAPES_074: Embedded = Embedded {
     name: "flashinfer_ssu_shapes_074",
-    manifest: include_str!("data/flashinfer_ssu_shapes_074/manifest.json"),
-    fixtures: include_bytes!("data/flashinfer_ssu_shapes_074/fixtures.bin"),
+    manifest: include_bytes!("data/flashinfer_ssu_shapes_074/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_shapes_074/fixtures.bin.xz"),
     cases: 42,
     dims: &[80, 128],
     dstates: &[128],
@@ -476,8 +478,8 @@ const SHAPES_074: Embedded = Embedded {
 /// own call ends in an illegal memory access on the H200, so those cases have no recording.
 const NEW_CASES: Embedded = Embedded {
     name: "flashinfer_ssu_new_cases",
-    manifest: include_str!("data/flashinfer_ssu_new_cases/manifest.json"),
-    fixtures: include_bytes!("data/flashinfer_ssu_new_cases/fixtures.bin"),
+    manifest: include_bytes!("data/flashinfer_ssu_new_cases/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_new_cases/fixtures.bin.xz"),
     cases: 16,
     dims: &[64, 128],
     dstates: &[64, 128, 256],
@@ -490,8 +492,8 @@ const NEW_CASES: Embedded = Embedded {
 /// 0.7.4 is the reference there.
 const DS_074: Embedded = Embedded {
     name: "flashinfer_ssu_ds_074",
-    manifest: include_str!("data/flashinfer_ssu_ds_074/manifest.json"),
-    fixtures: include_bytes!("data/flashinfer_ssu_ds_074/fixtures.bin"),
+    manifest: include_bytes!("data/flashinfer_ssu_ds_074/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_ds_074/fixtures.bin.xz"),
     cases: 24,
     dims: &[80, 128],
     dstates: &[64, 256],
@@ -505,8 +507,8 @@ const DS_074: Embedded = Embedded {
 /// 2 `out` elements per million, so only grids this large show it.
 const FORMS: Embedded = Embedded {
     name: "flashinfer_ssu_forms",
-    manifest: include_str!("data/flashinfer_ssu_forms/manifest.json"),
-    fixtures: include_bytes!("data/flashinfer_ssu_forms/fixtures.bin"),
+    manifest: include_bytes!("data/flashinfer_ssu_forms/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_forms/fixtures.bin.xz"),
     cases: 5,
     dims: &[64, 128],
     dstates: &[64, 256],
@@ -521,8 +523,8 @@ const FORMS: Embedded = Embedded {
 /// `tests/horizontal_recordings.rs`); the other states are compared by hash.
 const HORIZONTAL: Embedded = Embedded {
     name: "flashinfer_ssu_horizontal",
-    manifest: include_str!("data/flashinfer_ssu_horizontal/manifest.json"),
-    fixtures: include_bytes!("data/flashinfer_ssu_horizontal/fixtures.bin"),
+    manifest: include_bytes!("data/flashinfer_ssu_horizontal/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_horizontal/fixtures.bin.xz"),
     cases: 34,
     dims: &[64, 128],
     dstates: &[64, 128, 256],
@@ -533,8 +535,8 @@ const HORIZONTAL: Embedded = Embedded {
 /// horizontal`, blocks over 64 KiB by hash).
 const HORIZONTAL_074: Embedded = Embedded {
     name: "flashinfer_ssu_horizontal_074",
-    manifest: include_str!("data/flashinfer_ssu_horizontal_074/manifest.json"),
-    fixtures: include_bytes!("data/flashinfer_ssu_horizontal_074/fixtures.bin"),
+    manifest: include_bytes!("data/flashinfer_ssu_horizontal_074/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_horizontal_074/fixtures.bin.xz"),
     cases: 34,
     dims: &[64, 128],
     dstates: &[64, 128, 256],
@@ -549,8 +551,8 @@ const HORIZONTAL_074: Embedded = Embedded {
 /// hash).
 const INT16: Embedded = Embedded {
     name: "flashinfer_ssu_int16",
-    manifest: include_str!("data/flashinfer_ssu_int16/manifest.json"),
-    fixtures: include_bytes!("data/flashinfer_ssu_int16/fixtures.bin"),
+    manifest: include_bytes!("data/flashinfer_ssu_int16/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_int16/fixtures.bin.xz"),
     cases: 17,
     dims: &[64, 128],
     dstates: &[64, 128, 256],
@@ -563,8 +565,8 @@ const INT16: Embedded = Embedded {
 /// vertical, horizontal and auto runs, blocks over 64 KiB by hash.
 const DS96: Embedded = Embedded {
     name: "flashinfer_ssu_ds96",
-    manifest: include_str!("data/flashinfer_ssu_ds96/manifest.json"),
-    fixtures: include_bytes!("data/flashinfer_ssu_ds96/fixtures.bin"),
+    manifest: include_bytes!("data/flashinfer_ssu_ds96/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_ds96/fixtures.bin.xz"),
     cases: 13,
     dims: &[64, 128],
     dstates: &[96],
@@ -574,8 +576,8 @@ const DS96: Embedded = Embedded {
 /// rule; recorded on an H200 on 2026-12-03).
 const DS96_074: Embedded = Embedded {
     name: "flashinfer_ssu_ds96_074",
-    manifest: include_str!("data/flashinfer_ssu_ds96_074/manifest.json"),
-    fixtures: include_bytes!("data/flashinfer_ssu_ds96_074/fixtures.bin"),
+    manifest: include_bytes!("data/flashinfer_ssu_ds96_074/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_ds96_074/fixtures.bin.xz"),
     cases: 13,
     dims: &[64, 128],
     dstates: &[96],
@@ -589,8 +591,8 @@ const DS96_074: Embedded = Embedded {
 /// over 64 KiB by hash.
 const DSX: Embedded = Embedded {
     name: "flashinfer_ssu_dsx",
-    manifest: include_str!("data/flashinfer_ssu_dsx/manifest.json"),
-    fixtures: include_bytes!("data/flashinfer_ssu_dsx/fixtures.bin"),
+    manifest: include_bytes!("data/flashinfer_ssu_dsx/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_dsx/fixtures.bin.xz"),
     cases: 27,
     dims: &[64],
     dstates: &[160, 192, 224],
@@ -600,8 +602,8 @@ const DSX: Embedded = Embedded {
 /// and its first accumulate forms; recorded on an H200 on 2026-12-04).
 const DSX_074: Embedded = Embedded {
     name: "flashinfer_ssu_dsx_074",
-    manifest: include_str!("data/flashinfer_ssu_dsx_074/manifest.json"),
-    fixtures: include_bytes!("data/flashinfer_ssu_dsx_074/fixtures.bin"),
+    manifest: include_bytes!("data/flashinfer_ssu_dsx_074/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_dsx_074/fixtures.bin.xz"),
     cases: 27,
     dims: &[64],
     dstates: &[160, 192, 224],
@@ -614,8 +616,8 @@ const DSX_074: Embedded = Embedded {
 /// horizontal and auto runs, blocks over 64 KiB by hash.
 const DSF32: Embedded = Embedded {
     name: "flashinfer_ssu_dsf32",
-    manifest: include_str!("data/flashinfer_ssu_dsf32/manifest.json"),
-    fixtures: include_bytes!("data/flashinfer_ssu_dsf32/fixtures.bin"),
+    manifest: include_bytes!("data/flashinfer_ssu_dsf32/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_dsf32/fixtures.bin.xz"),
     cases: 14,
     dims: &[64],
     dstates: &[32, 48, 80, 144, 176, 208, 240],
@@ -625,8 +627,8 @@ const DSF32: Embedded = Embedded {
 /// 2026-12-04).
 const DSF32_074: Embedded = Embedded {
     name: "flashinfer_ssu_dsf32_074",
-    manifest: include_str!("data/flashinfer_ssu_dsf32_074/manifest.json"),
-    fixtures: include_bytes!("data/flashinfer_ssu_dsf32_074/fixtures.bin"),
+    manifest: include_bytes!("data/flashinfer_ssu_dsf32_074/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_dsf32_074/fixtures.bin.xz"),
     cases: 14,
     dims: &[64],
     dstates: &[32, 48, 80, 144, 176, 208, 240],
@@ -641,8 +643,8 @@ const DSF32_074: Embedded = Embedded {
 /// the other blocks up to 64 KiB.
 const INT16_UNEVEN: Embedded = Embedded {
     name: "flashinfer_ssu_int16_uneven",
-    manifest: include_str!("data/flashinfer_ssu_int16_uneven/manifest.json"),
-    fixtures: include_bytes!("data/flashinfer_ssu_int16_uneven/fixtures.bin"),
+    manifest: include_bytes!("data/flashinfer_ssu_int16_uneven/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_int16_uneven/fixtures.bin.xz"),
     cases: 12,
     dims: &[64],
     dstates: &[96, 160, 192, 224],
@@ -652,8 +654,8 @@ const INT16_UNEVEN: Embedded = Embedded {
 /// on 2026-12-04).
 const INT16_UNEVEN_074: Embedded = Embedded {
     name: "flashinfer_ssu_int16_uneven_074",
-    manifest: include_str!("data/flashinfer_ssu_int16_uneven_074/manifest.json"),
-    fixtures: include_bytes!("data/flashinfer_ssu_int16_uneven_074/fixtures.bin"),
+    manifest: include_bytes!("data/flashinfer_ssu_int16_uneven_074/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_int16_uneven_074/fixtures.bin.xz"),
     cases: 12,
     dims: &[64],
     dstates: &[96, 160, 192, 224],
@@ -664,8 +666,8 @@ const INT16_UNEVEN_074: Embedded = Embedded {
 /// size).
 const INT16_074: Embedded = Embedded {
     name: "flashinfer_ssu_int16_074",
-    manifest: include_str!("data/flashinfer_ssu_int16_074/manifest.json"),
-    fixtures: include_bytes!("data/flashinfer_ssu_int16_074/fixtures.bin"),
+    manifest: include_bytes!("data/flashinfer_ssu_int16_074/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_int16_074/fixtures.bin.xz"),
     cases: 17,
     dims: &[64, 128],
     dstates: &[64, 128, 256],
@@ -680,8 +682,8 @@ const INT16_074: Embedded = Embedded {
 /// by hash.
 const F16IN_074: Embedded = Embedded {
     name: "flashinfer_ssu_f16in_074",
-    manifest: include_str!("data/flashinfer_ssu_f16in_074/manifest.json"),
-    fixtures: include_bytes!("data/flashinfer_ssu_f16in_074/fixtures.bin"),
+    manifest: include_bytes!("data/flashinfer_ssu_f16in_074/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_f16in_074/fixtures.bin.xz"),
     cases: 98,
     dims: &[64, 80, 128],
     dstates: &[64, 96, 128, 256],
@@ -697,8 +699,8 @@ const F16IN_074: Embedded = Embedded {
 /// (docs/flashinfer-ssu.md).
 const DTYPE_FORMS_074: Embedded = Embedded {
     name: "flashinfer_ssu_dtype_forms_074",
-    manifest: include_str!("data/flashinfer_ssu_dtype_forms_074/manifest.json"),
-    fixtures: include_bytes!("data/flashinfer_ssu_dtype_forms_074/fixtures.bin"),
+    manifest: include_bytes!("data/flashinfer_ssu_dtype_forms_074/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_dtype_forms_074/fixtures.bin.xz"),
     cases: 85,
     dims: &[64, 80, 128],
     dstates: &[

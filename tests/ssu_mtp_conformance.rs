@@ -41,19 +41,20 @@ use cudarc::driver::{CudaContext, CudaStream};
 use serde_json::Value;
 
 /// The embedded manifest of the multi-token reference data.
-const EMBEDDED_MTP_MANIFEST: &str = include_str!("data/flashinfer_ssu_mtp/manifest.json");
+const EMBEDDED_MTP_MANIFEST: &[u8] = include_bytes!("data/flashinfer_ssu_mtp/manifest.json.xz");
 /// The embedded bin of the multi-token reference data.
-const EMBEDDED_MTP_FIXTURES: &[u8] = include_bytes!("data/flashinfer_ssu_mtp/fixtures.bin");
+const EMBEDDED_MTP_FIXTURES: &[u8] = include_bytes!("data/flashinfer_ssu_mtp/fixtures.bin.xz");
 /// The environment variable naming another multi-token manifest.
 const MANIFEST_ENV: &str = "MAMBA_SSU_FLASHINFER_MTP_MANIFEST";
 
 /// The embedded manifest, its one bin under the name the manifest gives it.
 fn embedded() -> Manifest {
-    let json: Value = serde_json::from_str(EMBEDDED_MTP_MANIFEST).expect("manifest is JSON");
+    let text = common::unxz_text(EMBEDDED_MTP_MANIFEST);
+    let json: Value = serde_json::from_str(&text).expect("manifest is JSON");
     let bins = json["bins"].as_array().expect("`bins` is a list");
     assert_eq!(bins.len(), 1, "the embedded manifest has one bin");
     let file = bins[0]["file"].as_str().expect("bin file name");
-    Manifest::from_text(EMBEDDED_MTP_MANIFEST, &[(file, EMBEDDED_MTP_FIXTURES)])
+    Manifest::from_xz(EMBEDDED_MTP_MANIFEST, &[(file, EMBEDDED_MTP_FIXTURES)])
 }
 
 /// `MAMBA_SSU_FLASHINFER_MTP_MANIFEST` when set, else the embedded data.
@@ -64,14 +65,15 @@ fn manifest() -> Manifest {
 /// FlashInfer 0.7.2.post1's multi-token kernel at head dim 128 (dstate 128, fp16 state, 0/5/10
 /// rounds, T 4 and 8; `tools/flashinfer-recorder/cases/shape_cases.json`), recorded on an H200
 /// and merged by `tools/flashinfer-recorder/merge.py` (large blocks by hash only).
-const EMBEDDED_SHAPES_MANIFEST: &str = include_str!("data/flashinfer_ssu_mtp_shapes/manifest.json");
+const EMBEDDED_SHAPES_MANIFEST: &[u8] =
+    include_bytes!("data/flashinfer_ssu_mtp_shapes/manifest.json.xz");
 /// Its bin.
 const EMBEDDED_SHAPES_FIXTURES: &[u8] =
-    include_bytes!("data/flashinfer_ssu_mtp_shapes/fixtures.bin");
+    include_bytes!("data/flashinfer_ssu_mtp_shapes/fixtures.bin.xz");
 
 /// The embedded shape cases.
 fn embedded_shapes() -> Manifest {
-    Manifest::from_text(
+    Manifest::from_xz(
         EMBEDDED_SHAPES_MANIFEST,
         &[("fixtures.bin", EMBEDDED_SHAPES_FIXTURES)],
     )
@@ -81,11 +83,11 @@ fn embedded_shapes() -> Manifest {
 /// (0.7.2.post1's does not compile at head dim 80; 0.7.4's stochastic-rounding rule, read from
 /// the manifest by `common::recorded_sr_rule`).
 fn embedded_shapes_074() -> Manifest {
-    Manifest::from_text(
-        include_str!("data/flashinfer_ssu_mtp_shapes_074/manifest.json"),
+    Manifest::from_xz(
+        include_bytes!("data/flashinfer_ssu_mtp_shapes_074/manifest.json.xz"),
         &[(
             "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_shapes_074/fixtures.bin"),
+            include_bytes!("data/flashinfer_ssu_mtp_shapes_074/fixtures.bin.xz"),
         )],
     )
 }
@@ -101,11 +103,11 @@ fn embedded_shapes_074() -> Manifest {
 /// state's lane order; it now takes FlashInfer's 4-column blocks (`docs/flashinfer-ssu.md`),
 /// held to the re-recording of that case in [`embedded_fp32`].
 fn embedded_new_cases() -> Manifest {
-    Manifest::from_text(
-        include_str!("data/flashinfer_ssu_mtp_new_cases/manifest.json"),
+    Manifest::from_xz(
+        include_bytes!("data/flashinfer_ssu_mtp_new_cases/manifest.json.xz"),
         &[(
             "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_new_cases/fixtures.bin"),
+            include_bytes!("data/flashinfer_ssu_mtp_new_cases/fixtures.bin.xz"),
         )],
     )
 }
@@ -114,11 +116,11 @@ fn embedded_new_cases() -> Manifest {
 /// state, 0 and 10 rounds, T 8, 32 heads x batch 4; `tools/flashinfer-recorder/cases/
 /// shape_ds_cases.json`).
 fn embedded_ds_074() -> Manifest {
-    Manifest::from_text(
-        include_str!("data/flashinfer_ssu_mtp_ds_074/manifest.json"),
+    Manifest::from_xz(
+        include_bytes!("data/flashinfer_ssu_mtp_ds_074/manifest.json.xz"),
         &[(
             "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_ds_074/fixtures.bin"),
+            include_bytes!("data/flashinfer_ssu_mtp_ds_074/fixtures.bin.xz"),
         )],
     )
 }
@@ -129,11 +131,11 @@ fn embedded_ds_074() -> Manifest {
 /// fp32 cases). Before the fp32 lane map, three of the six differed in one `out` element by
 /// 1 ulp on the H200 (2026-12-03).
 fn embedded_fp32() -> Manifest {
-    Manifest::from_text(
-        include_str!("data/flashinfer_ssu_mtp_fp32/manifest.json"),
+    Manifest::from_xz(
+        include_bytes!("data/flashinfer_ssu_mtp_fp32/manifest.json.xz"),
         &[(
             "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_fp32/fixtures.bin"),
+            include_bytes!("data/flashinfer_ssu_mtp_fp32/fixtures.bin.xz"),
         )],
     )
 }
@@ -146,11 +148,11 @@ fn embedded_fp32() -> Manifest {
 /// `intermediate_state_scales` stored whatever their size (`merge.py --store-always`), the other
 /// blocks up to 64 KiB (the rest by hash).
 fn embedded_int16() -> Manifest {
-    Manifest::from_text(
-        include_str!("data/flashinfer_ssu_mtp_int16/manifest.json"),
+    Manifest::from_xz(
+        include_bytes!("data/flashinfer_ssu_mtp_int16/manifest.json.xz"),
         &[(
             "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_int16/fixtures.bin"),
+            include_bytes!("data/flashinfer_ssu_mtp_int16/fixtures.bin.xz"),
         )],
     )
 }
@@ -160,11 +162,11 @@ fn embedded_int16() -> Manifest {
 /// fp16 state at 0, 5 and 10 rounds with the intermediate buffer (T 8), bf16 and fp32 states in
 /// vLLM's varlen form with final-state writes; blocks over 64 KiB by hash.
 fn embedded_ds96() -> Manifest {
-    Manifest::from_text(
-        include_str!("data/flashinfer_ssu_mtp_ds96/manifest.json"),
+    Manifest::from_xz(
+        include_bytes!("data/flashinfer_ssu_mtp_ds96/manifest.json.xz"),
         &[(
             "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_ds96/fixtures.bin"),
+            include_bytes!("data/flashinfer_ssu_mtp_ds96/fixtures.bin.xz"),
         )],
     )
 }
@@ -172,11 +174,11 @@ fn embedded_ds96() -> Manifest {
 /// The cases of [`embedded_ds96`] recorded from FlashInfer 0.7.4's multi-token kernel (its
 /// stochastic-rounding rule; recorded on an H200 on 2026-12-03).
 fn embedded_ds96_074() -> Manifest {
-    Manifest::from_text(
-        include_str!("data/flashinfer_ssu_mtp_ds96_074/manifest.json"),
+    Manifest::from_xz(
+        include_bytes!("data/flashinfer_ssu_mtp_ds96_074/manifest.json.xz"),
         &[(
             "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_ds96_074/fixtures.bin"),
+            include_bytes!("data/flashinfer_ssu_mtp_ds96_074/fixtures.bin.xz"),
         )],
     )
 }
@@ -186,11 +188,11 @@ fn embedded_ds96_074() -> Manifest {
 /// dim 64, fp16 state at 0 and 10 rounds with the intermediate buffer (T 8), bf16 and fp32
 /// states in vLLM's varlen form with final-state writes; blocks over 64 KiB by hash.
 fn embedded_dsx() -> Manifest {
-    Manifest::from_text(
-        include_str!("data/flashinfer_ssu_mtp_dsx/manifest.json"),
+    Manifest::from_xz(
+        include_bytes!("data/flashinfer_ssu_mtp_dsx/manifest.json.xz"),
         &[(
             "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_dsx/fixtures.bin"),
+            include_bytes!("data/flashinfer_ssu_mtp_dsx/fixtures.bin.xz"),
         )],
     )
 }
@@ -198,11 +200,11 @@ fn embedded_dsx() -> Manifest {
 /// The cases of [`embedded_dsx`] recorded from FlashInfer 0.7.4's multi-token kernel (recorded
 /// on an H200 on 2026-12-04).
 fn embedded_dsx_074() -> Manifest {
-    Manifest::from_text(
-        include_str!("data/flashinfer_ssu_mtp_dsx_074/manifest.json"),
+    Manifest::from_xz(
+        include_bytes!("data/flashinfer_ssu_mtp_dsx_074/manifest.json.xz"),
         &[(
             "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_dsx_074/fixtures.bin"),
+            include_bytes!("data/flashinfer_ssu_mtp_dsx_074/fixtures.bin.xz"),
         )],
     )
 }
@@ -212,11 +214,11 @@ fn embedded_dsx_074() -> Manifest {
 /// 2026-12-04): head dim 64, vLLM's varlen form with final-state writes and T 8 with the
 /// intermediate buffer; blocks over 64 KiB by hash.
 fn embedded_dsf32() -> Manifest {
-    Manifest::from_text(
-        include_str!("data/flashinfer_ssu_mtp_dsf32/manifest.json"),
+    Manifest::from_xz(
+        include_bytes!("data/flashinfer_ssu_mtp_dsf32/manifest.json.xz"),
         &[(
             "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_dsf32/fixtures.bin"),
+            include_bytes!("data/flashinfer_ssu_mtp_dsf32/fixtures.bin.xz"),
         )],
     )
 }
@@ -224,11 +226,11 @@ fn embedded_dsf32() -> Manifest {
 /// The cases of [`embedded_dsf32`] recorded from FlashInfer 0.7.4's multi-token kernel
 /// (recorded on an H200 on 2026-12-04).
 fn embedded_dsf32_074() -> Manifest {
-    Manifest::from_text(
-        include_str!("data/flashinfer_ssu_mtp_dsf32_074/manifest.json"),
+    Manifest::from_xz(
+        include_bytes!("data/flashinfer_ssu_mtp_dsf32_074/manifest.json.xz"),
         &[(
             "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_dsf32_074/fixtures.bin"),
+            include_bytes!("data/flashinfer_ssu_mtp_dsf32_074/fixtures.bin.xz"),
         )],
     )
 }
@@ -238,11 +240,11 @@ fn embedded_dsf32_074() -> Manifest {
 /// H200 on 2026-12-04): head dim 64, T 4, final-state writes with a pad sequence, and the int16
 /// intermediate buffer with its scales; the scales stored, other blocks over 64 KiB by hash.
 fn embedded_int16_uneven() -> Manifest {
-    Manifest::from_text(
-        include_str!("data/flashinfer_ssu_mtp_int16_uneven/manifest.json"),
+    Manifest::from_xz(
+        include_bytes!("data/flashinfer_ssu_mtp_int16_uneven/manifest.json.xz"),
         &[(
             "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_int16_uneven/fixtures.bin"),
+            include_bytes!("data/flashinfer_ssu_mtp_int16_uneven/fixtures.bin.xz"),
         )],
     )
 }
@@ -250,11 +252,11 @@ fn embedded_int16_uneven() -> Manifest {
 /// The cases of [`embedded_int16_uneven`] recorded from FlashInfer 0.7.4's multi-token kernel
 /// (recorded on an H200 on 2026-12-04).
 fn embedded_int16_uneven_074() -> Manifest {
-    Manifest::from_text(
-        include_str!("data/flashinfer_ssu_mtp_int16_uneven_074/manifest.json"),
+    Manifest::from_xz(
+        include_bytes!("data/flashinfer_ssu_mtp_int16_uneven_074/manifest.json.xz"),
         &[(
             "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_int16_uneven_074/fixtures.bin"),
+            include_bytes!("data/flashinfer_ssu_mtp_int16_uneven_074/fixtures.bin.xz"),
         )],
     )
 }
@@ -263,11 +265,11 @@ fn embedded_int16_uneven_074() -> Manifest {
 /// (recorded on an H200 on 2026-12-03); every output by hash, the inputs stored up to 64 KiB
 /// (`state_scale` and `intermediate_state_scales` whatever their size).
 fn embedded_int16_074() -> Manifest {
-    Manifest::from_text(
-        include_str!("data/flashinfer_ssu_mtp_int16_074/manifest.json"),
+    Manifest::from_xz(
+        include_bytes!("data/flashinfer_ssu_mtp_int16_074/manifest.json.xz"),
         &[(
             "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_int16_074/fixtures.bin"),
+            include_bytes!("data/flashinfer_ssu_mtp_int16_074/fixtures.bin.xz"),
         )],
     )
 }
@@ -280,11 +282,11 @@ fn embedded_int16_074() -> Manifest {
 /// varlen: the launch plans of head dim 80 at the sizes engines run). Recorded on an H100 on
 /// 2026-12-06; blocks over 8 KiB by hash, the int16 scales stored whatever their size.
 fn embedded_dtype_forms_074() -> Manifest {
-    Manifest::from_text(
-        include_str!("data/flashinfer_ssu_mtp_dtype_forms_074/manifest.json"),
+    Manifest::from_xz(
+        include_bytes!("data/flashinfer_ssu_mtp_dtype_forms_074/manifest.json.xz"),
         &[(
             "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_dtype_forms_074/fixtures.bin"),
+            include_bytes!("data/flashinfer_ssu_mtp_dtype_forms_074/fixtures.bin.xz"),
         )],
     )
 }

@@ -1,7 +1,8 @@
 """Loader of the FlashInfer 0.7.2 single-token SSU reference data, for the Python package tests.
 
 The data lives in ``tests/data/flashinfer_ssu`` of the repository (``manifest.json`` +
-``fixtures.bin``, format described in that directory's README and in the README it points to).
+``fixtures.bin``, kept there xz-compressed as ``manifest.json.xz`` and ``fixtures.bin.xz``;
+format described in that directory's README and in the README it points to).
 This module turns it into calls of ``mamba_ssu.selective_state_update`` the way the Rust
 conformance test (``tests/ssu_conformance.rs`` with ``tests/common/mod.rs``) turns it into calls
 of the Rust API, so both replay exactly the same problems:
@@ -30,6 +31,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import lzma
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -417,6 +419,16 @@ def _parse_case(c: dict) -> Case:
     )
 
 
+def read_maybe_xz(path: Path) -> bytes:
+    """The bytes of ``path``, or the decompressed bytes of ``<path>.xz`` when ``path`` does not
+    exist (the form ``tests/data`` keeps)."""
+    path = Path(path)
+    xz = path.with_name(path.name + ".xz")
+    if not path.exists() and xz.exists():
+        return lzma.decompress(xz.read_bytes(), format=lzma.FORMAT_XZ)
+    return path.read_bytes()
+
+
 class Manifest:
     """A parsed manifest and its bins.
 
@@ -427,7 +439,7 @@ class Manifest:
 
     def __init__(self, path: Path, verify_bins: bool = True):
         self.path = Path(path)
-        self.json = json.loads(self.path.read_text())
+        self.json = json.loads(read_maybe_xz(self.path))
         if self.json.get("format") != "flashinfer-ssu-golden":
             raise ValueError(f"{self.path}: not a flashinfer-ssu-golden manifest")
         if self.json.get("byte_order") != "little":
@@ -435,7 +447,7 @@ class Manifest:
         self.bins = [(b["file"], int(b["bytes"]), b["sha256"]) for b in self.json["bins"]]
         self.bin_data: Dict[str, bytearray] = {}
         for file, nbytes, sha in self.bins:
-            data = bytearray((self.path.parent / file).read_bytes())
+            data = bytearray(read_maybe_xz(self.path.parent / file))
             if verify_bins:
                 if len(data) != nbytes:
                     raise ValueError(f"{file}: {len(data)} bytes, manifest says {nbytes}")

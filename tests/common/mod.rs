@@ -17,10 +17,48 @@ use cudarc::driver::{CudaContext, CudaStream};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-/// The embedded manifest of the FlashInfer reference data.
-pub const EMBEDDED_MANIFEST: &str = include_str!("../data/flashinfer_ssu/manifest.json");
-/// The embedded bin of the FlashInfer reference data.
-pub const EMBEDDED_FIXTURES: &[u8] = include_bytes!("../data/flashinfer_ssu/fixtures.bin");
+/// The embedded manifest of the FlashInfer reference data (xz-compressed).
+pub const EMBEDDED_MANIFEST: &[u8] = include_bytes!("../data/flashinfer_ssu/manifest.json.xz");
+/// The embedded bin of the FlashInfer reference data (xz-compressed).
+pub const EMBEDDED_FIXTURES: &[u8] = include_bytes!("../data/flashinfer_ssu/fixtures.bin.xz");
+
+// ---------------------------------------------------------------------------------------------
+// Compressed data
+// ---------------------------------------------------------------------------------------------
+
+/// The bytes an xz stream holds (`tests/data` keeps its manifests and bins xz-compressed:
+/// `scripts/compress_fixtures.sh`). Panics on a corrupt stream: the data is part of the test.
+pub fn unxz(xz: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    lzma_rs::xz_decompress(&mut std::io::Cursor::new(xz), &mut out)
+        .unwrap_or_else(|e| panic!("an embedded xz stream does not decode: {e}"));
+    out
+}
+
+/// [`unxz`] of a text file.
+pub fn unxz_text(xz: &[u8]) -> String {
+    String::from_utf8(unxz(xz)).expect("embedded text is UTF-8")
+}
+
+/// The file at `path`, or the decompressed contents of `<path>.xz` when `path` is absent.
+pub fn read_maybe_xz(path: &Path) -> Vec<u8> {
+    match std::fs::read(path) {
+        Ok(data) => data,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut xz_path = path.as_os_str().to_owned();
+            xz_path.push(".xz");
+            let xz = std::fs::read(&xz_path).unwrap_or_else(|e2| {
+                panic!(
+                    "reading {} ({e}) or {}.xz: {e2}",
+                    path.display(),
+                    path.display()
+                )
+            });
+            unxz(&xz)
+        }
+        Err(e) => panic!("reading {}: {e}", path.display()),
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // GPU
@@ -763,32 +801,33 @@ impl HostStorage {
 impl Manifest {
     /// The embedded manifest and bin.
     pub fn embedded() -> Self {
-        let mut bins = BTreeMap::new();
-        bins.insert(
-            "fixtures.bin".to_string(),
-            Arc::new(EMBEDDED_FIXTURES.to_vec()),
-        );
-        Self::from_parts(EMBEDDED_MANIFEST, bins)
+        Self::from_xz(EMBEDDED_MANIFEST, &[("fixtures.bin", EMBEDDED_FIXTURES)])
     }
 
-    /// The multi-token path's data (`tests/data/flashinfer_ssu_mtp/`), read from the source
-    /// tree (only the tests that use it pay for its 5 MiB bin).
+    /// The multi-token path's data (`tests/data/flashinfer_ssu_mtp/`), embedded (only the
+    /// binaries that call this carry it).
     pub fn embedded_mtp() -> Self {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/flashinfer_ssu_mtp");
-        Self::from_path(&dir.join("manifest.json"))
+        Self::from_xz(
+            include_bytes!("../data/flashinfer_ssu_mtp/manifest.json.xz"),
+            &[(
+                "fixtures.bin",
+                include_bytes!("../data/flashinfer_ssu_mtp/fixtures.bin.xz"),
+            )],
+        )
     }
 
-    /// The manifest at `path`, with its bins read relative to the manifest's directory.
+    /// The manifest at `path`, with its bins read relative to the manifest's directory. A file
+    /// that is absent is read from its xz-compressed copy (`<name>.xz`) when that exists, the
+    /// form `tests/data` keeps.
     pub fn from_path(path: &Path) -> Self {
-        let text = std::fs::read_to_string(path)
-            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        let text = String::from_utf8(read_maybe_xz(path))
+            .unwrap_or_else(|e| panic!("{}: not UTF-8: {e}", path.display()));
         let json: Value = serde_json::from_str(&text).expect("manifest is JSON");
         let dir: PathBuf = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let mut bins = BTreeMap::new();
         for b in get(&json, "bins").as_array().expect("`bins` is a list") {
             let file = get_str(b, "file");
-            let p = dir.join(&file);
-            let data = std::fs::read(&p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()));
+            let data = read_maybe_xz(&dir.join(&file));
             bins.insert(file, Arc::new(data));
         }
         Self::from_parts(&text, bins)
@@ -805,14 +844,24 @@ impl Manifest {
         }
     }
 
-    /// A manifest given as text plus the contents of its bins (`(file name, bytes)`), for test
-    /// binaries that embed their data with `include_str!` / `include_bytes!`.
+    /// A manifest given as text plus the contents of its bins (`(file name, bytes)`).
     pub fn from_text(text: &str, bins: &[(&str, &[u8])]) -> Self {
         let bin_data = bins
             .iter()
             .map(|(name, bytes)| (name.to_string(), Arc::new(bytes.to_vec())))
             .collect();
         Self::from_parts(text, bin_data)
+    }
+
+    /// A manifest embedded as `tests/data` keeps it: `manifest.json.xz` and its bins'
+    /// `.xz` copies (`(file name the manifest gives, compressed bytes)`), for test binaries
+    /// that embed their data with `include_bytes!`.
+    pub fn from_xz(text_xz: &[u8], bins_xz: &[(&str, &[u8])]) -> Self {
+        let bin_data = bins_xz
+            .iter()
+            .map(|(name, bytes)| (name.to_string(), Arc::new(unxz(bytes))))
+            .collect();
+        Self::from_parts(&unxz_text(text_xz), bin_data)
     }
 
     /// The manifest at the path in environment variable `var` when it is set and not empty

@@ -14,6 +14,34 @@ import gen
 ALG_VALUE = {"auto": 0, "simple": 1, "vertical": 2, "horizontal": 3}
 
 
+def read_maybe_xz(path):
+    """The bytes of the file at `path`, or the decompressed bytes of `path + ".xz"` when `path`
+    does not exist (tests/data keeps its manifests and bins xz-compressed)."""
+    import lzma
+    import os
+
+    if not os.path.exists(path) and os.path.exists(path + ".xz"):
+        with open(path + ".xz", "rb") as f:
+            return lzma.decompress(f.read(), format=lzma.FORMAT_XZ)
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def compress_xz(path_dir, names=("manifest.json", "fixtures.bin")):
+    """Replaces each named file of `path_dir` by its xz stream `<name>.xz` (preset 9, CRC64):
+    the form tests/data keeps (the same as scripts/compress_fixtures.sh)."""
+    import lzma
+    import os
+
+    for name in names:
+        p = os.path.join(path_dir, name)
+        with open(p, "rb") as f:
+            raw = f.read()
+        with open(p + ".xz", "wb") as f:
+            f.write(lzma.compress(raw, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=9))
+        os.remove(p)
+
+
 def sha256(b):
     return hashlib.sha256(b).hexdigest()
 

@@ -35,10 +35,8 @@ PY_LIMIT = None if gen.have_numpy() else 400_000
 
 
 def load(d):
-    with open(os.path.join(d, "manifest.json")) as f:
-        m = json.load(f)
-    with open(os.path.join(d, "fixtures.bin"), "rb") as f:
-        return m, f.read()
+    m = json.loads(record.read_maybe_xz(os.path.join(d, "manifest.json")))
+    return m, record.read_maybe_xz(os.path.join(d, "fixtures.bin"))
 
 
 def stored(bin_, b):
