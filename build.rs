@@ -14,11 +14,11 @@
 //! - `MAMBA_SSU_CUDA_CACHE`: where `scripts/setup.sh` installed the toolkit.
 //! - `MAMBA_SSU_NVCC_FLAGS`: extra nvcc flags, space separated (tuning experiments, e.g.
 //!   `-DMAMBA_SSU_RPW_WARPS_PER_SM=64`).
-//! - `MAMBA_SSU_F16_INPUT_KERNELS`: `1` builds the compiled-in kernels for fp16 inputs and
-//!   weights over an fp16, bf16 or fp32 state (`csrc/ssu_with_f16_inputs.cu`), routes
-//!   such calls to them, and sets the Rust cfg `f16_input_kernels` (the tests of those kernels);
-//!   unset or `0`: such calls run the run-time kernels. Off by default until the kernels have
-//!   run on a GPU.
+//! - `MAMBA_SSU_F16_INPUT_KERNELS`: unset or `1` (the default) builds the compiled-in kernels
+//!   for fp16 inputs and weights over an fp16, bf16 or fp32 state
+//!   (`csrc/ssu_with_f16_inputs.cu`), routes such calls to them, and sets the Rust cfg
+//!   `f16_input_kernels` (the tests of those kernels); `0` leaves them out (a smaller library
+//!   and a faster build): such calls then run the run-time kernels, 2–4x slower.
 //! - `MAMBA_SSU_NVCC_CACHE`: a directory (absolute path) in which to keep built static libraries,
 //!   one per key: the nvcc command line `cc` would run (targets, flags, `-D`s), the toolkit's
 //!   `nvcc --version`, `NVCC_PREPEND_FLAGS`/`NVCC_APPEND_FLAGS`, the target triple and the
@@ -73,8 +73,8 @@ fn main() {
     }
     println!("cargo::rustc-check-cfg=cfg(f16_input_kernels)");
     let f16_input_kernels = match env::var("MAMBA_SSU_F16_INPUT_KERNELS").as_deref() {
-        Ok("1") => true,
-        Ok("0") | Ok("") | Err(_) => false,
+        Ok("1") | Ok("") | Err(_) => true,
+        Ok("0") => false,
         Ok(other) => {
             eprintln!("error: MAMBA_SSU_F16_INPUT_KERNELS: expected 1 or 0, got {other:?}");
             std::process::exit(1);
@@ -140,9 +140,11 @@ fn main() {
     for arch in &ptx {
         build.flag(format!("-gencode=arch=compute_{arch},code=compute_{arch}"));
     }
-    if f16_input_kernels {
-        build.flag("-DMAMBA_SSU_F16_INPUT_KERNELS=1");
-    }
+    build.flag(if f16_input_kernels {
+        "-DMAMBA_SSU_F16_INPUT_KERNELS=1"
+    } else {
+        "-DMAMBA_SSU_F16_INPUT_KERNELS=0"
+    });
     if let Ok(extra) = env::var("MAMBA_SSU_NVCC_FLAGS") {
         for flag in extra.split_whitespace() {
             build.flag(flag);

@@ -12,12 +12,11 @@ namespace mamba_ssu {
 
 // Whether the build has the compiled-in kernels for fp16 inputs and weights over an fp16, bf16
 // or fp32 state, single token, and over an fp16 or bf16 state, multi token
-// (ssu_with_f16_inputs.cu; the plans route such calls to them). Set by
-// MAMBA_SSU_F16_INPUT_KERNELS=1 (build.rs); without it those calls run the run-time kernels.
-// Off by default: the kernels were compiled and their SASS read, but not yet run on a GPU
-// (docs/perf-notes.md, "fp16 inputs: the compiled-in kernels").
+// (ssu_with_f16_inputs.cu; the plans route such calls to them). On by default; build.rs passes
+// MAMBA_SSU_F16_INPUT_KERNELS=0 when the build's environment asks for a library without them,
+// whose fp16-input calls then run the run-time kernels.
 #ifndef MAMBA_SSU_F16_INPUT_KERNELS
-#define MAMBA_SSU_F16_INPUT_KERNELS 0
+#define MAMBA_SSU_F16_INPUT_KERNELS 1
 #endif
 constexpr bool kF16InputKernels = MAMBA_SSU_F16_INPUT_KERNELS != 0;
 

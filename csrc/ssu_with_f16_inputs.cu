@@ -8,8 +8,8 @@
 // mtp_kernel_bf16_f16in; ssu_mtp.cuh), every round count and grid form, launched for plans of
 // ssu_mtp.cu. Horizontal (single token, every state): hz_kernel_f16in (ssu_hz.cuh) in each
 // form of the bf16-input kernels (any stage count, grouped copies), launched for plans of
-// ssu_single_hz.cu. Compiled only when the build sets MAMBA_SSU_F16_INPUT_KERNELS=1 (build.rs;
-// launch.h: kF16InputKernels; otherwise the unit is empty, not even ssu.cuh's device globals, and
+// ssu_single_hz.cu. Compiled unless the build sets MAMBA_SSU_F16_INPUT_KERNELS=0 (build.rs;
+// launch.h: kF16InputKernels; then the unit is empty, not even ssu.cuh's device globals, and
 // fp16 inputs run the generic kernel). A translation unit of its own whose name sorts after every
 // other kernel unit's, so that the other units and the device link keep their code.
 #if MAMBA_SSU_F16_INPUT_KERNELS

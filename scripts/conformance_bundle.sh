@@ -14,8 +14,8 @@
 # the recorder groups whose id contains SUBSTR (build.py --group; default: every group the spec
 # needs). --test: a test binary of this crate (e.g. ssu_numerics) and a name filter, run with
 # --include-ignored; --memcheck-test: the same, also run under compute-sanitizer memcheck.
-# Environment passes through to the builds (MAMBA_SSU_F16_INPUT_KERNELS=1 for a flagged
-# library; MAMBA_SSU_CUDA_ARCHS, default here 90; CARGO_TARGET_DIR). The recorder builds go to
+# Environment passes through to the builds (MAMBA_SSU_F16_INPUT_KERNELS=0 for a library without
+# the fp16-input kernels; MAMBA_SSU_CUDA_ARCHS, default here 90; CARGO_TARGET_DIR). The recorder builds go to
 # ${CONF_RECORDER_PREFIX:-target/flashinfer-recorder/conf-}<release> (kept: a second bundle
 # recompiles only new groups).
 #

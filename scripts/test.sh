@@ -27,11 +27,6 @@ export MAMBA_SSU_NVCC_CACHE=${MAMBA_SSU_NVCC_CACHE:-$PWD/target/nvcc-cache}
 
 cargo fmt --check
 cargo clippy --all-targets --locked -- -D warnings
-# The fp16-input kernels of a MAMBA_SSU_F16_INPUT_KERNELS=1 build (off by default; the default
-# build compiles their unit empty) still compile: their unit to sm_90 PTX with build.rs's flags.
-"$MAMBA_SSU_CUDA_ROOT/bin/nvcc" -x cu -std=c++17 -O3 -ftz=true -fmad=false -Icsrc \
-  -I"$MAMBA_SSU_CUDA_ROOT/include" -arch=compute_90 -DMAMBA_SSU_F16_INPUT_KERNELS=1 -ptx \
-  csrc/ssu_with_f16_inputs.cu -o /dev/null
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked
 
 # The README's commands that need no GPU, as printed.

@@ -1018,6 +1018,15 @@ fn narrow_against_widened_set(
 /// failure, if any, where the state bits differ, or where `p`'s 2-byte `out` is not `wide`'s
 /// fp32 `out` rounded to nearest in `p`'s input dtype (elements neither call writes keep the
 /// poison, 0xFF bytes, in both).
+///
+/// The exception: an fp32 state under VERTICAL. With fp32 inputs (the widened problem) that
+/// call takes FlashInfer's vertical fp32-input update form, s' = fma(x, dB, rn(dA · s))
+/// (docs/flashinfer-ssu.md), where FlashInfer's kernels for bf16 and fp16 inputs, and so the
+/// compiled-in ones, take s' = fma(dA, s, rn(x · dB)), as every layout of the generic kernel
+/// does without SR but that one. So there the state is held to the widened problem's SIMPLE
+/// run, and `out` (computed from that state) is not compared: it is checked against
+/// FlashInfer's recordings instead (`flashinfer_dtype_forms_074`, `flashinfer_f16in_074` in
+/// `tests/ssu_conformance.rs`).
 fn narrow_against_widened(
     stream: &Arc<CudaStream>,
     p: &Problem,
@@ -1025,10 +1034,18 @@ fn narrow_against_widened(
     alg: &'static str,
     what: &str,
 ) -> Option<String> {
+    let vertical_f32_state = p.cfg.state == "float32" && alg == "vertical";
     let (s, o) = run(stream, p, alg);
-    let (ws, wo) = run(stream, wide, alg);
+    let (ws, wo) = run(
+        stream,
+        wide,
+        if vertical_f32_state { "simple" } else { alg },
+    );
     if let Some(e) = (0..s.len()).find(|&e| s[e] != ws[e]) {
         return Some(format!("{what}: state differs at byte {e}"));
+    }
+    if vertical_f32_state {
+        return None;
     }
     let (o, wo) = (common::as_u16(&o), common::as_u32(&wo));
     assert_eq!(o.len(), wo.len());

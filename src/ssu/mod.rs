@@ -74,9 +74,9 @@
 //! an F16, BF16 or I16 state, `z` read at run time) run compiled-in kernels, the single-token ones
 //! each built with and without `z`:
 //! leaving `z` as `None` (gating done later, as in engines' Mamba-2 mixers) runs a loop with
-//! no `z` work at all. A library built with `MAMBA_SSU_F16_INPUT_KERNELS=1` (off by default:
-//! those kernels have not yet run on a GPU) also has them for F16 inputs and weights over an F16
-//! state, and without SR over a BF16 or (single token) F32 state. Every other combination runs a
+//! no `z` work at all. The library also has them for F16 inputs and weights over an F16 state,
+//! and without SR over a BF16 or (single token) F32 state, unless it was built with
+//! `MAMBA_SSU_F16_INPUT_KERNELS=0`. Every other combination runs a
 //! kernel that takes sizes, dtypes and rounds at run time (same results, slower). Figures:
 //! `BENCHMARKS.md`.
 //!
