@@ -54,7 +54,7 @@ fn embedded() -> Manifest {
     let bins = json["bins"].as_array().expect("`bins` is a list");
     assert_eq!(bins.len(), 1, "the embedded manifest has one bin");
     let file = bins[0]["file"].as_str().expect("bin file name");
-    Manifest::from_xz(EMBEDDED_MTP_MANIFEST, &[(file, EMBEDDED_MTP_FIXTURES)])
+    Manifest::from_text(&text, &[(file, &common::unxz(EMBEDDED_MTP_FIXTURES))])
 }
 
 /// `MAMBA_SSU_FLASHINFER_MTP_MANIFEST` when set, else the embedded data.

@@ -240,12 +240,12 @@ typedef enum mamba_ssu_sr_rule {
  * 256 with the head dim at run time), each built with and without z
  * (z == NULL runs a loop with no z work); a BF16, F32 or I16 state without SR likewise (the
  * same kernels with the state converted from and to bf16, held in fp32, or int16 dequantised
- * with the read slot's scales and quantised per row); in a library built with
- * MAMBA_SSU_F16_INPUT_KERNELS=1 (off by default: not yet run on a GPU) also FP16 inputs and
- * weights over an F16 state, and over a BF16 or F32 state without SR; every other combination
+ * with the read slot's scales and quantised per row); also FP16 inputs and weights over an
+ * F16 state, and over a BF16 or F32 state without SR (unless the library was built with
+ * MAMBA_SSU_F16_INPUT_KERNELS=0); every other combination
  * a kernel that takes them at run time. ALGO_HORIZONTAL: BF16 inputs and weights run kernels
- * with them compiled in (an F16 state with 0, 5 or 10 rounds, a BF16 or F32 state), and in a
- * library built with MAMBA_SSU_F16_INPUT_KERNELS=1 FP16 ones likewise; everything else a kernel
+ * with them compiled in (an F16 state with 0, 5 or 10 rounds, a BF16 or F32 state), and FP16
+ * ones likewise (but in a library built with MAMBA_SSU_F16_INPUT_KERNELS=0); everything else a kernel
  * per state dtype that reads them at run time; the head dim and dstate are run-time values in
  * all. */
 typedef struct mamba_ssu_params {
@@ -431,9 +431,9 @@ int mamba_ssu_resolve_algorithm(int32_t algorithm, int64_t batch,
  * counter, as FlashInfer's; see docs/flashinfer-ssu.md of the crate for the mapping).
  * Speed: F16 state, BF16 inputs and weights, dstate 64, 128 or 256 and 0, 5 or 10 Philox
  * rounds run compiled-in kernels (any head dim; dstate 128 the tuned ones), and a BF16 or I16
- * state likewise without SR, when num_accepted_tokens and cu_seqlens have index_dtype (in a
- * library built with MAMBA_SSU_F16_INPUT_KERNELS=1 also FP16 inputs and weights over an F16
- * state, and over a BF16 state without SR); every other combination a kernel that takes them
+ * state likewise without SR, when num_accepted_tokens and cu_seqlens have index_dtype (also
+ * FP16 inputs and weights over an F16 state, and over a BF16 state without SR, but in a library
+ * built with MAMBA_SSU_F16_INPUT_KERNELS=0); every other combination a kernel that takes them
  * at run time. */
 typedef struct mamba_ssu_mtp_params {
   int64_t batch;   /* sequences: >= 1 */

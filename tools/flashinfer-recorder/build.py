@@ -37,6 +37,7 @@ sys.path.insert(0, os.path.join(HERE, "runner"))
 
 import extract_flags  # noqa: E402
 import spec as specmod  # noqa: E402
+from record import read_maybe_xz  # noqa: E402
 
 DEFAULT_SPECS = [os.path.join(HERE, "cases", "new_cases.json")]
 DEFAULT_REFERENCES = [
@@ -333,7 +334,9 @@ def main():
     ref_names = []
     for p in refs:
         name = os.path.basename(os.path.dirname(p))
-        shutil.copyfile(p, os.path.join(dist, "reference", name + ".json"))
+        # tests/data keeps the manifests xz-compressed: the dist gets them as plain JSON.
+        with open(os.path.join(dist, "reference", name + ".json"), "wb") as f:
+            f.write(read_maybe_xz(p))
         ref_names.append(name)
     build = {
         "flashinfer": args.flashinfer,

@@ -221,7 +221,8 @@ class FakeRuns(unittest.TestCase):
             refs, cases = [], []
             for d in (STP, MTP):
                 name = os.path.basename(d)
-                shutil.copyfile(os.path.join(d, "manifest.json"), os.path.join(tmp, "reference", name + ".json"))
+                with open(os.path.join(tmp, "reference", name + ".json"), "wb") as f:
+                    f.write(record.read_maybe_xz(os.path.join(d, "manifest.json")))
                 refs.append(name)
                 cases += specmod.load_reference(os.path.join(d, "manifest.json"))[1]
             build = fake_build(cases)
