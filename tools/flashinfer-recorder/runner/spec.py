@@ -12,7 +12,6 @@ A reference manifest's cases are already in that form (`verify` mode).
 import copy
 import itertools
 import json
-import os
 
 from gen import KINDS, TAGS
 
@@ -432,14 +431,9 @@ def load_spec(path):
 def load_reference(path):
     """Cases of an existing manifest (or of its `.xz` copy, the form tests/data keeps), with
     the algorithms its results requested."""
-    if not os.path.exists(path) and os.path.exists(path + ".xz"):
-        import lzma
+    from record import read_maybe_xz  # record imports gen only: no cycle
 
-        with open(path + ".xz", "rb") as f:
-            m = json.loads(lzma.decompress(f.read(), format=lzma.FORMAT_XZ))
-    else:
-        with open(path, encoding="utf-8") as f:
-            m = json.load(f)
+    m = json.loads(read_maybe_xz(path))
     cases = []
     for c in m["cases"]:
         c = copy.deepcopy(c)
