@@ -41,8 +41,10 @@ inline int invalid(const char *fmt, long long a) {
 // multiples of 32 between them, 96, 160, 192 and 224; with an fp32 state also the multiples of
 // 16 from 32 to 256 but 112 (uneven_dstate: the generic kernels of ssu_uneven.cu; single token
 // the simple, vertical and horizontal mappings, multi token the run-time kernel). At 112
-// FlashInfer's simple kernel runs 3-column runs past each row's end (the last one reads and
-// writes two columns of the next row), which the crate does not reproduce: UNSUPPORTED.
+// FlashInfer's simple kernel runs 3-column runs past each row's end (the last one reads B and C
+// past their shared arrays and reads and writes two columns of the next row, racing with that
+// row's warp): its result is not defined, so UNSUPPORTED (docs/flashinfer-ssu.md, "What the
+// crate does not match yet").
 // Returns MAMBA_SSU_SUCCESS, UNSUPPORTED (FlashInfer takes the dstate, this crate does not yet) or
 // INVALID_ARGUMENT (FlashInfer's build refuses it), with the detail set.
 inline int check_dstate(int64_t dstate, int32_t state_dtype) {
@@ -53,7 +55,7 @@ inline int check_dstate(int64_t dstate, int32_t state_dtype) {
   if (wide && dstate == 112)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "dstate: 112 with an fp32 state is not served (FlashInfer's simple kernel reads "
-                "and writes two columns past each row there)");
+                "and writes two columns past each row there, an undefined result)");
   const bool flashinfer_takes =
       wide ? dstate >= 32 && dstate % 16 == 0 : dstate >= 64 && dstate % 32 == 0;
   if (flashinfer_takes)
@@ -76,15 +78,17 @@ inline bool uneven_dstate(int64_t dstate) {
 }
 
 // An int16 state under the VERTICAL mapping at a dstate whose last 64-column block is partial
-// (96, 160, 224): FlashInfer's vertical kernel (0.7.2.post1 and 0.7.4 alike) writes -32767 into
-// the odd columns of that block (recorded on an H200, docs/flashinfer-ssu.md, "An int16 state at
-// the uneven dstates"): UNSUPPORTED rather than that state or other bits than FlashInfer's.
+// (96, 160, 224): FlashInfer's vertical kernel (0.7.2.post1 and 0.7.4 alike) stores and reads the
+// odd columns of that block one element past the end of its per-lane register array of new
+// values, an undefined result (recorded on an H200 as -32767 in those columns;
+// docs/flashinfer-ssu.md, "An int16 state at the uneven dstates"): UNSUPPORTED rather than that
+// state or other bits than FlashInfer's.
 inline int check_i16_vertical(int64_t dstate, int32_t state_dtype, bool vertical) {
   if (state_dtype == MAMBA_SSU_I16 && vertical && dstate % 64 != 0)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "algorithm: VERTICAL with an I16 state at dstate %lld is not served (FlashInfer's "
-                "vertical kernel writes -32767 into the odd columns of the row's last, partial "
-                "64-column block there; SIMPLE serves it)",
+                "vertical kernel indexes past a register array for the odd columns of the row's "
+                "last, partial 64-column block there, an undefined result; SIMPLE serves it)",
                 ll(dstate));
   return MAMBA_SSU_SUCCESS;
 }

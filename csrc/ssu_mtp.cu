@@ -156,6 +156,26 @@ int plan_launch(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d, 
     grid_for(p, d, hot, 1, &f, mtp::kGroups);
     if (fits(f)) g = f;
   }
+  // Fewest passes with SR (Tuning::kMtpSrPasses): the two-row SR plans whose blocks leave
+  // their last pass part-empty take the rows per block with the fewest passes of row groups per
+  // (sequence, head), the fewest blocks among equals (head dim 80: one block of 80 rows in three
+  // passes instead of two blocks of 40 rows in two passes each).
+  const int64_t pass = int64_t{mtp::kGroups} * g.rows_per_group;
+  auto passes = [&](const Plan &f) {
+    return f.blocks_per_head * ((f.rows_per_block + pass - 1) / pass);
+  };
+  if (hot && Tuning::kMtpSrPasses != 0 && p.philox_rounds > 0 && g.rows_per_group > 1 &&
+      g.rows_per_block % pass != 0) {
+    for (int64_t b = 1; b <= 4; ++b) {
+      const int64_t rows = (p.dim + b - 1) / b;
+      if (rows > Tuning::kMtpPassesMaxRows) continue;
+      Plan f;
+      grid_for(p, d, hot, g.rows_per_group, &f, rows);
+      if (f.blocks_per_head != b || !fits(f)) continue;
+      const int64_t pf = passes(f), pg = passes(g);
+      if (pf < pg || (pf == pg && f.blocks_per_head < g.blocks_per_head)) g = f;
+    }
+  }
   if (g.blocks > std::numeric_limits<int32_t>::max())
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "batch * nheads * ceil(dim / 64): expected a grid of <= %d blocks, got %lld x "
@@ -163,7 +183,8 @@ int plan_launch(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d, 
                 std::numeric_limits<int32_t>::max(), ll(p.batch), ll(p.nheads),
                 ll(g.blocks_per_head));
   const int64_t rpb = g.rows_per_block, bph = g.blocks_per_head;
-  if (rpb < 1 || rpb > mtp::kMaxRowsPerBlock || bph * rpb < p.dim || !fits(g))
+  if (rpb < 1 || rpb > std::max<int64_t>(mtp::kMaxRowsPerBlock, Tuning::kMtpPassesMaxRows) ||
+      bph * rpb < p.dim || !fits(g))
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "launch plan: no valid grid (rows per block %lld, blocks per head %lld, shared "
                 "memory %zu bytes)",

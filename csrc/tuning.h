@@ -20,7 +20,8 @@
 //   Sm90::kRpwWarpsPerSm in `Tuning`. It changes host code only (the launch plan: rows per warp,
 //   the small-grid rules), so every variant runs the same kernels; give each variant its own
 //   CARGO_TARGET_DIR. Likewise "-DMAMBA_SSU_MTP_FULL_PASSES=N" replaces Sm90::kMtpFullPasses
-//   (the multi-token plan at head dims whose blocks leave a pass part-empty).
+//   (the multi-token plan at head dims whose blocks leave a pass part-empty), and
+//   "-DMAMBA_SSU_MTP_SR_PASSES=N" Sm90::kMtpSrPasses (the same calls with SR).
 #pragma once
 
 #include <stdint.h>
@@ -199,10 +200,21 @@ struct Sm90 {
   // the full passes took 0.92-0.99 of the time at head dim 80, with SR 1.06-1.21 (the
   // multi-token plan at head dim 80, docs/perf-notes.md, 2026-12-06).
   static constexpr int kMtpFullPasses = 1;
+  // Hot multi-token calls with SR and two rows per group whose blocks leave the last pass
+  // part-empty (head dim 80: two 40-row blocks per (sequence, head), each a full and a quarter
+  // pass): 0 keeps the plan above; 1 takes the rows per block (one to four blocks per (sequence,
+  // head), at most kMtpPassesMaxRows rows) with the fewest row-group passes per (sequence,
+  // head), the fewest blocks among equals (head dim 80: one block of 80 rows, three passes).
+  // Host code only. 1: 0.90-0.97 of the time at head dim 80 and dstates 64 and 256, 0.97-1.01
+  // at 128; the most blocks among equals (three 27-row blocks) 0.98-1.14 (the multi-token SR
+  // plan at head dim 80: fewest passes, docs/perf-notes.md, 2026-12-06).
+  static constexpr int kMtpSrPasses = 1;
+  static constexpr int kMtpPassesMaxRows = 128;
 };
 
 // The configuration of this build.
-#if defined(MAMBA_SSU_RPW_WARPS_PER_SM) || defined(MAMBA_SSU_MTP_FULL_PASSES)
+#if defined(MAMBA_SSU_RPW_WARPS_PER_SM) || defined(MAMBA_SSU_MTP_FULL_PASSES) || \
+    defined(MAMBA_SSU_MTP_SR_PASSES)
 // The build-time overrides of the planning (see the top of this file).
 struct Tuning : Sm90 {
 #ifdef MAMBA_SSU_RPW_WARPS_PER_SM
@@ -210,6 +222,9 @@ struct Tuning : Sm90 {
 #endif
 #ifdef MAMBA_SSU_MTP_FULL_PASSES
   static constexpr int kMtpFullPasses = MAMBA_SSU_MTP_FULL_PASSES;
+#endif
+#ifdef MAMBA_SSU_MTP_SR_PASSES
+  static constexpr int kMtpSrPasses = MAMBA_SSU_MTP_SR_PASSES;
 #endif
 };
 #else

@@ -300,8 +300,8 @@ fn uneven_dstate_rules() {
             }
         }
     }
-    // FlashInfer's vertical kernel writes -32767 into the odd columns of a partial last
-    // 64-column block of an int16 row: refused there, served at 192.
+    // FlashInfer's vertical kernel indexes past a register array for the odd columns of a
+    // partial last 64-column block of an int16 row (undefined): refused there, served at 192.
     fn vertical(a: &mut sys::mamba_ssu_args) {
         a.algorithm = sys::MAMBA_SSU_ALGO_VERTICAL as i32;
     }

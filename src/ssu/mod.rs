@@ -168,14 +168,16 @@ pub const MAX_PHILOX_ROUNDS: u32 = crate::ffi::sys::MAMBA_SSU_MAX_PHILOX_ROUNDS;
 /// 64, 128 and 256 run compiled-in kernels where the rest of the call allows; the multiples of
 /// 32 between them, 96, 160, 192 and 224 (FlashInfer's module takes them for every state dtype),
 /// run the run-time kernels (an int16 state there too, but not under the VERTICAL mapping at 96,
-/// 160 and 224, where FlashInfer's kernel writes -32767 into part of the row). An fp32 state takes
+/// 160 and 224, where FlashInfer's kernel indexes past a register array: its result there is
+/// undefined). An fp32 state takes
 /// [`SUPPORTED_DSTATE_F32`].
 pub const SUPPORTED_DSTATE: [usize; 7] = [64, 96, 128, 160, 192, 224, 256];
 
 /// The `dstate` values the kernels serve with an fp32 state: [`SUPPORTED_DSTATE`] and the other
 /// multiples of 16 from 32 to 256 that FlashInfer's sm_90 module takes with an fp32 state (run-time
 /// kernels), but 112: there FlashInfer's simple kernel reads and writes two columns past each
-/// row, which the crate does not reproduce ([`Error::Unsupported`](crate::Error::Unsupported)).
+/// row, racing with the next row's warp, an undefined result the crate does not reproduce
+/// ([`Error::Unsupported`](crate::Error::Unsupported)).
 pub const SUPPORTED_DSTATE_F32: [usize; 14] = [
     32, 48, 64, 80, 96, 128, 144, 160, 176, 192, 208, 224, 240, 256,
 ];

@@ -94,6 +94,8 @@ mod tests {
     use super::*;
     use crate::ssu::mtp::fixtures::*;
     use crate::ssu::mtp::validate_mtp;
+    use crate::ssu::SeedSpec;
+    use crate::tensor::DType;
 
     /// The plan comes from the C planner for a checked call: no device is queried (a count of
     /// 0 is refused rather than passed on), and an invalid call fails as `validate_mtp` does.
@@ -120,6 +122,64 @@ mod tests {
                 "{plan:?}"
             );
             assert_eq!(plan.num_sms, 132);
+        }
+    }
+
+    /// A dense call at a model's shape: `batch` sequences of 8 tokens, `nheads` heads of `dim`
+    /// rows in 8 groups, FlashInfer's expanded dt/A/D layouts, an intermediate-free call with a
+    /// seed pointer when `rounds` > 0.
+    fn model_call(batch: usize, nheads: usize, dim: usize, dstate: usize, rounds: u32) -> MtpSpec {
+        let (t, ng) = (8, 8);
+        MtpSpec {
+            state: contiguous(DType::F16, &[batch, nheads, dim, dstate]),
+            x: contiguous(DType::BF16, &[batch, t, nheads, dim]),
+            dt: lay(
+                DType::BF16,
+                &[batch, t, nheads, dim],
+                &[t * nheads, nheads, 1, 0],
+            ),
+            a: lay(DType::F32, &[nheads, dim, dstate], &[1, 0, 0]),
+            b: contiguous(DType::BF16, &[batch, t, ng, dstate]),
+            c: contiguous(DType::BF16, &[batch, t, ng, dstate]),
+            d: Some(lay(DType::BF16, &[nheads, dim], &[1, 0])),
+            z: None,
+            dt_bias: Some(lay(DType::BF16, &[nheads, dim], &[1, 0])),
+            state_batch_indices: Some(contiguous(DType::I32, &[batch])),
+            dst_state_batch_indices: None,
+            out: contiguous(DType::BF16, &[batch, t, nheads, dim]),
+            philox_rounds: rounds,
+            seed: (rounds > 0).then(|| SeedSpec::Pointer(contiguous(DType::I64, &[1]))),
+            ..base()
+        }
+    }
+
+    /// The plans of head dim 80 (Nemotron Nano 2: 128 heads, dstate 128; the 4B models: 96
+    /// heads) at 1024 and more (sequence, head) pairs, where the plan takes two-row groups:
+    /// with SR one block of all 80 rows per pair (three passes of the 16 row groups, the fewest:
+    /// `Tuning::kMtpSrPasses`), without SR one-row groups on blocks of 16 rows
+    /// (`Tuning::kMtpFullPasses`); head dim 64 keeps one 64-row block per pair.
+    #[test]
+    fn head_dim_80_plans() {
+        for (nheads, batch) in [(128, 8), (128, 32), (96, 16)] {
+            for dstate in [64, 128, 256] {
+                for rounds in [5, 10] {
+                    let plan = mtp_launch_plan(&model_call(batch, nheads, 80, dstate, rounds), 132)
+                        .unwrap();
+                    let what = format!("{nheads} x {batch}, dstate {dstate}, {rounds} rounds");
+                    assert!(plan.compiled_kernel, "{what}: {plan:?}");
+                    assert_eq!(plan.blocks_per_head, 1, "{what}: {plan:?}");
+                    assert_eq!(plan.rows_per_warp, 20, "{what}: {plan:?}");
+                    let dim64 =
+                        mtp_launch_plan(&model_call(batch, nheads, 64, dstate, rounds), 132)
+                            .unwrap();
+                    assert_eq!(dim64.blocks_per_head, 1, "{what}, dim 64: {dim64:?}");
+                }
+                let plan = mtp_launch_plan(&model_call(batch, nheads, 80, dstate, 0), 132).unwrap();
+                assert_eq!(
+                    plan.blocks_per_head, 5,
+                    "{nheads} x {batch}, no SR: {plan:?}"
+                );
+            }
         }
     }
 }
