@@ -159,13 +159,14 @@ int plan_launch(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d, 
   // Fewest passes with SR (Tuning::kMtpSrPasses): the two-row SR plans whose blocks leave
   // their last pass part-empty take the rows per block with the fewest passes of row groups per
   // (sequence, head), the fewest blocks among equals (head dim 80: one block of 80 rows in three
-  // passes instead of two blocks of 40 rows in two passes each).
+  // passes instead of two blocks of 40 rows in two passes each); not at dstate 128, where the
+  // measurement found no gain.
   const int64_t pass = int64_t{mtp::kGroups} * g.rows_per_group;
   auto passes = [&](const Plan &f) {
     return f.blocks_per_head * ((f.rows_per_block + pass - 1) / pass);
   };
-  if (hot && Tuning::kMtpSrPasses != 0 && p.philox_rounds > 0 && g.rows_per_group > 1 &&
-      g.rows_per_block % pass != 0) {
+  if (hot && Tuning::kMtpSrPasses != 0 && p.philox_rounds > 0 && p.dstate != 128 &&
+      g.rows_per_group > 1 && g.rows_per_block % pass != 0) {
     for (int64_t b = 1; b <= 4; ++b) {
       const int64_t rows = (p.dim + b - 1) / b;
       if (rows > Tuning::kMtpPassesMaxRows) continue;

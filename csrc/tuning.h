@@ -202,12 +202,13 @@ struct Sm90 {
   static constexpr int kMtpFullPasses = 1;
   // Hot multi-token calls with SR and two rows per group whose blocks leave the last pass
   // part-empty (head dim 80: two 40-row blocks per (sequence, head), each a full and a quarter
-  // pass): 0 keeps the plan above; 1 takes the rows per block (one to four blocks per (sequence,
-  // head), at most kMtpPassesMaxRows rows) with the fewest row-group passes per (sequence,
-  // head), the fewest blocks among equals (head dim 80: one block of 80 rows, three passes).
-  // Host code only. 1: 0.90-0.97 of the time at head dim 80 and dstates 64 and 256, 0.97-1.01
-  // at 128; the most blocks among equals (three 27-row blocks) 0.98-1.14 (the multi-token SR
-  // plan at head dim 80: fewest passes, docs/perf-notes.md, 2026-12-06).
+  // pass), at dstates 64 and 256: 0 keeps the plan above; 1 takes the rows per block (one to
+  // four blocks per (sequence, head), at most kMtpPassesMaxRows rows) with the fewest row-group
+  // passes per (sequence, head), the fewest blocks among equals (head dim 80: one block of 80
+  // rows, three passes). Host code only. 1: 0.90-0.99 of the time at head dim 80 and dstates 64
+  // and 256; at dstate 128 0.97-1.02 (5 rounds 1.00-1.02 in every cell), so dstate 128 keeps
+  // the plan above; the most blocks among equals (three 27-row blocks) 0.98-1.14 (the
+  // multi-token SR plan at head dim 80: fewest passes, docs/perf-notes.md, 2026-12-06).
   static constexpr int kMtpSrPasses = 1;
   static constexpr int kMtpPassesMaxRows = 128;
 };

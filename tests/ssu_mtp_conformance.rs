@@ -291,8 +291,23 @@ fn embedded_dtype_forms_074() -> Manifest {
     )
 }
 
+/// FlashInfer 0.7.4's multi-token kernel at head dim 80 with SR at dstates 64 and 256 on the
+/// two-row SR plan's grid (one block of 80 rows per (sequence, head): `Tuning::kMtpSrPasses`):
+/// `tools/flashinfer-recorder/cases/mtp_d80_ds_grid_cases.json`, 128 heads x batch 8 (a pad) and
+/// 32, T 8, 5 and 10 rounds, final-state writes (dstate 128 is in `embedded_dtype_forms_074`).
+/// Recorded on an H100 on 2026-12-06; every block by hash.
+fn embedded_d80_ds_grid_074() -> Manifest {
+    Manifest::from_xz(
+        include_bytes!("data/flashinfer_ssu_mtp_d80_ds_grid_074/manifest.json.xz"),
+        &[(
+            "fixtures.bin",
+            include_bytes!("data/flashinfer_ssu_mtp_d80_ds_grid_074/fixtures.bin.xz"),
+        )],
+    )
+}
+
 /// Every embedded manifest: the reference data and the sets above.
-fn all_embedded() -> [Manifest; 17] {
+fn all_embedded() -> [Manifest; 18] {
     [
         embedded(),
         embedded_shapes(),
@@ -311,6 +326,7 @@ fn all_embedded() -> [Manifest; 17] {
         embedded_int16_uneven(),
         embedded_int16_uneven_074(),
         embedded_dtype_forms_074(),
+        embedded_d80_ds_grid_074(),
     ]
 }
 
@@ -1064,6 +1080,19 @@ fn flashinfer_mtp_dtype_forms_074_bit_exact() {
     };
     let m = embedded_dtype_forms_074();
     assert_eq!(m.cases.len(), 84);
+    check_manifest(&ctx, &stream, &m);
+}
+
+/// Head dim 80 with SR at dstates 64 and 256 on the two-row SR plan's grid, from FlashInfer
+/// 0.7.4.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_mtp_d80_ds_grid_074_bit_exact() {
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let m = embedded_d80_ds_grid_074();
+    assert_eq!(m.cases.len(), 8);
     check_manifest(&ctx, &stream, &m);
 }
 
