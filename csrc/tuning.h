@@ -206,7 +206,7 @@ struct Sm90 {
   // four blocks per (sequence, head), at most kMtpPassesMaxRows rows) with the fewest row-group
   // passes per (sequence, head), the fewest blocks among equals (head dim 80: one block of 80
   // rows, three passes). Host code only. 1: 0.90-0.99 of the time at head dim 80 and dstates 64
-  // and 256; at dstate 128 0.97-1.02 (5 rounds 1.00-1.02 in every cell), so dstate 128 keeps
+  // and 256; at dstate 128 0.97-1.02 (5 rounds slower in 6 of 7 cells), so dstate 128 keeps
   // the plan above; the most blocks among equals (three 27-row blocks) 0.98-1.14 (the
   // multi-token SR plan at head dim 80: fewest passes, docs/perf-notes.md, 2026-12-06).
   static constexpr int kMtpSrPasses = 1;
