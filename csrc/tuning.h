@@ -210,6 +210,8 @@ struct Sm90 {
   // the plan above; the most blocks among equals (three 27-row blocks) 0.98-1.14 (the
   // multi-token SR plan at head dim 80: fewest passes, docs/perf-notes.md, 2026-12-06).
   static constexpr int kMtpSrPasses = 1;
+  // The most rows a block of that plan takes (x and z of every row and token are staged in
+  // shared memory; the default plan's blocks take at most 64).
   static constexpr int kMtpPassesMaxRows = 128;
 };
 
