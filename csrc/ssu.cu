@@ -534,6 +534,17 @@ int32_t resolved_algorithm(const mamba_ssu_params &p, const mamba_ssu_device_pro
 }
 }  // namespace
 
+// Whether the hot kernels' bulk L2 prefetch (HotConfig::kL2Prefetch: no SR) is issued: always,
+// but for an fp32 state (F32State, the choice at run time) with rows wider than the 256 bytes
+// the prefetch was tuned for (dstate 128 and 256) whose call moves more than
+// Tuning::kF32PrefetchMaxStateBytes of state. Read by no other kernel.
+bool l2_prefetch(const mamba_ssu_params &p) {
+  if (p.state_dtype != MAMBA_SSU_F32 || p.dstate * 4 <= 256) return true;
+  const double bytes = 4.0 * static_cast<double>(p.batch) * static_cast<double>(p.nheads) *
+                       static_cast<double>(p.dim) * static_cast<double>(p.dstate);
+  return bytes <= static_cast<double>(Tuning::kF32PrefetchMaxStateBytes);
+}
+
 int ssu_plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d,
              mamba_ssu_launch_plan *out) {
   const int sms = d.num_sms;
@@ -617,6 +628,7 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
   a.update_state = p.update_state != 0;
   // Fused seeds once per block on large grids (perf-notes: Tried (2026-11-30)).
   a.block_seed = !below ? 1 : 0;
+  a.l2_prefetch = l2_prefetch(p) ? 1 : 0;
 
 
   const auto st = reinterpret_cast<cudaStream_t>(stream);

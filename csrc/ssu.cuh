@@ -29,7 +29,8 @@
 //     so every warp keeps 2 chunks of state in flight (memory-level
 //     parallelism without shared memory or barriers); the hot kernels without
 //     SR also ask L2 for the warp's later rows with one bulk prefetch at its
-//     start (Cfg::kL2Prefetch), which doubles the bytes in flight per SM;
+//     start (Cfg::kL2Prefetch), which doubles the bytes in flight per SM (an fp32
+//     state's kernels only for calls the launcher picks: Args::l2_prefetch);
 //   - the rows of a chunk are reduced together (reduce_rows): 4 rows cost 6
 //     shuffles instead of 20, and the gate and the output store run once per
 //     chunk on 4 lanes instead of once per row;
@@ -175,6 +176,11 @@ struct Args {
   // kernels implement FlashInfer 0.7.2's and are never launched for MAMBA_SSU_SR_V074 with SR.
   // Last, like gen_offset.
   int32_t sr_rule;
+  // Whether a kernel whose config takes the choice at run time (kL2PrefetchAtRunTime: an fp32
+  // state's, states::F32State) issues its bulk L2 prefetch (kL2Prefetch); the launcher's choice
+  // (ssu.cu: l2_prefetch). In the padding after sr_rule: the size of Args and the offsets of
+  // every other argument are unchanged.
+  int32_t l2_prefetch;
 };
 
 // An int16 state's decode scales (ssu_kernel_scaled, DynI16Config): element (slot, h, d) at
@@ -419,6 +425,8 @@ struct HotConfig {
   // L2 prefetch of a warp's rows after its first two chunks, one bulk prefetch at its start
   // (ssu_body): the kernels without SR (tuning.h).
   static constexpr bool kL2Prefetch = Tuning::l2_prefetch(kKernel);
+  // Whether Args::l2_prefetch may turn that prefetch off (a wrapper's choice: F32State).
+  static constexpr bool kL2PrefetchAtRunTime = false;
   // State loads without L1 allocation (load_chunk): the large-grid 10-round simple kernel
   // without z (tuning.h).
   static constexpr bool kLdNoAllocate = Tuning::ld_no_allocate(kKernel);
@@ -1193,7 +1201,7 @@ __device__ __forceinline__ void ssu_body(const Args &a, const ScaleArgs &sc = Sc
   constexpr int kRowBytes = Cfg::kFullChunks ? cfg.dstate() * cfg.state_bytes() : 0;
   if constexpr (Cfg::kL2Prefetch) {
     const int first = d_begin + 2 * U;
-    if (!pad && lane == 0 && first < d_end) {
+    if (!pad && lane == 0 && first < d_end && (!Cfg::kL2PrefetchAtRunTime || a.l2_prefetch != 0)) {
       prefetch_l2_bulk(read_head + first * kRowBytes, (d_end - first) * kRowBytes);
     }
   }

@@ -138,6 +138,12 @@ struct Sm90 {
   // One bulk L2 prefetch of a warp's later rows: the no-SR kernels (slower with SR).
   // perf-notes: L2 prefetch, pipe-neutral SR forms, zero page, rows per warp (2026-11-30).
   static constexpr bool l2_prefetch(HotKernel k) { return k.rounds == 0; }
+  // An fp32 state (states::F32State) with rows of 512 bytes or more (dstate 128, 256): that
+  // prefetch only for calls whose state (batch x heads x dim x dstate x 4 bytes) is at most this
+  // many bytes; above it prefetched rows were read from DRAM twice (0.87-0.98 of the time
+  // without it at 64 MiB and more; 256-byte rows, dstate 64, keep it: 0.98-1.03 either way).
+  // perf-notes: an fp32 state's L2 prefetch (2026-12-06).
+  static constexpr int64_t kF32PrefetchMaxStateBytes = int64_t{48} << 20;
   // Tapered grid (kTaperShift, kTaperPct): the large-grid 4-row 10-round forms (5 rounds: no gain).
   // perf-notes: the power cap, tapered grids (2026-12-01).
   static constexpr bool taper(HotKernel k) { return k.rows == 4 && k.rounds == 10 && k.zw == 1; }
