@@ -532,11 +532,10 @@ int32_t resolved_algorithm(const mamba_ssu_params &p, const mamba_ssu_device_pro
              ? auto_algorithm(p.batch, p.nheads, p.dim, p.state_dtype, d)
              : p.algorithm;
 }
-}  // namespace
 
-// Whether the hot kernels' bulk L2 prefetch (HotConfig::kL2Prefetch: no SR) is issued: always,
-// but for an fp32 state (F32State, the choice at run time) with rows wider than the 256 bytes
-// the prefetch was tuned for (dstate 128 and 256) whose call moves more than
+// Args::l2_prefetch: whether the hot kernels' bulk L2 prefetch (HotConfig::kL2Prefetch: no SR)
+// is issued. Always, but for an fp32 state (F32State, the choice at run time) with rows wider
+// than the 256 bytes the prefetch was tuned for (dstates 128 and 256) whose call moves more than
 // Tuning::kF32PrefetchMaxStateBytes of state. Read by no other kernel.
 bool l2_prefetch(const mamba_ssu_params &p) {
   if (p.state_dtype != MAMBA_SSU_F32 || p.dstate * 4 <= 256) return true;
@@ -544,6 +543,7 @@ bool l2_prefetch(const mamba_ssu_params &p) {
                        static_cast<double>(p.dim) * static_cast<double>(p.dstate);
   return bytes <= static_cast<double>(Tuning::kF32PrefetchMaxStateBytes);
 }
+}  // namespace
 
 int ssu_plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d,
              mamba_ssu_launch_plan *out) {

@@ -1201,7 +1201,8 @@ __device__ __forceinline__ void ssu_body(const Args &a, const ScaleArgs &sc = Sc
   constexpr int kRowBytes = Cfg::kFullChunks ? cfg.dstate() * cfg.state_bytes() : 0;
   if constexpr (Cfg::kL2Prefetch) {
     const int first = d_begin + 2 * U;
-    if (!pad && lane == 0 && first < d_end && (!Cfg::kL2PrefetchAtRunTime || a.l2_prefetch != 0)) {
+    if (!pad && lane == 0 && first < d_end &&
+        (!Cfg::kL2PrefetchAtRunTime || a.l2_prefetch != 0)) {
       prefetch_l2_bulk(read_head + first * kRowBytes, (d_end - first) * kRowBytes);
     }
   }

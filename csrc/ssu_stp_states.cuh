@@ -58,7 +58,8 @@ struct F32State : Base {
     uint32_t w[kMaxCols];
   };
   // The bulk L2 prefetch of Base (no SR) only where the launcher asks for it (Args::l2_prefetch:
-  // calls whose state fits tuning::Tuning::kF32PrefetchMaxStateBytes).
+  // at dstate 64 always, at 128 and 256 for calls whose state fits
+  // tuning::Tuning::kF32PrefetchMaxStateBytes).
   static constexpr bool kL2PrefetchAtRunTime = true;
   __device__ explicit F32State(const Args &a) : Base(a) {}
   __device__ static constexpr int state_bytes() { return 4; }

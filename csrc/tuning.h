@@ -141,7 +141,7 @@ struct Sm90 {
   // An fp32 state (states::F32State) with rows of 512 bytes or more (dstate 128, 256): that
   // prefetch only for calls whose state (batch x heads x dim x dstate x 4 bytes) is at most this
   // many bytes; above it prefetched rows were read from DRAM twice (0.87-0.98 of the time
-  // without it at 64 MiB and more; 256-byte rows, dstate 64, keep it: 0.98-1.03 either way).
+  // without it from 80 MiB on; 256-byte rows, dstate 64, keep it: 0.97-1.05 either way).
   // perf-notes: an fp32 state's L2 prefetch (2026-12-06).
   static constexpr int64_t kF32PrefetchMaxStateBytes = int64_t{48} << 20;
   // Tapered grid (kTaperShift, kTaperPct): the large-grid 4-row 10-round forms (5 rounds: no gain).
