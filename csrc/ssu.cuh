@@ -83,6 +83,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <type_traits>
@@ -182,6 +183,10 @@ struct Args {
   // every other argument are unchanged.
   int32_t l2_prefetch;
 };
+static_assert(offsetof(Args, l2_prefetch) == offsetof(Args, sr_rule) + sizeof(int32_t) &&
+                  sizeof(Args) == offsetof(Args, gen_offset) + sizeof(void *) + 2 * sizeof(int32_t),
+              "Args: l2_prefetch fills the padding after sr_rule (the other offsets and the size "
+              "as before it)");
 
 // An int16 state's decode scales (ssu_kernel_scaled, DynI16Config): element (slot, h, d) at
 // state_scale[slot * slot_stride + h * dim + d]; nullptr: an int16 state without scales. A kernel
