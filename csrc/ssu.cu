@@ -538,9 +538,11 @@ int32_t resolved_algorithm(const mamba_ssu_params &p, const mamba_ssu_device_pro
 // than the 256 bytes the prefetch was tuned for (dstates 128 and 256) whose call moves more than
 // Tuning::kF32PrefetchMaxStateBytes of state. Read by no other kernel.
 bool l2_prefetch(const mamba_ssu_params &p) {
-  if (p.state_dtype != MAMBA_SSU_F32 || p.dstate * 4 <= 256) return true;
-  const double bytes = 4.0 * static_cast<double>(p.batch) * static_cast<double>(p.nheads) *
-                       static_cast<double>(p.dim) * static_cast<double>(p.dstate);
+  const int esize = float_bytes(p.state_dtype);
+  if (p.state_dtype != MAMBA_SSU_F32 || p.dstate * esize <= 256) return true;
+  const double bytes = static_cast<double>(esize) * static_cast<double>(p.batch) *
+                       static_cast<double>(p.nheads) * static_cast<double>(p.dim) *
+                       static_cast<double>(p.dstate);
   return bytes <= static_cast<double>(Tuning::kF32PrefetchMaxStateBytes);
 }
 }  // namespace
