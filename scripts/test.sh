@@ -15,11 +15,12 @@ cd "$(dirname "$0")/.."
 
 eval "$(bash scripts/setup.sh)"
 
-# GPU targets: the test builds narrow them to sm_90 (the H200's; build.rs's MAMBA_SSU_CUDA_ARCHS),
-# the library the wheel and the C package carry has the full list of build.rs: it is built once
-# below (python/build.sh) and checked with scripts/check_fatbin.sh.
+# GPU targets: every build below takes the same list (build.rs's MAMBA_SSU_CUDA_ARCHS; unset: its
+# full list), so that the library the tests link is the one the wheel and the C package carry and
+# nvcc compiles it once (MAMBA_SSU_NVCC_CACHE below); scripts/check_fatbin.sh checks it.
+# MAMBA_SSU_TEST_ARCHS narrows the Rust builds only (e.g. `90` on an H200 host, a shorter build).
 full_archs=${MAMBA_SSU_CUDA_ARCHS-}
-export MAMBA_SSU_CUDA_ARCHS=${MAMBA_SSU_TEST_ARCHS:-90}
+export MAMBA_SSU_CUDA_ARCHS=${MAMBA_SSU_TEST_ARCHS:-$full_archs}
 # One nvcc compilation per library for all of cargo's profiles below (clippy, doc, bench, test,
 # and `cargo package`'s verification build the same nvcc command): build.rs keeps each built
 # library under the key of its command, toolkit and sources (README "Build notes").
