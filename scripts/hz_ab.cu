@@ -7,7 +7,9 @@
 //   bash scripts/hz_ab.sh BASE_REV            (here: builds .gpu/hz_ab)
 //   .gpu/hz_ab [--check-only] [--time-only] [--reps N] [--ncu] [--only TEXT]   (GPU host; --only:
 //   the timing cases whose name contains TEXT; HZ_TIF=4|8 sets both sides' ring of tiles,
-//   HZ_NEW_TIF=4|8 the new side's alone)
+//   HZ_NEW_TIF=4|8 the new side's alone; HZ_NEW_RPW=16|32|64 and HZ_NEW_MINW=N the new side's
+//   most rows per warp and warps per SM of its rows-per-warp rule; HZ_WARM=1 times every call on
+//   one copy of the state)
 //
 // Timing: 20 back-to-back calls per sample, each on its own copy of the state (>= 256 MiB
 // touched between two uses of a copy: the state comes from HBM), the median of --reps samples
@@ -207,6 +209,19 @@ int plan_rpw(const Case &c, int max_rpw, int min_warps_per_sm, int num_sms) {
 
 int g_num_sms = 132;
 
+// The launcher's rows per warp (ssu_single_hz.cu: at most 64, halved while the grid has fewer
+// than 32 warps per SM); on the new side HZ_NEW_RPW (the most rows per warp: 16, 32 or 64) and
+// HZ_NEW_MINW (the warps per SM) override those two constants, for experiments on the rule.
+template <class A>
+int plan_rpw_side(const Case &c) {
+  int max_rpw = 64, min_warps = 32;
+  if constexpr (std::is_same_v<A, ::mamba_ssu::hz::Args>) {
+    if (const char *e = std::getenv("HZ_NEW_RPW")) max_rpw = std::atoi(e);
+    if (const char *e = std::getenv("HZ_NEW_MINW")) min_warps = std::atoi(e);
+  }
+  return plan_rpw(c, max_rpw, min_warps, g_num_sms);
+}
+
 // Whether a side's Args carries tiles_in_flight (the per-call ring of ssu_single_hz.cu).
 template <class A>
 struct HasTif {
@@ -256,7 +271,7 @@ __global__ void spin(int *flag, long long ns) {
           cudaStream_t st) {                                                                   \
     using namespace NS;                                                                        \
     Args a{};                                                                                  \
-    const int rpw = plan_rpw(c, 64, 32, g_num_sms);                                            \
+    const int rpw = plan_rpw_side<Args>(c);                                                    \
     fill_args(a, c, b, idx, dst, rpw);                                                         \
     const unsigned nblocks =                                                                   \
         static_cast<unsigned>((a.total_warps + kWarpsPerBlock - 1) / kWarpsPerBlock);          \
@@ -385,7 +400,9 @@ void time_case(const Case &c, int reps, bool ncu) {
   const size_t one = state_bytes(c, c.batch);
   const int calls = 20;
   int copies = static_cast<int>(std::max<size_t>(calls, (size_t(256) << 20) / one + 1));
-  if (ncu) copies = 1;
+  // HZ_WARM=1: every call on the same copy (the state warm in L2 where it fits, as
+  // python/bench/flashinfer_warm.py times FlashInfer's kernel).
+  if (ncu || std::getenv("HZ_WARM")) copies = 1;
   const int64_t slots = int64_t(c.batch) * copies;
   Bufs b = alloc(c, slots);
   set_indices(c, b, copies);
