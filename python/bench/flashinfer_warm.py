@@ -7,8 +7,11 @@ the state updated in place as FlashInfer's was), µs per call; next to it FlashI
 the case's ``timings.json`` and the ratio. Where the recording has queued timings (the calls
 enqueued behind a spin kernel, so that the host's per-call cost drops out: the crate's Python
 front door costs the host more per call than the recorder's C loop does FlashInfer), the same
-for the crate and that ratio too. Single-token and multi-token cases (the multi-token
-ones through ``python/tests/flashinfer_mtp_cases.py``).
+for the crate and that ratio too. Where it has cold timings (the queued calls with the state
+rotated over ``cold_copies`` copies of it, together at least twice the L2 size, so that every
+call reads its state from HBM as the layers of a decode step do, each with its own state), the
+crate's calls rotated over as many copies of its state, and that ratio. Single-token and
+multi-token cases (the multi-token ones through ``python/tests/flashinfer_mtp_cases.py``).
 
     PYTHONPATH=python python3 python/bench/flashinfer_warm.py RECORDING_DIR... [--json OUT]
 
@@ -18,6 +21,7 @@ comparison is meaningful only for the same GPU, clocks and driver.
 """
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -79,8 +83,8 @@ def main():
     dev = torch.device("cuda", torch.cuda.current_device())
     rows = []
     print("| case | alg | FlashInfer µs | ours µs | FlashInfer / ours | FlashInfer queued µs | ours queued µs "
-          "| FlashInfer / ours queued |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| FlashInfer / ours queued | FlashInfer cold µs | ours cold µs | FlashInfer / ours cold |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for d in sorted(a.cases):
         man, tim = os.path.join(d, "manifest.json"), os.path.join(d, "timings.json")
         if not (os.path.exists(man) and os.path.exists(tim)):
@@ -92,7 +96,7 @@ def main():
         mtp = paths == {"mtp"}
         with open(tim) as f:
             t = json.load(f)
-        fi, fiq = t["us_per_call"], t.get("us_per_call_queued", {})
+        fi, fiq, fic = t["us_per_call"], t.get("us_per_call_queued", {}), t.get("us_per_call_cold", {})
         m = fmc.load(man) if mtp else fc.load(man)
         build = fmc.build_call if mtp else fc.build_call
         for case in m.cases:
@@ -113,7 +117,7 @@ def main():
                 except NotImplementedError as e:  # a mapping the crate does not serve
                     rows.append({"case": case.name, "algorithm": alg, "flashinfer_us": fi[alg],
                                  "ours_us": None, "not_served": str(e)})
-                    print(f"| {case.name} | {alg} | {fi[alg]:.2f} | not served | - | | | |", flush=True)
+                    print(f"| {case.name} | {alg} | {fi[alg]:.2f} | not served | - | | | | | | |", flush=True)
                     continue
                 row = {"case": case.name, "algorithm": alg, "flashinfer_us": fi[alg], "ours_us": ours}
                 line = f"| {case.name} | {alg} | {fi[alg]:.2f} | {ours:.2f} | {fi[alg] / ours:.2f} |"
@@ -121,6 +125,22 @@ def main():
                     oq = time_calls_queued(call)
                     row.update(flashinfer_queued_us=fiq[alg], ours_queued_us=oq)
                     line += f" {fiq[alg]:.2f} | {oq:.2f} | {fiq[alg] / oq:.2f} |"
+                else:
+                    line += " | | |"
+                if alg in fic:
+                    # FlashInfer's count of state copies; call k takes copy k mod n.
+                    n = int(t.get("cold_copies") or 2)
+                    state = kwargs["state"]
+                    forms = [dict(kwargs, state=s) for s in [state] + [state.clone() for _ in range(n - 1)]]
+                    turn = itertools.cycle(forms)
+
+                    def cold_call():
+                        mamba_ssu.selective_state_update(**next(turn))
+
+                    oc = time_calls_queued(cold_call)
+                    del forms, turn
+                    row.update(flashinfer_cold_us=fic[alg], ours_cold_us=oc, cold_copies=n)
+                    line += f" {fic[alg]:.2f} | {oc:.2f} | {fic[alg] / oc:.2f} |"
                 else:
                     line += " | | |"
                 rows.append(row)
@@ -131,6 +151,8 @@ def main():
             json.dump({"method": "recorder's: 3 warm-up calls, CUDA events around 20 back-to-back calls, "
                                  "warm L2", "method_queued": "the same calls enqueued behind a spin kernel "
                                  "(the GPU's time per call without the host's per-call cost)",
+                       "method_cold": "the queued calls with the state rotated over cold_copies copies of it "
+                                      "(as FlashInfer's recording: each call reads its state from HBM)",
                        "gpu": torch.cuda.get_device_name(dev), "rows": rows}, f, indent=1)
 
 

@@ -118,9 +118,28 @@ __global__ void firec_spin_kernel(int64_t cycles) {
 int firec_time_queued(firec_entry entry, const firec_args* args, int warmup, int iters,
                       int64_t spin_cycles, double* us, double* spin_us, double* host_us, char* err,
                       int errlen) {
+  return firec_time_queued_rotating(entry, args, 1, 0, warmup, iters, spin_cycles, us, spin_us,
+                                    host_us, err, errlen);
+}
+
+int firec_time_queued_rotating(firec_entry entry, const firec_args* args, int copies,
+                               int64_t state_stride_bytes, int warmup, int iters,
+                               int64_t spin_cycles, double* us, double* spin_us, double* host_us,
+                               char* err, int errlen) {
+  if (copies < 1) {
+    std::snprintf(err, errlen, "firec_time_queued_rotating: copies must be >= 1, got %d", copies);
+    return 1;
+  }
   firec_args a = *args;
   a.no_sync = 1;
+  int64_t k = 0;
+  // The call's state: copy k mod copies.
+  auto next = [&]() {
+    a.state = static_cast<char*>(args->state) + (k % copies) * state_stride_bytes;
+    ++k;
+  };
   for (int i = 0; i < warmup; ++i) {
+    next();
     int st = entry(&a, err, errlen);
     if (st != 0) return st;
   }
@@ -135,6 +154,7 @@ int firec_time_queued(firec_entry entry, const firec_args* args, int warmup, int
   cudaEventRecord(ev[1]);
   const auto h0 = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) {
+    next();
     int st = entry(&a, err, errlen);
     if (st != 0) return st;
   }

@@ -20,6 +20,16 @@ int firec_time_queued(firec_entry entry, const firec_args* args, int warmup, int
                       int64_t spin_cycles, double* us, double* spin_us, double* host_us, char* err,
                       int errlen);
 
+// firec_time_queued with the state rotated over `copies` copies of it, `state_stride_bytes`
+// apart from args->state on (call k, warm-up calls included, reads and writes copy k mod
+// copies): with copies * state bytes well above the L2 size every call finds its state in
+// HBM, as a decode step's layers do (each its own state), instead of in L2 where the previous
+// call left it. copies = 1 is firec_time_queued.
+int firec_time_queued_rotating(firec_entry entry, const firec_args* args, int copies,
+                               int64_t state_stride_bytes, int warmup, int iters,
+                               int64_t spin_cycles, double* us, double* spin_us, double* host_us,
+                               char* err, int errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -59,6 +59,12 @@ class Driver:
                                                ctypes.c_int64, ctypes.POINTER(ctypes.c_double),
                                                ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_double),
                                                ctypes.c_char_p, ctypes.c_int]
+        if not hasattr(self.lib, "firec_time_queued_rotating"):
+            raise DeviceError(f"{lib_path} predates firec_time_queued_rotating: rebuild it (build.py)")
+        self.lib.firec_time_queued_rotating.argtypes = [
+            ctypes.c_void_p, ctypes.POINTER(FirecArgs), ctypes.c_int, ctypes.c_int64, ctypes.c_int, ctypes.c_int,
+            ctypes.c_int64, ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_double),
+            ctypes.POINTER(ctypes.c_double), ctypes.c_char_p, ctypes.c_int]
         self.lib.firec_philox4x.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_uint32),
                                             ctypes.c_char_p, ctypes.c_int]
         self.lib.firec_cvt_rs_f16.argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint16),
@@ -78,6 +84,12 @@ class Driver:
             raise DeviceError("no CUDA device")
         return {"gpu": name.value.decode(), "sms": sms.value, "cc": f"{ma.value}.{mi.value}", "l2_bytes": l2.value,
                 "cuda_driver_api": drv.value, "cuda_runtime": rt.value}
+
+    def l2_bytes(self):
+        """The device's L2 size in bytes (from info(), read once)."""
+        if not hasattr(self, "_l2"):
+            self._l2 = self.info()["l2_bytes"]
+        return self._l2
 
     def alloc(self, nbytes):
         p = ctypes.c_void_p()
@@ -132,17 +144,20 @@ class Driver:
         self._check(self.lib.firec_time(fp, ctypes.byref(args), warmup, iters, ctypes.byref(us), self._err, 4096), "timing")
         return us.value
 
-    def time_queued(self, entry, args, warmup=3, iters=20):
+    def time_queued(self, entry, args, warmup=3, iters=20, copies=1, state_stride=0):
         """The calls timed behind a spin kernel (firec_time_queued): what the GPU takes per call
         without the host's per-call cost. The spin doubles until the host finishes enqueueing
-        before it ends. Returns µs per call."""
+        before it ends. With `copies` > 1 call k takes the state `state_stride` bytes * (k mod
+        copies) past args.state (firec_time_queued_rotating: the state from HBM). Returns µs per
+        call."""
         us, spin, host = ctypes.c_double(), ctypes.c_double(), ctypes.c_double()
         fp = ctypes.cast(entry, ctypes.c_void_p)
         cycles = 1 << 21
         for _ in range(8):
-            self._check(self.lib.firec_time_queued(fp, ctypes.byref(args), warmup, iters, ctypes.c_int64(cycles),
-                                                   ctypes.byref(us), ctypes.byref(spin), ctypes.byref(host),
-                                                   self._err, 4096), "queued timing")
+            self._check(self.lib.firec_time_queued_rotating(
+                fp, ctypes.byref(args), copies, ctypes.c_int64(state_stride), warmup, iters,
+                ctypes.c_int64(cycles), ctypes.byref(us), ctypes.byref(spin), ctypes.byref(host),
+                self._err, 4096), "queued timing")
             if host.value < spin.value:
                 return us.value
             cycles *= 2

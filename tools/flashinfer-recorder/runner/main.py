@@ -215,8 +215,13 @@ def record_cases(drv, info, build, cases, out, cap, log=_log, lost=None):
                                  "calls (warm L2; not the cold-cache method of tests/data/flashinfer_ssu/timings.json)",
                        "method_queued": "the same calls enqueued behind a spin kernel, so that they run back to "
                                         "back on the GPU without the host's per-call cost (firec_time_queued)",
+                       "method_cold": "the queued calls with the state rotated over cold_copies copies of it "
+                                      "(together at least twice the L2 size): each call reads its state from HBM, "
+                                      "as a decode step's layers do (firec_time_queued_rotating)",
                        "environment": h["environment"], "us_per_call": times.get("us_per_call", {}),
-                       "us_per_call_queued": times.get("us_per_call_queued", {})}, f, indent=1)
+                       "us_per_call_queued": times.get("us_per_call_queued", {}),
+                       "us_per_call_cold": times.get("us_per_call_cold", {}),
+                       "cold_copies": times.get("cold_copies")}, f, indent=1)
         errs = [r for r in rec["rejected_algorithms"] if r["status"] == "cuda_error"]
         ok = all(r["run_to_run_identical"] for r in rec["results"]) and not errs
         for r in errs:

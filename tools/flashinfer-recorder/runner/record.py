@@ -293,13 +293,21 @@ def _variant(alg, bh, sms, dim):
     return ""
 
 
+def cold_copies(state_bytes, l2_bytes):
+    """Copies of a state for the cold timing (firec_time_queued_rotating): at least 2, and
+    together at least twice the L2 size, so that no call finds its copy in L2."""
+    return max(2, -(-2 * l2_bytes // max(1, state_bytes)))
+
+
 def run_case(drv, case, entry_symbol, sms, ref_case=None, progress=None, timings=None):
     """Records one manifest-form case. Returns (case dict with results, {sha: bytes}, whether
     the case's blocks are stored). When ref_case is given its block ranges and output
     descriptors are reused. When `timings` is a dict, each algorithm's mean time per call is put
     in it: under "us_per_call" CUDA events around 20 back-to-back calls on the same buffers, after
     3 warm-up calls; under "us_per_call_queued" the same calls enqueued behind a spin kernel
-    (the GPU's time without the host's per-call cost)."""
+    (the GPU's time without the host's per-call cost); under "us_per_call_cold" the queued calls
+    with the state rotated over copies of it (cold_copies: at least twice the L2 size in all), so
+    that each call reads its state from HBM as a decode step's layers do."""
     mtp = case.get("path") == "mtp"
     ins = {t["name"]: t for t in case["inputs"]}
     ref_ins = {t["name"]: t for t in ref_case["inputs"]} if ref_case else {}
@@ -356,7 +364,18 @@ def run_case(drv, case, entry_symbol, sms, ref_case=None, progress=None, timings
             if status != 0:
                 return status, msg, None
             if time_it:
-                return 0, "", (drv.time(entry, args, 3, 20), drv.time_queued(entry, args, 3, 20))
+                eager, queued = drv.time(entry, args, 3, 20), drv.time_queued(entry, args, 3, 20)
+                # The cold timing: copies of the state, call k on copy k mod n (its first copy
+                # is the state the calls above updated; the others start from the input state).
+                sbytes = len(storage["state"])
+                n = cold_copies(sbytes, drv.l2_bytes())
+                pc = drv.alloc(n * sbytes)
+                owned.append(pc)
+                for i in range(n):
+                    drv.upload(pc + i * sbytes, storage["state"])
+                args.state = pc
+                cold = drv.time_queued(entry, args, 3, 20, copies=n, state_stride=sbytes)
+                return 0, "", (eager, queued, cold, n)
             res = {"state": drv.download(ptrs["state"], len(storage["state"])), "out": drv.download(po, out_bytes)}
             if "intermediate_states_buffer" in ins:
                 res["intermediate_states_buffer"] = drv.download(
@@ -392,9 +411,11 @@ def run_case(drv, case, entry_symbol, sms, ref_case=None, progress=None, timings
         if s2 != 0:
             raise RuntimeError(f"{case['name']} {alg}: the second run failed: {msg2}")
         if timings is not None:
-            eager, queued = one_run(alg, time_it=True)[2]
+            eager, queued, cold, copies = one_run(alg, time_it=True)[2]
             timings.setdefault("us_per_call", {})[alg] = round(eager, 3)
             timings.setdefault("us_per_call_queued", {})[alg] = round(queued, 3)
+            timings.setdefault("us_per_call_cold", {})[alg] = round(cold, 3)
+            timings["cold_copies"] = copies
         outs_by_alg[alg] = r1
         ranges = slot_ranges(written, sstride, head, ses)
         outside_ok = unchanged_outside(storage["state"], r1["state"], ranges)

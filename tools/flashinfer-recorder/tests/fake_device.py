@@ -20,6 +20,9 @@ class FakeDriver:
     def info(self):
         return {"gpu": "fake", "sms": 132, "cc": "9.0", "l2_bytes": 0, "cuda_driver_api": 0, "cuda_runtime": 0}
 
+    def l2_bytes(self):
+        return self.info()["l2_bytes"]
+
     def alloc(self, nbytes):
         if self.lost:
             raise RuntimeError("cudaMalloc: an illegal memory access was encountered (fake)")
@@ -31,14 +34,21 @@ class FakeDriver:
     def free(self, ptr):
         del self.mem[ptr]
 
+    # A pointer is its allocation's key (the high 32 bits) plus a byte offset (the low ones).
+    def _at(self, ptr):
+        return self.mem[ptr & ~0xFFFFFFFF], ptr & 0xFFFFFFFF
+
     def upload(self, ptr, data):
-        self.mem[ptr][: len(data)] = data
+        m, o = self._at(ptr)
+        m[o: o + len(data)] = data
 
     def download(self, ptr, nbytes):
-        return bytes(self.mem[ptr][:nbytes])
+        m, o = self._at(ptr)
+        return bytes(m[o: o + nbytes])
 
     def fill(self, ptr, byte, nbytes):
-        self.mem[ptr][:nbytes] = bytes([byte]) * nbytes
+        m, o = self._at(ptr)
+        m[o: o + nbytes] = bytes([byte]) * nbytes
 
     def entry(self, symbol):
         return symbol
@@ -50,9 +60,10 @@ class FakeDriver:
                 raise RuntimeError(msg)
         return 1.0
 
-    def time_queued(self, entry, args, warmup=3, iters=20):
+    def time_queued(self, entry, args, warmup=3, iters=20, copies=1, state_stride=0):
+        self.queued_copies = copies
         self.time(entry, args, warmup, iters)
-        return 0.5
+        return 0.5 if copies == 1 else 0.75
 
     def philox4x(self, rounds, seed, offset):
         return ["00000000"] * 4  # not FlashInfer's values: verify counts them as a mismatch

@@ -259,6 +259,23 @@ class FakeRuns(unittest.TestCase):
                 t = json.load(f)
                 self.assertEqual(sorted(t["us_per_call"]), ["auto", "simple"])
                 self.assertEqual(t["us_per_call_queued"], {"auto": 0.5, "simple": 0.5})
+                # The cold timing: the state rotated over copies (the fake's L2 is 0 bytes: 2).
+                self.assertEqual(t["us_per_call_cold"], {"auto": 0.75, "simple": 0.75})
+                self.assertEqual(t["cold_copies"], 2)
+
+    def test_cold_copies_cover_twice_the_l2(self):
+        """The cold timing's copies of a state: at least 2, together at least twice the L2."""
+        import record
+
+        l2 = 50 << 20
+        self.assertEqual(record.cold_copies(256 << 20, l2), 2)
+        self.assertEqual(record.cold_copies(16 << 20, l2), 7)
+        self.assertEqual(record.cold_copies(50 << 20, l2), 2)
+        self.assertEqual(record.cold_copies(1, 0), 2)
+        for sb in (1, 1000, 3 << 20, 33 << 20, 100 << 20):
+            n = record.cold_copies(sb, l2)
+            self.assertGreaterEqual(n * sb, 2 * l2)
+            self.assertLess((n - 1) * sb, 2 * l2 if n > 2 else 10 ** 18)
 
     def test_verify_reproduces_every_input_block(self):
         """Re-recording the reference cases rebuilds every input block (same SHA-256): the
