@@ -62,34 +62,32 @@ fn manifest() -> Manifest {
     Manifest::from_env_or(MANIFEST_ENV, embedded)
 }
 
+/// The manifest of the set embedded from `tests/data/<dir>/` (its manifest and its one bin,
+/// `fixtures.bin`, both xz-compressed).
+macro_rules! embedded_set {
+    ($dir:literal) => {
+        Manifest::from_xz(
+            include_bytes!(concat!("data/", $dir, "/manifest.json.xz")),
+            &[(
+                "fixtures.bin",
+                include_bytes!(concat!("data/", $dir, "/fixtures.bin.xz")),
+            )],
+        )
+    };
+}
+
 /// FlashInfer 0.7.2.post1's multi-token kernel at head dim 128 (dstate 128, fp16 state, 0/5/10
 /// rounds, T 4 and 8; `tools/flashinfer-recorder/cases/shape_cases.json`), recorded on an H200
 /// and merged by `tools/flashinfer-recorder/merge.py` (large blocks by hash only).
-const EMBEDDED_SHAPES_MANIFEST: &[u8] =
-    include_bytes!("data/flashinfer_ssu_mtp_shapes/manifest.json.xz");
-/// Its bin.
-const EMBEDDED_SHAPES_FIXTURES: &[u8] =
-    include_bytes!("data/flashinfer_ssu_mtp_shapes/fixtures.bin.xz");
-
-/// The embedded shape cases.
 fn embedded_shapes() -> Manifest {
-    Manifest::from_xz(
-        EMBEDDED_SHAPES_MANIFEST,
-        &[("fixtures.bin", EMBEDDED_SHAPES_FIXTURES)],
-    )
+    embedded_set!("flashinfer_ssu_mtp_shapes")
 }
 
 /// The shape cases at head dims 80 and 128 recorded from FlashInfer 0.7.4's multi-token kernel
 /// (0.7.2.post1's does not compile at head dim 80; 0.7.4's stochastic-rounding rule, read from
 /// the manifest by `common::recorded_sr_rule`).
 fn embedded_shapes_074() -> Manifest {
-    Manifest::from_xz(
-        include_bytes!("data/flashinfer_ssu_mtp_shapes_074/manifest.json.xz"),
-        &[(
-            "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_shapes_074/fixtures.bin.xz"),
-        )],
-    )
+    embedded_set!("flashinfer_ssu_mtp_shapes_074")
 }
 
 /// FlashInfer 0.7.2.post1's multi-token kernel on `tools/flashinfer-recorder/cases/
@@ -103,26 +101,14 @@ fn embedded_shapes_074() -> Manifest {
 /// state's lane order; it now takes FlashInfer's 4-column blocks (`docs/flashinfer-ssu.md`),
 /// held to the re-recording of that case in [`embedded_fp32`].
 fn embedded_new_cases() -> Manifest {
-    Manifest::from_xz(
-        include_bytes!("data/flashinfer_ssu_mtp_new_cases/manifest.json.xz"),
-        &[(
-            "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_new_cases/fixtures.bin.xz"),
-        )],
-    )
+    embedded_set!("flashinfer_ssu_mtp_new_cases")
 }
 
 /// FlashInfer 0.7.4's multi-token kernel at dstate 64 and 256 with head dims 80 and 128 (fp16
 /// state, 0 and 10 rounds, T 8, 32 heads x batch 4; `tools/flashinfer-recorder/cases/
 /// shape_ds_cases.json`).
 fn embedded_ds_074() -> Manifest {
-    Manifest::from_xz(
-        include_bytes!("data/flashinfer_ssu_mtp_ds_074/manifest.json.xz"),
-        &[(
-            "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_ds_074/fixtures.bin.xz"),
-        )],
-    )
+    embedded_set!("flashinfer_ssu_mtp_ds_074")
 }
 
 /// FlashInfer 0.7.2.post1's multi-token kernel with an fp32 state (its 4-column lane blocks),
@@ -131,13 +117,7 @@ fn embedded_ds_074() -> Manifest {
 /// fp32 cases). Before the fp32 lane map, three of the six differed in one `out` element by
 /// 1 ulp on the H200 (2026-12-03).
 fn embedded_fp32() -> Manifest {
-    Manifest::from_xz(
-        include_bytes!("data/flashinfer_ssu_mtp_fp32/manifest.json.xz"),
-        &[(
-            "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_fp32/fixtures.bin.xz"),
-        )],
-    )
+    embedded_set!("flashinfer_ssu_mtp_fp32")
 }
 
 /// FlashInfer 0.7.2.post1's multi-token kernel with an int16 block-scaled state
@@ -148,13 +128,7 @@ fn embedded_fp32() -> Manifest {
 /// `intermediate_state_scales` stored whatever their size (`merge.py --store-always`), the other
 /// blocks up to 64 KiB (the rest by hash).
 fn embedded_int16() -> Manifest {
-    Manifest::from_xz(
-        include_bytes!("data/flashinfer_ssu_mtp_int16/manifest.json.xz"),
-        &[(
-            "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_int16/fixtures.bin.xz"),
-        )],
-    )
+    embedded_set!("flashinfer_ssu_mtp_int16")
 }
 
 /// FlashInfer 0.7.2.post1's multi-token kernel at dstate 96 (`tools/flashinfer-recorder/cases/
@@ -162,25 +136,13 @@ fn embedded_int16() -> Manifest {
 /// fp16 state at 0, 5 and 10 rounds with the intermediate buffer (T 8), bf16 and fp32 states in
 /// vLLM's varlen form with final-state writes; blocks over 64 KiB by hash.
 fn embedded_ds96() -> Manifest {
-    Manifest::from_xz(
-        include_bytes!("data/flashinfer_ssu_mtp_ds96/manifest.json.xz"),
-        &[(
-            "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_ds96/fixtures.bin.xz"),
-        )],
-    )
+    embedded_set!("flashinfer_ssu_mtp_ds96")
 }
 
 /// The cases of [`embedded_ds96`] recorded from FlashInfer 0.7.4's multi-token kernel (its
 /// stochastic-rounding rule; recorded on an H200 on 2026-12-03).
 fn embedded_ds96_074() -> Manifest {
-    Manifest::from_xz(
-        include_bytes!("data/flashinfer_ssu_mtp_ds96_074/manifest.json.xz"),
-        &[(
-            "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_ds96_074/fixtures.bin.xz"),
-        )],
-    )
+    embedded_set!("flashinfer_ssu_mtp_ds96_074")
 }
 
 /// FlashInfer 0.7.2.post1's multi-token kernel at dstates 160, 192 and 224
@@ -188,25 +150,13 @@ fn embedded_ds96_074() -> Manifest {
 /// dim 64, fp16 state at 0 and 10 rounds with the intermediate buffer (T 8), bf16 and fp32
 /// states in vLLM's varlen form with final-state writes; blocks over 64 KiB by hash.
 fn embedded_dsx() -> Manifest {
-    Manifest::from_xz(
-        include_bytes!("data/flashinfer_ssu_mtp_dsx/manifest.json.xz"),
-        &[(
-            "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_dsx/fixtures.bin.xz"),
-        )],
-    )
+    embedded_set!("flashinfer_ssu_mtp_dsx")
 }
 
 /// The cases of [`embedded_dsx`] recorded from FlashInfer 0.7.4's multi-token kernel (recorded
 /// on an H200 on 2026-12-04).
 fn embedded_dsx_074() -> Manifest {
-    Manifest::from_xz(
-        include_bytes!("data/flashinfer_ssu_mtp_dsx_074/manifest.json.xz"),
-        &[(
-            "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_dsx_074/fixtures.bin.xz"),
-        )],
-    )
+    embedded_set!("flashinfer_ssu_mtp_dsx_074")
 }
 
 /// FlashInfer 0.7.2.post1's multi-token kernel with an fp32 state at 32, 48, 80, 144, 176, 208
@@ -214,25 +164,13 @@ fn embedded_dsx_074() -> Manifest {
 /// 2026-12-04): head dim 64, vLLM's varlen form with final-state writes and T 8 with the
 /// intermediate buffer; blocks over 64 KiB by hash.
 fn embedded_dsf32() -> Manifest {
-    Manifest::from_xz(
-        include_bytes!("data/flashinfer_ssu_mtp_dsf32/manifest.json.xz"),
-        &[(
-            "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_dsf32/fixtures.bin.xz"),
-        )],
-    )
+    embedded_set!("flashinfer_ssu_mtp_dsf32")
 }
 
 /// The cases of [`embedded_dsf32`] recorded from FlashInfer 0.7.4's multi-token kernel
 /// (recorded on an H200 on 2026-12-04).
 fn embedded_dsf32_074() -> Manifest {
-    Manifest::from_xz(
-        include_bytes!("data/flashinfer_ssu_mtp_dsf32_074/manifest.json.xz"),
-        &[(
-            "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_dsf32_074/fixtures.bin.xz"),
-        )],
-    )
+    embedded_set!("flashinfer_ssu_mtp_dsf32_074")
 }
 
 /// FlashInfer 0.7.2.post1's multi-token kernel with an int16 block-scaled state at dstates 96,
@@ -240,38 +178,20 @@ fn embedded_dsf32_074() -> Manifest {
 /// H200 on 2026-12-04): head dim 64, T 4, final-state writes with a pad sequence, and the int16
 /// intermediate buffer with its scales; the scales stored, other blocks over 64 KiB by hash.
 fn embedded_int16_uneven() -> Manifest {
-    Manifest::from_xz(
-        include_bytes!("data/flashinfer_ssu_mtp_int16_uneven/manifest.json.xz"),
-        &[(
-            "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_int16_uneven/fixtures.bin.xz"),
-        )],
-    )
+    embedded_set!("flashinfer_ssu_mtp_int16_uneven")
 }
 
 /// The cases of [`embedded_int16_uneven`] recorded from FlashInfer 0.7.4's multi-token kernel
 /// (recorded on an H200 on 2026-12-04).
 fn embedded_int16_uneven_074() -> Manifest {
-    Manifest::from_xz(
-        include_bytes!("data/flashinfer_ssu_mtp_int16_uneven_074/manifest.json.xz"),
-        &[(
-            "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_int16_uneven_074/fixtures.bin.xz"),
-        )],
-    )
+    embedded_set!("flashinfer_ssu_mtp_int16_uneven_074")
 }
 
 /// The cases of [`embedded_int16`] recorded from FlashInfer 0.7.4's multi-token kernel
 /// (recorded on an H200 on 2026-12-03); every output by hash, the inputs stored up to 64 KiB
 /// (`state_scale` and `intermediate_state_scales` whatever their size).
 fn embedded_int16_074() -> Manifest {
-    Manifest::from_xz(
-        include_bytes!("data/flashinfer_ssu_mtp_int16_074/manifest.json.xz"),
-        &[(
-            "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_int16_074/fixtures.bin.xz"),
-        )],
-    )
+    embedded_set!("flashinfer_ssu_mtp_int16_074")
 }
 
 /// FlashInfer 0.7.4's multi-token kernel on the dtype forms beside bf16 inputs
@@ -282,13 +202,7 @@ fn embedded_int16_074() -> Manifest {
 /// varlen: the launch plans of head dim 80 at the sizes engines run). Recorded on an H100 on
 /// 2026-12-06; blocks over 8 KiB by hash, the int16 scales stored whatever their size.
 fn embedded_dtype_forms_074() -> Manifest {
-    Manifest::from_xz(
-        include_bytes!("data/flashinfer_ssu_mtp_dtype_forms_074/manifest.json.xz"),
-        &[(
-            "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_dtype_forms_074/fixtures.bin.xz"),
-        )],
-    )
+    embedded_set!("flashinfer_ssu_mtp_dtype_forms_074")
 }
 
 /// FlashInfer 0.7.4's multi-token kernel at head dim 80 with SR at dstates 64 and 256 on the
@@ -297,13 +211,7 @@ fn embedded_dtype_forms_074() -> Manifest {
 /// 32, T 8, 5 and 10 rounds, final-state writes (dstate 128 is in `embedded_dtype_forms_074`).
 /// Recorded on an H100 on 2026-12-06; every block by hash.
 fn embedded_d80_ds_grid_074() -> Manifest {
-    Manifest::from_xz(
-        include_bytes!("data/flashinfer_ssu_mtp_d80_ds_grid_074/manifest.json.xz"),
-        &[(
-            "fixtures.bin",
-            include_bytes!("data/flashinfer_ssu_mtp_d80_ds_grid_074/fixtures.bin.xz"),
-        )],
-    )
+    embedded_set!("flashinfer_ssu_mtp_d80_ds_grid_074")
 }
 
 /// Every embedded manifest: the reference data and the sets above.
