@@ -31,6 +31,13 @@ inline int invalid(const char *fmt, long long a) {
   return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT, fmt, a);
 }
 
+// Whether FlashInfer's sm_90 module builds at this dstate (check_dstate's rule below: multiples
+// of 32 from 64 with a 2-byte state, of 16 from 32 with an fp32 one).
+inline bool flashinfer_takes_dstate(int64_t dstate, int32_t state_dtype) {
+  return state_dtype == MAMBA_SSU_F32 ? dstate >= 32 && dstate % 16 == 0
+                                      : dstate >= 64 && dstate % 32 == 0;
+}
+
 // The dstate rule of FlashInfer's sm_90 module (0.7.2.post1 and 0.7.4 alike; docs/flashinfer-ssu.md,
 // "Shapes FlashInfer takes on sm_90"). Its JIT module instantiates every kernel of both paths,
 // so a dstate one of them cannot take fails the module's build (a RuntimeError for the caller):
@@ -56,9 +63,7 @@ inline int check_dstate(int64_t dstate, int32_t state_dtype) {
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "dstate: 112 with an fp32 state is not served (FlashInfer's simple kernel reads "
                 "and writes two columns past each row there, an undefined result)");
-  const bool flashinfer_takes =
-      wide ? dstate >= 32 && dstate % 16 == 0 : dstate >= 64 && dstate % 32 == 0;
-  if (flashinfer_takes)
+  if (flashinfer_takes_dstate(dstate, state_dtype))
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "dstate: expected a multiple of 32 from 64 to 256 (of 16 from 32 with an fp32 "
                 "state), got %lld (FlashInfer's sm_90 kernels take it; not served yet)",
@@ -67,6 +72,22 @@ inline int check_dstate(int64_t dstate, int32_t state_dtype) {
               "dstate: expected a multiple of %d from %d (FlashInfer's sm_90 kernels with %s "
               "state), got %lld",
               wide ? 16 : 32, wide ? 32 : 64, wide ? "an fp32" : "a 2-byte", ll(dstate));
+}
+
+// An explicit VERTICAL at a dstate above 256 that FlashInfer's module builds at: FlashInfer's
+// vertical kernel loads a state row as one TMA box, which holds at most 256 elements, and its
+// launcher refuses the call ("Failed to initialize the TMA descriptor", a RuntimeError; recorded
+// on an H100 with 0.7.2.post1 for 2-byte and fp32 states at 272 to 512: docs/flashinfer-ssu.md,
+// "What the crate does not match yet"). INVALID_ARGUMENT, checked before check_dstate's
+// UNSUPPORTED for the other mappings there. AUTO, which FlashInfer sends to that kernel above its
+// switch, stays with check_dstate (the switch depends on the device; the checks do not).
+inline int check_vertical_dstate(int64_t dstate, int32_t state_dtype, bool vertical) {
+  if (vertical && dstate > 256 && flashinfer_takes_dstate(dstate, state_dtype))
+    return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
+                "dstate: VERTICAL takes at most 256 (FlashInfer's vertical kernel loads a row as "
+                "one TMA box of at most 256 elements, and its launcher refuses the call), got %lld",
+                ll(dstate));
+  return MAMBA_SSU_SUCCESS;
 }
 
 // A dstate check_dstate took other than 64, 128 and 256 (96, 160, 192, 224; with an fp32 state

@@ -81,6 +81,9 @@ int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedN
   if (p->nheads < 1) return invalid("nheads: expected >= 1, got %lld", ll(p->nheads));
   if (p->dim < 1 || p->dim > (int64_t{1} << 30))
     return invalid("dim: expected 1..=1073741824, got %lld", ll(p->dim));
+  if ((s = check_vertical_dstate(p->dstate, p->state_dtype,
+                                 p->algorithm == MAMBA_SSU_ALGO_VERTICAL)))
+    return s;
   if ((s = check_dstate(p->dstate, p->state_dtype))) return s;
   if (p->ngroups < 1 || p->nheads % p->ngroups != 0)
     return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,

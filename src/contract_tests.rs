@@ -272,6 +272,73 @@ fn with_dstate(mut a: sys::mamba_ssu_args, ds: i64) -> sys::mamba_ssu_args {
     a
 }
 
+/// Above dstate 256 (where FlashInfer's module builds, the crate serves nothing yet): an explicit
+/// VERTICAL is FlashInfer's launcher's refusal, INVALID_ARGUMENT (its vertical kernel's TMA box
+/// holds at most 256 elements; recorded on an H100, docs/flashinfer-ssu.md); SIMPLE, HORIZONTAL
+/// and AUTO, which FlashInfer runs (AUTO below its switch), are UNSUPPORTED; the multi-token path
+/// likewise UNSUPPORTED. dstate 256 with VERTICAL is served.
+#[rustfmt::skip]
+#[test]
+fn vertical_above_dstate_256_is_flashinfers_refusal() {
+    fn algo(a: &mut sys::mamba_ssu_args, v: u32) {
+        a.algorithm = v as i32;
+    }
+    let mut a = with_dstate(single(), 256);
+    algo(&mut a, sys::MAMBA_SSU_ALGO_VERTICAL);
+    assert!(check(&a).is_ok());
+    for (ds, dtype) in [(288, F16), (512, F16), (288, BF16), (272, F32), (512, F32)] {
+        for (v, want) in [
+            (sys::MAMBA_SSU_ALGO_VERTICAL, INV),
+            (sys::MAMBA_SSU_ALGO_SIMPLE, UNS),
+            (sys::MAMBA_SSU_ALGO_HORIZONTAL, UNS),
+            (sys::MAMBA_SSU_ALGO_AUTO, UNS),
+        ] {
+            let mut a = with_dstate(single(), ds);
+            a.state.dtype = dtype;
+            if dtype != F16 {
+                a.seed.mode = sys::MAMBA_SSU_SEED_MODE_NONE as i32;
+            }
+            algo(&mut a, v);
+            let (s, arg, detail) = check(&a).expect_err("refused");
+            assert_eq!((s, arg.as_str()), (want, "state"), "{ds} {dtype} {v}: {detail}");
+            if want == INV {
+                assert_eq!(
+                    detail,
+                    format!("state: dstate: VERTICAL takes at most 256 (FlashInfer's vertical kernel \
+                             loads a row as one TMA box of at most 256 elements, and its launcher \
+                             refuses the call), got {ds}")
+                );
+            } else {
+                assert!(
+                    detail.starts_with("state: dstate: ") && detail.contains("not served yet"),
+                    "{detail}"
+                );
+            }
+        }
+        for make in [fixed, varlen] {
+            let mut a = with_dstate(make(), ds);
+            a.state.dtype = dtype;
+            if a.intermediate_states.rank > 0 {
+                a.intermediate_states.dtype = dtype;
+            }
+            if dtype != F16 {
+                a.seed.mode = sys::MAMBA_SSU_SEED_MODE_NONE as i32;
+            }
+            let (s, arg, _) = check(&a).expect_err("refused");
+            assert_eq!((s, arg.as_str()), (UNS, "state"), "multi token {ds} {dtype}");
+        }
+    }
+    // Not a dstate FlashInfer builds at: INVALID_ARGUMENT whatever the mapping, as before.
+    let mut a = with_dstate(single(), 300);
+    algo(&mut a, sys::MAMBA_SSU_ALGO_VERTICAL);
+    let (s, _, detail) = check(&a).expect_err("refused");
+    assert_eq!(s, INV);
+    assert!(
+        detail.starts_with("state: dstate: expected a multiple of 32 from 64"),
+        "{detail}"
+    );
+}
+
 /// The uneven dstates (96, 160, 192, 224) are served for every state dtype on both paths, an
 /// int16 state with its scales included.
 #[rustfmt::skip]

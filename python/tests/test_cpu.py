@@ -503,6 +503,25 @@ def test_dstates_flashinfer_takes_are_not_implemented_and_others_runtime_errors(
         assert "FlashInfer's sm_90 kernels take it" in got[1], got
 
 
+@pytest.mark.parametrize("state_dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("dstate", [288, 512])
+def test_vertical_above_dstate_256_raises_flashinfers_runtime_error(state_dtype, dstate):
+    """Above dstate 256 FlashInfer's launcher refuses the vertical mapping (its kernel's TMA box
+    holds at most 256 elements: RuntimeError, recorded on an H100) and runs the simple and
+    horizontal ones, which the crate does not serve yet (NotImplementedError)."""
+    kw = _with_dstate(make(), dstate, False)
+    kw["state"] = kw["state"].to(state_dtype)
+    kw["rand_seed"] = None
+    for algorithm, want in (("vertical", RuntimeError), ("simple", NotImplementedError),
+                            ("horizontal", NotImplementedError)):
+        kw["algorithm"] = algorithm
+        got = outcome(lambda: check(**kw))
+        assert got[0] is want and got[1].startswith(("dstate: ", "state: dstate: ")), (algorithm, got)
+        assert _front_door(kw) == got
+        if want is RuntimeError:
+            assert "VERTICAL takes at most 256" in got[1], got
+
+
 def test_multi_token_heads_per_group_outside_flashinfers_set_is_served():
     """FlashInfer's multi-token kernel is instantiated for 1, 2, 4, ..., 64 heads per group
     (its launcher raises for others); the crate serves every divisor (e.g. Nemotron 3 Nano 4B's
