@@ -272,6 +272,20 @@ fn with_dstate(mut a: sys::mamba_ssu_args, ds: i64) -> sys::mamba_ssu_args {
     a
 }
 
+/// `a` with `ds` state columns (with_dstate) and a state (and intermediate buffer) of `dtype`;
+/// without SR unless the state is F16 (the seed's rule).
+fn with_dstate_and_dtype(a: sys::mamba_ssu_args, ds: i64, dtype: i32) -> sys::mamba_ssu_args {
+    let mut a = with_dstate(a, ds);
+    a.state.dtype = dtype;
+    if a.intermediate_states.rank > 0 {
+        a.intermediate_states.dtype = dtype;
+    }
+    if dtype != F16 {
+        a.seed.mode = sys::MAMBA_SSU_SEED_MODE_NONE as i32;
+    }
+    a
+}
+
 /// Above dstate 256 (where FlashInfer's module builds, the crate serves nothing yet): an explicit
 /// VERTICAL is FlashInfer's launcher's refusal, INVALID_ARGUMENT (its vertical kernel's TMA box
 /// holds at most 256 elements; recorded on an H100, docs/flashinfer-ssu.md); SIMPLE, HORIZONTAL
@@ -293,11 +307,7 @@ fn vertical_above_dstate_256_is_flashinfers_refusal() {
             (sys::MAMBA_SSU_ALGO_HORIZONTAL, UNS),
             (sys::MAMBA_SSU_ALGO_AUTO, UNS),
         ] {
-            let mut a = with_dstate(single(), ds);
-            a.state.dtype = dtype;
-            if dtype != F16 {
-                a.seed.mode = sys::MAMBA_SSU_SEED_MODE_NONE as i32;
-            }
+            let mut a = with_dstate_and_dtype(single(), ds, dtype);
             algo(&mut a, v);
             let (s, arg, detail) = check(&a).expect_err("refused");
             assert_eq!((s, arg.as_str()), (want, "state"), "{ds} {dtype} {v}: {detail}");
@@ -316,14 +326,7 @@ fn vertical_above_dstate_256_is_flashinfers_refusal() {
             }
         }
         for make in [fixed, varlen] {
-            let mut a = with_dstate(make(), ds);
-            a.state.dtype = dtype;
-            if a.intermediate_states.rank > 0 {
-                a.intermediate_states.dtype = dtype;
-            }
-            if dtype != F16 {
-                a.seed.mode = sys::MAMBA_SSU_SEED_MODE_NONE as i32;
-            }
+            let a = with_dstate_and_dtype(make(), ds, dtype);
             let (s, arg, _) = check(&a).expect_err("refused");
             assert_eq!((s, arg.as_str()), (UNS, "state"), "multi token {ds} {dtype}");
         }
@@ -347,14 +350,7 @@ fn uneven_dstate_rules() {
     for ds in [96, 160, 192, 224] {
         for make in [single, fixed, varlen] {
             for dtype in [F16, BF16, F32] {
-                let mut a = with_dstate(make(), ds);
-                a.state.dtype = dtype;
-                if a.intermediate_states.rank > 0 {
-                    a.intermediate_states.dtype = dtype;
-                }
-                if dtype != F16 {
-                    a.seed.mode = sys::MAMBA_SSU_SEED_MODE_NONE as i32;
-                }
+                let a = with_dstate_and_dtype(make(), ds, dtype);
                 if let Err(e) = check(&a) {
                     panic!("dstate {ds}, state dtype {dtype}: {e:?}");
                 }
