@@ -365,8 +365,8 @@ def run_case(drv, case, entry_symbol, sms, ref_case=None, progress=None, timings
                 return status, msg, None
             if time_it:
                 eager, queued = drv.time(entry, args, 3, 20), drv.time_queued(entry, args, 3, 20)
-                # The cold timing: copies of the state, call k on copy k mod n (its first copy
-                # is the state the calls above updated; the others start from the input state).
+                # The cold timing: n copies of the input state in a buffer of their own, call k
+                # on copy k mod n.
                 sbytes = len(storage["state"])
                 n = cold_copies(sbytes, drv.l2_bytes())
                 pc = drv.alloc(n * sbytes)
