@@ -45,19 +45,20 @@ inline bool flashinfer_takes_dstate(int64_t dstate, int32_t state_dtype) {
 // state, 16 of an fp32 one), the vector width min(16 / sizeof(state), dstate / 32) must be >= 1,
 // and the multi-token kernel's register tiles (the next power of two of dstate over 8 lanes, in
 // 8-column blocks of a 2-byte state) must hold one block. Served here: 64, 128 and 256, and the
-// multiples of 32 between them, 96, 160, 192 and 224; with an fp32 state also the multiples of
-// 16 from 32 to 256 but 112 (uneven_dstate: the generic kernels of ssu_uneven.cu; single token
-// the simple, vertical and horizontal mappings, multi token the run-time kernel). At 112
-// FlashInfer's simple kernel runs 3-column runs past each row's end (the last one reads B and C
-// past their shared arrays and reads and writes two columns of the next row, racing with that
-// row's warp): its result is not defined, so UNSUPPORTED (docs/flashinfer-ssu.md, "What the
-// crate does not match yet").
+// other multiples of 32 up to 512 (96, 160, 192, 224; above 256, long_dstate); with an fp32
+// state also the multiples of 16 from 32 to 512 but 112 (uneven_dstate: the generic kernels of
+// ssu_uneven.cu; single token the simple, vertical and horizontal mappings, multi token the
+// run-time kernel; above 256 check_long_dstate's rules too). At 112 FlashInfer's simple kernel
+// runs 3-column runs past each row's end (the last one reads B and C past their shared arrays
+// and reads and writes two columns of the next row, racing with that row's warp): its result is
+// not defined, so UNSUPPORTED (docs/flashinfer-ssu.md, "What the crate does not match yet").
+// Above 512 FlashInfer's module still builds; the crate's kernels stop there (UNSUPPORTED).
 // Returns MAMBA_SSU_SUCCESS, UNSUPPORTED (FlashInfer takes the dstate, this crate does not yet) or
 // INVALID_ARGUMENT (FlashInfer's build refuses it), with the detail set.
 inline int check_dstate(int64_t dstate, int32_t state_dtype) {
   const bool wide = state_dtype == MAMBA_SSU_F32;
-  if (dstate >= 64 && dstate <= 256 && dstate % 32 == 0) return MAMBA_SSU_SUCCESS;
-  if (wide && dstate >= 32 && dstate <= 256 && dstate % 16 == 0 && dstate != 112)
+  if (dstate >= 64 && dstate <= 512 && dstate % 32 == 0) return MAMBA_SSU_SUCCESS;
+  if (wide && dstate >= 32 && dstate <= 512 && dstate % 16 == 0 && dstate != 112)
     return MAMBA_SSU_SUCCESS;
   if (wide && dstate == 112)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
@@ -65,13 +66,32 @@ inline int check_dstate(int64_t dstate, int32_t state_dtype) {
                 "and writes two columns past each row there, an undefined result)");
   if (flashinfer_takes_dstate(dstate, state_dtype))
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
-                "dstate: expected a multiple of 32 from 64 to 256 (of 16 from 32 with an fp32 "
+                "dstate: expected a multiple of 32 from 64 to 512 (of 16 from 32 with an fp32 "
                 "state), got %lld (FlashInfer's sm_90 kernels take it; not served yet)",
                 ll(dstate));
   return fail(MAMBA_SSU_ERROR_INVALID_ARGUMENT,
               "dstate: expected a multiple of %d from %d (FlashInfer's sm_90 kernels with %s "
               "state), got %lld",
               wide ? 16 : 32, wide ? 32 : 64, wide ? "an fp32" : "a 2-byte", ll(dstate));
+}
+
+// A dstate above 256 (check_dstate takes up to 512): rows longer than the compiled-in kernels'
+// and the uneven ones' (single token DynLongConfig, up to 16 columns a lane; the horizontal
+// kernel of any stage count; multi token the 512-column tile with the row's length at run time).
+inline bool long_dstate(int64_t dstate) { return dstate > 256; }
+
+// The calls above dstate 256 the long-row kernels do not serve yet (FlashInfer's module takes
+// them): an int16 block-scaled state, and fp32 inputs (whose first accumulate forms were not
+// read there). UNSUPPORTED; MAMBA_SSU_SUCCESS otherwise.
+inline int check_long_dstate(int64_t dstate, int32_t state_dtype, int32_t input_dtype) {
+  if (!long_dstate(dstate)) return MAMBA_SSU_SUCCESS;
+  if (state_dtype == MAMBA_SSU_I16)
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
+                "dstate: an I16 state above 256 is not served yet, got %lld", ll(dstate));
+  if (input_dtype == MAMBA_SSU_F32)
+    return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
+                "dstate: F32 inputs above dstate 256 are not served yet, got %lld", ll(dstate));
+  return MAMBA_SSU_SUCCESS;
 }
 
 // An explicit VERTICAL at a dstate above 256 that FlashInfer's module builds at: FlashInfer's

@@ -155,6 +155,7 @@ int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedN
   if ((s = check_i16_vertical(p->dstate, p->state_dtype,
                               p->algorithm == MAMBA_SSU_ALGO_VERTICAL)))
     return s;
+  if ((s = check_long_dstate(p->dstate, p->state_dtype, p->input_dtype))) return s;
   // The decode scales (slots, nheads, dim) of an I16 state.
   const bool scaled = scale != nullptr && scale->data != nullptr;
   if (scaled && (s = check_state_scale(*scale, p->nheads, p->dim, p->state_cache_size))) return s;
