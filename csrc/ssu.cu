@@ -319,9 +319,15 @@ bool is_hot(const mamba_ssu_params *p) {
 // cases/f32in_forms_cases.json and f32in_cases.json, head dim 64, 0 to 12 and 16 rounds) the
 // same but the tiled simple kernel F1 at 160, 192 and 224 for every round count and the
 // vertical one F1 at 128 and 192 with 1 round; an fp32 state with fp32 inputs: f32_input_form.
+// Above dstate 256 (2-byte states at every multiple of 32 from 288 to 512 without SR and at 5
+// and 10 rounds, at 288 and 512 with 1 to 7, 12 and 16 rounds, a bf16 state at 288 and 512; an
+// fp32 state at every multiple of 16 from 272 to 512; read from both releases' builds of
+// cases/dsbig_forms_cases.json) the simple and tiled simple kernels are F1 at every dstate and
+// round count (the vertical kernel is not launched there: checks.h, check_vertical_dstate).
 // Round counts above 16 are taken as 16. `f32`: the state is fp32.
 bool first_form_f1(bool simple, bool below, int64_t rounds, int64_t dstate, bool f32, bool v074,
                    bool f32_in) {
+  if (long_dstate(dstate)) return true;
   if (f32_in && !f32 && simple && below && dstate > 128 && dstate < 256) return true;
   if (f32_in && !f32 && !simple && rounds == 1 && (dstate == 128 || dstate == 192)) return true;
   if (f32 && (dstate == 32 || dstate == 48)) return simple && below;
@@ -397,6 +403,9 @@ int plan_launch(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan
        auto_algorithm(p.batch, p.nheads, p.dim, p.state_dtype, d) == MAMBA_SSU_ALGO_SIMPLE);
   // AUTO resolved to VERTICAL (the explicit algorithm is refused by ssu_check).
   if (int s = check_i16_vertical(p.dstate, p.state_dtype, !simple)) return s;
+  // AUTO resolved to VERTICAL above dstate 256: FlashInfer's launcher refuses it there
+  // (check_vertical_dstate refuses the explicit algorithm).
+  if (int s = check_vertical_dstate(p.dstate, p.state_dtype, !simple)) return s;
   // First accumulate form of FlashInfer's build (first_form_f1).
   const bool f1 =
       first_form_f1(simple, below, p.philox_rounds, p.dstate, p.state_dtype == MAMBA_SSU_F32,
@@ -656,6 +665,7 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
   };
   if (f32_inputs)
     return ssu::launch_f32_inputs(a, nblocks, wpb, uneven_dstate(p.dstate), wide(), st);
+  if (long_dstate(p.dstate)) return ssu::launch_long(a, nblocks, wpb, st);
   if (!hot && uneven_dstate(p.dstate)) return ssu::launch_uneven(a, nblocks, wpb, wide(), st);
   if (!hot) return launch<DynConfig>(a, nblocks, wpb, st);
   const ssu::StpStateFamily family = p.dstate == 64    ? ssu::StpStateFamily::kDs64

@@ -620,7 +620,9 @@ struct DynConfig {
       }
     }
   }
-  __device__ float state_value(const Raw &r, int i) const {
+  // Over any config's Raw (DynLongConfig's holds more words).
+  template <class R>
+  __device__ float state_value(const R &r, int i) const {
     if (state_dtype_ == MAMBA_SSU_F32) return __uint_as_float(r.w[i]);
     return state_dtype_ == MAMBA_SSU_F16 ? half_bits_to_float(r.w[i])
                                          : bf16_bits_to_float(r.w[i]);
@@ -731,15 +733,22 @@ struct DynUnevenConfig : DynConfig {
   static constexpr bool kRunWords = true;  // sr_words: words by run position
   int run_, run_magic_;
 
-  __device__ explicit DynUnevenConfig(const Args &a) : DynConfig(a) {
+  __device__ explicit DynUnevenConfig(const Args &a) : DynUnevenConfig(a, kMaxCols) {}
+
+ protected:
+  // A lane's columns capped at max_cols (the config's kMaxCols: DynLongConfig's 16).
+  __device__ DynUnevenConfig(const Args &a, int max_cols) : DynConfig(a) {
     run_ = a.simple ? min(16 / state_bytes_, dstate_ / 32) : 4 / state_bytes_;
-    // i / run_ for i < 8 and run_ <= 8 as (i * ceil(32 / run_)) >> 5 (exact there).
+    // i / run_ as (i * ceil(32 / run_)) >> 5: exact for i < 8 and run_ <= 8 (this config), and
+    // for i < 16 at the runs of 4 and 8 columns DynLongConfig has.
     run_magic_ = (32 + run_ - 1) / run_;
     const int first = (static_cast<int>(threadIdx.x) & 31) * run_;
     const int stride = 32 * run_;
     // Whole runs below dstate (the launcher takes only dstates that runs divide).
-    ncols_ = min(kMaxCols, first < dstate_ ? (dstate_ - first + stride - 1) / stride * run_ : 0);
+    ncols_ = min(max_cols, first < dstate_ ? (dstate_ - first + stride - 1) / stride * run_ : 0);
   }
+
+ public:
 
   __device__ int run() const { return run_; }
   __device__ int col(int lane, int i) const {
@@ -747,10 +756,13 @@ struct DynUnevenConfig : DynConfig {
     return lane * run_ + j * 32 * run_ + (i - j * run_);
   }
 
-  // DynConfig's accesses over this config's col() and per-lane ncols().
-  __device__ void load_state(const void *row, int lane, Raw &r) const {
+  // DynConfig's accesses over this config's col() and per-lane ncols(), for a lane of N columns
+  // at most (kMaxCols; DynLongConfig's 16).
+  template <class R>
+  __device__ void load_state(const void *row, int lane, R &r) const {
+    constexpr int N = sizeof(r.w) / sizeof(r.w[0]);
 #pragma unroll
-    for (int i = 0; i < kMaxCols; ++i) {
+    for (int i = 0; i < N; ++i) {
       if (i < ncols_) {
         const int n = col(lane, i);
         r.w[i] = state_bytes_ == 4 ? static_cast<const uint32_t *>(row)[n]
@@ -758,9 +770,10 @@ struct DynUnevenConfig : DynConfig {
       }
     }
   }
-  __device__ void store_state(void *row, int lane, const uint32_t (&bits)[kMaxCols]) const {
+  template <int N>
+  __device__ void store_state(void *row, int lane, const uint32_t (&bits)[N]) const {
 #pragma unroll
-    for (int i = 0; i < kMaxCols; ++i) {
+    for (int i = 0; i < N; ++i) {
       if (i < ncols_) {
         const int n = col(lane, i);
         if (state_bytes_ == 4)
@@ -770,11 +783,28 @@ struct DynUnevenConfig : DynConfig {
       }
     }
   }
-  __device__ void load_cols(const void *row, int lane, float (&v)[kMaxCols]) const {
+  template <int N>
+  __device__ void load_cols(const void *row, int lane, float (&v)[N]) const {
 #pragma unroll
-    for (int i = 0; i < kMaxCols; ++i)
+    for (int i = 0; i < N; ++i)
       v[i] = i < ncols_ ? load_float(row, col(lane, i), input_dtype_) : 0.0f;
   }
+};
+
+// Rows longer than 256 columns (checks.h: long_dstate; up to 512): DynUnevenConfig's lane runs
+// (FlashInfer's simple kernel: runs of 8 columns of a 2-byte state, 4 of an fp32 one, lane l's
+// at l * run + 32 * run * j; at dstate 288 lanes 0..3 hold 16 columns and the others 8) with up
+// to 16 columns a lane, at 2 blocks of 4 warps per SM (<= 255 registers: a lane's 16 columns of
+// two rows, of the next chunk's rows, B * dt' and C). A config of its own, in ssu_uneven.cu, so
+// that the other generic kernels keep their code. FlashInfer's vertical kernel refuses these
+// dstates (checks.h: check_vertical_dstate; the launcher refuses AUTO resolved to it).
+struct DynLongConfig : DynUnevenConfig {
+  static constexpr int kMaxCols = 16;
+  static constexpr int kMinBlocksPerSM = 2;
+  struct Raw {
+    uint32_t w[kMaxCols];
+  };
+  __device__ explicit DynLongConfig(const Args &a) : DynUnevenConfig(a, kMaxCols) {}
 };
 
 // DynUnevenConfig at 6 blocks of 4 warps per SM (<= 80 registers, some spilled) instead of
@@ -858,13 +888,13 @@ __device__ constexpr bool scaled_state() {
 // ---------------------------------------------------------------------------
 
 // Whether a config's exact SR path converts under the call's rule (Args::sr_rule): the generic
-// kernels only (DynConfig, DynUnevenConfig, DynUnevenWideConfig). The hot kernels are FlashInfer
+// kernels only (DynConfig, DynUnevenConfig, DynUnevenWideConfig, DynLongConfig). The hot kernels are FlashInfer
 // 0.7.2's alone (the launcher sends SR calls under MAMBA_SSU_SR_V074 to the generic kernels), so
 // their code does not change with the rule's existence.
 template <class Cfg>
 __device__ constexpr bool sr_rule_at_run_time() {
   return std::is_same<Cfg, DynConfig>::value || std::is_same<Cfg, DynUnevenConfig>::value ||
-         std::is_same<Cfg, DynUnevenWideConfig>::value;
+         std::is_same<Cfg, DynUnevenWideConfig>::value || std::is_same<Cfg, DynLongConfig>::value;
 }
 
 // The rows of a chunk are reduced together (see reduce_rows), and after the
@@ -1523,6 +1553,8 @@ int launch_hot_f16_inputs(const Args &a, StpStateFamily family, unsigned blocks,
 // The generic kernel at an uneven dstate (96, 160, 192, 224; DynUnevenConfig; ssu_uneven.cu).
 int launch_uneven(const Args &a, unsigned blocks, int warps_per_block, bool wide,
                   cudaStream_t stream);
+// The generic kernel above dstate 256 (DynLongConfig; ssu_uneven.cu).
+int launch_long(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream);
 // The generic kernel of an int16 state at an uneven dstate (DynUnevenI16Config; ssu_uneven.cu).
 int launch_uneven_i16(const Args &a, const ScaleArgs &sc, unsigned blocks, int warps_per_block,
                       cudaStream_t stream);

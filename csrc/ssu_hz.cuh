@@ -258,7 +258,8 @@ __device__ __forceinline__ void sr_two_words(const float *n, U32x4 r, int32_t ru
 
 // kAnyStages: a row's stage count need not be a power of two (dstates 96, 160, 192, 224: 3, 5, 6
 // or 7 stages of a 2-byte state, twice as many of an fp32 one; an fp32 state at 32 to 240: 2 to
-// 15; the kernels of ssu_uneven.cu): the tile's row block and stage by division instead of a
+// 15; above 256, checks.h: long_dstate, 9 to 16 of a 2-byte state and 17 to 32 of an fp32 one;
+// the kernels of ssu_uneven.cu): the tile's row block and stage by division instead of a
 // shift and a mask. Off, the code is the one the other kernels were built
 // with.
 template <int kState, int kRounds, bool kBf16, bool kAnyStages = false, bool kGrouped = false,

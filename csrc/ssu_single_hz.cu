@@ -44,6 +44,8 @@ constexpr int64_t kMinWarpsPerSm = 32;
 // run hz_kernel_grouped (copies by groups of 4 stages: "The horizontal kernel: where the bytes
 // move").
 constexpr int64_t kLargeCallStateBytes = int64_t(64) << 20;
+// Dynamic shared memory a kernel launch takes without cudaFuncSetAttribute's opt-in.
+constexpr int kDefaultSmemBytes = 48 << 10;
 
 struct Plan {
   int rows_per_warp;
@@ -94,14 +96,19 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
   const bool rounds = p.state_dtype == MAMBA_SSU_F16 && p.philox_rounds > 0;
   // Rows of at least 4 stages (256 bytes): with 2 a warp has too few tiles to refill the ring.
   const bool long_rows = row_bytes >= 4 * hz::kStageBytes;
-  pl.tiles_in_flight = !rounds && long_rows && state_bytes >= kLargeCallStateBytes
+  // 8 tiles only where a block's shared memory stays within the 48 KiB a launch takes without
+  // an opt-in (above dstate 480 the staged B * dt' and C rows leave room for 4).
+  const bool large_fits = hz::block_smem_bytes(static_cast<int>(p.dstate),
+                                               hz::kTilesInFlightLarge) <= kDefaultSmemBytes;
+  pl.tiles_in_flight = !rounds && long_rows && state_bytes >= kLargeCallStateBytes && large_fits
                            ? hz::kTilesInFlightLarge
                            : hz::kTilesInFlightSmall;
   pl.smem = static_cast<size_t>(
       hz::block_smem_bytes(static_cast<int>(p.dstate), pl.tiles_in_flight));
   // An uneven dstate (96, 160, 192, 224: rows of 3, 5, 6 or 7 stages of a 2-byte state, twice
-  // as many of an fp32 one; an fp32 state at 32 to 240: 2 to 15 stages) runs the kernel of any
-  // stage count, with the same dtypes and round counts compiled in as the other dstates.
+  // as many of an fp32 one; an fp32 state at 32 to 240: 2 to 15 stages; above 256 up to 16
+  // stages of a 2-byte state, 32 of an fp32 one) runs the kernel of any stage count, with the
+  // same dtypes and round counts compiled in as the other dstates.
   pl.compiled = compiled_kernel(p);
   pl.f16_inputs = pl.compiled && p.input_dtype == MAMBA_SSU_F16;
   *out = pl;

@@ -3,8 +3,8 @@
 // dstates other than the compiled-in ones that FlashInfer's sm_90 module takes: single token
 // DynUnevenConfig (ssu.cuh: FlashInfer's lane runs of 1 to 7 columns, lanes with fewer columns
 // where the row ends; at 6 blocks per SM as DynUnevenWideConfig for calls of >= 48 MiB;
-// DynUnevenI16Config for an int16 state) and the horizontal kernel with 2 to 15 stages a row
-// (ssu_hz.cuh: kAnyStages), multi token mtp_kernel and mtp_kernel_i16 at each (ssu_mtp.cuh: the
+// DynUnevenI16Config for an int16 state; above 256, checks.h: long_dstate, DynLongConfig) and
+// the horizontal kernel with 2 to 32 stages a row (ssu_hz.cuh: kAnyStages), multi token mtp_kernel and mtp_kernel_i16 at each (ssu_mtp.cuh: the
 // next power of two's tile with the blocks past dstate skipped); and the single-token generic
 // kernels of an fp32 state with fp32 inputs at every dstate (RowForms over DynConfig,
 // DynUnevenConfig and DynUnevenWideConfig: a first form per row kind, ssu.cu: f32_input_form;
@@ -26,6 +26,11 @@ int launch_uneven(const Args &a, unsigned blocks, int warps_per_block, bool wide
     ssu_kernel<DynUnevenWideConfig><<<blocks, 32 * warps_per_block, 0, stream>>>(a);
   else
     ssu_kernel<DynUnevenConfig><<<blocks, 32 * warps_per_block, 0, stream>>>(a);
+  return check_launch("selective_state_update launch");
+}
+
+int launch_long(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream) {
+  ssu_kernel<DynLongConfig><<<blocks, 32 * warps_per_block, 0, stream>>>(a);
   return check_launch("selective_state_update launch");
 }
 

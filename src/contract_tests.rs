@@ -286,50 +286,74 @@ fn with_dstate_and_dtype(a: sys::mamba_ssu_args, ds: i64, dtype: i32) -> sys::ma
     a
 }
 
-/// Above dstate 256 (where FlashInfer's module builds, the crate serves nothing yet): an explicit
-/// VERTICAL is FlashInfer's launcher's refusal, INVALID_ARGUMENT (its vertical kernel's TMA box
-/// holds at most 256 elements; recorded on an H100, docs/flashinfer-ssu.md); SIMPLE, HORIZONTAL
-/// and AUTO, which FlashInfer runs (AUTO below its switch), are UNSUPPORTED; the multi-token path
-/// likewise UNSUPPORTED. dstate 256 with VERTICAL is served.
+/// Above dstate 256 (to 512): an explicit VERTICAL is FlashInfer's launcher's refusal,
+/// INVALID_ARGUMENT (its vertical kernel's TMA box holds at most 256 elements; recorded on an
+/// H100, docs/flashinfer-ssu.md); SIMPLE and AUTO (which the plan resolves) are taken (HORIZONTAL
+/// too: plans.rs), as is the multi-token path, with fp16, bf16 and fp32 states; an int16
+/// state and fp32 inputs are UNSUPPORTED there; above 512 UNSUPPORTED. dstate 256 with VERTICAL
+/// is served.
 #[rustfmt::skip]
 #[test]
-fn vertical_above_dstate_256_is_flashinfers_refusal() {
+fn dstates_above_256_rules() {
     fn algo(a: &mut sys::mamba_ssu_args, v: u32) {
         a.algorithm = v as i32;
     }
     let mut a = with_dstate(single(), 256);
     algo(&mut a, sys::MAMBA_SSU_ALGO_VERTICAL);
     assert!(check(&a).is_ok());
-    for (ds, dtype) in [(288, F16), (512, F16), (288, BF16), (272, F32), (512, F32)] {
+    for (ds, dtype) in [(288, F16), (512, F16), (288, BF16), (448, BF16), (272, F32), (512, F32)] {
+        // (HORIZONTAL: single()'s head dim 8 is one its kernel refuses; plans.rs plans it.)
         for (v, want) in [
             (sys::MAMBA_SSU_ALGO_VERTICAL, INV),
-            (sys::MAMBA_SSU_ALGO_SIMPLE, UNS),
-            (sys::MAMBA_SSU_ALGO_HORIZONTAL, UNS),
-            (sys::MAMBA_SSU_ALGO_AUTO, UNS),
+            (sys::MAMBA_SSU_ALGO_SIMPLE, OK),
+            (sys::MAMBA_SSU_ALGO_AUTO, OK),
         ] {
             let mut a = with_dstate_and_dtype(single(), ds, dtype);
             algo(&mut a, v);
+            if want == OK {
+                assert!(check(&a).is_ok(), "{ds} {dtype} {v}: {:?}", check(&a));
+                continue;
+            }
             let (s, arg, detail) = check(&a).expect_err("refused");
             assert_eq!((s, arg.as_str()), (want, "state"), "{ds} {dtype} {v}: {detail}");
-            if want == INV {
-                assert_eq!(
-                    detail,
-                    format!("state: dstate: VERTICAL takes at most 256 (FlashInfer's vertical kernel \
-                             loads a row as one TMA box of at most 256 elements, and its launcher \
-                             refuses the call), got {ds}")
-                );
-            } else {
-                assert!(
-                    detail.starts_with("state: dstate: ") && detail.contains("not served yet"),
-                    "{detail}"
-                );
-            }
+            assert_eq!(
+                detail,
+                format!("state: dstate: VERTICAL takes at most 256 (FlashInfer's vertical kernel \
+                         loads a row as one TMA box of at most 256 elements, and its launcher \
+                         refuses the call), got {ds}")
+            );
         }
         for make in [fixed, varlen] {
             let a = with_dstate_and_dtype(make(), ds, dtype);
-            let (s, arg, _) = check(&a).expect_err("refused");
-            assert_eq!((s, arg.as_str()), (UNS, "state"), "multi token {ds} {dtype}");
+            assert!(check(&a).is_ok(), "multi token {ds} {dtype}: {:?}", check(&a));
         }
+    }
+    // fp32 inputs above 256, single and multi token: UNSUPPORTED, naming dstate's tensor.
+    for make in [single, fixed, varlen] {
+        let mut a = with_dstate(make(), 288);
+        for t in [&mut a.x, &mut a.B, &mut a.C, &mut a.out] {
+            t.dtype = F32;
+        }
+        if a.z.rank > 0 {
+            a.z.dtype = F32;
+        }
+        let (s, _, detail) = check(&a).expect_err("refused");
+        assert_eq!(s, UNS, "{detail}");
+        assert!(detail.ends_with("dstate: F32 inputs above dstate 256 are not served yet, got 288"),
+                "{detail}");
+    }
+    // An int16 state with its scales above 256, single and multi token: UNSUPPORTED.
+    for make in [int16, int16_fixed, int16_varlen] {
+        let (s, _, detail) = check(&with_dstate(make(), 288)).expect_err("refused");
+        assert_eq!(s, UNS, "{detail}");
+        assert!(detail.ends_with("dstate: an I16 state above 256 is not served yet, got 288"),
+                "{detail}");
+    }
+    // Above 512 (FlashInfer's module builds there): UNSUPPORTED whatever the mapping.
+    for ds in [544, 1024] {
+        let (s, _, detail) = check(&with_dstate(single(), ds)).expect_err("refused");
+        assert_eq!(s, UNS, "{detail}");
+        assert!(detail.contains("from 64 to 512"), "{detail}");
     }
     // Not a dstate FlashInfer builds at: INVALID_ARGUMENT whatever the mapping, as before.
     let mut a = with_dstate(single(), 300);
@@ -708,12 +732,12 @@ fn index_and_intermediate_rules() {
 #[test]
 fn lowered_rules_name_the_tensor() {
     check_rules(&[
-        (single, |a| { a.state.shape[3] = 288; a.A.shape[2] = 288; a.B.shape[2] = 288;
-                       a.C.shape[2] = 288; a.B.strides[0] = NG * 288; a.C.strides[0] = NG * 288;
-                       a.B.strides[1] = 288; a.C.strides[1] = 288;
-                       a.state.strides = [NH * DIM * 288, DIM * 288, 288, 1, 0]; }, UNS, "state",
-            "dstate: expected a multiple of 32 from 64 to 256 (of 16 from 32 with an \
-             fp32 state), got 288"),
+        (single, |a| { a.state.shape[3] = 544; a.A.shape[2] = 544; a.B.shape[2] = 544;
+                       a.C.shape[2] = 544; a.B.strides[0] = NG * 544; a.C.strides[0] = NG * 544;
+                       a.B.strides[1] = 544; a.C.strides[1] = 544;
+                       a.state.strides = [NH * DIM * 544, DIM * 544, 544, 1, 0]; }, UNS, "state",
+            "dstate: expected a multiple of 32 from 64 to 512 (of 16 from 32 with an \
+             fp32 state), got 544"),
         (single, |a| { a.B.shape[1] = 3; a.C.shape[1] = 3; a.B.strides[0] = 3 * DS;
                        a.C.strides[0] = 3 * DS; }, INV, "B", "ngroups: expected a divisor of nheads"),
         (single, |a| { a.state_batch_indices = absent(); a.state.shape[0] = 1; }, INV, "state",
@@ -1301,8 +1325,8 @@ fn legacy_check(p: &sys::mamba_ssu_params) -> (i32, String, String) {
 }
 
 /// The dstate rule of FlashInfer's sm_90 module (docs/flashinfer-ssu.md, "Shapes FlashInfer
-/// takes on sm_90"), through the single-token block: the multiples of 32 from 64 to 256 served,
-/// with an fp32 state the multiples of 16 from 32 to 256 but 112; every other dstate FlashInfer's
+/// takes on sm_90"), through the single-token block: the multiples of 32 from 64 to 512 served,
+/// with an fp32 state the multiples of 16 from 32 to 512 but 112; every other dstate FlashInfer's
 /// build takes (2-byte state: multiples of 32 from 64; fp32 state: multiples of 16 from 32)
 /// UNSUPPORTED, the rest INVALID_ARGUMENT (FlashInfer's RuntimeError), naming `dstate`.
 #[test]
@@ -1312,14 +1336,14 @@ fn dstates_follow_flashinfers_sm90_module() {
     assert_eq!(c(&good).0, OK);
     let mut taken = Vec::new();
     for state_dtype in [F16, BF16, F32] {
-        for ds in -1..=520i64 {
+        for ds in -1..=560i64 {
             let p = sys::mamba_ssu_params {
                 dstate: ds,
                 state_dtype,
                 ..good
             };
-            let served = ((64..=256).contains(&ds) && ds % 32 == 0)
-                || (state_dtype == F32 && (32..=256).contains(&ds) && ds % 16 == 0 && ds != 112);
+            let served = ((64..=512).contains(&ds) && ds % 32 == 0)
+                || (state_dtype == F32 && (32..=512).contains(&ds) && ds % 16 == 0 && ds != 112);
             if served {
                 // Served: any refusal is another rule's (an SR seed with a non-F16 state).
                 let (status, arg, detail) = c(&p);
@@ -1341,7 +1365,7 @@ fn dstates_follow_flashinfers_sm90_module() {
                     assert_eq!(
                         detail,
                         format!(
-                            "dstate: expected a multiple of 32 from 64 to 256 (of 16 from 32 with \
+                            "dstate: expected a multiple of 32 from 64 to 512 (of 16 from 32 with \
                              an fp32 state), got {ds} (FlashInfer's sm_90 kernels take it; not \
                              served yet)"
                         )
@@ -1357,13 +1381,12 @@ fn dstates_follow_flashinfers_sm90_module() {
             }
         }
     }
-    // dstates 288 and 512 are taken for every state dtype; 112 and 272 for an fp32 state only.
-    for ds in [288, 512] {
-        for t in [F16, BF16, F32] {
-            assert!(taken.contains(&(t, ds)), "{t} {ds}");
-        }
+    // dstate 544 is taken for every state dtype (above the served 512); 112 and 528 for an fp32
+    // state only.
+    for t in [F16, BF16, F32] {
+        assert!(taken.contains(&(t, 544)), "{t} 544");
     }
-    assert!(taken.contains(&(F32, 112)) && taken.contains(&(F32, 272)));
+    assert!(taken.contains(&(F32, 112)) && taken.contains(&(F32, 528)));
     assert!(!taken.contains(&(F16, 112)) && !taken.contains(&(F32, 48)));
 }
 

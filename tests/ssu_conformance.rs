@@ -708,8 +708,24 @@ const DTYPE_FORMS_074: Embedded = Embedded {
     ],
 };
 
+/// FlashInfer 0.7.2.post1's single-token kernels above dstate 256
+/// (`tools/flashinfer-recorder/cases/dsbig_cases.json`, `dsbig_stp_*`, recorded on an H100 on
+/// 2026-12-06): head dim 64, an fp16 state at dstates 288 and 512 with 0 and 5 rounds (a pad and
+/// z), an fp32 state at 272 and 512 with dst slots, and 128 heads x batch 4 (above the auto
+/// switch, state by hash); the simple, horizontal and auto runs below the switch, and
+/// FlashInfer's refusals of the vertical mapping (and of auto above the switch), which the crate
+/// must refuse with the same class. Blocks over 64 KiB by hash.
+const DSBIG: Embedded = Embedded {
+    name: "flashinfer_ssu_dsbig",
+    manifest: include_bytes!("data/flashinfer_ssu_dsbig/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_dsbig/fixtures.bin.xz"),
+    cases: 8,
+    dims: &[64],
+    dstates: &[272, 288, 512],
+};
+
 /// Every embedded set beside the reference data.
-const EMBEDDED: [&Embedded; 19] = [
+const EMBEDDED: [&Embedded; 20] = [
     &SHAPES,
     &SHAPES_074,
     &NEW_CASES,
@@ -729,6 +745,7 @@ const EMBEDDED: [&Embedded; 19] = [
     &INT16_UNEVEN_074,
     &F16IN_074,
     &DTYPE_FORMS_074,
+    &DSBIG,
 ];
 
 /// Runs one embedded set on the GPU, as [`flashinfer_reference_bit_exact`] checks the reference
@@ -789,6 +806,14 @@ fn flashinfer_horizontal_bit_exact() {
 #[ignore = "requires a CUDA GPU"]
 fn flashinfer_int16_bit_exact() {
     check_embedded(&INT16);
+}
+
+/// [`DSBIG`] on the GPU: dstates 272 to 512 (the generic kernel with up to 16 columns a lane,
+/// the horizontal kernel with up to 32 stages a row, FlashInfer's refusals).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_dsbig_bit_exact() {
+    check_embedded(&DSBIG);
 }
 
 /// [`DS96`] on the GPU: dstate 96 (the generic kernels over FlashInfer's lane runs, and the

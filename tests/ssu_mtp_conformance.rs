@@ -214,8 +214,16 @@ fn embedded_d80_ds_grid_074() -> Manifest {
     embedded_set!("flashinfer_ssu_mtp_d80_ds_grid_074")
 }
 
+/// FlashInfer 0.7.2.post1's multi-token kernel above dstate 256
+/// (`tools/flashinfer-recorder/cases/dsbig_cases.json`, `dsbig_mtp_*`): dstates 288 and 512
+/// (its tile of 512 columns with the blocks past dstate skipped), head dim 64, T 4, an fp16 state
+/// at 0 and 5 rounds with the intermediate buffer. Recorded on an H100 on 2026-12-06.
+fn embedded_dsbig() -> Manifest {
+    embedded_set!("flashinfer_ssu_mtp_dsbig")
+}
+
 /// Every embedded manifest: the reference data and the sets above.
-fn all_embedded() -> [Manifest; 18] {
+fn all_embedded() -> [Manifest; 19] {
     [
         embedded(),
         embedded_shapes(),
@@ -235,6 +243,7 @@ fn all_embedded() -> [Manifest; 18] {
         embedded_int16_uneven_074(),
         embedded_dtype_forms_074(),
         embedded_d80_ds_grid_074(),
+        embedded_dsbig(),
     ]
 }
 
@@ -1001,6 +1010,18 @@ fn flashinfer_mtp_d80_ds_grid_074_bit_exact() {
     };
     let m = embedded_d80_ds_grid_074();
     assert_eq!(m.cases.len(), 8);
+    check_manifest(&ctx, &stream, &m);
+}
+
+/// dstates 288 and 512 (above 256) from FlashInfer 0.7.2.post1.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_mtp_dsbig_bit_exact() {
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let m = embedded_dsbig();
+    assert_eq!(m.cases.len(), 4);
     check_manifest(&ctx, &stream, &m);
 }
 

@@ -768,3 +768,35 @@ fn auto_follows_flashinfer_per_architecture() {
         );
     }
 }
+
+/// Above dstate 256 (to 512) SIMPLE and HORIZONTAL plan the run-time kernels; AUTO plans SIMPLE
+/// below FlashInfer's switch, and above it (where FlashInfer's AUTO takes its vertical kernel,
+/// whose launcher refuses these dstates) is INVALID_ARGUMENT, as an explicit VERTICAL.
+#[test]
+fn dstates_above_256_plan_run_time_kernels_and_refuse_auto_vertical() {
+    let hot = [F16, BF16, BF16];
+    let [auto, simple, horizontal] = [
+        sys::MAMBA_SSU_ALGO_AUTO,
+        sys::MAMBA_SSU_ALGO_SIMPLE,
+        sys::MAMBA_SSU_ALGO_HORIZONTAL,
+    ]
+    .map(|v| v as i32);
+    for ds in [288usize, 512] {
+        for rounds in [0, 5] {
+            let what = format!("dstate {ds} R={rounds}");
+            // Batch 1 x 8 heads: below the switch at 132 SMs.
+            for (algo, want) in [(auto, simple), (simple, simple), (horizontal, horizontal)] {
+                let a = call(1, 8, 64, ds, hot, rounds, algo, true, None, false);
+                let (st, plan) = plan_of(&a, 132);
+                assert_eq!(st, OK, "{what} {algo}");
+                // The horizontal kernel of any stage count has the dtypes and rounds compiled in.
+                let compiled = i32::from(want == horizontal);
+                assert_eq!((plan.algorithm, plan.compiled_kernel), (want, compiled), "{what} {algo}");
+                assert_covering(&what, &plan, 8, 64);
+            }
+            // Batch 256 x 128 heads: above it.
+            let a = call(256, 128, 64, ds, hot, rounds, auto, false, None, false);
+            assert_eq!(plan_of(&a, 132).0, INV, "{what}");
+        }
+    }
+}

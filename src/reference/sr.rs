@@ -133,7 +133,7 @@ impl SrMapping {
     ///
     /// Errors: `algorithm` is [`Algorithm::Auto`] (resolve it first with
     /// [`Algorithm::resolve`]); `dstate` not in [`SUPPORTED_DSTATE`] (the multiples of 32 from
-    /// 64 to 256);
+    /// 64 to 512);
     /// `rounds` 0 (any count >= 1 is taken: FlashInfer's `philox_rounds` has no upper bound).
     pub fn new(
         algorithm: Algorithm,
@@ -158,7 +158,7 @@ impl SrMapping {
         if !SUPPORTED_DSTATE.contains(&dstate) {
             return Err(Error::invalid(
                 "dstate",
-                format!("expected a multiple of 32 from 64 to 256, got {dstate}"),
+                format!("expected a multiple of 32 from 64 to 512, got {dstate}"),
             ));
         }
         if rounds == 0 {
@@ -744,7 +744,7 @@ mod tests {
                 ..
             }
         ));
-        let e = SrMapping::new(Algorithm::Simple, 0, 64, 288, 0, 10).unwrap_err();
+        let e = SrMapping::new(Algorithm::Simple, 0, 64, 544, 0, 10).unwrap_err();
         assert!(matches!(
             e,
             Error::InvalidArgument {

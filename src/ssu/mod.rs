@@ -165,21 +165,27 @@ pub const MAX_PHILOX_ROUNDS: u32 = crate::ffi::sys::MAMBA_SSU_MAX_PHILOX_ROUNDS;
 /// The `dstate` values the kernels serve (the C check enforces them: another value FlashInfer's
 /// sm_90 module takes is [`Error::Unsupported`](crate::Error::Unsupported), any other
 /// [`Error::InvalidArgument`](crate::Error::InvalidArgument)); the CPU references take the same.
-/// 64, 128 and 256 run compiled-in kernels where the rest of the call allows; the multiples of
-/// 32 between them, 96, 160, 192 and 224 (FlashInfer's module takes them for every state dtype),
-/// run the run-time kernels (an int16 state there too, but not under the VERTICAL mapping at 96,
-/// 160 and 224, where FlashInfer's kernel indexes past a register array: its result there is
-/// undefined). An fp32 state takes
+/// 64, 128 and 256 run compiled-in kernels where the rest of the call allows; the other multiples
+/// of 32 up to 512 (FlashInfer's module takes them for every state dtype) run the run-time
+/// kernels: an int16 state at 96 to 224 too, but not under the VERTICAL mapping at 96, 160 and
+/// 224, where FlashInfer's kernel indexes past a register array (its result there is undefined).
+/// Above 256 FlashInfer's launcher refuses the VERTICAL mapping
+/// ([`Error::InvalidArgument`](crate::Error::InvalidArgument), as AUTO resolved to it), and an
+/// int16 state or fp32 inputs are not served there yet
+/// ([`Error::Unsupported`](crate::Error::Unsupported)). An fp32 state takes
 /// [`SUPPORTED_DSTATE_F32`].
-pub const SUPPORTED_DSTATE: [usize; 7] = [64, 96, 128, 160, 192, 224, 256];
+pub const SUPPORTED_DSTATE: [usize; 15] = [
+    64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448, 480, 512,
+];
 
 /// The `dstate` values the kernels serve with an fp32 state: [`SUPPORTED_DSTATE`] and the other
-/// multiples of 16 from 32 to 256 that FlashInfer's sm_90 module takes with an fp32 state (run-time
-/// kernels), but 112: there FlashInfer's simple kernel reads and writes two columns past each
-/// row, racing with the next row's warp, an undefined result the crate does not reproduce
-/// ([`Error::Unsupported`](crate::Error::Unsupported)).
-pub const SUPPORTED_DSTATE_F32: [usize; 14] = [
-    32, 48, 64, 80, 96, 128, 144, 160, 176, 192, 208, 224, 240, 256,
+/// multiples of 16 from 32 to 512 that FlashInfer's sm_90 module takes with an fp32 state
+/// (run-time kernels), but 112: there FlashInfer's simple kernel reads and writes two columns
+/// past each row, racing with the next row's warp, an undefined result the crate does not
+/// reproduce ([`Error::Unsupported`](crate::Error::Unsupported)).
+pub const SUPPORTED_DSTATE_F32: [usize; 30] = [
+    32, 48, 64, 80, 96, 128, 144, 160, 176, 192, 208, 224, 240, 256, 272, 288, 304, 320, 336, 352,
+    368, 384, 400, 416, 432, 448, 464, 480, 496, 512,
 ];
 
 /// The stochastic-rounding conversion of a call (FlashInfer 0.7.2's, the default, or 0.7.4's);

@@ -73,10 +73,15 @@ DEFAULT_BUILD = os.path.join(REPO, "target", "flashinfer-recorder", "0.7.2.post1
 
 KINDS = ("simple", "simple_tiled", "vertical")
 HORIZONTAL = "horizontal"
-SERVED_DSTATES = (64, 96, 128, 160, 192, 224, 256)
-# With an fp32 state the crate also serves the other multiples of 16 from 32 to 256 but 112
+SERVED_DSTATES = (64, 96, 128, 160, 192, 224, 256) + tuple(range(288, 513, 32))
+# With an fp32 state the crate also serves the other multiples of 16 from 32 to 512 but 112
 # (csrc/checks.h: check_dstate).
-SERVED_DSTATES_F32 = SERVED_DSTATES + (32, 48, 80, 144, 176, 208, 240)
+SERVED_DSTATES_F32 = SERVED_DSTATES + (32, 48, 80, 144, 176, 208, 240) + tuple(
+    range(272, 513, 32))
+# Above 256 FlashInfer's launcher refuses the vertical kernel (its TMA box), and the crate serves
+# neither an int16 state nor fp32 inputs there (csrc/checks.h: check_vertical_dstate,
+# check_long_dstate): their forms are read, not checked.
+LONG_DSTATE = 256
 # The update and epilogue forms of the crate's horizontal kernel (csrc/ssu_hz.cuh: every state
 # dtype, every round count).
 HORIZONTAL_FORM = "H/fma"
@@ -89,6 +94,8 @@ def first_form_f1(simple, below, rounds, dstate, f32=False, v074=False, f32_in=F
     FlashInfer 0.7.4's build, else 0.7.2.post1's); it must be kept equal to it. `below`: the
     tiled simple kernel (FlashInfer runs it below the auto switch); `f32`: the state is fp32;
     `f32_in`: the inputs are fp32."""
+    if dstate > 256:
+        return True
     if f32_in and not f32 and simple and below and 128 < dstate < 256:
         return True
     if f32_in and not f32 and not simple and rounds == 1 and dstate in (128, 192):
@@ -827,7 +834,7 @@ def int16_rule(kind, dstate, dim=None, release="0.7.2.post1", input_dtype=None):
     simple and tiled simple F1, vertical F0 at 192 and not served at 96, 160 and 224 (the crate
     refuses VERTICAL there); the single-token chains are not compared where a lane's run is
     odd (None: the tool reads runs of even length only). input_dtype None: bf16."""
-    if dstate not in SERVED_DSTATES:
+    if dstate not in SERVED_DSTATES or dstate > LONG_DSTATE:
         return None
     if kind == "mtp":
         n = (1 << (dstate - 1).bit_length()) // 16
@@ -1098,6 +1105,8 @@ def _analyse_group(gid, sass, release):
                     form = "?" if "?" in (state, pad_form) else f"{state}|pad {pad_form}"
         served = (kind in KINDS or kind == HORIZONTAL) and g["dstate"] in (
             SERVED_DSTATES_F32 if g["state_dtype"] == "float32" else SERVED_DSTATES)
+        if g["dstate"] > LONG_DSTATE and (kind == "vertical" or g.get("input_dtype") == "float32"):
+            served = False
         if not served:
             rule = None
         elif kind == HORIZONTAL:
