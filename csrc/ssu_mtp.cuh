@@ -346,7 +346,8 @@ __device__ __forceinline__ void st_state(T *p, const T &v) {
 // below) (vector state and B/C
 // accesses); otherwise every dtype at run time. kDstate: 64, 128 or 256; in the run-time kernels
 // also the uneven dstates up to 256 (96: the 128-column tile, kTile) and kMtpLongRows (every
-// dstate above 256, a.dstate, over the 512-column tile). kRounds: 0, 5, 10 compiled in; -1 at run time.
+// dstate above 256, a.dstate, over the 512-column tile). kRounds: 0, 5, 10 compiled in; -1 at
+// run time.
 // kR: rows a group computes together (1, or 2 and 4 in the hot kernels for large grids).
 // kF32 (run-time kernels only): an fp32 state, in FlashInfer's 4-column lane blocks (mtp_col),
 // with vector state loads and no stochastic rounding (it needs an F16 state). The launcher runs

@@ -6,8 +6,8 @@
 // DynUnevenI16Config for an int16 state) and the horizontal kernel with 2 to 15 stages a row
 // (ssu_hz.cuh: kAnyStages), multi token mtp_kernel and mtp_kernel_i16 at each (ssu_mtp.cuh: the
 // next power of two's tile with the blocks past dstate skipped; above 256 one long-row
-// mtp_kernel per state kind, kMtpLongRows, for every dstate up to 512); and the single-token generic
-// kernels of an fp32 state with fp32 inputs at every dstate (RowForms over DynConfig,
+// mtp_kernel per state kind, kMtpLongRows, for every dstate up to 512); and the single-token
+// generic kernels of an fp32 state with fp32 inputs at every dstate (RowForms over DynConfig,
 // DynUnevenConfig and DynUnevenWideConfig: a first form per row kind, ssu.cu: f32_input_form;
 // here so that they share this unit's zero pages instead of adding a unit's own). Launched for
 // plans of ssu.cu, ssu_single_hz.cu and ssu_mtp.cu. A translation unit of its own, sorted
