@@ -17,7 +17,10 @@
 // (mtp_kernel<false, dstate, -1, 1>; with an fp32 state mtp_kernel<false, dstate, -1, 1, false,
 // true>, FlashInfer's 4-column lane blocks of an fp32 state; an I16 state mtp_kernel_i16:
 // ssu_mtp.cuh), or, for inputs other than bf16, the same kernels with FlashInfer's uniform update
-// of a column pair (mtp::uniform_pairs; launch_uniform, ssu_with_uniform_pairs.cu).
+// of a column pair (mtp::uniform_pairs; launch_uniform, ssu_with_uniform_pairs.cu). Above dstate
+// 256 (long_dstate) one kernel per state kind serves every dstate up to 512 (kDstate
+// mtp::kMtpLongRows: FlashInfer's 512-column tile, the row's length at run time), with a
+// shared-memory opt-in past 48 KiB.
 #include <algorithm>
 #include <limits>
 
@@ -32,20 +35,10 @@ namespace {
 
 using tuning::Tuning;
 
-// Static shared memory of a block (ssu_mtp.cuh: the tokens' targets, output rows, dt' and dA,
-// and the fused seed; 392 bytes), rounded up to the dynamic buffer's 16-byte alignment (the
-// dynamic part starts there: 400 bytes, what the linked kernels report beside the 1 KiB the
-// GPU reserves): what residency on a device and the per-block limit count beside the dynamic
-// part.
-constexpr int64_t kStaticSmemBytes =
-    (2 * mtp::kMaxTokens * sizeof(char *) + 2 * mtp::kMaxTokens * sizeof(float) +
-     sizeof(uint64_t) + 15) /
-    16 * 16;
-
-// The static shared memory of the kernel a problem runs: kStaticSmemBytes, and the hot int16
-// kernels' per-token scale rows.
+// The static shared memory of the kernel a problem runs: mtp::kStaticSmemBytes, and the hot
+// int16 kernels' per-token scale rows.
 int64_t static_smem(const mamba_ssu_mtp_params &p, bool hot) {
-  return kStaticSmemBytes +
+  return mtp::kStaticSmemBytes +
          (hot && p.state_dtype == MAMBA_SSU_I16 ? mtp::kI16HotStaticSmemBytes : 0);
 }
 
@@ -128,7 +121,14 @@ void grid_for(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d, bo
 
 int plan_launch(const mamba_ssu_mtp_params &p, const mamba_ssu_device_props &d, Plan *out) {
   if (int s = check_props(&d)) return s;
-  const int64_t smem_limit = d.smem_per_block;
+  // The per-block limit: 48 KiB without an opt-in (smem_per_block); the long-row kernels
+  // (long_dstate: B and C of every token over a 512-column tile, up to 64 KiB at 16 tokens)
+  // opt in (mtp::allow_long_smem) to the device's limit for one block, its shared memory per SM
+  // less what the system reserves per block (227 KiB on sm_90, 163 KiB on sm_80, 99 KiB on
+  // sm_86, 89 and 120: cudaDevAttrMaxSharedMemoryPerBlockOptin). A call past it is refused.
+  const int64_t smem_limit = long_dstate(p.dstate)
+                                 ? int64_t{d.smem_per_sm} - d.reserved_smem_per_block
+                                 : int64_t{d.smem_per_block};
   const bool hot = is_hot(p);
   const int64_t heads = p.batch * p.nheads;  // < 2^31 (checked)
   int r = !hot                                        ? 1

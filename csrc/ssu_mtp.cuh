@@ -173,19 +173,29 @@ __host__ __device__ constexpr size_t mtp_smem_bytes(int ntokens, int dstate, int
          (defer_rows > 1 ? sizeof(float) * kGroups * static_cast<size_t>(defer_rows - 1) : 0);
 }
 
+// The kDstate of the long-row kernels: a row of a.dstate columns, known at run time (every
+// dstate above 256, up to 512: checks.h, long_dstate), over FlashInfer's tile of 512 columns
+// (mtp_tile). One kernel per state kind serves them all instead of one per dstate (the library's
+// size and its build time); the row length is a run-time value in their address arithmetic and
+// in the skip of a lane's blocks past the row (mtp_body: ds).
+constexpr int kMtpLongRows = -1;
+
 // The columns a lane group's register tile spans: dstate (64, 128, 256), or at an uneven dstate
-// (checks.h: uneven_dstate) FlashInfer's next power of two, 128 or 256, and 64 below 64 (an fp32
-// state at 32 or 48: FlashInfer's tile of 32 at 32 holds the same lane blocks as the first half
-// of 64; mtp_body: the lanes' blocks past dstate are skipped). Also the stride of the staged B
-// and C rows (mtp_smem_bytes takes it as its `dstate`).
+// (checks.h: uneven_dstate) FlashInfer's next power of two, 128, 256 or (above 256, and the
+// long-row kernels' kMtpLongRows) 512, and 64 below 64 (an fp32 state at 32 or 48: FlashInfer's
+// tile of 32 at 32 holds the same lane blocks as the first half of 64; mtp_body: the lanes'
+// blocks past dstate are skipped). Also the stride of the staged B and C rows (mtp_smem_bytes
+// takes it as its `dstate`).
 __host__ __device__ constexpr int mtp_tile(int dstate) {
   return dstate == 64 || dstate == 128 || dstate == 256 ? dstate
+         : dstate == kMtpLongRows || dstate > 256       ? 512
          : dstate <= 64                                 ? 64
          : dstate <= 128                                ? 128
                                                         : 256;
 }
 
-// Whether a dstate is uneven (mtp_tile spans more columns than the row has).
+// Whether a dstate is uneven (mtp_tile spans more columns than the row has; kMtpLongRows always
+// is: its rows may end anywhere in the tile).
 __host__ __device__ constexpr bool mtp_uneven(int dstate) { return mtp_tile(dstate) != dstate; }
 
 // n / d for n < 2^31 and d >= 1 as a multiply and a shift (mtp_fast_div_params gives mul and
@@ -236,13 +246,13 @@ __device__ __forceinline__ int mtp_col(int m, int i) {
   return kF32 ? 32 * (i / 4) + 4 * m + (i % 4) : 64 * (i / 8) + 8 * m + (i % 8);
 }
 
-// Whether element i of lane m lies in a row of kDstate columns: at an uneven dstate (mtp_tile) a
-// lane's blocks past column kDstate do not. Called only under
-// `if constexpr (mtp_uneven(kDstate))`, so that the
-// other kernels' code is as it was without it.
-template <int kDstate, bool kF32>
-__device__ __forceinline__ bool mtp_in_row(int m, int i) {
-  return mtp_col<kF32>(m, i) < kDstate;
+// Whether element i of lane m lies in a row of `dstate` columns: at an uneven dstate (mtp_tile) a
+// lane's blocks past column dstate do not. `dstate` is a compile-time constant but in the
+// long-row kernels (kMtpLongRows). Called only under `if constexpr (mtp_uneven(kDstate))`, so
+// that the other kernels' code is as it was without it.
+template <bool kF32>
+__device__ __forceinline__ bool mtp_in_row(int m, int i, int dstate) {
+  return mtp_col<kF32>(m, i) < dstate;
 }
 
 // The 8 fp16 or bf16 elements at p (16-byte aligned) widened to fp32.
@@ -289,17 +299,17 @@ __device__ __forceinline__ float i16_encode(const float (&s)[N], unsigned gmask,
   return mx == 0.0f ? 1.0f : __fmul_rn(ssu::rcp_approx(mx), 32767.0f);
 }
 
-// i16_encode over the lane's columns that lie in a row of kDstate columns (an uneven dstate,
-// mtp_tile: the blocks past kDstate hold no state and are left out of the row's max, as
+// i16_encode over the lane's columns that lie in a row of `dstate` columns (an uneven dstate,
+// mtp_tile: the blocks past dstate hold no state and are left out of the row's max, as
 // FlashInfer's kernel skips them).
-template <int kDstate, int N>
-__device__ __forceinline__ float i16_encode_in_row(const float (&s)[N], int m, unsigned gmask,
-                                                   bool scaled) {
+template <int N>
+__device__ __forceinline__ float i16_encode_in_row(const float (&s)[N], int m, int dstate,
+                                                   unsigned gmask, bool scaled) {
   if (!scaled) return 1.0f;
   float mx = -3.40282347e38f;
 #pragma unroll
   for (int i = 0; i < N; ++i)
-    if (mtp_in_row<kDstate, false>(m, i)) mx = fmaxf(mx, fabsf(s[i]));
+    if (mtp_in_row<false>(m, i, dstate)) mx = fmaxf(mx, fabsf(s[i]));
   mx = fmaxf(mx, __shfl_xor_sync(gmask, mx, 4, kGroupLanes));
   mx = fmaxf(mx, __shfl_xor_sync(gmask, mx, 2, kGroupLanes));
   mx = fmaxf(mx, __shfl_xor_sync(gmask, mx, 1, kGroupLanes));
@@ -334,8 +344,10 @@ __device__ __forceinline__ void st_state(T *p, const T &v) {
 
 // kHot: F16 state (kBf16State: BF16, kI16: I16, no SR), BF16 inputs and weights (kF16In: FP16,
 // below) (vector state and B/C
-// accesses); otherwise every dtype at run time. kDstate: 64, 128 or 256; 96 in the run-time
-// kernels (the 128-column tile, kTile). kRounds: 0, 5, 10 compiled in; -1 at run time.
+// accesses); otherwise every dtype at run time. kDstate: 64, 128 or 256; in the run-time kernels
+// also the uneven dstates up to 256 (96: the 128-column tile, kTile) and kMtpLongRows (every
+// dstate above 256, a.dstate, over the 512-column tile). kRounds: 0, 5, 10 compiled in; -1 at
+// run time.
 // kR: rows a group computes together (1, or 2 and 4 in the hot kernels for large grids).
 // kF32 (run-time kernels only): an fp32 state, in FlashInfer's 4-column lane blocks (mtp_col),
 // with vector state loads and no stochastic rounding (it needs an F16 state). The launcher runs
@@ -366,6 +378,8 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
   static_assert(!kBf16State || (kHot && kRounds == 0), "kBf16State: hot kernels without SR");
   static_assert(!mtp_uneven(kDstate) || (!kHot && kR == 1 && !kSmall),
                 "an uneven dstate: the run-time kernels");
+  static_assert(kDstate != kMtpLongRows || !kI16,
+                "the long-row kernels: no int16 state (check_long_dstate keeps it unsupported)");
   // The lane's tile: kDstate columns, or the next power of two at an uneven dstate (mtp_tile),
   // where a lane's blocks at columns >= kDstate are not loaded, updated, summed nor stored
   // (FlashInfer's kernel skips them): at 96 a 2-byte state's second block for lanes 4..7, an
@@ -373,6 +387,10 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
   constexpr int kTile = mtp_tile(kDstate);
   constexpr int NC = kTile / 8;  // columns per lane
   constexpr int NP = NC / 2;       // column pairs per lane
+  // The row's columns: kDstate, or a.dstate in the long-row kernels (kMtpLongRows). Every use of
+  // the row length at run time (addresses, targets, staging, Philox counters, the skip of blocks
+  // past the row) reads it here, so that in the other kernels it folds to the constant.
+  const int ds = kDstate == kMtpLongRows ? a.dstate : kDstate;
   const int32_t sdt = kHot ? (kBf16State ? MAMBA_SSU_BF16 : kI16 ? MAMBA_SSU_I16 : MAMBA_SSU_F16)
                      : kF32 ? MAMBA_SSU_F32
                             : a.state_dtype;
@@ -412,7 +430,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
   const int dim = a.dim;
   const int row0 = part * a.rows_per_block;
   const int rows = min(a.rows_per_block, dim - row0);
-  const int64_t head_elems = h * dim * kDstate;
+  const int64_t head_elems = h * dim * ds;
   const int tid = threadIdx.x;
 
   // The sequence's tokens and read slot, by every thread (the same few loads, served once per
@@ -475,7 +493,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
       for (int r = 0; r < R; ++r) {
         const int d = d0 + r * kGroups;
         if (d < row0 + rows) {
-          const char *row = read_head + static_cast<int64_t>(d) * kDstate * 2;
+          const char *row = read_head + static_cast<int64_t>(d) * ds * 2;
 #pragma unroll
           for (int j = 0; j < NC / 8; ++j)
             raw.v[r][j] = __ldcs(reinterpret_cast<const uint4 *>(row + 2 * (64 * j + 8 * m)));
@@ -530,7 +548,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
         // Any entry inside the buffer, pad_slot_id's value included (FlashInfer indexes the
         // buffer with it unchecked; an entry outside it is not written).
         if (e >= 0 && e < a.inter_cache_size)
-          tgt = ((e * a.cache_steps + t) * a.nheads + h) * dim * kDstate;
+          tgt = ((e * a.cache_steps + t) * a.nheads + h) * dim * ds;
       } else if (a.dst != nullptr) {
         const int64_t s = load_index(a.dst, b * a.dst_s + t * a.dst_sc, a.index_dtype);
         if (s != a.pad_slot_id && s >= 0 && s < a.state_cache_size)
@@ -549,7 +567,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
       float *row = nullptr;
       if (tgt >= 0 && sc.state_scale != nullptr) {
         if (a.inter != nullptr) {
-          const int64_t at = tgt / kDstate;  // ((e * cache_steps + t) * nheads + h) * dim
+          const int64_t at = tgt / ds;  // ((e * cache_steps + t) * nheads + h) * dim
           if (at / (static_cast<int64_t>(a.nheads) * dim) < sc.inter_entries * a.cache_steps)
             row = sc.inter_scales + at;
         } else {
@@ -574,14 +592,14 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
   {
     const int ibytes = kHot ? 2 : (idt == MAMBA_SSU_F32 ? 4 : 2);
     // B and C: 8 elements (columns 8q..8q+7, q = 8j + m') per thread and step of the loop.
-    const int per_tok = kDstate / 8;
+    const int per_tok = ds / 8;
     for (int j = tid; j < 2 * len * per_tok; j += kThreads) {
       const bool is_c = j >= len * per_tok;
       const int jj = is_c ? j - len * per_tok : j;
       const int t = jj / per_tok;
       const int q = jj - t * per_tok;
       const int64_t off = (is_c ? tok_off(a.C_sb, a.C_st, t) : tok_off(a.B_sb, a.B_st, t)) +
-                          g * kDstate + 8 * q;
+                          g * ds + 8 * q;
       const void *src = is_c ? a.C : a.B;
       if constexpr (kBf16Stage) {
         *reinterpret_cast<uint4 *>((is_c ? sC : sB) + t * kTile + 8 * q) =
@@ -646,7 +664,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
 #pragma unroll
       for (int q = 0; q < NC / 4; ++q) {
         const uint32_t lo = static_cast<uint32_t>(
-            sr_head + static_cast<uint64_t>(d0 + r * kGroups) * kDstate +
+            sr_head + static_cast<uint64_t>(d0 + r * kGroups) * ds +
             static_cast<uint64_t>(mtp_col(m, 4 * q)));
         const U32x4 c{lo, static_cast<uint32_t>(static_cast<int32_t>(lo) >> 31), 0u, 0u};
         U32x4 w;
@@ -712,12 +730,12 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
           for (int j = 0; j < NC / 4; ++j) {
             float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if constexpr (mtp_uneven(kDstate)) {
-              if (!pad && ok[r] && mtp_in_row<kDstate, true>(m, 4 * j))
+              if (!pad && ok[r] && mtp_in_row<true>(m, 4 * j, ds))
                 v = *reinterpret_cast<const float4 *>(reinterpret_cast<const float *>(read_head) +
-                                                      d * kDstate + mtp_col<true>(m, 4 * j));
+                                                      d * ds + mtp_col<true>(m, 4 * j));
             } else if (!pad && ok[r])
               v = *reinterpret_cast<const float4 *>(reinterpret_cast<const float *>(read_head) +
-                                                    d * kDstate + mtp_col<true>(m, 4 * j));
+                                                    d * ds + mtp_col<true>(m, 4 * j));
             s[r][4 * j] = v.x;
             s[r][4 * j + 1] = v.y;
             s[r][4 * j + 2] = v.z;
@@ -731,7 +749,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
 #pragma unroll
           for (int i = 0; i < NC; ++i) {
             if constexpr (mtp_uneven(kDstate)) {
-              if (!mtp_in_row<kDstate, false>(m, i)) {
+              if (!mtp_in_row<false>(m, i, ds)) {
                 s[r][i] = 0.0f;
                 continue;
               }
@@ -739,19 +757,19 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
             s[r][i] = pad || !ok[r]
                           ? 0.0f
                           : __fmul_rn(static_cast<float>(reinterpret_cast<const int16_t *>(
-                                          read_head)[d * kDstate + mtp_col(m, i)]),
+                                          read_head)[d * ds + mtp_col(m, i)]),
                                       f);
           }
         } else {
 #pragma unroll
           for (int i = 0; i < NC; ++i) {
             if constexpr (mtp_uneven(kDstate)) {
-              s[r][i] = pad || !ok[r] || !mtp_in_row<kDstate, false>(m, i)
+              s[r][i] = pad || !ok[r] || !mtp_in_row<false>(m, i, ds)
                             ? 0.0f
-                            : load_float(read_head, d * kDstate + mtp_col(m, i), sdt);
+                            : load_float(read_head, d * ds + mtp_col(m, i), sdt);
             } else {
               s[r][i] =
-                  pad || !ok[r] ? 0.0f : load_float(read_head, d * kDstate + mtp_col(m, i), sdt);
+                  pad || !ok[r] ? 0.0f : load_float(read_head, d * ds + mtp_col(m, i), sdt);
             }
           }
         }
@@ -830,7 +848,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
 #pragma unroll
           for (int i = 0; i < 8; i += 2) {
             if constexpr (mtp_uneven(kDstate)) {
-              if (!mtp_in_row<kDstate, kF32>(m, 8 * j + i)) continue;
+              if (!mtp_in_row<kF32>(m, 8 * j + i, ds)) continue;
             }
             float &se = s[r][8 * j + i];
             float &so = s[r][8 * j + i + 1];
@@ -866,7 +884,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
       // target and the row).
       auto store_row_if = [&](int r, const uint32_t *h2) {
         const uintptr_t row = reinterpret_cast<uintptr_t>(head) +
-                              static_cast<uintptr_t>(d0 + r * kGroups) * kDstate * 2;
+                              static_cast<uintptr_t>(d0 + r * kGroups) * ds * 2;
 #pragma unroll
         for (int j = 0; j < NC / 8; ++j)
           stcs_if(head != nullptr && ok[r], row + 2 * (64 * j + 8 * m),
@@ -942,7 +960,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         if (!ok[r]) continue;  // group-uniform
-        char *const row = head + static_cast<int64_t>(d0 + r * kGroups) * kDstate * esize;
+        char *const row = head + static_cast<int64_t>(d0 + r * kGroups) * ds * esize;
         if constexpr (kI16) {
           const int d = d0 + r * kGroups;
           // The scale row of this head at the target: an intermediate entry's step (its
@@ -952,7 +970,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
           float *scale_head = nullptr;
           if (sc.state_scale != nullptr) {
             if (a.inter != nullptr) {
-              const int64_t at = (head - static_cast<char *>(a.inter)) / 2 / kDstate;
+              const int64_t at = (head - static_cast<char *>(a.inter)) / 2 / ds;
               if (at / (static_cast<int64_t>(a.nheads) * dim) >= sc.inter_entries * a.cache_steps)
                 continue;  // group-uniform
               scale_head = sc.inter_scales + at;
@@ -964,14 +982,14 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
           }
           float e;
           if constexpr (mtp_uneven(kDstate))
-            e = i16_encode_in_row<kDstate>(s[r], m, gmask, scale_head != nullptr);
+            e = i16_encode_in_row(s[r], m, ds, gmask, scale_head != nullptr);
           else
             e = i16_encode(s[r], gmask, scale_head != nullptr);  // group-uniform
           if (scale_head != nullptr && m == 0) scale_head[d] = ssu::rcp_approx(e);
 #pragma unroll
           for (int j = 0; j < NC / 8; ++j) {
             if constexpr (mtp_uneven(kDstate)) {
-              if (!mtp_in_row<kDstate, false>(m, 8 * j)) continue;
+              if (!mtp_in_row<false>(m, 8 * j, ds)) continue;
             }
             uint32_t w[4];
 #pragma unroll
@@ -1004,7 +1022,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
 #pragma unroll
           for (int j = 0; j < NC / 8; ++j) {
             if constexpr (mtp_uneven(kDstate)) {
-              if (!mtp_in_row<kDstate, false>(m, 8 * j)) continue;
+              if (!mtp_in_row<false>(m, 8 * j, ds)) continue;
             }
             uint4 v{h2[4 * j], h2[4 * j + 1], h2[4 * j + 2], h2[4 * j + 3]};
             st_state(reinterpret_cast<uint4 *>(row + 2 * (64 * j + 8 * m)), v);
@@ -1013,7 +1031,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
 #pragma unroll
           for (int j = 0; j < NC / 8; ++j) {
             if constexpr (mtp_uneven(kDstate)) {
-              if (!mtp_in_row<kDstate, false>(m, 8 * j)) continue;
+              if (!mtp_in_row<false>(m, 8 * j, ds)) continue;
             }
             uint32_t w[4];
 #pragma unroll
@@ -1034,11 +1052,11 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
             float *p = reinterpret_cast<float *>(row + 4 * (64 * j + (kF32 ? 4 : 8) * m));
             if constexpr (mtp_uneven(kDstate)) {
               // The two 4-column blocks, each where it lies in the row.
-              if (mtp_in_row<kDstate, kF32>(m, 8 * j))
+              if (mtp_in_row<kF32>(m, 8 * j, ds))
                 st_state(reinterpret_cast<float4 *>(p), make_float4(s[r][8 * j], s[r][8 * j + 1],
                                                                     s[r][8 * j + 2],
                                                                     s[r][8 * j + 3]));
-              if (mtp_in_row<kDstate, kF32>(m, 8 * j + 4))
+              if (mtp_in_row<kF32>(m, 8 * j + 4, ds))
                 st_state(reinterpret_cast<float4 *>(p + (kF32 ? 32 : 4)),
                          make_float4(s[r][8 * j + 4], s[r][8 * j + 5], s[r][8 * j + 6],
                                      s[r][8 * j + 7]));
@@ -1095,7 +1113,7 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
           }
           char *const head = s_tgt[t];
           if (head == nullptr || !ok[0]) continue;
-          char *const row = head + static_cast<int64_t>(d0) * kDstate * 2;
+          char *const row = head + static_cast<int64_t>(d0) * ds * 2;
 #pragma unroll
           for (int j = 0; j < NC / 8; ++j) {
             uint32_t h2[4];
@@ -1139,7 +1157,8 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
 
 // Resident blocks per SM the register budget is set for: the hot kernels' floors (tuning.h), by
 // dstate (64 takes 128's), rows per group, SR and the small-grid form; 1 (no floor) for the
-// run-time kernels.
+// run-time kernels, the long-row ones (kMtpLongRows) included: a lane there holds 64 fp32 state
+// values and, with SR, 32 Philox words, which take the 255 registers a floor of 1 allows.
 __host__ __device__ constexpr int mtp_min_blocks(bool hot, int dstate, int rounds, int rows,
                                                  bool small) {
   return !hot ? 1
@@ -1156,9 +1175,12 @@ __host__ __device__ constexpr int mtp_min_blocks(bool hot, int dstate, int round
                        : Tuning::kMtpSrBlocks;
 }
 
-// The most rows a group of the hot kernels computes together at `dstate` (tuning.h).
+// The most rows a group of the hot kernels computes together at `dstate` (tuning.h); one above
+// 256 (the long-row kernels, kMtpLongRows: run-time kernels, one row per group).
 __host__ __device__ constexpr int mtp_max_rows(int dstate) {
-  return dstate == 256 ? Tuning::kMtpDs256MaxRows : 4;
+  return dstate == 256                            ? Tuning::kMtpDs256MaxRows
+         : dstate == kMtpLongRows || dstate > 256 ? 1
+                                                  : 4;
 }
 
 // A plan's even dstate, 64, 128 or 256 (a hot plan has no other; the uneven ones go to
@@ -1313,10 +1335,11 @@ int launch_hot_f16_inputs(const Args &a, bool bf16_state, int dstate, int rounds
 int launch_hot_i16(const Args &a, const ScaleArgs &sc, int dstate, int rows_per_group, bool small,
                    unsigned nblocks, size_t smem, cudaStream_t st);
 
-// Launches the run-time mtp_kernel at an uneven dstate (96, 160, 192 or 224; an fp32 state's
-// when `f32`, else a 2-byte one's) on `nblocks` blocks with `smem` bytes of dynamic shared
-// memory (mtp_smem_bytes over mtp_tile(dstate)); the launch status (ssu_uneven.cu, its own
-// translation unit).
+// Launches the run-time mtp_kernel at an uneven dstate (96, 160, 192 or 224, and an fp32 state's
+// other uneven dstates; above 256 the long-row kernel, mtp_kernel<false, kMtpLongRows, ...>; an
+// fp32 state's when `f32`, else a 2-byte one's) on `nblocks` blocks with `smem` bytes of dynamic
+// shared memory (mtp_smem_bytes over mtp_tile(dstate); the long-row kernel's may pass 48 KiB:
+// allow_long_smem); the launch status (ssu_uneven.cu, its own translation unit).
 int launch_uneven(const Args &a, int dstate, bool f32, unsigned nblocks, size_t smem,
                   cudaStream_t st);
 
@@ -1327,15 +1350,51 @@ int launch_uneven_i16(const Args &a, const ScaleArgs &sc, int dstate, unsigned n
 
 // Launches the run-time kernel with the uniform pair update for a.state_dtype (F16 or BF16:
 // mtp_kernel_uniform, F32: mtp_kernel_f32_uniform, I16: mtp_kernel_i16_uniform with `sc`) at
-// `dstate` (every dstate the check passes for that state) on `nblocks` blocks with `smem` bytes
-// of dynamic shared memory, as the other run-time launchers; the launch status
-// (ssu_with_uniform_pairs.cu, its own translation unit, linked after every other kernel unit).
+// `dstate` (every dstate the check passes for that state; above 256 the long-row kernels,
+// kMtpLongRows) on `nblocks` blocks with `smem` bytes of dynamic shared memory, as the other
+// run-time launchers; the launch status (ssu_with_uniform_pairs.cu, its own translation unit,
+// linked after every other kernel unit).
 int launch_uniform(const Args &a, const ScaleArgs &sc, int dstate, unsigned nblocks, size_t smem,
                    cudaStream_t st);
 
 // Static shared memory the hot int16 kernels add to every multi-token kernel's (s_sct: a
 // pointer per token), which residency and the per-block limit count.
 constexpr int64_t kI16HotStaticSmemBytes = kMaxTokens * sizeof(float *);
+
+// Static shared memory of a block (mtp_body: the tokens' targets, output rows, dt' and dA, and
+// the fused seed; 392 bytes), rounded up to the dynamic buffer's 16-byte alignment (the dynamic
+// part starts there: 400 bytes, what the linked kernels report beside the 1 KiB the GPU
+// reserves): what residency on a device and the per-block limit count beside the dynamic part.
+constexpr int64_t kStaticSmemBytes =
+    (2 * kMaxTokens * sizeof(char *) + 2 * kMaxTokens * sizeof(float) + sizeof(uint64_t) + 15) /
+    16 * 16;
+
+// A block's shared memory (static and dynamic) without an opt-in: a launch past it needs the
+// kernel's cudaFuncAttributeMaxDynamicSharedMemorySize raised.
+constexpr int64_t kSmemWithoutOptIn = 48 * 1024;
+
+// Lets a long-row kernel (kMtpLongRows) launch with `smem` bytes of dynamic shared memory where
+// its block passes kSmemWithoutOptIn (B and C of every token over the 512-column tile: 4 KiB a
+// token; the plan (ssu_mtp.cu) has checked the device's opt-in limit): sets the kernel's
+// dynamic limit to the most the current device allows (its opt-in limit less the kernel's
+// static shared memory), the same value at every such launch, so that concurrent launches of
+// other sizes never lower it below what one of them needs. A block within the limit sets
+// nothing. The status of the CUDA calls (a typed error, never a failed launch).
+template <class Kernel>
+int allow_long_smem(Kernel *kernel, size_t smem) {
+  if (static_cast<int64_t>(smem) + kStaticSmemBytes <= kSmemWithoutOptIn) return MAMBA_SSU_SUCCESS;
+  int dev = 0, optin = 0;
+  if (int s = check_cuda(cudaGetDevice(&dev), "cudaGetDevice")) return s;
+  if (int s = check_cuda(
+          cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+          "MaxSharedMemoryPerBlockOptin"))
+    return s;
+  cudaFuncAttributes fa{};
+  if (int s = check_cuda(cudaFuncGetAttributes(&fa, kernel), "cudaFuncGetAttributes")) return s;
+  return check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         optin - static_cast<int>(fa.sharedSizeBytes)),
+                    "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+}
 
 }  // namespace mtp
 }  // namespace mamba_ssu

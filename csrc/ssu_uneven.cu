@@ -4,14 +4,17 @@
 // DynUnevenConfig (ssu.cuh: FlashInfer's lane runs of 1 to 7 columns, lanes with fewer columns
 // where the row ends; at 6 blocks per SM as DynUnevenWideConfig for calls of >= 48 MiB;
 // DynUnevenI16Config for an int16 state; above 256, checks.h: long_dstate, DynLongConfig) and
-// the horizontal kernel with 2 to 32 stages a row (ssu_hz.cuh: kAnyStages), multi token mtp_kernel and mtp_kernel_i16 at each (ssu_mtp.cuh: the
-// next power of two's tile with the blocks past dstate skipped); and the single-token generic
-// kernels of an fp32 state with fp32 inputs at every dstate (RowForms over DynConfig,
+// the horizontal kernel with 2 to 32 stages a row (ssu_hz.cuh: kAnyStages), multi token
+// mtp_kernel and mtp_kernel_i16 at each (ssu_mtp.cuh: the next power of two's tile with the
+// blocks past dstate skipped; above 256 one long-row mtp_kernel per state kind, kMtpLongRows,
+// for every dstate up to 512); and the single-token generic kernels of an fp32 state with fp32
+// inputs at every dstate (RowForms over DynConfig,
 // DynUnevenConfig and DynUnevenWideConfig: a first form per row kind, ssu.cu: f32_input_form;
 // here so that they share this unit's zero pages instead of adding a unit's own). Launched for
 // plans of ssu.cu, ssu_single_hz.cu and ssu_mtp.cu. A translation unit of its own, sorted
 // after the other SSU units, so that their kernels and the device link keep their code and
 // shared-memory layout.
+#include "checks.h"
 #include "common.cuh"
 #include "ssu.cuh"
 #include "ssu_hz.cuh"
@@ -83,10 +86,24 @@ void launch_dstate(const Args &a, bool f32, unsigned nblocks, size_t smem, cudaS
   }
   mtp_kernel<false, kDstate, -1, 1, false, true><<<nblocks, kThreads, smem, st>>>(a);
 }
+
+// The long-row kernel (every dstate above 256, a.dstate at run time) of a 2-byte state, or an
+// fp32 state's when `f32`, with its shared-memory opt-in where the block needs one.
+int launch_long(const Args &a, bool f32, unsigned nblocks, size_t smem, cudaStream_t st) {
+  if (f32) {
+    if (int s = allow_long_smem(mtp_kernel<false, kMtpLongRows, -1, 1, false, true>, smem))
+      return s;
+  } else if (int s = allow_long_smem(mtp_kernel<false, kMtpLongRows, -1, 1, false, false>, smem)) {
+    return s;
+  }
+  launch_dstate<kMtpLongRows>(a, f32, nblocks, smem, st);
+  return check_launch("multi-token selective-state-update kernel launch");
+}
 }  // namespace
 
 int launch_uneven(const Args &a, int dstate, bool f32, unsigned nblocks, size_t smem,
                   cudaStream_t st) {
+  if (long_dstate(dstate)) return launch_long(a, f32, nblocks, smem, st);
   // 2-byte states at 96, 160, 192, 224; the others (an fp32 state only) take kTwoByte false,
   // so that no 2-byte kernel is built for them.
   switch (dstate) {

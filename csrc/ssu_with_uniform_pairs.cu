@@ -2,10 +2,12 @@
 // update of a column pair, for calls whose inputs are not bf16 (fp16 or fp32: mtp::uniform_pairs;
 // ssu_mtp.cuh: mtp_step_pair): mtp_kernel_uniform (an fp16 or a bf16 state),
 // mtp_kernel_f32_uniform (an fp32 state) and mtp_kernel_i16_uniform (an int16 state), at every
-// dstate the multi-token check passes for the state; launched for plans of ssu_mtp.cu. Each is the
+// dstate the multi-token check passes for the state (above 256 the first two's long-row kernels,
+// kMtpLongRows: one for every dstate up to 512); launched for plans of ssu_mtp.cu. Each is the
 // code of its state's run-time kernel with only the update's contraction changed. A translation
 // unit of its own whose name sorts after every other kernel unit's, so that the other units and
 // the device link keep their code.
+#include "checks.h"
 #include "common.cuh"
 #include "ssu_mtp.cuh"
 
@@ -14,14 +16,22 @@ namespace mtp {
 
 namespace {
 
+// kDstate kMtpLongRows: the long-row kernels, with their shared-memory opt-in where the block
+// needs one.
 template <int kDstate>
 int launch_2byte(const Args &a, unsigned nblocks, size_t smem, cudaStream_t st) {
+  if constexpr (kDstate == kMtpLongRows) {
+    if (int s = allow_long_smem(mtp_kernel_uniform<kDstate>, smem)) return s;
+  }
   mtp_kernel_uniform<kDstate><<<nblocks, kThreads, smem, st>>>(a);
   return check_launch("multi-token selective-state-update kernel launch");
 }
 
 template <int kDstate>
 int launch_f32(const Args &a, unsigned nblocks, size_t smem, cudaStream_t st) {
+  if constexpr (kDstate == kMtpLongRows) {
+    if (int s = allow_long_smem(mtp_kernel_f32_uniform<kDstate>, smem)) return s;
+  }
   mtp_kernel_f32_uniform<kDstate><<<nblocks, kThreads, smem, st>>>(a);
   return check_launch("multi-token selective-state-update kernel launch");
 }
@@ -42,6 +52,11 @@ int no_kernel(int dstate) {
 
 int launch_uniform(const Args &a, const ScaleArgs &sc, int dstate, unsigned nblocks, size_t smem,
                    cudaStream_t st) {
+  // Above 256 (an F16, BF16 or F32 state; check_long_dstate keeps an I16 state out) the
+  // long-row kernels, the row's length at run time.
+  if (long_dstate(dstate) && a.state_dtype != MAMBA_SSU_I16)
+    return a.state_dtype == MAMBA_SSU_F32 ? launch_f32<kMtpLongRows>(a, nblocks, smem, st)
+                                          : launch_2byte<kMtpLongRows>(a, nblocks, smem, st);
   if (a.state_dtype == MAMBA_SSU_F32) {
     switch (dstate) {
     case 32: return launch_f32<32>(a, nblocks, smem, st);

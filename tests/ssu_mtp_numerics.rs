@@ -1405,15 +1405,22 @@ fn ffma(a: f32, b: f32, c: f32) -> f32 {
     ftz(ftz(a).mul_add(ftz(b), ftz(c)))
 }
 
-/// The column of lane `m`'s element `e` (of `dstate / 8`) in FlashInfer's multi-token kernel:
-/// 16-byte blocks of the row, lane m taking every 8th: `64 (e / 8) + 8 m + e % 8` for a 2-byte
-/// state, `32 (e / 4) + 4 m + e % 4` for an fp32 one (`f32_map`).
+/// The column of lane `m`'s element `e` (of `lane_tile(dstate) / 8`) in FlashInfer's multi-token
+/// kernel: 16-byte blocks of the row, lane m taking every 8th: `64 (e / 8) + 8 m + e % 8` for a
+/// 2-byte state, `32 (e / 4) + 4 m + e % 4` for an fp32 one (`f32_map`).
 fn lane_col(f32_map: bool, m: usize, e: usize) -> usize {
     if f32_map {
         32 * (e / 4) + 4 * m + e % 4
     } else {
         64 * (e / 8) + 8 * m + e % 8
     }
+}
+
+/// The columns FlashInfer's multi-token kernel tiles a row over: dstate at 64, 128 and 256, else
+/// the next power of two (512 above 256; `mtp_tile` in `csrc/ssu_mtp.cuh`), 64 below 64; a lane's
+/// blocks at columns past dstate are skipped (not loaded, updated, summed nor stored).
+fn lane_tile(dstate: usize) -> usize {
+    dstate.next_power_of_two().max(64)
 }
 
 fn decode_f32(dtype: &str, bytes: &[u8]) -> Vec<f32> {
@@ -1440,7 +1447,8 @@ fn tok_off(p: &Problem, st: (usize, usize), row: usize) -> usize {
 
 /// What the kernel must leave for `p` (`A` zero, no softplus, no `z`: every operation an exactly
 /// rounded fp32 one), computed on the CPU with FlashInfer's multi-token operations in its lane
-/// order (`f32_map`: the lane map of an fp32 state, else of a 2-byte one; see [`lane_col`]):
+/// order (`f32_map`: the lane map of an fp32 state, else of a 2-byte one; see [`lane_col`]; over
+/// [`lane_tile`] columns, a lane's blocks past the row skipped):
 /// per token dt' = rn(dt + dt_bias), dA = ex2(0) = 1, dtx = rn(dt' x); even columns
 /// s = fma(dA, s, rn(B dtx)), odd s = fma(B, dtx, rn(dA s)) with bf16 inputs, every column the
 /// odd one's with fp16 or fp32 inputs over any state (FlashInfer's kernels with those inputs
@@ -1518,8 +1526,11 @@ fn emulate_fp32(p: &Problem, r: &MtpReference, f32_map: bool) -> After {
                     let mut part = [0f32; 8];
                     for (m, pm) in part.iter_mut().enumerate() {
                         let (mut acc_e, mut acc_o) = (0f32, 0f32);
-                        for e in 0..ds / 8 {
+                        for e in 0..lane_tile(ds) / 8 {
                             let n = lane_col(f32_map, m, e);
+                            if n >= ds {
+                                continue;
+                            }
                             if e % 2 == 0 {
                                 acc_e = ffma(s[n], cm[bc + n], acc_e);
                             } else {
@@ -1625,6 +1636,61 @@ fn exact_small(rng: &mut Rng) -> Vec<Problem> {
         .map(|mut cfg| {
             cfg.dim = [1, 5, 16, 64, 100][rng.below(5) as usize];
             cfg.tokens = 1 + rng.below(16) as usize;
+            cfg.write = WRITES[rng.below(WRITES.len() as u64) as usize];
+            cfg.read = [
+                Read::OneD,
+                Read::TwoD { nat: true },
+                Read::None,
+                Read::TwoD { nat: false },
+            ][rng.below(4) as usize];
+            cfg.varlen = rng.coin();
+            cfg.pads = rng.coin();
+            cfg.pad_slot_id = if rng.below(4) == 0 { 0 } else { -1 };
+            cfg.d = rng.below(4) != 0;
+            cfg.dt_bias = rng.below(4) != 0;
+            cfg.disable_state_update = rng.below(6) == 0;
+            cfg.padded_strides = rng.coin();
+            cfg.index = ["int32", "int64"][rng.below(2) as usize];
+            cfg.batch = 1 + rng.below(4) as usize;
+            (cfg.nheads, cfg.ngroups) = [(8, 2), (4, 1), (8, 8), (16, 4)][rng.below(4) as usize];
+            Problem::new(cfg, rng)
+        })
+        .collect()
+}
+
+/// Long rows for the fp32 emulation (the long-row kernels, `kMtpLongRows` in `csrc/ssu_mtp.cuh`:
+/// one kernel per state kind over FlashInfer's 512-column tile, the row's length at run time):
+/// an fp16, bf16 and fp32 state with bf16 and fp16 inputs (fp32 inputs and an int16 state are
+/// not served above 256) at dstate 288 and 512, and with an fp32 state also at 272 (a multiple
+/// of 16, not of 32); rounds 0, 5 and 10 with an fp16 state; T cycling up to 16, where the
+/// block's shared memory (B and C of every token over the tile: 4 KiB a token) passes 48 KiB
+/// and the kernel opts in; the other fields drawn as in [`exact_small`].
+fn exact_long(rng: &mut Rng) -> Vec<Problem> {
+    let mut cfgs = Vec::new();
+    for s in FLOATS {
+        for x in ["bfloat16", "float16"] {
+            let dstates: &[usize] = if s == "float32" {
+                &[272, 288, 512]
+            } else {
+                &[288, 512]
+            };
+            for &dstate in dstates {
+                let mut cfg = exact(Cfg::base());
+                (cfg.state, cfg.input, cfg.weight) = (s, x, FLOATS[rng.below(3) as usize]);
+                cfg.dstate = dstate;
+                cfg.rounds = if s == "float16" {
+                    [0, 5, 10][cfgs.len() % 3]
+                } else {
+                    0
+                };
+                cfg.tokens = [4, 16, 1 + rng.below(16) as usize][cfgs.len() % 3];
+                cfgs.push(cfg);
+            }
+        }
+    }
+    cfgs.into_iter()
+        .map(|mut cfg| {
+            cfg.dim = [1, 5, 16, 64, 100][rng.below(5) as usize];
             cfg.write = WRITES[rng.below(WRITES.len() as u64) as usize];
             cfg.read = [
                 Read::OneD,
@@ -1847,6 +1913,15 @@ fn lane_order_bit_exact_every_dtype_and_dstate() {
     run_exact_set("exact, small grids", &exact_small(&mut rng));
 }
 
+/// Bit for bit above dstate 256 ([`exact_long`]): the long-row kernels, FlashInfer's 512-column
+/// tile with a lane's blocks past the row skipped, every state and input dtype they serve.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn lane_order_bit_exact_long_dstates() {
+    let mut rng = Rng(run_seed());
+    run_exact_set("exact, long dstates", &exact_long(&mut rng));
+}
+
 /// Bit for bit on the grids of the compiled-in kernels' other forms (one, two and four rows per
 /// group, the shared-memory fallbacks; fp16 and bf16 states) at dstate 64, 128 and 256
 /// ([`exact_large`]).
@@ -1888,6 +1963,19 @@ fn the_fp32_emulation_passes_the_reference_and_tells_the_lane_maps_apart() {
         f32_out_differs > 0 && out_differs > f32_out_differs,
         "the lane maps give the same out ({out_differs}, fp32 state {f32_out_differs})"
     );
+}
+
+/// The fp32 emulation passes the f64 reference's tolerance check above dstate 256 too
+/// ([`exact_long`]: its [`lane_tile`] of 512 columns, a lane's blocks past the row skipped).
+#[test]
+fn the_fp32_emulation_passes_the_reference_at_long_dstates() {
+    let mut rng = Rng(0x104E);
+    for p in &exact_long(&mut rng) {
+        let r = reference(p);
+        let want = emulate_fp32(p, &r, p.cfg.state == "float32");
+        let bad = check(p, &r, &want);
+        assert!(bad.is_empty(), "{:?}: {bad:?}", p.cfg);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2245,6 +2333,7 @@ fn problems_are_valid(seed: u64, run_reference: bool) {
     all.extend(write_modes(&mut rng));
     all.extend(token_counts(&mut rng));
     all.extend(exact_small(&mut rng));
+    all.extend(exact_long(&mut rng));
     let large = large_grid_cfgs();
     assert!(large.iter().all(|c| c.batch * c.nheads >= TWO_ROW_PAIRS));
     assert_eq!(
@@ -2266,15 +2355,16 @@ fn problems_are_valid(seed: u64, run_reference: bool) {
         assert!(in_place_consistent(p));
         let spec = spec_of(p);
         let prob = validate_mtp(&spec).unwrap_or_else(|e| panic!("{c:?}: {e}"));
-        // The compiled-in kernels serve the hot dtypes at every dstate with 0, 5 or 10 rounds
-        // (a bf16 state without SR) and one index dtype; the GPU tests of those problems run
-        // them.
+        // The compiled-in kernels serve the hot dtypes at dstate 64, 128 and 256 with 0, 5 or
+        // 10 rounds (a bf16 state without SR) and one index dtype; the GPU tests of those
+        // problems run them.
         // fp16 inputs and weights over an fp16 or a bf16 state: in a build with the fp16-input
         // kernels.
         let f16_inputs = cfg!(f16_input_kernels)
             && (c.input, c.weight) == ("float16", "float16")
             && (c.state == "float16" || c.state == "bfloat16");
-        let hot = ((c.input, c.weight) == ("bfloat16", "bfloat16") || f16_inputs)
+        let hot = [64, 128, 256].contains(&c.dstate)
+            && ((c.input, c.weight) == ("bfloat16", "bfloat16") || f16_inputs)
             && (c.state == "float16" || (c.state == "bfloat16" && c.rounds == 0))
             && [0, 5, 10].contains(&c.rounds)
             && (p.aux_index() == c.index || (p.nat.is_none() && p.cu.is_none()));
