@@ -724,8 +724,50 @@ const DSBIG: Embedded = Embedded {
     dstates: &[272, 288, 512],
 };
 
+/// The cases of [`DSBIG`] recorded from FlashInfer 0.7.4's kernels (recorded on an H100 on
+/// 2026-12-06).
+const DSBIG_074: Embedded = Embedded {
+    name: "flashinfer_ssu_dsbig_074",
+    manifest: include_bytes!("data/flashinfer_ssu_dsbig_074/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_dsbig_074/fixtures.bin.xz"),
+    cases: 8,
+    dims: &[64],
+    dstates: &[272, 288, 512],
+};
+
+/// FlashInfer 0.7.2.post1's single-token kernels at every dstate above 256 the crate serves
+/// (`tools/flashinfer-recorder/cases/dsbig_forms_cases.json`, recorded on an H100 on
+/// 2026-12-06): head dim 64, 8 heads x batch 2 with a pad; an fp16 state at every multiple of 32
+/// from 288 to 512 without SR and at 5 and 10 rounds, at 288 and 512 with 1 to 4, 6, 7, 12 and 16
+/// rounds; a bf16 state at 288 and 512; an fp32 state at every multiple of 16 from 272 to 512.
+/// The simple, horizontal and auto runs, and FlashInfer's refusal of the vertical one; blocks
+/// over 64 KiB by hash.
+const DSBIG_FORMS: Embedded = Embedded {
+    name: "flashinfer_ssu_dsbig_forms",
+    manifest: include_bytes!("data/flashinfer_ssu_dsbig_forms/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_dsbig_forms/fixtures.bin.xz"),
+    cases: 58,
+    dims: &[64],
+    dstates: &[
+        272, 288, 304, 320, 336, 352, 368, 384, 400, 416, 432, 448, 464, 480, 496, 512,
+    ],
+};
+
+/// The cases of [`DSBIG_FORMS`] recorded from FlashInfer 0.7.4's kernels (recorded on an H100
+/// on 2026-12-06).
+const DSBIG_FORMS_074: Embedded = Embedded {
+    name: "flashinfer_ssu_dsbig_forms_074",
+    manifest: include_bytes!("data/flashinfer_ssu_dsbig_forms_074/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_dsbig_forms_074/fixtures.bin.xz"),
+    cases: 58,
+    dims: &[64],
+    dstates: &[
+        272, 288, 304, 320, 336, 352, 368, 384, 400, 416, 432, 448, 464, 480, 496, 512,
+    ],
+};
+
 /// Every embedded set beside the reference data.
-const EMBEDDED: [&Embedded; 20] = [
+const EMBEDDED: [&Embedded; 23] = [
     &SHAPES,
     &SHAPES_074,
     &NEW_CASES,
@@ -746,6 +788,9 @@ const EMBEDDED: [&Embedded; 20] = [
     &F16IN_074,
     &DTYPE_FORMS_074,
     &DSBIG,
+    &DSBIG_074,
+    &DSBIG_FORMS,
+    &DSBIG_FORMS_074,
 ];
 
 /// Runs one embedded set on the GPU, as [`flashinfer_reference_bit_exact`] checks the reference
@@ -814,6 +859,28 @@ fn flashinfer_int16_bit_exact() {
 #[ignore = "requires a CUDA GPU"]
 fn flashinfer_dsbig_bit_exact() {
     check_embedded(&DSBIG);
+}
+
+/// [`DSBIG_074`] on the GPU (0.7.4's rule).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_dsbig_074_bit_exact() {
+    check_embedded(&DSBIG_074);
+}
+
+/// [`DSBIG_FORMS`] on the GPU: every dstate above 256 the crate serves, and the round counts
+/// whose first accumulate forms were read there.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_dsbig_forms_bit_exact() {
+    check_embedded(&DSBIG_FORMS);
+}
+
+/// [`DSBIG_FORMS_074`] on the GPU (0.7.4's rule).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_dsbig_forms_074_bit_exact() {
+    check_embedded(&DSBIG_FORMS_074);
 }
 
 /// [`DS96`] on the GPU: dstate 96 (the generic kernels over FlashInfer's lane runs, and the

@@ -222,8 +222,29 @@ fn embedded_dsbig() -> Manifest {
     embedded_set!("flashinfer_ssu_mtp_dsbig")
 }
 
+/// The cases of [`embedded_dsbig`] recorded from FlashInfer 0.7.4's multi-token kernel (recorded
+/// on an H100 on 2026-12-06).
+fn embedded_dsbig_074() -> Manifest {
+    embedded_set!("flashinfer_ssu_mtp_dsbig_074")
+}
+
+/// FlashInfer 0.7.2.post1's multi-token kernel at more dstates above 256
+/// (`tools/flashinfer-recorder/cases/dsbig_mtp_cases.json`): an fp16 state at 320 and 480 with
+/// T 16 (B and C of 16 tokens over the 512-column tile, 64 KiB of shared memory: the long-row
+/// kernel's opt-in) at 0 and 10 rounds with the intermediate buffer; head dim 128 at 416 with
+/// fp32 and bf16 states, varlen; an fp32 state at 400; fp16 inputs and weights (the uniform pair
+/// update) at 352 with 0 and 5 rounds. Recorded on an H100 on 2026-12-06.
+fn embedded_dsbig_cases() -> Manifest {
+    embedded_set!("flashinfer_ssu_mtp_dsbig_cases")
+}
+
+/// The cases of [`embedded_dsbig_cases`] recorded from FlashInfer 0.7.4's multi-token kernel.
+fn embedded_dsbig_cases_074() -> Manifest {
+    embedded_set!("flashinfer_ssu_mtp_dsbig_cases_074")
+}
+
 /// Every embedded manifest: the reference data and the sets above.
-fn all_embedded() -> [Manifest; 19] {
+fn all_embedded() -> [Manifest; 22] {
     [
         embedded(),
         embedded_shapes(),
@@ -244,6 +265,9 @@ fn all_embedded() -> [Manifest; 19] {
         embedded_dtype_forms_074(),
         embedded_d80_ds_grid_074(),
         embedded_dsbig(),
+        embedded_dsbig_074(),
+        embedded_dsbig_cases(),
+        embedded_dsbig_cases_074(),
     ]
 }
 
@@ -1023,6 +1047,32 @@ fn flashinfer_mtp_dsbig_bit_exact() {
     let m = embedded_dsbig();
     assert_eq!(m.cases.len(), 4);
     check_manifest(&ctx, &stream, &m);
+}
+
+/// dstates 288 and 512 from FlashInfer 0.7.4.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_mtp_dsbig_074_bit_exact() {
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    let m = embedded_dsbig_074();
+    assert_eq!(m.cases.len(), 4);
+    check_manifest(&ctx, &stream, &m);
+}
+
+/// More dstates above 256 (T 16, varlen, fp32, fp16 inputs) from FlashInfer 0.7.2.post1 and
+/// 0.7.4.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_mtp_dsbig_cases_bit_exact() {
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    for m in [embedded_dsbig_cases(), embedded_dsbig_cases_074()] {
+        assert_eq!(m.cases.len(), 9);
+        check_manifest(&ctx, &stream, &m);
+    }
 }
 
 /// The dstate-96 cases from FlashInfer 0.7.4.
