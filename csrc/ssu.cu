@@ -323,11 +323,12 @@ bool is_hot(const mamba_ssu_params *p) {
 // and 10 rounds, at 288 and 512 with 1 to 7, 12 and 16 rounds, a bf16 state at 288 and 512; an
 // fp32 state at every multiple of 16 from 272 to 512; read from both releases' builds of
 // cases/dsbig_forms_cases.json) the simple and tiled simple kernels are F1 at every dstate and
-// round count (the vertical kernel is not launched there: checks.h, check_vertical_dstate).
+// round count but with an fp32 state at 384, where both are F0 (both releases; the vertical
+// kernel is not launched there: checks.h, check_vertical_dstate).
 // Round counts above 16 are taken as 16. `f32`: the state is fp32.
 bool first_form_f1(bool simple, bool below, int64_t rounds, int64_t dstate, bool f32, bool v074,
                    bool f32_in) {
-  if (long_dstate(dstate)) return true;
+  if (dstate > 256) return !(f32 && dstate == 384);  // long_dstate
   if (f32_in && !f32 && simple && below && dstate > 128 && dstate < 256) return true;
   if (f32_in && !f32 && !simple && rounds == 1 && (dstate == 128 || dstate == 192)) return true;
   if (f32 && (dstate == 32 || dstate == 48)) return simple && below;

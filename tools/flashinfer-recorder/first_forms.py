@@ -95,7 +95,7 @@ def first_form_f1(simple, below, rounds, dstate, f32=False, v074=False, f32_in=F
     tiled simple kernel (FlashInfer runs it below the auto switch); `f32`: the state is fp32;
     `f32_in`: the inputs are fp32."""
     if dstate > 256:
-        return True
+        return not (f32 and dstate == 384)
     if f32_in and not f32 and simple and below and 128 < dstate < 256:
         return True
     if f32_in and not f32 and not simple and rounds == 1 and dstate in (128, 192):
