@@ -766,8 +766,33 @@ const DSBIG_FORMS_074: Embedded = Embedded {
     ],
 };
 
+/// FlashInfer 0.7.2.post1's single-token kernels with an fp32 state at dstates 384 and 400
+/// (`tools/flashinfer-recorder/cases/dsbig_f32_forms_cases.json`, recorded on an H100 on
+/// 2026-12-06): head dim 128, 32 heads x batch 4 (the tiled simple kernel) and 32 (the simple
+/// one; auto there is FlashInfer's refused vertical kernel): enough rows for lane 0's first
+/// accumulate form (F0 at 384, F1 at 400: `first_form_f1`) to show in `out`; state by hash.
+const DSBIG_F32: Embedded = Embedded {
+    name: "flashinfer_ssu_dsbig_f32",
+    manifest: include_bytes!("data/flashinfer_ssu_dsbig_f32/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_dsbig_f32/fixtures.bin.xz"),
+    cases: 4,
+    dims: &[128],
+    dstates: &[384, 400],
+};
+
+/// The cases of [`DSBIG_F32`] recorded from FlashInfer 0.7.4's kernels (recorded on an H100 on
+/// 2026-12-06).
+const DSBIG_F32_074: Embedded = Embedded {
+    name: "flashinfer_ssu_dsbig_f32_074",
+    manifest: include_bytes!("data/flashinfer_ssu_dsbig_f32_074/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_dsbig_f32_074/fixtures.bin.xz"),
+    cases: 4,
+    dims: &[128],
+    dstates: &[384, 400],
+};
+
 /// Every embedded set beside the reference data.
-const EMBEDDED: [&Embedded; 23] = [
+const EMBEDDED: [&Embedded; 25] = [
     &SHAPES,
     &SHAPES_074,
     &NEW_CASES,
@@ -791,6 +816,8 @@ const EMBEDDED: [&Embedded; 23] = [
     &DSBIG_074,
     &DSBIG_FORMS,
     &DSBIG_FORMS_074,
+    &DSBIG_F32,
+    &DSBIG_F32_074,
 ];
 
 /// Runs one embedded set on the GPU, as [`flashinfer_reference_bit_exact`] checks the reference
@@ -881,6 +908,14 @@ fn flashinfer_dsbig_forms_bit_exact() {
 #[ignore = "requires a CUDA GPU"]
 fn flashinfer_dsbig_forms_074_bit_exact() {
     check_embedded(&DSBIG_FORMS_074);
+}
+
+/// [`DSBIG_F32`] and [`DSBIG_F32_074`] on the GPU: lane 0's first form of an fp32 state at 384.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_dsbig_f32_bit_exact() {
+    check_embedded(&DSBIG_F32);
+    check_embedded(&DSBIG_F32_074);
 }
 
 /// [`DS96`] on the GPU: dstate 96 (the generic kernels over FlashInfer's lane runs, and the

@@ -227,12 +227,13 @@ typedef enum mamba_ssu_sr_rule {
  *   B, C (batch, ngroups, dstate): [b*stride_batch + g*dstate + n].
  *   state_batch_indices / dst_state_batch_indices (batch,) or (batch, T):
  *         element [b*stride] (column 0).
- * dstate: a multiple of 32 from 64 to 256 (96, 160, 192 and 224 on the run-time kernels of
+ * dstate: a multiple of 32 from 64 to 512 (96, 160, 192 and 224 on the run-time kernels of
  *   every algorithm; an I16 state there too, but VERTICAL at 96, 160 and 224 is UNSUPPORTED:
  *   FlashInfer's vertical kernel writes -32767 into part of the row); with an F32 state also a
- *   multiple of 16 from 32 to 256 but 112 (run-time kernels); any other dstate FlashInfer's
- *   sm_90 module takes is UNSUPPORTED, the rest INVALID_ARGUMENT. The multi-token block takes
- *   the same.
+ *   multiple of 16 from 32 to 512 but 112 (run-time kernels). Above 256: VERTICAL, and AUTO
+ *   where it resolves to VERTICAL, is INVALID_ARGUMENT (FlashInfer's launcher refuses it); an
+ *   I16 state or F32 inputs are UNSUPPORTED. Any other dstate FlashInfer's sm_90 module takes
+ *   is UNSUPPORTED, the rest INVALID_ARGUMENT. The multi-token block takes the same.
  * Optional pointers (z, D, dt_bias, the index tensors) may be NULL.
  * Speed: F16 state with BF16 inputs and weights, dstate 64, 128 or 256 and 0, 5 or 10 Philox
  * rounds run compiled-in kernels (dim 64 with dstate 128 the tuned ones; with the head dim read
