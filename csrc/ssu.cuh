@@ -791,71 +791,20 @@ struct DynUnevenConfig : DynConfig {
   }
 };
 
-// Rows longer than 256 columns (checks.h: long_dstate; up to 512) of a state of kStateBytes-byte
-// elements: DynUnevenConfig's lane runs (FlashInfer's simple kernel: runs of 16 bytes, 8
-// columns of a 2-byte state, 4 of an fp32 one, lane l's at l * run + 32 * run * j; at dstate
-// 288 lanes 0..3 hold 16 columns and the others 8) with up to 16 columns a lane, each run loaded
-// and stored as one 16-byte access (a run starts 16 * l + 512 * j bytes into the row, and a row
-// is a multiple of 64 bytes), the run length a compile-time constant, at 2 blocks of 4 warps per
-// SM (<= 255 registers: a lane's 16 columns of two rows, of the next chunk's rows, B * dt' and
-// C). Configs of their own, in ssu_uneven.cu, so that the other generic kernels keep their code.
-// FlashInfer's vertical kernel refuses these dstates (checks.h: check_vertical_dstate; the
-// launcher refuses AUTO resolved to it).
-template <int kStateBytes>
+// Rows longer than 256 columns (checks.h: long_dstate; up to 512): DynUnevenConfig's lane runs
+// (FlashInfer's simple kernel: runs of 8 columns of a 2-byte state, 4 of an fp32 one, lane l's
+// at l * run + 32 * run * j; at dstate 288 lanes 0..3 hold 16 columns and the others 8) with up
+// to 16 columns a lane, at 2 blocks of 4 warps per SM (<= 255 registers: a lane's 16 columns of
+// two rows, of the next chunk's rows, B * dt' and C). A config of its own, in ssu_uneven.cu, so
+// that the other generic kernels keep their code. FlashInfer's vertical kernel refuses these
+// dstates (checks.h: check_vertical_dstate; the launcher refuses AUTO resolved to it).
 struct DynLongConfig : DynUnevenConfig {
   static constexpr int kMaxCols = 16;
   static constexpr int kMinBlocksPerSM = 2;
-  static constexpr int kRun = 16 / kStateBytes;  // columns of one 16-byte run
-  static constexpr int kRuns = kMaxCols / kRun;  // runs of a lane, at most
   struct Raw {
     uint32_t w[kMaxCols];
   };
   __device__ explicit DynLongConfig(const Args &a) : DynUnevenConfig(a, kMaxCols) {}
-
-  __device__ int run() const { return kRun; }
-  __device__ int state_bytes() const { return kStateBytes; }
-  __device__ int col(int lane, int i) const {
-    return lane * kRun + (i / kRun) * 32 * kRun + i % kRun;
-  }
-  // Run j of the lane: 16 bytes at 16 * lane + 512 * j, elements kRun * j .. kRun * j + kRun - 1.
-  __device__ void load_state(const void *row, int lane, Raw &r) const {
-#pragma unroll
-    for (int j = 0; j < kRuns; ++j) {
-      if (j * kRun < ncols_) {
-        const uint4 v = *reinterpret_cast<const uint4 *>(static_cast<const char *>(row) +
-                                                         16 * lane + 512 * j);
-        const uint32_t q[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          if constexpr (kStateBytes == 4) {
-            r.w[4 * j + k] = q[k];
-          } else {
-            r.w[8 * j + 2 * k] = q[k] & 0xffffu;
-            r.w[8 * j + 2 * k + 1] = q[k] >> 16;
-          }
-        }
-      }
-    }
-  }
-  // Streaming stores, as DynConfig's, a run at a time.
-  __device__ void store_state(void *row, int lane, const uint32_t (&bits)[kMaxCols]) const {
-#pragma unroll
-    for (int j = 0; j < kRuns; ++j) {
-      if (j * kRun < ncols_) {
-        uint32_t q[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          if constexpr (kStateBytes == 4) {
-            q[k] = bits[4 * j + k];
-          } else {
-            q[k] = (bits[8 * j + 2 * k] & 0xffffu) | (bits[8 * j + 2 * k + 1] << 16);
-          }
-        }
-        __stcs(reinterpret_cast<uint4 *>(static_cast<char *>(row) + 16 * lane + 512 * j),
-               make_uint4(q[0], q[1], q[2], q[3]));
-      }
-    }
-  }
 };
 
 // DynUnevenConfig at 6 blocks of 4 warps per SM (<= 80 registers, some spilled) instead of
@@ -945,8 +894,7 @@ __device__ constexpr bool scaled_state() {
 template <class Cfg>
 __device__ constexpr bool sr_rule_at_run_time() {
   return std::is_same<Cfg, DynConfig>::value || std::is_same<Cfg, DynUnevenConfig>::value ||
-         std::is_same<Cfg, DynUnevenWideConfig>::value ||
-         std::is_same<Cfg, DynLongConfig<2>>::value || std::is_same<Cfg, DynLongConfig<4>>::value;
+         std::is_same<Cfg, DynUnevenWideConfig>::value || std::is_same<Cfg, DynLongConfig>::value;
 }
 
 // The rows of a chunk are reduced together (see reduce_rows), and after the
@@ -1605,7 +1553,7 @@ int launch_hot_f16_inputs(const Args &a, StpStateFamily family, unsigned blocks,
 // The generic kernel at an uneven dstate (96, 160, 192, 224; DynUnevenConfig; ssu_uneven.cu).
 int launch_uneven(const Args &a, unsigned blocks, int warps_per_block, bool wide,
                   cudaStream_t stream);
-// The generic kernel above dstate 256 (DynLongConfig of the state's element size; ssu_uneven.cu).
+// The generic kernel above dstate 256 (DynLongConfig; ssu_uneven.cu).
 int launch_long(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream);
 // The generic kernel of an int16 state at an uneven dstate (DynUnevenI16Config; ssu_uneven.cu).
 int launch_uneven_i16(const Args &a, const ScaleArgs &sc, unsigned blocks, int warps_per_block,
