@@ -1634,28 +1634,37 @@ fn exact_small(rng: &mut Rng) -> Vec<Problem> {
     }
     cfgs.into_iter()
         .map(|mut cfg| {
-            cfg.dim = [1, 5, 16, 64, 100][rng.below(5) as usize];
-            cfg.tokens = 1 + rng.below(16) as usize;
-            cfg.write = WRITES[rng.below(WRITES.len() as u64) as usize];
-            cfg.read = [
-                Read::OneD,
-                Read::TwoD { nat: true },
-                Read::None,
-                Read::TwoD { nat: false },
-            ][rng.below(4) as usize];
-            cfg.varlen = rng.coin();
-            cfg.pads = rng.coin();
-            cfg.pad_slot_id = if rng.below(4) == 0 { 0 } else { -1 };
-            cfg.d = rng.below(4) != 0;
-            cfg.dt_bias = rng.below(4) != 0;
-            cfg.disable_state_update = rng.below(6) == 0;
-            cfg.padded_strides = rng.coin();
-            cfg.index = ["int32", "int64"][rng.below(2) as usize];
-            cfg.batch = 1 + rng.below(4) as usize;
-            (cfg.nheads, cfg.ngroups) = [(8, 2), (4, 1), (8, 8), (16, 4)][rng.below(4) as usize];
+            draw_small_fields(&mut cfg, rng, true);
             Problem::new(cfg, rng)
         })
         .collect()
+}
+
+/// The fields [`exact_small`] and [`exact_long`] draw at random, in this order: the head dim, the
+/// token count (when `tokens`), the write and read modes, varlen, pads and the pad slot, D,
+/// dt_bias, disabled state updates, padded strides, the index dtype, the batch and the heads.
+fn draw_small_fields(cfg: &mut Cfg, rng: &mut Rng, tokens: bool) {
+    cfg.dim = [1, 5, 16, 64, 100][rng.below(5) as usize];
+    if tokens {
+        cfg.tokens = 1 + rng.below(16) as usize;
+    }
+    cfg.write = WRITES[rng.below(WRITES.len() as u64) as usize];
+    cfg.read = [
+        Read::OneD,
+        Read::TwoD { nat: true },
+        Read::None,
+        Read::TwoD { nat: false },
+    ][rng.below(4) as usize];
+    cfg.varlen = rng.coin();
+    cfg.pads = rng.coin();
+    cfg.pad_slot_id = if rng.below(4) == 0 { 0 } else { -1 };
+    cfg.d = rng.below(4) != 0;
+    cfg.dt_bias = rng.below(4) != 0;
+    cfg.disable_state_update = rng.below(6) == 0;
+    cfg.padded_strides = rng.coin();
+    cfg.index = ["int32", "int64"][rng.below(2) as usize];
+    cfg.batch = 1 + rng.below(4) as usize;
+    (cfg.nheads, cfg.ngroups) = [(8, 2), (4, 1), (8, 8), (16, 4)][rng.below(4) as usize];
 }
 
 /// Long rows for the fp32 emulation (the long-row kernels, `kMtpLongRows` in `csrc/ssu_mtp.cuh`:
@@ -1690,24 +1699,7 @@ fn exact_long(rng: &mut Rng) -> Vec<Problem> {
     }
     cfgs.into_iter()
         .map(|mut cfg| {
-            cfg.dim = [1, 5, 16, 64, 100][rng.below(5) as usize];
-            cfg.write = WRITES[rng.below(WRITES.len() as u64) as usize];
-            cfg.read = [
-                Read::OneD,
-                Read::TwoD { nat: true },
-                Read::None,
-                Read::TwoD { nat: false },
-            ][rng.below(4) as usize];
-            cfg.varlen = rng.coin();
-            cfg.pads = rng.coin();
-            cfg.pad_slot_id = if rng.below(4) == 0 { 0 } else { -1 };
-            cfg.d = rng.below(4) != 0;
-            cfg.dt_bias = rng.below(4) != 0;
-            cfg.disable_state_update = rng.below(6) == 0;
-            cfg.padded_strides = rng.coin();
-            cfg.index = ["int32", "int64"][rng.below(2) as usize];
-            cfg.batch = 1 + rng.below(4) as usize;
-            (cfg.nheads, cfg.ngroups) = [(8, 2), (4, 1), (8, 8), (16, 4)][rng.below(4) as usize];
+            draw_small_fields(&mut cfg, rng, false);
             Problem::new(cfg, rng)
         })
         .collect()
