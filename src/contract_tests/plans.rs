@@ -791,7 +791,11 @@ fn dstates_above_256_plan_run_time_kernels_and_refuse_auto_vertical() {
                 assert_eq!(st, OK, "{what} {algo}");
                 // The horizontal kernel of any stage count has the dtypes and rounds compiled in.
                 let compiled = i32::from(want == horizontal);
-                assert_eq!((plan.algorithm, plan.compiled_kernel), (want, compiled), "{what} {algo}");
+                assert_eq!(
+                    (plan.algorithm, plan.compiled_kernel),
+                    (want, compiled),
+                    "{what} {algo}"
+                );
                 assert_covering(&what, &plan, 8, 64);
             }
             // Batch 256 x 128 heads: above it.
