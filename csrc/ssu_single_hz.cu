@@ -97,7 +97,7 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
   // Rows of at least 4 stages (256 bytes): with 2 a warp has too few tiles to refill the ring.
   const bool long_rows = row_bytes >= 4 * hz::kStageBytes;
   // 8 tiles only where a block's shared memory stays within the 48 KiB a launch takes without
-  // an opt-in (above dstate 480 the staged B * dt' and C rows leave room for 4).
+  // an opt-in (at dstate 512 the staged B * dt' and C rows leave room for 4).
   const bool large_fits = hz::block_smem_bytes(static_cast<int>(p.dstate),
                                                hz::kTilesInFlightLarge) <= kDefaultSmemBytes;
   pl.tiles_in_flight = !rounds && long_rows && state_bytes >= kLargeCallStateBytes && large_fits
