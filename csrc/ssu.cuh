@@ -749,7 +749,6 @@ struct DynUnevenConfig : DynConfig {
   }
 
  public:
-
   __device__ int run() const { return run_; }
   __device__ int col(int lane, int i) const {
     const int j = (i * run_magic_) >> 5;  // i / run_
@@ -888,9 +887,9 @@ __device__ constexpr bool scaled_state() {
 // ---------------------------------------------------------------------------
 
 // Whether a config's exact SR path converts under the call's rule (Args::sr_rule): the generic
-// kernels only (DynConfig, DynUnevenConfig, DynUnevenWideConfig, DynLongConfig). The hot kernels are FlashInfer
-// 0.7.2's alone (the launcher sends SR calls under MAMBA_SSU_SR_V074 to the generic kernels), so
-// their code does not change with the rule's existence.
+// kernels only (DynConfig, DynUnevenConfig, DynUnevenWideConfig, DynLongConfig). The hot kernels
+// are FlashInfer 0.7.2's alone (the launcher sends SR calls under MAMBA_SSU_SR_V074 to the
+// generic kernels), so their code does not change with the rule's existence.
 template <class Cfg>
 __device__ constexpr bool sr_rule_at_run_time() {
   return std::is_same<Cfg, DynConfig>::value || std::is_same<Cfg, DynUnevenConfig>::value ||

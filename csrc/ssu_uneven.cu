@@ -8,9 +8,9 @@
 // mtp_kernel and mtp_kernel_i16 at each (ssu_mtp.cuh: the next power of two's tile with the
 // blocks past dstate skipped; above 256 one long-row mtp_kernel per state kind, kMtpLongRows,
 // for every dstate up to 512); and the single-token generic kernels of an fp32 state with fp32
-// inputs at every dstate (RowForms over DynConfig,
-// DynUnevenConfig and DynUnevenWideConfig: a first form per row kind, ssu.cu: f32_input_form;
-// here so that they share this unit's zero pages instead of adding a unit's own). Launched for
+// inputs at every dstate (RowForms over DynConfig, DynUnevenConfig and DynUnevenWideConfig: a
+// first form per row kind, ssu.cu: f32_input_form; here so that they share this unit's zero
+// pages instead of adding a unit's own). Launched for
 // plans of ssu.cu, ssu_single_hz.cu and ssu_mtp.cu. A translation unit of its own, sorted
 // after the other SSU units, so that their kernels and the device link keep their code and
 // shared-memory layout.

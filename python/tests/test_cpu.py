@@ -524,9 +524,9 @@ def test_vertical_above_dstate_256_raises_flashinfers_runtime_error(state_dtype,
 
 
 @pytest.mark.parametrize("multi", [False, True])
-def test_int16_state_and_fp32_inputs_above_dstate_256_are_not_implemented(multi):
-    """Above dstate 256 an int16 state and fp32 inputs are not served yet: NotImplementedError
-    (FlashInfer's module takes them)."""
+def test_fp32_inputs_above_dstate_256_are_not_implemented(multi):
+    """Above dstate 256 fp32 inputs are not served yet: NotImplementedError (FlashInfer's module
+    takes them; the int16 state's refusal there: src/contract_tests.rs, dstates_above_256_rules)."""
     from test_cpu_mtp import make_mtp
 
     kw = _with_dstate(make_mtp() if multi else make(), 288, multi)
