@@ -794,17 +794,64 @@ struct DynUnevenConfig : DynConfig {
 // (FlashInfer's simple kernel: runs of 8 columns of a 2-byte state, 4 of an fp32 one, lane l's
 // at l * run + 32 * run * j; at dstate 288 lanes 0..3 hold 16 columns and the others 8) with up
 // to 16 columns a lane, at 2 blocks of 4 warps per SM (<= 255 registers: a lane's 16 columns of
-// two rows, of the next chunk's rows, B * dt' and C). A config of its own, in ssu_uneven.cu, so
-// that the other generic kernels keep their code. FlashInfer's vertical kernel refuses these
-// dstates (checks.h: check_vertical_dstate; the launcher refuses AUTO resolved to it).
+// two rows, of the next chunk's rows, B * dt' and C). One config per state element size
+// (kStateBytes: 2 or 4), so that the run is a constant of the kernel: each run is 16 bytes at a
+// 16-byte aligned offset (the launcher checked the state's base and strides for 16-byte
+// alignment, and dstate is a multiple of 32), read with one vector load and written with one
+// streaming vector store, as FlashInfer's simple kernel moves it. Configs of their own, in
+// ssu_uneven.cu, so that the other generic kernels keep their code. FlashInfer's vertical
+// kernel refuses these dstates (checks.h: check_vertical_dstate; the launcher refuses AUTO
+// resolved to it).
+template <int kStateBytes>
 struct DynLongConfig : DynUnevenConfig {
+  static_assert(kStateBytes == 2 || kStateBytes == 4, "a 2-byte or an fp32 state");
   static constexpr int kMaxCols = 16;
   static constexpr int kMinBlocksPerSM = 2;
+  static constexpr int kRun = 16 / kStateBytes;  // columns of one 16-byte run
+  static constexpr int kRuns = kMaxCols / kRun;  // runs a lane holds at most
   struct Raw {
     uint32_t w[kMaxCols];
   };
   __device__ explicit DynLongConfig(const Args &a) : DynUnevenConfig(a, kMaxCols) {}
+
+  __device__ int run() const { return kRun; }
+  __device__ int state_bytes() const { return kStateBytes; }
+  __device__ int col(int lane, int i) const {
+    return lane * kRun + (i / kRun) * 32 * kRun + i % kRun;
+  }
+
+  __device__ void load_state(const void *row, int lane, Raw &r) const {
+    const char *p = static_cast<const char *>(row);
+#pragma unroll
+    for (int j = 0; j < kRuns; ++j) {
+      if (j * kRun < ncols_) {
+        const uint4 v = *reinterpret_cast<const uint4 *>(p + 16 * (lane + 32 * j));
+        const uint32_t q[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int k = 0; k < kRun; ++k)
+          r.w[j * kRun + k] =
+              kStateBytes == 4 ? q[k] : (q[k / 2] >> (16 * (k % 2))) & 0xffffu;
+      }
+    }
+  }
+  __device__ void store_state(void *row, int lane, const uint32_t (&bits)[kMaxCols]) const {
+    char *p = static_cast<char *>(row);
+#pragma unroll
+    for (int j = 0; j < kRuns; ++j) {
+      if (j * kRun < ncols_) {
+        uint32_t q[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          q[k] = kStateBytes == 4 ? bits[j * kRun + k]
+                                  : bits[j * kRun + 2 * k] | (bits[j * kRun + 2 * k + 1] << 16);
+        __stcs(reinterpret_cast<uint4 *>(p + 16 * (lane + 32 * j)),
+               make_uint4(q[0], q[1], q[2], q[3]));
+      }
+    }
+  }
 };
+using DynLong2Config = DynLongConfig<2>;
+using DynLong4Config = DynLongConfig<4>;
 
 // DynUnevenConfig at 6 blocks of 4 warps per SM (<= 80 registers, some spilled) instead of
 // DynConfig's 4, for the calls that read >= 48 MiB of state (ssu.cu; the kernel is bound by its
@@ -893,7 +940,8 @@ __device__ constexpr bool scaled_state() {
 template <class Cfg>
 __device__ constexpr bool sr_rule_at_run_time() {
   return std::is_same<Cfg, DynConfig>::value || std::is_same<Cfg, DynUnevenConfig>::value ||
-         std::is_same<Cfg, DynUnevenWideConfig>::value || std::is_same<Cfg, DynLongConfig>::value;
+         std::is_same<Cfg, DynUnevenWideConfig>::value || std::is_same<Cfg, DynLong2Config>::value ||
+         std::is_same<Cfg, DynLong4Config>::value;
 }
 
 // The rows of a chunk are reduced together (see reduce_rows), and after the
@@ -1552,7 +1600,7 @@ int launch_hot_f16_inputs(const Args &a, StpStateFamily family, unsigned blocks,
 // The generic kernel at an uneven dstate (96, 160, 192, 224; DynUnevenConfig; ssu_uneven.cu).
 int launch_uneven(const Args &a, unsigned blocks, int warps_per_block, bool wide,
                   cudaStream_t stream);
-// The generic kernel above dstate 256 (DynLongConfig; ssu_uneven.cu).
+// The generic kernel above dstate 256 (DynLongConfig per state element size; ssu_uneven.cu).
 int launch_long(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream);
 // The generic kernel of an int16 state at an uneven dstate (DynUnevenI16Config; ssu_uneven.cu).
 int launch_uneven_i16(const Args &a, const ScaleArgs &sc, unsigned blocks, int warps_per_block,

@@ -33,7 +33,10 @@ int launch_uneven(const Args &a, unsigned blocks, int warps_per_block, bool wide
 }
 
 int launch_long(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream) {
-  ssu_kernel<DynLongConfig><<<blocks, 32 * warps_per_block, 0, stream>>>(a);
+  if (a.state_dtype == MAMBA_SSU_F32)
+    ssu_kernel<DynLong4Config><<<blocks, 32 * warps_per_block, 0, stream>>>(a);
+  else
+    ssu_kernel<DynLong2Config><<<blocks, 32 * warps_per_block, 0, stream>>>(a);
   return check_launch("selective_state_update launch");
 }
 
