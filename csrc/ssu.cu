@@ -155,7 +155,7 @@ int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedN
   if ((s = check_i16_vertical(p->dstate, p->state_dtype,
                               p->algorithm == MAMBA_SSU_ALGO_VERTICAL)))
     return s;
-  if ((s = check_long_dstate(p->dstate, p->state_dtype, p->input_dtype))) return s;
+  if ((s = check_long_dstate(p->dstate, p->state_dtype))) return s;
   // The decode scales (slots, nheads, dim) of an I16 state.
   const bool scaled = scale != nullptr && scale->data != nullptr;
   if (scaled && (s = check_state_scale(*scale, p->nheads, p->dim, p->state_cache_size))) return s;
@@ -664,9 +664,10 @@ int ssu_launch(mamba_ssu_stream_t stream, const mamba_ssu_params &p, const mamba
     return p.batch * p.nheads * p.dim * p.dstate * float_bytes(p.state_dtype) >=
            kUnevenWideStateBytes;
   };
+  // Above 256 the long-row kernels (with fp32 inputs over an fp32 state its RowForms config).
+  if (long_dstate(p.dstate)) return ssu::launch_long(a, nblocks, wpb, f32_inputs, st);
   if (f32_inputs)
     return ssu::launch_f32_inputs(a, nblocks, wpb, uneven_dstate(p.dstate), wide(), st);
-  if (long_dstate(p.dstate)) return ssu::launch_long(a, nblocks, wpb, st);
   if (!hot && uneven_dstate(p.dstate)) return ssu::launch_uneven(a, nblocks, wpb, wide(), st);
   if (!hot) return launch<DynConfig>(a, nblocks, wpb, st);
   const ssu::StpStateFamily family = p.dstate == 64    ? ssu::StpStateFamily::kDs64

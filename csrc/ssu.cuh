@@ -793,20 +793,27 @@ struct DynUnevenConfig : DynConfig {
 // Rows longer than 256 columns (checks.h: long_dstate; up to 512): DynUnevenConfig's lane runs
 // (FlashInfer's simple kernel: runs of 8 columns of a 2-byte state, 4 of an fp32 one, lane l's
 // at l * run + 32 * run * j; at dstate 288 lanes 0..3 hold 16 columns and the others 8) with up
-// to 16 columns a lane, at 2 blocks of 4 warps per SM (<= 255 registers: a lane's 16 columns of
-// two rows, of the next chunk's rows, B * dt' and C). One config per state element size
-// (kStateBytes: 2 or 4), so that the run is a constant of the kernel: each run is 16 bytes at a
-// 16-byte aligned offset (the launcher checked the state's base and strides for 16-byte
-// alignment, and dstate is a multiple of 32), read with one vector load and written with one
-// streaming vector store, as FlashInfer's simple kernel moves it. Configs of their own, in
-// ssu_uneven.cu, so that the other generic kernels keep their code. FlashInfer's vertical
-// kernel refuses these dstates (checks.h: check_vertical_dstate; the launcher refuses AUTO
-// resolved to it).
-template <int kStateBytes>
+// to 16 columns a lane. One config per state dtype (kStateDtype: F16, BF16 or F32; an I16 state
+// is not served there, checks.h: check_long_dstate), so that the run, the element conversions
+// and the stochastic rounding (an F16 state's only) are constants of the kernel (a run-time
+// dtype compiles to an indirect branch per element: docs/perf-notes.md, "above dstate 256: the
+// generic kernel's accesses"): each run is 16 bytes at a 16-byte aligned offset (the launcher
+// checked the state's base and strides for 16-byte alignment, and dstate is a multiple of 32),
+// read with one vector load and written with one streaming vector store, as FlashInfer's simple
+// kernel moves it. kBlocks blocks of 4 warps per SM and kChunkRows rows a chunk: 1-row chunks
+// at 4 blocks (<= 128 registers) by default, 1.4–1.6x faster than 2-row chunks at 2 blocks
+// (same-run A/B, perf-notes). Configs of their own, in ssu_uneven.cu, so that the other generic
+// kernels keep their code. FlashInfer's vertical kernel refuses these dstates (checks.h:
+// check_vertical_dstate; the launcher refuses AUTO resolved to it).
+template <int32_t kStateDtype, int kBlocks = 4, int kChunkRows = 1>
 struct DynLongConfig : DynUnevenConfig {
-  static_assert(kStateBytes == 2 || kStateBytes == 4, "a 2-byte or an fp32 state");
+  static_assert(kStateDtype == MAMBA_SSU_F16 || kStateDtype == MAMBA_SSU_BF16 ||
+                    kStateDtype == MAMBA_SSU_F32,
+                "an F16, BF16 or F32 state");
+  static constexpr int kStateBytes = kStateDtype == MAMBA_SSU_F32 ? 4 : 2;
   static constexpr int kMaxCols = 16;
-  static constexpr int kMinBlocksPerSM = 2;
+  static constexpr int kMinBlocksPerSM = kBlocks;
+  static constexpr int kRowsPerChunk = kChunkRows;
   static constexpr int kRun = 16 / kStateBytes;  // columns of one 16-byte run
   static constexpr int kRuns = kMaxCols / kRun;  // runs a lane holds at most
   struct Raw {
@@ -816,6 +823,8 @@ struct DynLongConfig : DynUnevenConfig {
 
   __device__ int run() const { return kRun; }
   __device__ int state_bytes() const { return kStateBytes; }
+  // Philox rounds: only an F16 state takes stochastic rounding (checks.h).
+  __device__ int rounds() const { return kStateDtype == MAMBA_SSU_F16 ? rounds_ : 0; }
   __device__ int col(int lane, int i) const {
     return lane * kRun + (i / kRun) * 32 * kRun + i % kRun;
   }
@@ -834,6 +843,12 @@ struct DynLongConfig : DynUnevenConfig {
       }
     }
   }
+  template <class R>
+  __device__ float state_value(const R &r, int i) const {
+    if constexpr (kStateDtype == MAMBA_SSU_F32) return __uint_as_float(r.w[i]);
+    else if constexpr (kStateDtype == MAMBA_SSU_F16) return half_bits_to_float(r.w[i]);
+    else return bf16_bits_to_float(r.w[i]);
+  }
   __device__ void store_state(void *row, int lane, const uint32_t (&bits)[kMaxCols]) const {
     char *p = static_cast<char *>(row);
 #pragma unroll
@@ -849,9 +864,21 @@ struct DynLongConfig : DynUnevenConfig {
       }
     }
   }
+  __device__ uint32_t round_nearest(float v) const {
+    if constexpr (kStateDtype == MAMBA_SSU_F32) return __float_as_uint(v);
+    else if constexpr (kStateDtype == MAMBA_SSU_F16) return float_to_half_bits_rn(v);
+    else return float_to_bf16_bits_rn(v);
+  }
 };
-using DynLong2Config = DynLongConfig<2>;
-using DynLong4Config = DynLongConfig<4>;
+using DynLongF16Config = DynLongConfig<MAMBA_SSU_F16>;
+using DynLongBf16Config = DynLongConfig<MAMBA_SSU_BF16>;
+using DynLongF32Config = DynLongConfig<MAMBA_SSU_F32>;
+
+// Whether Cfg is a DynLongConfig.
+template <class Cfg>
+struct IsDynLong : std::false_type {};
+template <int32_t kStateDtype, int kBlocks, int kChunkRows>
+struct IsDynLong<DynLongConfig<kStateDtype, kBlocks, kChunkRows>> : std::true_type {};
 
 // DynUnevenConfig at 6 blocks of 4 warps per SM (<= 80 registers, some spilled) instead of
 // DynConfig's 4, for the calls that read >= 48 MiB of state (ssu.cu; the kernel is bound by its
@@ -870,7 +897,8 @@ struct DynUnevenI16Config : I16Columns<DynUnevenConfig> {
 };
 
 // The generic configs of an fp32 state with fp32 inputs (RowForms<DynConfig>,
-// RowForms<DynUnevenConfig>, RowForms<DynUnevenWideConfig>; ssu_uneven.cu): a row takes
+// RowForms<DynUnevenConfig>, RowForms<DynUnevenWideConfig>, above 256
+// RowForms<DynLongConfig<F32, 2, 2>>; ssu_uneven.cu): a row takes
 // the first form Args::first_form_f1 holds for its kind, bits 0-1 for a row whose read slot is
 // not the pad slot and bits 2-3 for a pad row, each 0 (F0), 1 (F1) or 2 (F2: no contraction,
 // rn(rn(sel * rn(D * x)) + rn(C * s'))), as FlashInfer's build contracts its kernels for those
@@ -881,6 +909,11 @@ struct RowForms : Base {
   static constexpr bool kRowForms = true;
   __device__ explicit RowForms(const Args &a) : Base(a) {}
 };
+
+// fp32 inputs over an fp32 state above 256: RowForms over 2-row chunks at 2 blocks per SM, the
+// launch shape its recordings were checked with on a GPU (tests/data/flashinfer_ssu_dsbig_f32in*;
+// not timed against FlashInfer).
+using DynLongF32InputsConfig = RowForms<DynLongConfig<MAMBA_SSU_F32, 2, 2>>;
 
 // Whether Cfg is a RowForms config.
 template <class Cfg, class = void>
@@ -940,8 +973,7 @@ __device__ constexpr bool scaled_state() {
 template <class Cfg>
 __device__ constexpr bool sr_rule_at_run_time() {
   return std::is_same<Cfg, DynConfig>::value || std::is_same<Cfg, DynUnevenConfig>::value ||
-         std::is_same<Cfg, DynUnevenWideConfig>::value || std::is_same<Cfg, DynLong2Config>::value ||
-         std::is_same<Cfg, DynLong4Config>::value;
+         std::is_same<Cfg, DynUnevenWideConfig>::value || IsDynLong<Cfg>::value;
 }
 
 // The rows of a chunk are reduced together (see reduce_rows), and after the
@@ -1600,8 +1632,10 @@ int launch_hot_f16_inputs(const Args &a, StpStateFamily family, unsigned blocks,
 // The generic kernel at an uneven dstate (96, 160, 192, 224; DynUnevenConfig; ssu_uneven.cu).
 int launch_uneven(const Args &a, unsigned blocks, int warps_per_block, bool wide,
                   cudaStream_t stream);
-// The generic kernel above dstate 256 (DynLongConfig per state element size; ssu_uneven.cu).
-int launch_long(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream);
+// The generic kernel above dstate 256 (DynLongConfig per state element size; with `f32_inputs`,
+// fp32 inputs over an fp32 state, DynLongF32InputsConfig; ssu_uneven.cu).
+int launch_long(const Args &a, unsigned blocks, int warps_per_block, bool f32_inputs,
+                cudaStream_t stream);
 // The generic kernel of an int16 state at an uneven dstate (DynUnevenI16Config; ssu_uneven.cu).
 int launch_uneven_i16(const Args &a, const ScaleArgs &sc, unsigned blocks, int warps_per_block,
                       cudaStream_t stream);

@@ -32,11 +32,17 @@ int launch_uneven(const Args &a, unsigned blocks, int warps_per_block, bool wide
   return check_launch("selective_state_update launch");
 }
 
-int launch_long(const Args &a, unsigned blocks, int warps_per_block, cudaStream_t stream) {
-  if (a.state_dtype == MAMBA_SSU_F32)
-    ssu_kernel<DynLong4Config><<<blocks, 32 * warps_per_block, 0, stream>>>(a);
+int launch_long(const Args &a, unsigned blocks, int warps_per_block, bool f32_inputs,
+                cudaStream_t stream) {
+  const unsigned threads = 32 * warps_per_block;
+  if (f32_inputs)
+    ssu_kernel<DynLongF32InputsConfig><<<blocks, threads, 0, stream>>>(a);
+  else if (a.state_dtype == MAMBA_SSU_F32)
+    ssu_kernel<DynLongF32Config><<<blocks, threads, 0, stream>>>(a);
+  else if (a.state_dtype == MAMBA_SSU_BF16)
+    ssu_kernel<DynLongBf16Config><<<blocks, threads, 0, stream>>>(a);
   else
-    ssu_kernel<DynLong2Config><<<blocks, 32 * warps_per_block, 0, stream>>>(a);
+    ssu_kernel<DynLongF16Config><<<blocks, threads, 0, stream>>>(a);
   return check_launch("selective_state_update launch");
 }
 

@@ -289,8 +289,8 @@ fn with_dstate_and_dtype(a: sys::mamba_ssu_args, ds: i64, dtype: i32) -> sys::ma
 /// Above dstate 256 (to 512): an explicit VERTICAL is FlashInfer's launcher's refusal,
 /// INVALID_ARGUMENT (its vertical kernel's TMA box holds at most 256 elements; recorded on an
 /// H100, docs/flashinfer-ssu.md); SIMPLE and AUTO (which the plan resolves) are taken (HORIZONTAL
-/// too: plans.rs), as is the multi-token path, with fp16, bf16 and fp32 states; an int16
-/// state and fp32 inputs are UNSUPPORTED there; above 512 UNSUPPORTED. dstate 256 with VERTICAL
+/// too: plans.rs), as is the multi-token path, with fp16, bf16 and fp32 states and with fp32
+/// inputs; an int16 state is UNSUPPORTED there; above 512 UNSUPPORTED. dstate 256 with VERTICAL
 /// is served.
 #[rustfmt::skip]
 #[test]
@@ -328,19 +328,18 @@ fn dstates_above_256_rules() {
             assert!(check(&a).is_ok(), "multi token {ds} {dtype}: {:?}", check(&a));
         }
     }
-    // fp32 inputs above 256, single and multi token: UNSUPPORTED, naming dstate's tensor.
-    for make in [single, fixed, varlen] {
-        let mut a = with_dstate(make(), 288);
-        for t in [&mut a.x, &mut a.B, &mut a.C, &mut a.out] {
-            t.dtype = F32;
+    // fp32 inputs above 256, single and multi token, over each state dtype: taken.
+    for dtype in [F16, BF16, F32] {
+        for make in [single, fixed, varlen] {
+            let mut a = with_dstate_and_dtype(make(), 288, dtype);
+            for t in [&mut a.x, &mut a.B, &mut a.C, &mut a.out] {
+                t.dtype = F32;
+            }
+            if a.z.rank > 0 {
+                a.z.dtype = F32;
+            }
+            assert!(check(&a).is_ok(), "fp32 inputs over {dtype}: {:?}", check(&a));
         }
-        if a.z.rank > 0 {
-            a.z.dtype = F32;
-        }
-        let (s, _, detail) = check(&a).expect_err("refused");
-        assert_eq!(s, UNS, "{detail}");
-        assert!(detail.ends_with("dstate: F32 inputs above dstate 256 are not served yet, got 288"),
-                "{detail}");
     }
     // An int16 state with its scales above 256, single and multi token: UNSUPPORTED.
     for make in [int16, int16_fixed, int16_varlen] {

@@ -792,7 +792,38 @@ const DSBIG_F32_074: Embedded = Embedded {
 };
 
 /// Every embedded set beside the reference data.
-const EMBEDDED: [&Embedded; 25] = [
+/// FlashInfer 0.7.2.post1's single-token kernels above dstate 256 with fp32 inputs and weights
+/// (`tools/flashinfer-recorder/cases/dsbig_f32in_cases.json`, recorded on an H100 on
+/// 2026-12-06): the cases of [`DSBIG_FORMS`] with fp32 x, B, C, z, out, dt, D and dt_bias (out
+/// is fp32, so lane 0's first accumulate form shows in it): an fp16 state at every multiple of 32
+/// from 288 to 512 without SR and at 5 and 10 rounds, at 288 and 512 with 1 to 4, 6, 7, 12 and
+/// 16 rounds; a bf16 state at 288 and 512; an fp32 state (RowForms) at every multiple of 16
+/// from 272 to 512. Blocks over 64 KiB by hash.
+const DSBIG_F32IN: Embedded = Embedded {
+    name: "flashinfer_ssu_dsbig_f32in",
+    manifest: include_bytes!("data/flashinfer_ssu_dsbig_f32in/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_dsbig_f32in/fixtures.bin.xz"),
+    cases: 58,
+    dims: &[64],
+    dstates: &[
+        272, 288, 304, 320, 336, 352, 368, 384, 400, 416, 432, 448, 464, 480, 496, 512,
+    ],
+};
+
+/// The cases of [`DSBIG_F32IN`] recorded from FlashInfer 0.7.4's kernels (recorded on an H100
+/// on 2026-12-06).
+const DSBIG_F32IN_074: Embedded = Embedded {
+    name: "flashinfer_ssu_dsbig_f32in_074",
+    manifest: include_bytes!("data/flashinfer_ssu_dsbig_f32in_074/manifest.json.xz"),
+    fixtures: include_bytes!("data/flashinfer_ssu_dsbig_f32in_074/fixtures.bin.xz"),
+    cases: 58,
+    dims: &[64],
+    dstates: &[
+        272, 288, 304, 320, 336, 352, 368, 384, 400, 416, 432, 448, 464, 480, 496, 512,
+    ],
+};
+
+const EMBEDDED: [&Embedded; 27] = [
     &SHAPES,
     &SHAPES_074,
     &NEW_CASES,
@@ -818,6 +849,8 @@ const EMBEDDED: [&Embedded; 25] = [
     &DSBIG_FORMS_074,
     &DSBIG_F32,
     &DSBIG_F32_074,
+    &DSBIG_F32IN,
+    &DSBIG_F32IN_074,
 ];
 
 /// Runs one embedded set on the GPU, as [`flashinfer_reference_bit_exact`] checks the reference
@@ -916,6 +949,14 @@ fn flashinfer_dsbig_forms_074_bit_exact() {
 fn flashinfer_dsbig_f32_bit_exact() {
     check_embedded(&DSBIG_F32);
     check_embedded(&DSBIG_F32_074);
+}
+
+/// [`DSBIG_F32IN`] and [`DSBIG_F32IN_074`] on the GPU: fp32 inputs above dstate 256.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_dsbig_f32in_bit_exact() {
+    check_embedded(&DSBIG_F32IN);
+    check_embedded(&DSBIG_F32IN_074);
 }
 
 /// [`DS96`] on the GPU: dstate 96 (the generic kernels over FlashInfer's lane runs, and the

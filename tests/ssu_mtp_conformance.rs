@@ -243,8 +243,21 @@ fn embedded_dsbig_cases_074() -> Manifest {
     embedded_set!("flashinfer_ssu_mtp_dsbig_cases_074")
 }
 
+/// FlashInfer 0.7.2.post1's multi-token kernel above dstate 256 with fp32 inputs and weights
+/// (`tools/flashinfer-recorder/cases/dsbig_f32in_cases.json`): an fp16 state at 320 and 480 with
+/// T 16 and the intermediate buffer at 0 and 10 rounds; an fp32 state at 400 with T 8; a bf16
+/// state at 416 with head dim 128, varlen. Recorded on an H100 on 2026-12-06.
+fn embedded_dsbig_f32in() -> Manifest {
+    embedded_set!("flashinfer_ssu_mtp_dsbig_f32in")
+}
+
+/// The cases of [`embedded_dsbig_f32in`] recorded from FlashInfer 0.7.4's multi-token kernel.
+fn embedded_dsbig_f32in_074() -> Manifest {
+    embedded_set!("flashinfer_ssu_mtp_dsbig_f32in_074")
+}
+
 /// Every embedded manifest: the reference data and the sets above.
-fn all_embedded() -> [Manifest; 22] {
+fn all_embedded() -> [Manifest; 24] {
     [
         embedded(),
         embedded_shapes(),
@@ -268,6 +281,8 @@ fn all_embedded() -> [Manifest; 22] {
         embedded_dsbig_074(),
         embedded_dsbig_cases(),
         embedded_dsbig_cases_074(),
+        embedded_dsbig_f32in(),
+        embedded_dsbig_f32in_074(),
     ]
 }
 
@@ -1071,6 +1086,20 @@ fn flashinfer_mtp_dsbig_cases_bit_exact() {
     };
     for m in [embedded_dsbig_cases(), embedded_dsbig_cases_074()] {
         assert_eq!(m.cases.len(), 9);
+        check_manifest(&ctx, &stream, &m);
+    }
+}
+
+/// fp32 inputs above dstate 256 (T 16 with the intermediate buffer, T 8 with an fp32 state,
+/// varlen with a bf16 state) from FlashInfer 0.7.2.post1 and 0.7.4.
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn flashinfer_mtp_dsbig_f32in_bit_exact() {
+    let Some((ctx, stream)) = common::gpu() else {
+        return;
+    };
+    for m in [embedded_dsbig_f32in(), embedded_dsbig_f32in_074()] {
+        assert_eq!(m.cases.len(), 6);
         check_manifest(&ctx, &stream, &m);
     }
 }

@@ -232,7 +232,7 @@ typedef enum mamba_ssu_sr_rule {
  *   FlashInfer's vertical kernel writes -32767 into part of the row); with an F32 state also a
  *   multiple of 16 from 32 to 512 but 112 (run-time kernels). Above 256: VERTICAL, and AUTO
  *   where it resolves to VERTICAL, is INVALID_ARGUMENT (FlashInfer's launcher refuses it); an
- *   I16 state or F32 inputs are UNSUPPORTED. Any other dstate FlashInfer's sm_90 module takes
+ *   I16 state is UNSUPPORTED. Any other dstate FlashInfer's sm_90 module takes
  *   is UNSUPPORTED, the rest INVALID_ARGUMENT. The multi-token block takes the same.
  * Optional pointers (z, D, dt_bias, the index tensors) may be NULL.
  * Speed: F16 state with BF16 inputs and weights, dstate 64, 128 or 256 and 0, 5 or 10 Philox

@@ -524,20 +524,23 @@ def test_vertical_above_dstate_256_raises_flashinfers_runtime_error(state_dtype,
 
 
 @pytest.mark.parametrize("multi", [False, True])
-def test_fp32_inputs_above_dstate_256_are_not_implemented(multi):
-    """Above dstate 256 fp32 inputs are not served yet: NotImplementedError (FlashInfer's module
-    takes them; the int16 state's refusal there: src/contract_tests.rs, dstates_above_256_rules)."""
+@pytest.mark.parametrize("state_dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_fp32_inputs_above_dstate_256_are_taken(multi, state_dtype):
+    """Above dstate 256 fp32 inputs are served over every 2-byte and fp32 state, single and
+    multi token, as FlashInfer's module takes them (the int16 state's refusal there:
+    src/contract_tests.rs, dstates_above_256_rules)."""
     from test_cpu_mtp import make_mtp
 
     kw = _with_dstate(make_mtp() if multi else make(), 288, multi)
     kw["rand_seed"] = None
+    kw["state"] = kw["state"].to(state_dtype)
+    if kw.get("intermediate_states_buffer") is not None:
+        kw["intermediate_states_buffer"] = kw["intermediate_states_buffer"].to(state_dtype)
     for name in ("x", "B", "C", "z", "out"):
         if kw.get(name) is not None:
             kw[name] = kw[name].float()
     got = outcome(lambda: check(**kw))
-    assert got[0] is NotImplementedError, got
-    assert "F32 inputs above dstate 256 are not served yet" in got[1], got
-    assert _front_door(kw) == got
+    assert got[0] == "ok", got
 
 
 def test_multi_token_heads_per_group_outside_flashinfers_set_is_served():

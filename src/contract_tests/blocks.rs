@@ -159,9 +159,6 @@ fn the_multi_token_block_check_rejects_each_field_out_of_range() {
         (|p| p.dstate = 544, UNS,
             "dstate: expected a multiple of 32 from 64 to 512 (of 16 from 32 with an \
              fp32 state), got 544"),
-        // Above 256: an int16 state and fp32 inputs are not served yet.
-        (|p| { p.dstate = 288; p.input_dtype = F32; }, UNS,
-            "dstate: F32 inputs above dstate 256 are not served yet, got 288"),
         // Dstates FlashInfer's sm_90 module does not build (its RuntimeError).
         (|p| p.dstate = 100, INV, "dstate: expected a multiple of 32 from 64"),
         (|p| p.dstate = 32, INV, "dstate: expected a multiple of 32 from 64"),

@@ -78,9 +78,8 @@ SERVED_DSTATES = (64, 96, 128, 160, 192, 224, 256) + tuple(range(288, 513, 32))
 # (csrc/checks.h: check_dstate).
 SERVED_DSTATES_F32 = SERVED_DSTATES + (32, 48, 80, 144, 176, 208, 240) + tuple(
     range(272, 513, 32))
-# Above 256 FlashInfer's launcher refuses the vertical kernel (its TMA box), and the crate serves
-# neither an int16 state nor fp32 inputs there (csrc/checks.h: check_vertical_dstate,
-# check_long_dstate): their forms are read, not checked.
+# Above 256 FlashInfer's launcher refuses the vertical kernel (its TMA box: csrc/checks.h,
+# check_vertical_dstate): its forms are read, not checked.
 LONG_DSTATE = 256
 # The update and epilogue forms of the crate's horizontal kernel (csrc/ssu_hz.cuh: every state
 # dtype, every round count).
@@ -1105,7 +1104,7 @@ def _analyse_group(gid, sass, release):
                     form = "?" if "?" in (state, pad_form) else f"{state}|pad {pad_form}"
         served = (kind in KINDS or kind == HORIZONTAL) and g["dstate"] in (
             SERVED_DSTATES_F32 if g["state_dtype"] == "float32" else SERVED_DSTATES)
-        if g["dstate"] > LONG_DSTATE and (kind == "vertical" or g.get("input_dtype") == "float32"):
+        if g["dstate"] > LONG_DSTATE and kind == "vertical":
             served = False
         if not served:
             rule = None
