@@ -171,8 +171,8 @@ pub const MAX_PHILOX_ROUNDS: u32 = crate::ffi::sys::MAMBA_SSU_MAX_PHILOX_ROUNDS;
 /// 224, where FlashInfer's kernel indexes past a register array (its result there is undefined).
 /// Above 256 FlashInfer's launcher refuses the VERTICAL mapping
 /// ([`Error::InvalidArgument`](crate::Error::InvalidArgument), as AUTO resolved to it), and an
-/// int16 state or fp32 inputs are not served there yet
-/// ([`Error::Unsupported`](crate::Error::Unsupported)). An fp32 state takes
+/// int16 state is not served there yet ([`Error::Unsupported`](crate::Error::Unsupported)).
+/// An fp32 state takes
 /// [`SUPPORTED_DSTATE_F32`].
 pub const SUPPORTED_DSTATE: [usize; 15] = [
     64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448, 480, 512,
