@@ -1632,7 +1632,7 @@ int launch_hot_f16_inputs(const Args &a, StpStateFamily family, unsigned blocks,
 // The generic kernel at an uneven dstate (96, 160, 192, 224; DynUnevenConfig; ssu_uneven.cu).
 int launch_uneven(const Args &a, unsigned blocks, int warps_per_block, bool wide,
                   cudaStream_t stream);
-// The generic kernel above dstate 256 (DynLongConfig per state element size; with `f32_inputs`,
+// The generic kernel above dstate 256 (DynLongConfig per state dtype; with `f32_inputs`,
 // fp32 inputs over an fp32 state, DynLongF32InputsConfig; ssu_uneven.cu).
 int launch_long(const Args &a, unsigned blocks, int warps_per_block, bool f32_inputs,
                 cudaStream_t stream);

@@ -3,7 +3,8 @@
 // dstates other than the compiled-in ones that FlashInfer's sm_90 module takes: single token
 // DynUnevenConfig (ssu.cuh: FlashInfer's lane runs of 1 to 7 columns, lanes with fewer columns
 // where the row ends; at 6 blocks per SM as DynUnevenWideConfig for calls of >= 48 MiB;
-// DynUnevenI16Config for an int16 state; above 256, checks.h: long_dstate, DynLongConfig) and
+// DynUnevenI16Config for an int16 state; above 256, checks.h: long_dstate, DynLongConfig per
+// state dtype and DynLongF32InputsConfig) and
 // the horizontal kernel with 2 to 32 stages a row (ssu_hz.cuh: kAnyStages), multi token
 // mtp_kernel and mtp_kernel_i16 at each (ssu_mtp.cuh: the next power of two's tile with the
 // blocks past dstate skipped; above 256 one long-row mtp_kernel per state kind, kMtpLongRows,
