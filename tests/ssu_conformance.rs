@@ -735,6 +735,12 @@ const DSBIG_074: Embedded = Embedded {
     dstates: &[272, 288, 512],
 };
 
+/// The dstates of the cases recorded at every multiple of 16 from 272 to 512 (an fp32 state's;
+/// a 2-byte state's at the multiples of 32).
+const DSBIG_DSTATES: &[u64] = &[
+    272, 288, 304, 320, 336, 352, 368, 384, 400, 416, 432, 448, 464, 480, 496, 512,
+];
+
 /// FlashInfer 0.7.2.post1's single-token kernels at every dstate above 256 the crate serves
 /// (`tools/flashinfer-recorder/cases/dsbig_forms_cases.json`, recorded on an H100 on
 /// 2026-12-06): head dim 64, 8 heads x batch 2 with a pad; an fp16 state at every multiple of 32
@@ -748,9 +754,7 @@ const DSBIG_FORMS: Embedded = Embedded {
     fixtures: include_bytes!("data/flashinfer_ssu_dsbig_forms/fixtures.bin.xz"),
     cases: 58,
     dims: &[64],
-    dstates: &[
-        272, 288, 304, 320, 336, 352, 368, 384, 400, 416, 432, 448, 464, 480, 496, 512,
-    ],
+    dstates: DSBIG_DSTATES,
 };
 
 /// The cases of [`DSBIG_FORMS`] recorded from FlashInfer 0.7.4's kernels (recorded on an H100
@@ -761,9 +765,7 @@ const DSBIG_FORMS_074: Embedded = Embedded {
     fixtures: include_bytes!("data/flashinfer_ssu_dsbig_forms_074/fixtures.bin.xz"),
     cases: 58,
     dims: &[64],
-    dstates: &[
-        272, 288, 304, 320, 336, 352, 368, 384, 400, 416, 432, 448, 464, 480, 496, 512,
-    ],
+    dstates: DSBIG_DSTATES,
 };
 
 /// FlashInfer 0.7.2.post1's single-token kernels with an fp32 state at dstates 384 and 400
@@ -805,9 +807,7 @@ const DSBIG_F32IN: Embedded = Embedded {
     fixtures: include_bytes!("data/flashinfer_ssu_dsbig_f32in/fixtures.bin.xz"),
     cases: 58,
     dims: &[64],
-    dstates: &[
-        272, 288, 304, 320, 336, 352, 368, 384, 400, 416, 432, 448, 464, 480, 496, 512,
-    ],
+    dstates: DSBIG_DSTATES,
 };
 
 /// The cases of [`DSBIG_F32IN`] recorded from FlashInfer 0.7.4's kernels (recorded on an H100
@@ -818,9 +818,7 @@ const DSBIG_F32IN_074: Embedded = Embedded {
     fixtures: include_bytes!("data/flashinfer_ssu_dsbig_f32in_074/fixtures.bin.xz"),
     cases: 58,
     dims: &[64],
-    dstates: &[
-        272, 288, 304, 320, 336, 352, 368, 384, 400, 416, 432, 448, 464, 480, 496, 512,
-    ],
+    dstates: DSBIG_DSTATES,
 };
 
 const EMBEDDED: [&Embedded; 27] = [
