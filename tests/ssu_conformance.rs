@@ -793,7 +793,6 @@ const DSBIG_F32_074: Embedded = Embedded {
     dstates: &[384, 400],
 };
 
-/// Every embedded set beside the reference data.
 /// FlashInfer 0.7.2.post1's single-token kernels above dstate 256 with fp32 inputs and weights
 /// (`tools/flashinfer-recorder/cases/dsbig_f32in_cases.json`, recorded on an H100 on
 /// 2026-12-06): the cases of [`DSBIG_FORMS`] with fp32 x, B, C, z, out, dt, D and dt_bias (out
@@ -821,6 +820,7 @@ const DSBIG_F32IN_074: Embedded = Embedded {
     dstates: DSBIG_DSTATES,
 };
 
+/// Every embedded set beside the reference data.
 const EMBEDDED: [&Embedded; 27] = [
     &SHAPES,
     &SHAPES_074,
