@@ -798,12 +798,15 @@ struct DynUnevenConfig : DynConfig {
 // and the stochastic rounding (an F16 state's only) are constants of the kernel (a run-time
 // dtype compiles to an indirect branch per element: docs/perf-notes.md, "above dstate 256: the
 // generic kernel's accesses"): each run is 16 bytes at a 16-byte aligned offset (the launcher
-// checked the state's base and strides for 16-byte alignment, and dstate is a multiple of 32),
-// read with one vector load and written with one streaming vector store, as FlashInfer's simple
-// kernel moves it. kBlocks blocks of 4 warps per SM and kChunkRows rows a chunk: 1-row chunks
-// at 4 blocks (<= 128 registers) by default, 1.4–1.6x faster than 2-row chunks at 2 blocks
-// (same-run A/B, perf-notes). Configs of their own, in ssu_uneven.cu, so that the other generic
-// kernels keep their code. FlashInfer's vertical kernel refuses these dstates (checks.h:
+// checked the state's base and strides for 16-byte alignment, and a row is a multiple of 64
+// bytes), read with one vector load and written with one streaming vector store, as FlashInfer's
+// simple kernel moves it. The state's words, x and z stay as loaded until the row is computed
+// (Raw, kRawInputs): a conversion beside its load would wait for it there, and the next chunk's
+// loads would not overlap the current chunk's work (perf-notes, "above dstate 256: the loads
+// that waited"). kBlocks blocks of 4 warps per SM and kChunkRows rows a chunk: 1-row chunks at 4
+// blocks (<= 128 registers) by default, 1.4–1.6x faster than 2-row chunks at 2 blocks (same-run
+// A/B, perf-notes). Configs of their own, in ssu_uneven.cu, so that the other generic kernels
+// keep their code. FlashInfer's vertical kernel refuses these dstates (checks.h:
 // check_vertical_dstate; the launcher refuses AUTO resolved to it).
 template <int32_t kStateDtype, int kBlocks = 4, int kChunkRows = 1>
 struct DynLongConfig : DynUnevenConfig {
@@ -814,46 +817,70 @@ struct DynLongConfig : DynUnevenConfig {
   static constexpr int kMaxCols = 16;
   static constexpr int kMinBlocksPerSM = kBlocks;
   static constexpr int kRowsPerChunk = kChunkRows;
+  static constexpr bool kRawInputs = true;  // x and z as loaded (HasRawInputs)
   static constexpr int kRun = 16 / kStateBytes;  // columns of one 16-byte run
   static constexpr int kRuns = kMaxCols / kRun;  // runs a lane holds at most
+  // The words of a lane's runs as loaded (2 columns a word of a 2-byte state), converted where
+  // the row is computed (state_value).
   struct Raw {
-    uint32_t w[kMaxCols];
+    uint32_t w[kMaxCols * kStateBytes / 4];
   };
   __device__ explicit DynLongConfig(const Args &a) : DynUnevenConfig(a, kMaxCols) {}
 
   __device__ int run() const { return kRun; }
   __device__ int state_bytes() const { return kStateBytes; }
+  // Every lane holds at least 8 columns: above 256 a row of a 2-byte state (a multiple of 32
+  // columns, checks.h) has at least 36 runs of 8, one of an fp32 state (a multiple of 16) at
+  // least 68 runs of 4, so lane 31's first two runs are in the row. The tests of the first 8
+  // columns then fold away.
+  __device__ int ncols() const {
+    __builtin_assume(ncols_ >= 8);
+    return ncols_;
+  }
   // Philox rounds: only an F16 state takes stochastic rounding (checks.h).
   __device__ int rounds() const { return kStateDtype == MAMBA_SSU_F16 ? rounds_ : 0; }
   __device__ int col(int lane, int i) const {
     return lane * kRun + (i / kRun) * 32 * kRun + i % kRun;
   }
 
+  // x and z as loaded (kRawInputs), converted by input_value where the row is computed.
+  __device__ uint32_t load_input_word(const void *p, int64_t idx) const {
+    return input_dtype_ == MAMBA_SSU_F32 ? static_cast<const uint32_t *>(p)[idx]
+                                         : static_cast<const unsigned short *>(p)[idx];
+  }
+  __device__ float input_value(uint32_t w) const {
+    if (input_dtype_ == MAMBA_SSU_F32) return __uint_as_float(w);
+    return input_dtype_ == MAMBA_SSU_F16 ? half_bits_to_float(w) : bf16_bits_to_float(w);
+  }
+
   __device__ void load_state(const void *row, int lane, Raw &r) const {
     const char *p = static_cast<const char *>(row);
 #pragma unroll
     for (int j = 0; j < kRuns; ++j) {
-      if (j * kRun < ncols_) {
+      if (j * kRun < ncols()) {
         const uint4 v = *reinterpret_cast<const uint4 *>(p + 16 * (lane + 32 * j));
-        const uint32_t q[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int k = 0; k < kRun; ++k)
-          r.w[j * kRun + k] =
-              kStateBytes == 4 ? q[k] : (q[k / 2] >> (16 * (k % 2))) & 0xffffu;
+        r.w[4 * j] = v.x;
+        r.w[4 * j + 1] = v.y;
+        r.w[4 * j + 2] = v.z;
+        r.w[4 * j + 3] = v.w;
       }
     }
   }
-  template <class R>
-  __device__ float state_value(const R &r, int i) const {
-    if constexpr (kStateDtype == MAMBA_SSU_F32) return __uint_as_float(r.w[i]);
-    else if constexpr (kStateDtype == MAMBA_SSU_F16) return half_bits_to_float(r.w[i]);
-    else return bf16_bits_to_float(r.w[i]);
+  // Element i's bits (a 2-byte state's in the low half).
+  __device__ uint32_t bits(const Raw &r, int i) const {
+    if constexpr (kStateBytes == 4) return r.w[i];
+    else return (r.w[i / 2] >> (16 * (i % 2))) & 0xffffu;
+  }
+  __device__ float state_value(const Raw &r, int i) const {
+    if constexpr (kStateDtype == MAMBA_SSU_F32) return __uint_as_float(bits(r, i));
+    else if constexpr (kStateDtype == MAMBA_SSU_F16) return half_bits_to_float(bits(r, i));
+    else return bf16_bits_to_float(bits(r, i));
   }
   __device__ void store_state(void *row, int lane, const uint32_t (&bits)[kMaxCols]) const {
     char *p = static_cast<char *>(row);
 #pragma unroll
     for (int j = 0; j < kRuns; ++j) {
-      if (j * kRun < ncols_) {
+      if (j * kRun < ncols()) {
         uint32_t q[4];
 #pragma unroll
         for (int k = 0; k < 4; ++k)
@@ -1017,11 +1044,25 @@ __device__ __forceinline__ float reduce_rows(float (&v)[U], int lane) {
 
 // One chunk of rows of one warp: the packed state and x of each row, and the
 // z of the row whose output this lane computes (chunk_row).
+// Whether a config keeps x and z as the words it loaded, converted where the row is computed
+// (Cfg::kRawInputs: DynLongConfig, whose input dtype is a run-time value; a conversion next to
+// its load waits for the load, so that the next chunk's loads would not overlap the current
+// chunk's work: docs/perf-notes.md, "above dstate 256: the loads that waited").
+template <class Cfg, class = void>
+struct HasRawInputs : std::false_type {};
+template <class Cfg>
+struct HasRawInputs<Cfg, std::void_t<decltype(Cfg::kRawInputs)>>
+    : std::integral_constant<bool, Cfg::kRawInputs> {};
+
+// The type a chunk holds x and z in: their loaded words (HasRawInputs) or their fp32 values.
+template <class Cfg>
+using InputWord = std::conditional_t<HasRawInputs<Cfg>::value, uint32_t, float>;
+
 template <class Cfg>
 struct Chunk {
   typename Cfg::Raw state[Cfg::kRowsPerChunk];
-  float x[Cfg::kRowsPerChunk];
-  float z;
+  InputWord<Cfg> x[Cfg::kRowsPerChunk];
+  InputWord<Cfg> z;
 };
 
 // A chunk before its loads: zeroed when Cfg::kZeroChunks, else left for the loads to fill (every
@@ -1085,7 +1126,8 @@ __device__ __forceinline__ void load_chunk(const Cfg &cfg, const Args &a, Chunk<
     for (int r = 0; r < U; ++r) {
       const int d = d0 + r;
       if (Cfg::kFullChunks || d < d_end) {
-        if constexpr (!Cfg::kVecX) c.x[r] = cfg.load_input(a.x, x_row + d);
+        if constexpr (HasRawInputs<Cfg>::value) c.x[r] = cfg.load_input_word(a.x, x_row + d);
+        else if constexpr (!Cfg::kVecX) c.x[r] = cfg.load_input(a.x, x_row + d);
         if (Cfg::kZeroPage || !pad) {
           cfg.load_state(read_head + static_cast<int64_t>(d) * cfg.dstate() * cfg.state_bytes(),
                          lane, c.state[r]);
@@ -1108,7 +1150,10 @@ __device__ __forceinline__ void load_chunk(const Cfg &cfg, const Args &a, Chunk<
     if constexpr (Cfg::kZ == 0) {
       c.z = 0.0f;  // never read
     } else if constexpr (Cfg::kZeroChunks) {
-      if (has_z<Cfg>(a) && (Cfg::kFullChunks || dz < d_end)) c.z = cfg.load_input(a.z, z_row + dz);
+      if (has_z<Cfg>(a) && (Cfg::kFullChunks || dz < d_end)) {
+        if constexpr (HasRawInputs<Cfg>::value) c.z = cfg.load_input_word(a.z, z_row + dz);
+        else c.z = cfg.load_input(a.z, z_row + dz);
+      }
     } else {
       c.z = has_z<Cfg>(a) ? cfg.load_input(a.z, z_row + dz) : 0.0f;
     }
@@ -1414,7 +1459,9 @@ __device__ __forceinline__ void ssu_body(const Args &a, const ScaleArgs &sc = Sc
     }
 #pragma unroll
     for (int r = 0; r < U; ++r) {
-      const float x = cur.x[r];
+      float x;
+      if constexpr (HasRawInputs<Cfg>::value) x = cfg.input_value(cur.x[r]);
+      else x = cur.x[r];
 #pragma unroll
       for (int i = 0; i < K; ++i) {
         if (i < cfg.ncols()) {
@@ -1456,7 +1503,9 @@ __device__ __forceinline__ void ssu_body(const Args &a, const ScaleArgs &sc = Sc
       const int d = d0 + my_row;
       if (out_lane && (Cfg::kFullChunks || d < d_end))
       {
-        if constexpr (kOutPtr)
+        if constexpr (HasRawInputs<Cfg>::value)
+          cfg.store_out(a.out, out_row + d, has_z<Cfg>(a) ? gate(y, cfg.input_value(cur.z)) : y);
+        else if constexpr (kOutPtr)
           cfg.store_out(out_p, 0, has_z<Cfg>(a) ? gate(y, cur.z) : y);
         else
           cfg.store_out(a.out, out_row + d, has_z<Cfg>(a) ? gate(y, cur.z) : y);
