@@ -1042,8 +1042,6 @@ __device__ __forceinline__ float reduce_rows(float (&v)[U], int lane) {
   return acc;
 }
 
-// One chunk of rows of one warp: the packed state and x of each row, and the
-// z of the row whose output this lane computes (chunk_row).
 // Whether a config keeps x and z as the words it loaded, converted where the row is computed
 // (Cfg::kRawInputs: DynLongConfig, whose input dtype is a run-time value; a conversion next to
 // its load waits for the load, so that the next chunk's loads would not overlap the current
@@ -1058,6 +1056,8 @@ struct HasRawInputs<Cfg, std::void_t<decltype(Cfg::kRawInputs)>>
 template <class Cfg>
 using InputWord = std::conditional_t<HasRawInputs<Cfg>::value, uint32_t, float>;
 
+// One chunk of rows of one warp: the packed state and x of each row, and the
+// z of the row whose output this lane computes (chunk_row).
 template <class Cfg>
 struct Chunk {
   typename Cfg::Raw state[Cfg::kRowsPerChunk];
@@ -1459,6 +1459,9 @@ __device__ __forceinline__ void ssu_body(const Args &a, const ScaleArgs &sc = Sc
     }
 #pragma unroll
     for (int r = 0; r < U; ++r) {
+      // x as fp32 (HasRawInputs: converted here). Written as a branch at the use: an identity
+      // helper for the other configs changed their kernels' SASS (perf-notes, "above dstate
+      // 256: the loads that waited"); so at the output's z below.
       float x;
       if constexpr (HasRawInputs<Cfg>::value) x = cfg.input_value(cur.x[r]);
       else x = cur.x[r];
