@@ -867,14 +867,14 @@ struct DynLongConfig : DynUnevenConfig {
     }
   }
   // Element i's bits (a 2-byte state's in the low half).
-  __device__ uint32_t bits(const Raw &r, int i) const {
+  __device__ uint32_t element_bits(const Raw &r, int i) const {
     if constexpr (kStateBytes == 4) return r.w[i];
     else return (r.w[i / 2] >> (16 * (i % 2))) & 0xffffu;
   }
   __device__ float state_value(const Raw &r, int i) const {
-    if constexpr (kStateDtype == MAMBA_SSU_F32) return __uint_as_float(bits(r, i));
-    else if constexpr (kStateDtype == MAMBA_SSU_F16) return half_bits_to_float(bits(r, i));
-    else return bf16_bits_to_float(bits(r, i));
+    if constexpr (kStateDtype == MAMBA_SSU_F32) return __uint_as_float(element_bits(r, i));
+    else if constexpr (kStateDtype == MAMBA_SSU_F16) return half_bits_to_float(element_bits(r, i));
+    else return bf16_bits_to_float(element_bits(r, i));
   }
   __device__ void store_state(void *row, int lane, const uint32_t (&bits)[kMaxCols]) const {
     char *p = static_cast<char *>(row);
