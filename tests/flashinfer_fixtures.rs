@@ -329,3 +329,37 @@ fn ulp_distance_is_monotone_and_symmetric() {
     assert_eq!(ulp_distance_16(0x7E00, 0x3C00, false), u32::MAX);
     assert_eq!(ulp_distance_32(1.0f32.to_bits(), 1.5f32.to_bits()), 1 << 22);
 }
+
+/// A manifest named by its plain path, by its `.xz` path, or by the plain path of an
+/// xz-compressed copy reads the same (what `MAMBA_SSU_FLASHINFER_MANIFEST` may name).
+#[test]
+fn manifest_paths_with_and_without_xz_read_alike() {
+    let dir = std::env::temp_dir().join(format!("mamba-ssu-xz-paths-{}", std::process::id()));
+    let plain = dir.join("plain");
+    let packed = dir.join("packed");
+    std::fs::create_dir_all(&plain).unwrap();
+    std::fs::create_dir_all(&packed).unwrap();
+    std::fs::write(
+        plain.join("manifest.json"),
+        common::unxz(common::EMBEDDED_MANIFEST),
+    )
+    .unwrap();
+    std::fs::write(
+        plain.join("fixtures.bin"),
+        common::unxz(common::EMBEDDED_FIXTURES),
+    )
+    .unwrap();
+    std::fs::write(packed.join("manifest.json.xz"), common::EMBEDDED_MANIFEST).unwrap();
+    std::fs::write(packed.join("fixtures.bin.xz"), common::EMBEDDED_FIXTURES).unwrap();
+    let want = Manifest::embedded();
+    for path in [
+        plain.join("manifest.json"),
+        packed.join("manifest.json"),
+        packed.join("manifest.json.xz"),
+    ] {
+        let m = Manifest::from_path(&path);
+        assert_eq!(m.cases.len(), want.cases.len(), "{}", path.display());
+        assert_eq!(m.bins, want.bins, "{}", path.display());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

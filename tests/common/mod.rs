@@ -40,9 +40,11 @@ pub fn unxz_text(xz: &[u8]) -> String {
     String::from_utf8(unxz(xz)).expect("embedded text is UTF-8")
 }
 
-/// The file at `path`, or the decompressed contents of `<path>.xz` when `path` is absent.
+/// The file at `path` (decompressed when its name ends in `.xz`, as `merge.py --xz` writes
+/// them), or the decompressed contents of `<path>.xz` when `path` is absent.
 pub fn read_maybe_xz(path: &Path) -> Vec<u8> {
     match std::fs::read(path) {
+        Ok(data) if path.extension().is_some_and(|e| e == "xz") => unxz(&data),
         Ok(data) => data,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let mut xz_path = path.as_os_str().to_owned();
