@@ -824,7 +824,8 @@ const DSBIG_F32IN_074: Embedded = Embedded {
 /// (`tools/flashinfer-recorder/cases/dsbig_f16in_cases.json`, recorded on an H100 on
 /// 2026-12-06): head dim 64, dstates 288, 384 and 512, an fp16 state without SR and at 5 and 10
 /// rounds, a bf16 and an fp32 state without SR; batch 2 with a pad slot; the simple, horizontal
-/// and auto mappings.
+/// and auto mappings. Blocks over 2 KiB by hash (B, C and the state regenerated from the
+/// generator).
 const DSBIG_F16IN: Embedded = Embedded {
     name: "flashinfer_ssu_dsbig_f16in",
     manifest: include_bytes!("data/flashinfer_ssu_dsbig_f16in/manifest.json.xz"),
@@ -1127,7 +1128,11 @@ fn embedded_sets_are_intact() {
                 }
             }
         }
-        assert!(regenerated > 0, "{}: no block regenerated", e.name);
+        assert!(
+            regenerated > 10,
+            "{}: only {regenerated} blocks regenerated",
+            e.name
+        );
         assert_eq!(dims.into_iter().collect::<Vec<_>>(), e.dims, "{}", e.name);
         assert_eq!(
             dstates.into_iter().collect::<Vec<_>>(),
