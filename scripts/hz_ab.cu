@@ -7,7 +7,8 @@
 //   bash scripts/hz_ab.sh BASE_REV            (here: builds .gpu/hz_ab)
 //   .gpu/hz_ab [--check-only] [--time-only] [--reps N] [--ncu] [--only TEXT]   (GPU host; --only:
 //   the timing cases whose name contains TEXT; HZ_TIF=4|8 sets both sides' ring of tiles,
-//   HZ_NEW_TIF=4|8 the new side's alone; HZ_NEW_RPW=16|32|64 and HZ_NEW_MINW=N the new side's
+//   HZ_NEW_TIF=4|8 the new side's alone (8: hz_kernel_grouped on rows of 4 stages or more, with
+//   the compiled-in round counts too); HZ_NEW_RPW=16|32|64 and HZ_NEW_MINW=N the new side's
 //   most rows per warp and warps per SM of its rows-per-warp rule; HZ_WARM=1 times every call on
 //   one copy of the state)
 //
@@ -266,7 +267,7 @@ __global__ void spin(int *flag, long long ns) {
 }
 
 // One call of side NS's kernel (the dispatch of ssu_single_hz.cu).
-#define HZ_SIDE(NS, FN, GO0, ANY)                                                              \
+#define HZ_SIDE(NS, FN, GO0, GOR, ANY)                                                         \
   void FN(const Case &c, const Bufs &b, const int32_t *idx, const int32_t *dst,                \
           cudaStream_t st) {                                                                   \
     using namespace NS;                                                                        \
@@ -291,8 +292,8 @@ __global__ void spin(int *flag, long long ns) {
     if (c.state_dtype == MAMBA_SSU_F16) {                                                      \
       if (bf && (c.rounds == 0 || c.rounds == 5 || c.rounds == 10)) {                          \
         if (c.rounds == 0) GO0(MAMBA_SSU_F16, true);                                           \
-        else if (c.rounds == 5) go(hz_kernel<MAMBA_SSU_F16, 5, true>);                         \
-        else go(hz_kernel<MAMBA_SSU_F16, 10, true>);                                           \
+        else if (c.rounds == 5) GOR(MAMBA_SSU_F16, 5, true);                                   \
+        else GOR(MAMBA_SSU_F16, 10, true);                                                     \
       } else {                                                                                 \
         go(hz_kernel<MAMBA_SSU_F16, -1, false>);                                               \
       }                                                                                        \
@@ -308,6 +309,7 @@ __global__ void spin(int *flag, long long ns) {
 // A kernel with the round count 0 compiled in: the base's hz_kernel; on the new side, as its
 // launcher does, hz_kernel_grouped for the calls with 8 tiles in flight.
 #define HZ_GO0_BASE(S, BF) go(hz_kernel<S, 0, BF>)
+#define HZ_GOR_BASE(S, R, BF) go(hz_kernel<S, R, BF>)
 // The kernel of any stage count (dstate 96): the base's launcher runs its run-time
 // instantiations; the new side, as its launcher does, the ones with the input dtypes and the
 // round count compiled in where the call allows (`cr`).
@@ -340,8 +342,14 @@ __global__ void spin(int *flag, long long ns) {
   (a.tiles_in_flight == kTilesInFlightLarge && c.dstate * c.esize() >= 256           \
        ? go(hz_kernel_grouped<S, 0, BF>)                                             \
        : go(hz_kernel<S, 0, BF>))
-HZ_SIDE(::mamba_ssu::hz_base, launch_base, HZ_GO0_BASE, HZ_ANY_BASE)
-HZ_SIDE(::mamba_ssu::hz, launch_new, HZ_GO0_NEW, HZ_ANY_NEW)
+// A compiled-in round count: on the new side hz_kernel_grouped where the ring is 8 tiles of rows
+// of 4 stages or more (HZ_NEW_TIF=8 with rounds).
+#define HZ_GOR_NEW(S, R, BF)                                                         \
+  (a.tiles_in_flight == kTilesInFlightLarge && c.dstate * c.esize() >= 256           \
+       ? go(hz_kernel_grouped<S, R, BF>)                                             \
+       : go(hz_kernel<S, R, BF>))
+HZ_SIDE(::mamba_ssu::hz_base, launch_base, HZ_GO0_BASE, HZ_GOR_BASE, HZ_ANY_BASE)
+HZ_SIDE(::mamba_ssu::hz, launch_new, HZ_GO0_NEW, HZ_GOR_NEW, HZ_ANY_NEW)
 
 size_t state_bytes(const Case &c, int64_t slots) {
   return size_t(slots) * c.nheads * c.dim * c.dstate * c.esize();
@@ -539,6 +547,10 @@ int main(int argc, char **argv) {
       for (int dim : {64, 128})
         for (int ds : {64, 256})
           for (int batch : {8, 32}) ts.push_back(mk(dim, ds, 128, batch, sd, 0));
+    // fp16 state, dstate 256 (rows of 512 bytes).
+    for (int dim : {64, 128})
+      for (int batch : {8, 32})
+        for (int rounds : {0, 5, 10}) ts.push_back(mk(dim, 256, 128, batch, F16, rounds));
     ts.push_back(mk(128, 128, 128, 256, F16, 0));
     ts.push_back(mk(128, 128, 128, 256, F16, 10));
     // dstate 96 (the kernel of any stage count).
