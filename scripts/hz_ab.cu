@@ -267,7 +267,7 @@ __global__ void spin(int *flag, long long ns) {
 }
 
 // One call of side NS's kernel (the dispatch of ssu_single_hz.cu).
-#define HZ_SIDE(NS, FN, GO0, GOR, ANY)                                                         \
+#define HZ_SIDE(NS, FN, GO, ANY)                                                               \
   void FN(const Case &c, const Bufs &b, const int32_t *idx, const int32_t *dst,                \
           cudaStream_t st) {                                                                   \
     using namespace NS;                                                                        \
@@ -291,25 +291,24 @@ __global__ void spin(int *flag, long long ns) {
     }                                                                                          \
     if (c.state_dtype == MAMBA_SSU_F16) {                                                      \
       if (bf && (c.rounds == 0 || c.rounds == 5 || c.rounds == 10)) {                          \
-        if (c.rounds == 0) GO0(MAMBA_SSU_F16, true);                                           \
-        else if (c.rounds == 5) GOR(MAMBA_SSU_F16, 5, true);                                   \
-        else GOR(MAMBA_SSU_F16, 10, true);                                                     \
+        if (c.rounds == 0) GO(MAMBA_SSU_F16, 0, true);                                         \
+        else if (c.rounds == 5) GO(MAMBA_SSU_F16, 5, true);                                    \
+        else GO(MAMBA_SSU_F16, 10, true);                                                      \
       } else {                                                                                 \
         go(hz_kernel<MAMBA_SSU_F16, -1, false>);                                               \
       }                                                                                        \
     } else if (c.state_dtype == MAMBA_SSU_BF16) {                                              \
-      if (bf) GO0(MAMBA_SSU_BF16, true);                                                       \
-      else GO0(MAMBA_SSU_BF16, false);                                                         \
+      if (bf) GO(MAMBA_SSU_BF16, 0, true);                                                     \
+      else GO(MAMBA_SSU_BF16, 0, false);                                                       \
     } else {                                                                                   \
-      if (bf) GO0(MAMBA_SSU_F32, true);                                                        \
-      else GO0(MAMBA_SSU_F32, false);                                                          \
+      if (bf) GO(MAMBA_SSU_F32, 0, true);                                                      \
+      else GO(MAMBA_SSU_F32, 0, false);                                                        \
     }                                                                                          \
   }
 
-// A kernel with the round count 0 compiled in: the base's hz_kernel; on the new side, as its
-// launcher does, hz_kernel_grouped for the calls with 8 tiles in flight.
-#define HZ_GO0_BASE(S, BF) go(hz_kernel<S, 0, BF>)
-#define HZ_GOR_BASE(S, R, BF) go(hz_kernel<S, R, BF>)
+// A kernel with the round count R (0, 5 or 10) compiled in: the base's hz_kernel; on the new
+// side, as its launcher does, hz_kernel_grouped for the calls with 8 tiles in flight (below).
+#define HZ_GO_BASE(S, R, BF) go(hz_kernel<S, R, BF>)
 // The kernel of any stage count (dstate 96): the base's launcher runs its run-time
 // instantiations; the new side, as its launcher does, the ones with the input dtypes and the
 // round count compiled in where the call allows (`cr`).
@@ -337,19 +336,13 @@ __global__ void spin(int *flag, long long ns) {
     }                                                                                          \
   } while (0)
 // (rows of 4 stages or more, which the launcher's 8-tile rule implies: HZ_TIF=8 forces 8 tiles
-// on shorter rows too, which take hz_kernel.)
-#define HZ_GO0_NEW(S, BF)                                                            \
-  (a.tiles_in_flight == kTilesInFlightLarge && c.dstate * c.esize() >= 256           \
-       ? go(hz_kernel_grouped<S, 0, BF>)                                             \
-       : go(hz_kernel<S, 0, BF>))
-// A compiled-in round count: on the new side hz_kernel_grouped where the ring is 8 tiles of rows
-// of 4 stages or more (HZ_NEW_TIF=8 with rounds).
-#define HZ_GOR_NEW(S, R, BF)                                                         \
+// on shorter rows too, which take hz_kernel; HZ_NEW_TIF=8 gives the rounding calls 8 tiles.)
+#define HZ_GO_NEW(S, R, BF)                                                          \
   (a.tiles_in_flight == kTilesInFlightLarge && c.dstate * c.esize() >= 256           \
        ? go(hz_kernel_grouped<S, R, BF>)                                             \
        : go(hz_kernel<S, R, BF>))
-HZ_SIDE(::mamba_ssu::hz_base, launch_base, HZ_GO0_BASE, HZ_GOR_BASE, HZ_ANY_BASE)
-HZ_SIDE(::mamba_ssu::hz, launch_new, HZ_GO0_NEW, HZ_GOR_NEW, HZ_ANY_NEW)
+HZ_SIDE(::mamba_ssu::hz_base, launch_base, HZ_GO_BASE, HZ_ANY_BASE)
+HZ_SIDE(::mamba_ssu::hz, launch_new, HZ_GO_NEW, HZ_ANY_NEW)
 
 size_t state_bytes(const Case &c, int64_t slots) {
   return size_t(slots) * c.nheads * c.dim * c.dstate * c.esize();
