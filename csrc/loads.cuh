@@ -37,19 +37,11 @@ __device__ __forceinline__ uint32_t float_to_bf16_bits_rn(float v) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 
-// Element idx of a tensor of the given float dtype, widened to fp32 (load_float), or in two
-// steps for a load issued ahead of its use: load_bits (the element's bits: 4 bytes of an fp32
-// tensor, 2 of an fp16 or bf16 one in the low half), then bits_value (their value as fp32).
-__device__ __forceinline__ uint32_t load_bits(const void *p, int64_t idx, int32_t dtype) {
-  return dtype == MAMBA_SSU_F32 ? static_cast<const uint32_t *>(p)[idx]
-                                : static_cast<const unsigned short *>(p)[idx];
-}
-__device__ __forceinline__ float bits_value(uint32_t bits, int32_t dtype) {
-  if (dtype == MAMBA_SSU_F32) return __uint_as_float(bits);
-  return dtype == MAMBA_SSU_F16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits);
-}
+// Element idx of a tensor of the given float dtype, widened to fp32.
 __device__ __forceinline__ float load_float(const void *p, int64_t idx, int32_t dtype) {
-  return bits_value(load_bits(p, idx, dtype), dtype);
+  if (dtype == MAMBA_SSU_F32) return static_cast<const float *>(p)[idx];
+  const uint32_t bits = static_cast<const unsigned short *>(p)[idx];
+  return dtype == MAMBA_SSU_F16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits);
 }
 
 // v rounded to nearest into element idx of a tensor of the given float dtype.

@@ -845,9 +845,13 @@ struct DynLongConfig : DynUnevenConfig {
 
   // x and z as loaded (kRawInputs), converted by input_value where the row is computed.
   __device__ uint32_t load_input_word(const void *p, int64_t idx) const {
-    return load_bits(p, idx, input_dtype_);
+    return input_dtype_ == MAMBA_SSU_F32 ? static_cast<const uint32_t *>(p)[idx]
+                                         : static_cast<const unsigned short *>(p)[idx];
   }
-  __device__ float input_value(uint32_t w) const { return bits_value(w, input_dtype_); }
+  __device__ float input_value(uint32_t w) const {
+    if (input_dtype_ == MAMBA_SSU_F32) return __uint_as_float(w);
+    return input_dtype_ == MAMBA_SSU_F16 ? half_bits_to_float(w) : bf16_bits_to_float(w);
+  }
 
   __device__ void load_state(const void *row, int lane, Raw &r) const {
     const char *p = static_cast<const char *>(row);

@@ -155,14 +155,17 @@ struct Elem {
     if constexpr (kCompiled) {
       return static_cast<const unsigned short *>(p)[idx];
     } else {
-      return ssu::load_bits(p, idx, a.input_dtype);
+      return a.input_dtype == MAMBA_SSU_F32 ? __float_as_uint(static_cast<const float *>(p)[idx])
+                                            : static_cast<const unsigned short *>(p)[idx];
     }
   }
   __device__ static float input_value(const Args &a, uint32_t bits) {
     if constexpr (kCompiled) {
       return widen(bits);
     } else {
-      return ssu::bits_value(bits, a.input_dtype);
+      return a.input_dtype == MAMBA_SSU_F32   ? __uint_as_float(bits)
+             : a.input_dtype == MAMBA_SSU_F16 ? ssu::half_bits_to_float(bits)
+                                              : ssu::bf16_bits_to_float(bits);
     }
   }
   __device__ static float load_input(const Args &a, const void *p, int64_t idx) {
