@@ -669,10 +669,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock, min_blocks<kState, kRounds>(
 }
 
 // hz_kernel with its copies by groups of 4 stages (kGrouped), for the calls the launcher gives
-// 8 tiles in flight (no stochastic rounding, >= 64 MiB of state, rows of 4 stages or more): a
-// kernel of its own so that hz_kernel's instantiations keep their names and code. It also takes
-// a compiled-in round count (the fp16 state's 5 or 10), which no launcher picks: scripts/hz_ab.cu
-// times it against hz_kernel (HZ_NEW_TIF=8).
+// 8 tiles in flight (rows of 4 stages or more; >= 64 MiB of state without stochastic rounding,
+// >= 128 MiB with the fp16 state's 5 or 10 rounds compiled in: ssu_single_hz.cu): a kernel of
+// its own so that hz_kernel's instantiations keep their names and code.
 template <int kState, int kRounds, bool kBf16>
 __global__ void __launch_bounds__(kThreadsPerBlock, min_blocks<kState, kRounds>())
     hz_kernel_grouped(const Args a) {

@@ -234,11 +234,11 @@ struct HasTif {
 };
 
 // The block's shared memory of a side (and its tiles in flight where its Args has them).
-int plan_tif(const Case &c);
+int plan_tif(const Case &c, bool new_side);
 template <class A, class S2, class S1, class SetT>
 size_t smem_for(A &a, const Case &c, S2 s2, S1 s1, SetT set) {
   if constexpr (HasTif<A>::value) {
-    int t = plan_tif(c);
+    int t = plan_tif(c, std::is_same_v<A, ::mamba_ssu::hz::Args>);
     // HZ_NEW_TIF: the new side's ring alone (4 or 8), for experiments on the launcher's rule.
     if (const char *e = std::getenv("HZ_NEW_TIF"); e && std::is_same_v<A, ::mamba_ssu::hz::Args>)
       t = std::atoi(e);
@@ -250,13 +250,19 @@ size_t smem_for(A &a, const Case &c, S2 s2, S1 s1, SetT set) {
 }
 
 // The launcher's choice (ssu_single_hz.cu): 8 tiles in flight for calls that read >= 64 MiB of
-// state in rows of >= 256 bytes without stochastic rounding, else 4; HZ_TIF overrides it (4 or 8) for experiments.
-int plan_tif(const Case &c) {
+// state in rows of >= 256 bytes without stochastic rounding, else 4; with stochastic rounding
+// the base's side keeps 4, the new side's takes 8 from 128 MiB where the round count is compiled
+// in (5 or 10, bf16 inputs) at a dstate of 4 or 8 stages (not 96). HZ_TIF overrides both sides
+// (4 or 8) for experiments.
+int plan_tif(const Case &c, bool new_side) {
   if (const char *e = std::getenv("HZ_TIF")) return std::atoi(e);
   const int64_t bytes = int64_t(c.batch) * c.nheads * c.dim * c.dstate * c.esize();
   const bool rounds = c.state_dtype == MAMBA_SSU_F16 && c.rounds > 0;
   const bool long_rows = c.dstate * c.esize() >= 256;
-  return !rounds && long_rows && bytes >= (int64_t(64) << 20) ? 8 : 4;
+  if (!rounds) return long_rows && bytes >= (int64_t(64) << 20) ? 8 : 4;
+  const bool sr_grouped =
+      new_side && c.bf16_in && (c.rounds == 5 || c.rounds == 10) && c.dstate != 96;
+  return sr_grouped && long_rows && bytes >= (int64_t(128) << 20) ? 8 : 4;
 }
 
 __global__ void spin(int *flag, long long ns) {

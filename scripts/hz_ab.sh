@@ -4,8 +4,10 @@
 #
 #   bash scripts/hz_ab.sh BASE_REV      (here)
 #   .gpu/hz_ab [--check-only] [--time-only] [--reps N] [--ncu] [--only TEXT]   (on the GPU host)
+# HZ_AB_NVCC_FLAGS: more nvcc flags (e.g. -DNAME=VALUE for a macro of csrc/: the working tree's side
+# only, the base header has its own constants); HZ_AB_OUT: the program's path (default .gpu/hz_ab).
 set -euo pipefail
-[ $# -eq 1 ] || { sed -n '2,6p' "$0" >&2; exit 2; }
+[ $# -eq 1 ] || { sed -n '2,8p' "$0" >&2; exit 2; }
 root=$(git rev-parse --show-toplevel)
 cd "$root"
 [ -n "${MAMBA_SSU_CUDA_ROOT:-}" ] || eval "$(bash scripts/setup.sh)"
@@ -14,7 +16,8 @@ trap 'rm -rf "$tmp"' EXIT
 # The base's header, its namespace renamed (hz -> hz_base) so that both sides link into one program.
 git show "$1:csrc/ssu_hz.cuh" | sed -e 's/^namespace hz {/namespace hz_base {/' >"$tmp/ssu_hz_base.cuh"
 mkdir -p .gpu
+out=${HZ_AB_OUT:-.gpu/hz_ab}
 "$MAMBA_SSU_CUDA_ROOT/bin/nvcc" -std=c++17 -O3 -ftz=true -fmad=false \
   -gencode=arch=compute_90,code=sm_90 -lineinfo -DMAMBA_SSU_NO_DEPRECATION_WARNINGS -Icsrc -I"$tmp" \
-  -DHZ_BASE_HEADER='"ssu_hz_base.cuh"' scripts/hz_ab.cu -o .gpu/hz_ab
-echo "built .gpu/hz_ab (base $(git rev-parse --short "$1"))"
+  -DHZ_BASE_HEADER='"ssu_hz_base.cuh"' ${HZ_AB_NVCC_FLAGS:-} scripts/hz_ab.cu -o "$out"
+echo "built $out (base $(git rev-parse --short "$1"))"

@@ -676,7 +676,8 @@ fn horizontal_matches_the_model_bit_for_bit() {
 
 /// The kernel's 64-row warps and large grids (Nemotron-H's 128 heads at batch 32, and 32
 /// heads at batch 256), with and without SR, bit for bit; the grouped copies (no SR, >= 64 MiB
-/// of state) with bf16 and with fp16 inputs.
+/// of state) with bf16 and with fp16 inputs, and with SR (bf16 inputs, >= 128 MiB) at 5 and 10
+/// rounds, beside an fp16-input SR call of the same size (hz_kernel_f16in, not grouped).
 #[test]
 #[ignore = "requires a CUDA GPU"]
 fn horizontal_large_grids_match_the_model() {
@@ -693,6 +694,9 @@ fn horizontal_large_grids_match_the_model() {
         (32, 256, 64, 128, 5, "float16"),
         (128, 8, 128, 256, 10, "bfloat16"),
         (128, 8, 64, 64, 10, "bfloat16"),
+        (128, 32, 128, 128, 5, "bfloat16"),
+        (128, 32, 64, 256, 10, "bfloat16"),
+        (128, 32, 64, 256, 5, "float16"),
     ] {
         let mut c = Cfg::base();
         (c.nheads, c.batch, c.dim, c.dstate, c.rounds) = (nheads, batch, dim, dstate, rounds);
