@@ -711,7 +711,7 @@ int with_kernel_params(int32_t state_dtype, bool compiled, int rounds, Go &&go) 
 // hz_kernel (kAnyStages: hz_kernel_any_stages; kGrouped: hz_kernel_grouped) with FP16 inputs and
 // weights compiled in (kF16In), a kernel of its own so that the others keep their names and code;
 // instantiated only in a build with MAMBA_SSU_F16_INPUT_KERNELS (ssu_with_f16_inputs.cu: an F16
-// state with 0, 5 or 10 rounds, a BF16 or F32 state; 13 kernels).
+// state with 0, 5 or 10 rounds, a BF16 or F32 state; 15 kernels).
 template <int kState, int kRounds, bool kAnyStages, bool kGrouped>
 __global__ void __launch_bounds__(kThreadsPerBlock, min_blocks<kState, kRounds>())
     hz_kernel_f16in(const Args a) {
@@ -729,7 +729,7 @@ int launch_uneven(const Args &a, int32_t state_dtype, bool compiled, unsigned nb
 
 // Launches hz_kernel_f16in for a call with FP16 inputs and weights (an fp16 state's 0, 5 or 10
 // rounds, or a bf16 or fp32 state): `any_stages` at an uneven dstate, else `grouped` (8 tiles in
-// flight, no rounding) or not; the launch status (ssu_with_f16_inputs.cu). Defined only in a
+// flight) or not; the launch status (ssu_with_f16_inputs.cu). Defined only in a
 // build with MAMBA_SSU_F16_INPUT_KERNELS (launch.h: kF16InputKernels), and called only there.
 int launch_f16_inputs(const Args &a, int32_t state_dtype, bool any_stages, bool grouped,
                       unsigned nblocks, size_t smem, cudaStream_t st);

@@ -44,10 +44,11 @@ constexpr int64_t kMinWarpsPerSm = 32;
 // run hz_kernel_grouped (copies by groups of 4 stages: "The horizontal kernel: where the bytes
 // move").
 constexpr int64_t kLargeCallStateBytes = int64_t(64) << 20;
-// The same for the calls that round stochastically with bf16 inputs and the fp16 state's 5 or
-// 10 rounds compiled in, at a dstate of 4 or 8 stages a row: hz_kernel_grouped from 128 MiB of
-// state (same-run A/B on the H100: docs/perf-notes.md, "The horizontal kernel: grouped copies
-// with stochastic rounding"; at 64 MiB it is the slower of the two).
+// The same for the calls that round stochastically with the fp16 state's 5 or 10 rounds
+// compiled in (bf16 inputs, and fp16 ones in a build with them), at a dstate of 4 or 8 stages a
+// row: hz_kernel_grouped (hz_kernel_f16in grouped) from 128 MiB of state (same-run A/B on the
+// H100: docs/perf-notes.md, "The horizontal kernel: grouped copies with stochastic rounding"; at
+// 64 MiB it is the slower of the two).
 constexpr int64_t kLargeSrCallStateBytes = int64_t(128) << 20;
 // Dynamic shared memory a kernel launch takes without cudaFuncSetAttribute's opt-in.
 constexpr int kDefaultSmemBytes = 48 << 10;
@@ -105,12 +106,11 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
   // an opt-in (at dstate 512 the staged B * dt' and C rows leave room for 4).
   const bool large_fits = hz::block_smem_bytes(static_cast<int>(p.dstate),
                                                hz::kTilesInFlightLarge) <= kDefaultSmemBytes;
-  // With stochastic rounding only the kernels with bf16 inputs and the round count compiled in
-  // take the grouped copies (fp16 inputs: not measured), not the kernel of any stage count.
-  const bool large =
-      rounds ? compiled_kernel(p) && p.input_dtype == MAMBA_SSU_BF16 &&
-                   !uneven_dstate(p.dstate) && state_bytes >= kLargeSrCallStateBytes
-             : state_bytes >= kLargeCallStateBytes;
+  // With stochastic rounding only the kernels with the round count compiled in take the grouped
+  // copies, and not the kernel of any stage count.
+  const bool large = rounds ? compiled_kernel(p) && !uneven_dstate(p.dstate) &&
+                                  state_bytes >= kLargeSrCallStateBytes
+                            : state_bytes >= kLargeCallStateBytes;
   pl.tiles_in_flight =
       long_rows && large && large_fits ? hz::kTilesInFlightLarge : hz::kTilesInFlightSmall;
   pl.smem = static_cast<size_t>(
@@ -125,9 +125,9 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
   return MAMBA_SSU_SUCCESS;
 }
 
-// The calls with 8 tiles in flight (rows of 4 stages or more; with stochastic rounding bf16
-// inputs) run the kernels with the round count compiled in as hz_kernel_grouped (copies by
-// groups of 4 stages).
+// The calls with 8 tiles in flight (rows of 4 stages or more) run the kernels with the round
+// count compiled in as hz_kernel_grouped (copies by groups of 4 stages); with stochastic rounding
+// those are the kernels with bf16 inputs (kBf16), fp16 ones going to launch_f16_inputs.
 template <int kState, int kRounds, bool kBf16>
 int launch(const Args &a, const Plan &pl, cudaStream_t stream) {
   if constexpr (kRounds == 0 || (kRounds > 0 && kBf16)) {

@@ -185,8 +185,8 @@ int launch_f16_inputs(const Args &a, int32_t state_dtype, bool any_stages, bool 
     } else {
       if (any_stages)
         hz_kernel_f16in<kState, kRounds, true, false><<<nblocks, kThreadsPerBlock, smem, st>>>(a);
-      else if (kRounds == 0 && grouped)
-        hz_kernel_f16in<kState, 0, false, true><<<nblocks, kThreadsPerBlock, smem, st>>>(a);
+      else if (grouped)
+        hz_kernel_f16in<kState, kRounds, false, true><<<nblocks, kThreadsPerBlock, smem, st>>>(a);
       else
         hz_kernel_f16in<kState, kRounds, false, false><<<nblocks, kThreadsPerBlock, smem, st>>>(a);
       return check_launch("selective_state_update (horizontal) launch");

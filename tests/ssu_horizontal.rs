@@ -676,8 +676,8 @@ fn horizontal_matches_the_model_bit_for_bit() {
 
 /// The kernel's 64-row warps and large grids (Nemotron-H's 128 heads at batch 32, and 32
 /// heads at batch 256), with and without SR, bit for bit; the grouped copies (no SR, >= 64 MiB
-/// of state) with bf16 and with fp16 inputs, and with SR (bf16 inputs, >= 128 MiB) at 5 and 10
-/// rounds, beside an fp16-input SR call of the same size (hz_kernel_f16in, not grouped).
+/// of state) with bf16 and with fp16 inputs, and with SR (>= 128 MiB) at 5 and 10 rounds with
+/// bf16 inputs and at 5 with fp16 ones.
 #[test]
 #[ignore = "requires a CUDA GPU"]
 fn horizontal_large_grids_match_the_model() {
