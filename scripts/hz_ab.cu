@@ -251,9 +251,10 @@ size_t smem_for(A &a, const Case &c, S2 s2, S1 s1, SetT set) {
 
 // The launcher's choice (ssu_single_hz.cu): 8 tiles in flight for calls that read >= 64 MiB of
 // state in rows of >= 256 bytes without stochastic rounding, else 4; with stochastic rounding
-// the base's side keeps 4, the new side's takes 8 from 128 MiB where the round count is compiled
-// in (5 or 10, bf16 inputs) at a dstate of 4 or 8 stages (not 96). HZ_TIF overrides both sides
-// (4 or 8) for experiments.
+// the base's side keeps 4 (the launchers up to b082efa), the new side's takes 8 from 128 MiB
+// where the round count is compiled in (5 or 10, bf16 inputs) at a dstate of 4 or 8 stages (not
+// 96), as the launcher since 466a9a9 (whose grouped calls the base's side runs on hz_kernel, as
+// HZ_GO_BASE does every call). HZ_TIF overrides both sides (4 or 8) for experiments.
 int plan_tif(const Case &c, bool new_side) {
   if (const char *e = std::getenv("HZ_TIF")) return std::atoi(e);
   const int64_t bytes = int64_t(c.batch) * c.nheads * c.dim * c.dstate * c.esize();
