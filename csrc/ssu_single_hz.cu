@@ -106,31 +106,30 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
   // an opt-in (at dstate 512 the staged B * dt' and C rows leave room for 4).
   const bool large_fits = hz::block_smem_bytes(static_cast<int>(p.dstate),
                                                hz::kTilesInFlightLarge) <= kDefaultSmemBytes;
-  // With stochastic rounding only the kernels with the round count compiled in take the grouped
-  // copies, and not the kernel of any stage count.
-  const bool large = rounds ? compiled_kernel(p) && !uneven_dstate(p.dstate) &&
-                                  state_bytes >= kLargeSrCallStateBytes
-                            : state_bytes >= kLargeCallStateBytes;
-  pl.tiles_in_flight =
-      long_rows && large && large_fits ? hz::kTilesInFlightLarge : hz::kTilesInFlightSmall;
-  pl.smem = static_cast<size_t>(
-      hz::block_smem_bytes(static_cast<int>(p.dstate), pl.tiles_in_flight));
   // An uneven dstate (96, 160, 192, 224: rows of 3, 5, 6 or 7 stages of a 2-byte state, twice
   // as many of an fp32 one; an fp32 state at 32 to 240: 2 to 15 stages; above 256 up to 16
   // stages of a 2-byte state, 32 of an fp32 one) runs the kernel of any stage count, with the
   // same dtypes and round counts compiled in as the other dstates.
   pl.compiled = compiled_kernel(p);
   pl.f16_inputs = pl.compiled && p.input_dtype == MAMBA_SSU_F16;
+  // With stochastic rounding only the kernels with the round count compiled in take the grouped
+  // copies, and not the kernel of any stage count.
+  const bool large = rounds ? pl.compiled && !uneven_dstate(p.dstate) &&
+                                  state_bytes >= kLargeSrCallStateBytes
+                            : state_bytes >= kLargeCallStateBytes;
+  pl.tiles_in_flight =
+      long_rows && large && large_fits ? hz::kTilesInFlightLarge : hz::kTilesInFlightSmall;
+  pl.smem = static_cast<size_t>(
+      hz::block_smem_bytes(static_cast<int>(p.dstate), pl.tiles_in_flight));
   *out = pl;
   return MAMBA_SSU_SUCCESS;
 }
 
 // The calls with 8 tiles in flight (rows of 4 stages or more) run the kernels with the round
-// count compiled in as hz_kernel_grouped (copies by groups of 4 stages); with stochastic rounding
-// those are the kernels with bf16 inputs (kBf16), fp16 ones going to launch_f16_inputs.
+// count compiled in (kRounds >= 0) as hz_kernel_grouped (copies by groups of 4 stages).
 template <int kState, int kRounds, bool kBf16>
 int launch(const Args &a, const Plan &pl, cudaStream_t stream) {
-  if constexpr (kRounds == 0 || (kRounds > 0 && kBf16)) {
+  if constexpr (kRounds >= 0) {
     if (pl.tiles_in_flight == hz::kTilesInFlightLarge) {
       hz::hz_kernel_grouped<kState, kRounds, kBf16>
           <<<pl.nblocks, hz::kThreadsPerBlock, pl.smem, stream>>>(a);
