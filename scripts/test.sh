@@ -44,17 +44,31 @@ MAMBA_SSU_CUDA_ARCHS=$full_archs bash scripts/check_fatbin.sh target/c-package/l
 "$py" -m unittest discover -s tools/flashinfer-recorder/tests
 
 # The wheel (README "Use it from Python"): built against that torch, installed with pip into a
-# fresh environment (with the same torch release; pip checks the wheel's torch requirement),
-# imported from there, and the package's CPU tests run on it (the installed plugin entry points
-# included: MAMBA_SSU_EXPECT_WHEEL=1 makes that test fail rather than skip).
+# fresh environment, imported from there, and the package's CPU tests run on it (the installed
+# plugin entry points included: MAMBA_SSU_EXPECT_WHEEL=1 makes that test fail rather than skip).
+# The fresh environment sees the build environment's site-packages (torch, numpy, pytest) as a
+# plain path of a .pth file instead of a second torch install (about 4 GB on disk): pip resolves
+# the wheel's torch requirement against that torch, and that path's own .pth files (the checkout
+# link python/build.sh writes) are not processed, so mamba_ssu can only come from the wheel; the
+# import check below fails if it comes from anywhere else.
 whl=$(MAMBA_SSU_CUDA_ARCHS=$full_archs bash python/wheel.sh "$py" | tail -n 1)
 torch_release=$("$py" -c 'import torch; print(torch.__version__.split("+")[0])')
 clean="${MAMBA_SSU_PY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mamba-ssu}/wheel-check-torch-$torch_release"
 rm -rf "$clean"
 "$("$py" -c 'import sys; print(sys._base_executable)')" -m venv "$clean"
+purelib='import sysconfig; print(sysconfig.get_paths()["purelib"])'
+"$py" -c "$purelib" >"$("$clean/bin/python" -c "$purelib")/mamba_ssu_build_env.pth"
 "$clean/bin/python" -m pip install --quiet --disable-pip-version-check "$whl" \
   "torch==$torch_release" pytest numpy
-(cd /tmp && "$clean/bin/python" -c 'import mamba_ssu, mamba_ssu.vllm, mamba_ssu.sglang; print("test.sh: wheel imports from", mamba_ssu.__file__)')
+(cd /tmp && "$clean/bin/python" - "$clean" <<'PY'
+import os, sys
+import mamba_ssu, mamba_ssu.vllm, mamba_ssu.sglang
+where = os.path.realpath(mamba_ssu.__file__)
+if not where.startswith(os.path.realpath(sys.argv[1]) + os.sep):
+    sys.exit(f"test.sh: mamba_ssu imports from {where}, not from the wheel's environment")
+print("test.sh: wheel imports from", where)
+PY
+)
 (cd python/tests && CUDA_VISIBLE_DEVICES= MAMBA_SSU_REQUIRE_GPU= MAMBA_SSU_EXPECT_WHEEL=1 "$clean/bin/python" -m pytest -q -p no:cacheprovider)
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
