@@ -56,8 +56,8 @@ torch_release=$("$py" -c 'import torch; print(torch.__version__.split("+")[0])')
 clean="${MAMBA_SSU_PY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mamba-ssu}/wheel-check-torch-$torch_release"
 rm -rf "$clean"
 "$("$py" -c 'import sys; print(sys._base_executable)')" -m venv "$clean"
-purelib='import sysconfig; print(sysconfig.get_paths()["purelib"])'
-"$py" -c "$purelib" >"$("$clean/bin/python" -c "$purelib")/mamba_ssu_build_env.pth"
+sitedirs='import sysconfig as s; p = s.get_paths(); print(*dict.fromkeys([p["purelib"], p["platlib"]]), sep="\n")'
+"$py" -c "$sitedirs" >"$("$clean/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/mamba_ssu_build_env.pth"
 "$clean/bin/python" -m pip install --quiet --disable-pip-version-check "$whl" \
   "torch==$torch_release" pytest numpy
 (cd /tmp && "$clean/bin/python" - "$clean" <<'PY'
