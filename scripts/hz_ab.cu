@@ -551,6 +551,8 @@ int main(int argc, char **argv) {
     for (int dim : {64, 128})
       for (int batch : {8, 32})
         for (int rounds : {0, 5, 10}) ts.push_back(mk(dim, 256, 128, batch, F16, rounds));
+    // fp32 state, rows of 512 bytes (dstate 128) at batch 8.
+    for (int dim : {64, 128}) ts.push_back(mk(dim, 128, 128, 8, F32, 0));
     ts.push_back(mk(128, 128, 128, 256, F16, 0));
     ts.push_back(mk(128, 128, 128, 256, F16, 10));
     // dstate 96 (the kernel of any stage count).
