@@ -50,6 +50,12 @@ constexpr int64_t kLargeCallStateBytes = int64_t(64) << 20;
 // H100: docs/perf-notes.md, "The horizontal kernel: grouped copies with stochastic rounding"; at
 // 64 MiB it is the slower of the two).
 constexpr int64_t kLargeSrCallStateBytes = int64_t(128) << 20;
+// Calls without stochastic rounding in rows of at least kWideRowStages stages (512 bytes: an
+// fp16 or bf16 state at dstate 256, an fp32 one from 128) that read less than
+// kLargeCallStateBytes: rows per warp by kMinWarpsPerSmWideRows warps per SM (a warp's B * dt'
+// and C staging, a row's worth, spread over more rows) and 8 tiles in flight.
+constexpr int64_t kWideRowStages = 8;
+constexpr int64_t kMinWarpsPerSmWideRows = 8;
 // Dynamic shared memory a kernel launch takes without cudaFuncSetAttribute's opt-in.
 constexpr int kDefaultSmemBytes = 48 << 10;
 
@@ -79,10 +85,19 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
                 ll(p.dim));
   const int64_t blocks16 = p.dim / hz::kTileRows;  // 4, 8, 12 or 16
   const int64_t heads = p.batch * p.nheads;        // < 2^31 (ssu_check's grid bound)
+  // The bytes of a state row and of the state the call reads (< 2^63: each factor is bounded by
+  // ssu_check).
+  const int64_t row_bytes = p.dstate * float_bytes(p.state_dtype);
+  const int64_t state_bytes = heads * p.dim * row_bytes;
+  const bool rounds = p.state_dtype == MAMBA_SSU_F16 && p.philox_rounds > 0;
+  const bool wide_small = !rounds && !uneven_dstate(p.dstate) &&
+                          row_bytes >= kWideRowStages * hz::kStageBytes &&
+                          state_bytes < kLargeCallStateBytes;
+  const int64_t min_warps = wide_small ? kMinWarpsPerSmWideRows : kMinWarpsPerSm;
   int rpw = kMaxRowsPerWarp;
   while (rpw > hz::kTileRows &&
          (blocks16 % (rpw / hz::kTileRows) != 0 ||
-          heads * (p.dim / rpw) < scaled_warps(d, kMinWarpsPerSm) * d.num_sms))
+          heads * (p.dim / rpw) < scaled_warps(d, min_warps) * d.num_sms))
     rpw /= 2;
   Plan pl{};
   pl.rows_per_warp = rpw;
@@ -95,11 +110,6 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
                 "launch plan: no valid grid for HORIZONTAL (%lld blocks)", ll(nblocks));
   pl.nblocks = static_cast<unsigned>(nblocks);
-  // The bytes of a state row and of the state the call reads (< 2^63: each factor is bounded by
-  // ssu_check).
-  const int64_t row_bytes = p.dstate * float_bytes(p.state_dtype);
-  const int64_t state_bytes = heads * p.dim * row_bytes;
-  const bool rounds = p.state_dtype == MAMBA_SSU_F16 && p.philox_rounds > 0;
   // Rows of at least 4 stages (256 bytes): with 2 a warp has too few tiles to refill the ring.
   const bool long_rows = row_bytes >= 4 * hz::kStageBytes;
   // 8 tiles only where a block's shared memory stays within the 48 KiB a launch takes without
@@ -116,7 +126,7 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
   // copies, and not the kernel of any stage count.
   const bool large = rounds ? pl.compiled && !uneven_dstate(p.dstate) &&
                                   state_bytes >= kLargeSrCallStateBytes
-                            : state_bytes >= kLargeCallStateBytes;
+                            : state_bytes >= kLargeCallStateBytes || wide_small;
   pl.tiles_in_flight =
       long_rows && large && large_fits ? hz::kTilesInFlightLarge : hz::kTilesInFlightSmall;
   pl.smem = static_cast<size_t>(
