@@ -52,9 +52,14 @@ constexpr int64_t kLargeCallStateBytes = int64_t(64) << 20;
 constexpr int64_t kLargeSrCallStateBytes = int64_t(128) << 20;
 // Calls without stochastic rounding in rows of at least kWideRowStages stages (512 bytes: an
 // fp16 or bf16 state at dstate 256, an fp32 one from 128) that read less than
-// kLargeCallStateBytes: rows per warp by kMinWarpsPerSmWideRows warps per SM (a warp's B * dt'
-// and C staging, a row's worth, spread over more rows) and 8 tiles in flight.
+// kLargeCallStateBytes: up to 32 rows per warp, halved below kMinWarpsPerSmWideRows warps per
+// SM (a warp's staging of B * dt' and C, a row's worth each, spread over twice the rows), and 8
+// tiles in flight. Same-run A/B on the H100 (docs/perf-notes.md, "The horizontal kernel without
+// SR: rows of 512 bytes on small calls"): 1.08x at head dim 64 x dstate 256 x 128 heads x batch 8
+// (2-byte state), 1.11x with an fp32 state at dstate 128; with 64 rows a warp head dim 128 lost
+// 3-4 % at 64 MiB, with 32 it gained 1-2 %.
 constexpr int64_t kWideRowStages = 8;
+constexpr int kMaxRowsPerWarpWideRows = 32;
 constexpr int64_t kMinWarpsPerSmWideRows = 8;
 // Dynamic shared memory a kernel launch takes without cudaFuncSetAttribute's opt-in.
 constexpr int kDefaultSmemBytes = 48 << 10;
@@ -94,7 +99,7 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
                           row_bytes >= kWideRowStages * hz::kStageBytes &&
                           state_bytes < kLargeCallStateBytes;
   const int64_t min_warps = wide_small ? kMinWarpsPerSmWideRows : kMinWarpsPerSm;
-  int rpw = kMaxRowsPerWarp;
+  int rpw = wide_small ? kMaxRowsPerWarpWideRows : kMaxRowsPerWarp;
   while (rpw > hz::kTileRows &&
          (blocks16 % (rpw / hz::kTileRows) != 0 ||
           heads * (p.dim / rpw) < scaled_warps(d, min_warps) * d.num_sms))

@@ -804,3 +804,38 @@ fn dstates_above_256_plan_run_time_kernels_and_refuse_auto_vertical() {
         }
     }
 }
+
+/// HORIZONTAL's rows per warp at 132 SMs, 128 heads: up to 64, halved while the grid has fewer
+/// than 32 warps per SM; calls without SR in rows of >= 512 bytes under 64 MiB of state up to
+/// 32, halved below 8 warps per SM (ssu_single_hz.cu, `kWideRowStages`).
+#[test]
+fn horizontal_rows_per_warp_follow_the_row_bytes_and_the_state_size() {
+    let horizontal = sys::MAMBA_SSU_ALGO_HORIZONTAL as i32;
+    let hot = [F16, BF16, BF16];
+    let f32s = [F32, BF16, BF16];
+    // (batch, dim, dstate, dtypes, rounds, rows per warp)
+    let cases = [
+        // 512-byte rows under 64 MiB without SR: 32 rows.
+        (8, 64, 256, hot, 0, 32),
+        (8, 64, 128, f32s, 0, 32),
+        (4, 128, 256, hot, 0, 32),
+        // ... with SR, in 256-byte rows, or from 64 MiB on: the general rule.
+        (8, 64, 256, hot, 5, 16),
+        (8, 64, 128, hot, 0, 16),
+        (8, 128, 256, hot, 0, 16),
+        (32, 64, 256, hot, 0, 32),
+        (64, 64, 256, hot, 0, 64),
+        // A small grid: 32 rows halve to 16 below 8 warps per SM (8 x 132 = 1056 warps).
+        (1, 64, 256, hot, 0, 16),
+    ];
+    for (batch, dim, dstate, dtypes, rounds, rpw) in cases {
+        let what = format!("b{batch} d{dim} n{dstate} {dtypes:?} R{rounds}");
+        let a = call(
+            batch, 128, dim, dstate, dtypes, rounds, horizontal, false, None, false,
+        );
+        let (st, plan) = plan_of(&a, 132);
+        assert_eq!(st, OK, "{what}");
+        assert_eq!(plan.rows_per_warp, rpw, "{what}");
+        assert_covering(&what, &plan, (batch * 128) as i64, dim as i64);
+    }
+}
