@@ -50,14 +50,14 @@ constexpr int64_t kLargeCallStateBytes = int64_t(64) << 20;
 // H100: docs/perf-notes.md, "The horizontal kernel: grouped copies with stochastic rounding"; at
 // 64 MiB it is the slower of the two).
 constexpr int64_t kLargeSrCallStateBytes = int64_t(128) << 20;
-// Calls without stochastic rounding in rows of at least kWideRowStages stages (512 bytes: an
-// fp16 or bf16 state at dstate 256, an fp32 one from 128) that read less than
-// kLargeCallStateBytes: up to 32 rows per warp, halved below kMinWarpsPerSmWideRows warps per
-// SM (a warp's staging of B * dt' and C, a row's worth each, spread over twice the rows), and 8
-// tiles in flight. Same-run A/B on the H100 (docs/perf-notes.md, "The horizontal kernel without
-// SR: rows of 512 bytes on small calls"): 1.08x at head dim 64 x dstate 256 x 128 heads x batch 8
-// (2-byte state), 1.11x with an fp32 state at dstate 128; with 64 rows a warp head dim 128 lost
-// 3-4 % at 64 MiB, with 32 it gained 1-2 %.
+// Calls without stochastic rounding in rows of kWideRowStages stages (512 bytes: an fp16 or
+// bf16 state at dstate 256, an fp32 one at 128) that read less than kLargeCallStateBytes: up to
+// 32 rows per warp, halved below kMinWarpsPerSmWideRows warps per SM (a warp's staging of B * dt'
+// and C, a row's worth each, spread over twice the rows), and 8 tiles in flight. Same-run A/B on
+// the H100 (docs/perf-notes.md, "The horizontal kernel without SR: rows of 512 bytes on small
+// calls"): 1.08x at head dim 64 x dstate 256 x 128 heads x batch 8 (2-byte state), 1.11x with an
+// fp32 state at dstate 128; in the calls of 64 MiB 64 rows a warp lost 3-6 %, and in rows of
+// 1 KiB (an fp32 state at dstate 256) 32 rows lost 6 %.
 constexpr int64_t kWideRowStages = 8;
 constexpr int kMaxRowsPerWarpWideRows = 32;
 constexpr int64_t kMinWarpsPerSmWideRows = 8;
@@ -96,7 +96,7 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
   const int64_t state_bytes = heads * p.dim * row_bytes;
   const bool rounds = p.state_dtype == MAMBA_SSU_F16 && p.philox_rounds > 0;
   const bool wide_small = !rounds && !uneven_dstate(p.dstate) &&
-                          row_bytes >= kWideRowStages * hz::kStageBytes &&
+                          row_bytes == kWideRowStages * hz::kStageBytes &&
                           state_bytes < kLargeCallStateBytes;
   const int64_t min_warps = wide_small ? kMinWarpsPerSmWideRows : kMinWarpsPerSm;
   int rpw = wide_small ? kMaxRowsPerWarpWideRows : kMaxRowsPerWarp;

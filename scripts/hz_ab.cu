@@ -214,13 +214,13 @@ int g_num_sms = 132;
 // than 32 warps per SM; on the new side wide_small's calls at most 32 by 8 warps per SM); on the
 // new side HZ_NEW_RPW (the most rows per warp: 16, 32 or 64) and
 // HZ_NEW_MINW (the warps per SM) override those two constants, for experiments on the rule.
-// The launcher's calls without stochastic rounding in rows of >= 512 bytes under 64 MiB
+// The launcher's calls without stochastic rounding in rows of 512 bytes under 64 MiB
 // (ssu_single_hz.cu: kWideRowStages; not dstate 96): up to 32 rows per warp by 8 warps per SM
 // and 8 tiles in flight, on the new side (the launchers since the rule came in).
 bool wide_small(const Case &c) {
   const int64_t bytes = int64_t(c.batch) * c.nheads * c.dim * c.dstate * c.esize();
   const bool rounds = c.state_dtype == MAMBA_SSU_F16 && c.rounds > 0;
-  return !rounds && c.dstate != 96 && c.dstate * c.esize() >= 512 &&
+  return !rounds && c.dstate != 96 && c.dstate * c.esize() == 512 &&
          bytes < (int64_t(64) << 20);
 }
 
@@ -263,7 +263,7 @@ size_t smem_for(A &a, const Case &c, S2 s2, S1 s1, SetT set) {
 
 // The launcher's choice (ssu_single_hz.cu): 8 tiles in flight for calls that read >= 64 MiB of
 // state in rows of >= 256 bytes without stochastic rounding (on the new side also the smaller
-// ones in rows of >= 512 bytes: wide_small), else 4; with stochastic rounding
+// ones in rows of 512 bytes: wide_small), else 4; with stochastic rounding
 // the base's side keeps 4 (the launchers up to b082efa), the new side's takes 8 from 128 MiB
 // where the round count is compiled in (5 or 10, bf16 inputs) at a dstate of 4 or 8 stages (not
 // 96), as the launcher since 466a9a9 (whose grouped calls the base's side runs on hz_kernel, as
