@@ -676,8 +676,8 @@ fn horizontal_matches_the_model_bit_for_bit() {
 
 /// The kernel's 64-row warps and large grids (Nemotron-H's 128 heads at batch 32, and 32
 /// heads at batch 256), with and without SR, bit for bit; the grouped copies (no SR, >= 64 MiB
-/// of state) with bf16 and with fp16 inputs, and with SR (>= 128 MiB) at 5 and 10 rounds with
-/// bf16 inputs and at 5 with fp16 ones.
+/// of state, and in rows of 512 bytes below it) with bf16 and with fp16 inputs, and with SR
+/// (>= 128 MiB) at 5 and 10 rounds with bf16 inputs and at 5 with fp16 ones.
 #[test]
 #[ignore = "requires a CUDA GPU"]
 fn horizontal_large_grids_match_the_model() {
@@ -697,6 +697,9 @@ fn horizontal_large_grids_match_the_model() {
         (128, 32, 128, 128, 5, "bfloat16"),
         (128, 32, 64, 256, 10, "bfloat16"),
         (128, 32, 64, 256, 5, "float16"),
+        // Rows of 512 bytes below 64 MiB without SR: 32-row warps, grouped copies.
+        (128, 8, 64, 256, 0, "bfloat16"),
+        (128, 8, 64, 256, 0, "float16"),
     ] {
         let mut c = Cfg::base();
         (c.nheads, c.batch, c.dim, c.dstate, c.rounds) = (nheads, batch, dim, dstate, rounds);
@@ -705,6 +708,13 @@ fn horizontal_large_grids_match_the_model() {
         c.pad = true;
         cfgs.push(c);
     }
+    // ... and an fp32 state's rows of 512 bytes (dstate 128).
+    let mut c = Cfg::base();
+    (c.nheads, c.batch, c.dim, c.dstate, c.rounds) = (128, 8, 64, 128, 0);
+    c.state = "float32";
+    c.ngroups = 8;
+    c.pad = true;
+    cfgs.push(c);
     run_all(&stream, cfgs, &mut rng);
 }
 
