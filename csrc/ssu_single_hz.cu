@@ -50,8 +50,9 @@ constexpr int64_t kLargeCallStateBytes = int64_t(64) << 20;
 // H100: docs/perf-notes.md, "The horizontal kernel: grouped copies with stochastic rounding"; at
 // 64 MiB it is the slower of the two).
 constexpr int64_t kLargeSrCallStateBytes = int64_t(128) << 20;
-// Calls without stochastic rounding in rows of kWideRowStages stages (512 bytes: an fp16 or
-// bf16 state at dstate 256, an fp32 one at 128) that read less than kLargeCallStateBytes: up to
+// Calls without stochastic rounding on a kernel with the input dtypes compiled in, in rows of
+// kWideRowStages stages (512 bytes: an fp16 or bf16 state at dstate 256, an fp32 one at 128),
+// that read less than kLargeCallStateBytes (hz_kernel_grouped, as from that size on): up to
 // 32 rows per warp, halved below kMinWarpsPerSmWideRows warps per SM (a warp's staging of B * dt'
 // and C, a row's worth each, spread over twice the rows), and 8 tiles in flight. Same-run A/B on
 // the H100 (docs/perf-notes.md, "The horizontal kernel without SR: rows of 512 bytes on small
@@ -95,7 +96,8 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
   const int64_t row_bytes = p.dstate * float_bytes(p.state_dtype);
   const int64_t state_bytes = heads * p.dim * row_bytes;
   const bool rounds = p.state_dtype == MAMBA_SSU_F16 && p.philox_rounds > 0;
-  const bool wide_small = !rounds && !uneven_dstate(p.dstate) &&
+  const bool compiled = compiled_kernel(p);
+  const bool wide_small = compiled && !rounds && !uneven_dstate(p.dstate) &&
                           row_bytes == kWideRowStages * hz::kStageBytes &&
                           state_bytes < kLargeCallStateBytes;
   const int64_t min_warps = wide_small ? kMinWarpsPerSmWideRows : kMinWarpsPerSm;
@@ -125,7 +127,7 @@ int plan(const mamba_ssu_params &p, const mamba_ssu_device_props &d, Plan *out) 
   // as many of an fp32 one; an fp32 state at 32 to 240: 2 to 15 stages; above 256 up to 16
   // stages of a 2-byte state, 32 of an fp32 one) runs the kernel of any stage count, with the
   // same dtypes and round counts compiled in as the other dstates.
-  pl.compiled = compiled_kernel(p);
+  pl.compiled = compiled;
   pl.f16_inputs = pl.compiled && p.input_dtype == MAMBA_SSU_F16;
   // With stochastic rounding only the kernels with the round count compiled in take the grouped
   // copies, and not the kernel of any stage count.

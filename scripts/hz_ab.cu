@@ -210,20 +210,21 @@ int plan_rpw(const Case &c, int max_rpw, int min_warps_per_sm, int num_sms) {
 
 int g_num_sms = 132;
 
-// The launcher's rows per warp (ssu_single_hz.cu: at most 64, halved while the grid has fewer
-// than 32 warps per SM; on the new side wide_small's calls at most 32 by 8 warps per SM); on the
-// new side HZ_NEW_RPW (the most rows per warp: 16, 32 or 64) and
-// HZ_NEW_MINW (the warps per SM) override those two constants, for experiments on the rule.
-// The launcher's calls without stochastic rounding in rows of 512 bytes under 64 MiB
-// (ssu_single_hz.cu: kWideRowStages; not dstate 96): up to 32 rows per warp by 8 warps per SM
-// and 8 tiles in flight, on the new side (the launchers since the rule came in).
+// The launcher's calls without stochastic rounding, bf16 inputs (the kernels compiled in here),
+// in rows of 512 bytes under 64 MiB (ssu_single_hz.cu: kWideRowStages; not dstate 96): up to 32
+// rows per warp by 8 warps per SM and 8 tiles in flight, on the new side (the launchers since
+// the rule came in).
 bool wide_small(const Case &c) {
   const int64_t bytes = int64_t(c.batch) * c.nheads * c.dim * c.dstate * c.esize();
   const bool rounds = c.state_dtype == MAMBA_SSU_F16 && c.rounds > 0;
-  return !rounds && c.dstate != 96 && c.dstate * c.esize() == 512 &&
+  return c.bf16_in && !rounds && c.dstate != 96 && c.dstate * c.esize() == 512 &&
          bytes < (int64_t(64) << 20);
 }
 
+// The launcher's rows per warp (ssu_single_hz.cu: at most 64, halved while the grid has fewer
+// than 32 warps per SM; on the new side wide_small's calls at most 32 by 8 warps per SM); on the
+// new side HZ_NEW_RPW (the most rows per warp: 16, 32 or 64) and HZ_NEW_MINW (the warps per SM)
+// override those two constants, for experiments on the rule.
 template <class A>
 int plan_rpw_side(const Case &c) {
   int max_rpw = 64, min_warps = 32;

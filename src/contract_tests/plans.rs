@@ -806,8 +806,8 @@ fn dstates_above_256_plan_run_time_kernels_and_refuse_auto_vertical() {
 }
 
 /// HORIZONTAL's rows per warp at 132 SMs, 128 heads: up to 64, halved while the grid has fewer
-/// than 32 warps per SM; calls without SR in rows of 512 bytes under 64 MiB of state up to 32,
-/// halved below 8 warps per SM (ssu_single_hz.cu, `kWideRowStages`).
+/// than 32 warps per SM; calls without SR on a compiled-in kernel in rows of 512 bytes under
+/// 64 MiB of state up to 32, halved below 8 warps per SM (ssu_single_hz.cu, `kWideRowStages`).
 #[test]
 fn horizontal_rows_per_warp_follow_the_row_bytes_and_the_state_size() {
     let horizontal = sys::MAMBA_SSU_ALGO_HORIZONTAL as i32;
@@ -824,6 +824,8 @@ fn horizontal_rows_per_warp_follow_the_row_bytes_and_the_state_size() {
         (8, 64, 128, hot, 0, 16),
         (8, 128, 256, hot, 0, 16),
         (4, 64, 256, f32s, 0, 16),
+        // ... or on a run-time kernel (fp32 inputs).
+        (8, 64, 256, [F16, F32, F32], 0, 16),
         (32, 64, 256, hot, 0, 32),
         (64, 64, 256, hot, 0, 64),
         // A small grid: 32 rows halve to 16 below 8 warps per SM (8 x 132 = 1056 warps).
