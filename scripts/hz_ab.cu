@@ -12,6 +12,10 @@
 //   most rows per warp and warps per SM of its rows-per-warp rule; HZ_WARM=1 times every call on
 //   one copy of the state)
 //
+// Each side plans and dispatches as its revision's launcher: the working tree's rules on the new
+// side; on the base's side the rules scripts/hz_ab.sh finds in the base's sources (HZ_BASE_*,
+// below), so that an A/B against an unchanged tree compares the same plans and kernels.
+//
 // Timing: 20 back-to-back calls per sample, each on its own copy of the state (>= 256 MiB
 // touched between two uses of a copy: the state comes from HBM), the median of --reps samples
 // (base and new alternate sample by sample); bytes = the state read and written. --ncu runs each
@@ -210,10 +214,28 @@ int plan_rpw(const Case &c, int max_rpw, int min_warps_per_sm, int num_sms) {
 
 int g_num_sms = 132;
 
+// The base revision's launcher rules, as scripts/hz_ab.sh finds them in its sources: grouped
+// copies for the calls with 8 tiles (its header has hz_kernel_grouped), the SR calls' 8 tiles
+// from 128 MiB (kLargeSrCallStateBytes), the 512-byte-row rule (kWideRowStages), the kernels of
+// any stage count with the dtypes and round counts compiled in (hz::launch_uneven's `compiled`).
+#ifndef HZ_BASE_GROUPED
+#define HZ_BASE_GROUPED 0
+#endif
+#ifndef HZ_BASE_SR_GROUPED
+#define HZ_BASE_SR_GROUPED 0
+#endif
+#ifndef HZ_BASE_WIDE_ROWS
+#define HZ_BASE_WIDE_ROWS 0
+#endif
+#ifndef HZ_BASE_ANY_COMPILED
+#define HZ_BASE_ANY_COMPILED 0
+#endif
+constexpr bool kBaseSrGrouped = HZ_BASE_SR_GROUPED != 0;
+constexpr bool kBaseWideRows = HZ_BASE_WIDE_ROWS != 0;
+
 // The launcher's calls without stochastic rounding, bf16 inputs (the kernels compiled in here),
 // in rows of 512 bytes under 64 MiB (ssu_single_hz.cu: kWideRowStages; not dstate 96): up to 32
-// rows per warp by 8 warps per SM and 8 tiles in flight, on the new side (the launchers since
-// the rule came in).
+// rows per warp by 8 warps per SM and 8 tiles in flight (the new side, and a base with the rule).
 bool wide_small(const Case &c) {
   const int64_t bytes = int64_t(c.batch) * c.nheads * c.dim * c.dstate * c.esize();
   const bool rounds = c.state_dtype == MAMBA_SSU_F16 && c.rounds > 0;
@@ -222,14 +244,15 @@ bool wide_small(const Case &c) {
 }
 
 // The launcher's rows per warp (ssu_single_hz.cu: at most 64, halved while the grid has fewer
-// than 32 warps per SM; on the new side wide_small's calls at most 32 by 8 warps per SM); on the
-// new side HZ_NEW_RPW (the most rows per warp: 16, 32 or 64) and HZ_NEW_MINW (the warps per SM)
-// override those two constants, for experiments on the rule.
+// than 32 warps per SM; wide_small's calls at most 32 by 8 warps per SM); on the new side
+// HZ_NEW_RPW (the most rows per warp: 16, 32 or 64) and HZ_NEW_MINW (the warps per SM) override
+// those two constants, for experiments on the rule.
 template <class A>
 int plan_rpw_side(const Case &c) {
+  constexpr bool new_side = std::is_same_v<A, ::mamba_ssu::hz::Args>;
   int max_rpw = 64, min_warps = 32;
-  if constexpr (std::is_same_v<A, ::mamba_ssu::hz::Args>) {
-    if (wide_small(c)) max_rpw = 32, min_warps = 8;
+  if ((new_side || kBaseWideRows) && wide_small(c)) max_rpw = 32, min_warps = 8;
+  if constexpr (new_side) {
     if (const char *e = std::getenv("HZ_NEW_RPW")) max_rpw = std::atoi(e);
     if (const char *e = std::getenv("HZ_NEW_MINW")) min_warps = std::atoi(e);
   }
@@ -263,21 +286,24 @@ size_t smem_for(A &a, const Case &c, S2 s2, S1 s1, SetT set) {
 }
 
 // The launcher's choice (ssu_single_hz.cu): 8 tiles in flight for calls that read >= 64 MiB of
-// state in rows of >= 256 bytes without stochastic rounding (on the new side also the smaller
-// ones in rows of 512 bytes: wide_small), else 4; with stochastic rounding
-// the base's side keeps 4 (the launchers up to b082efa), the new side's takes 8 from 128 MiB
-// where the round count is compiled in (5 or 10, bf16 inputs) at a dstate of 4 or 8 stages (not
-// 96), as the launcher since 466a9a9 (whose grouped calls the base's side runs on hz_kernel, as
-// HZ_GO_BASE does every call). HZ_TIF overrides both sides (4 or 8) for experiments.
+// state in rows of >= 256 bytes without stochastic rounding (and the smaller ones in rows of
+// 512 bytes: wide_small), else 4; with stochastic rounding 8 from 128 MiB where the round count
+// is compiled in (5 or 10, bf16 inputs) at a dstate of 4 or 8 stages (not 96), else 4. The new
+// side follows the working tree's launcher; the base's side its revision's (the HZ_BASE_* rules
+// above; a base without them keeps 4 tiles with stochastic rounding, as the launchers up to
+// b082efa). HZ_TIF overrides both sides (4 or 8) for experiments.
 int plan_tif(const Case &c, bool new_side) {
   if (const char *e = std::getenv("HZ_TIF")) return std::atoi(e);
   const int64_t bytes = int64_t(c.batch) * c.nheads * c.dim * c.dstate * c.esize();
   const bool rounds = c.state_dtype == MAMBA_SSU_F16 && c.rounds > 0;
   const bool long_rows = c.dstate * c.esize() >= 256;
   if (!rounds)
-    return long_rows && (bytes >= (int64_t(64) << 20) || (new_side && wide_small(c))) ? 8 : 4;
+    return long_rows && (bytes >= (int64_t(64) << 20) ||
+                         ((new_side || kBaseWideRows) && wide_small(c)))
+               ? 8
+               : 4;
   const bool sr_grouped =
-      new_side && c.bf16_in && (c.rounds == 5 || c.rounds == 10) && c.dstate != 96;
+      (new_side || kBaseSrGrouped) && c.bf16_in && (c.rounds == 5 || c.rounds == 10) && c.dstate != 96;
   return sr_grouped && long_rows && bytes >= (int64_t(128) << 20) ? 8 : 4;
 }
 
@@ -328,12 +354,33 @@ __global__ void spin(int *flag, long long ns) {
     }                                                                                          \
   }
 
-// A kernel with the round count R (0, 5 or 10) compiled in: the base's hz_kernel; on the new
-// side, as its launcher does, hz_kernel_grouped for the calls with 8 tiles in flight (below).
+// A kernel with the round count R (0, 5 or 10) compiled in: on the new side, as its launcher
+// does, hz_kernel_grouped for the calls with 8 tiles in flight (HZ_GO_NEW, below); on the base's
+// side likewise where its header has that kernel (HZ_BASE_GROUPED), else hz_kernel.
+#if HZ_BASE_GROUPED
+// (A template, so that the grouped kernel of a round count the base's launcher never grouped is
+// not instantiated: before 466a9a9 it took no rounding.)
+template <int S, int R, bool BF, class Go>
+void go_base(Go &go, const ::mamba_ssu::hz_base::Args &a, const Case &c) {
+  using namespace ::mamba_ssu::hz_base;
+  if constexpr (R == 0 || kBaseSrGrouped) {
+    if (a.tiles_in_flight == kTilesInFlightLarge && c.dstate * c.esize() >= 256) {
+      go(hz_kernel_grouped<S, R, BF>);
+      return;
+    }
+  }
+  go(hz_kernel<S, R, BF>);
+}
+#define HZ_GO_BASE(S, R, BF) go_base<S, R, BF>(go, a, c)
+#else
 #define HZ_GO_BASE(S, R, BF) go(hz_kernel<S, R, BF>)
-// The kernel of any stage count (dstate 96): the base's launcher runs its run-time
-// instantiations; the new side, as its launcher does, the ones with the input dtypes and the
-// round count compiled in where the call allows (`cr`).
+#endif
+// The kernel of any stage count (dstate 96): a base's launcher without HZ_BASE_ANY_COMPILED
+// runs its run-time instantiations; the new side, as its launcher does (and such a base), the
+// ones with the input dtypes and the round count compiled in where the call allows (`cr`).
+#if HZ_BASE_ANY_COMPILED
+#define HZ_ANY_BASE(cr) HZ_ANY_NEW(cr)
+#else
 #define HZ_ANY_BASE(cr)                                                                        \
   do {                                                                                         \
     (void)(cr);                                                                                \
@@ -342,6 +389,7 @@ __global__ void spin(int *flag, long long ns) {
       go(hz_kernel_any_stages<MAMBA_SSU_BF16, 0, false>);                                      \
     else go(hz_kernel_any_stages<MAMBA_SSU_F32, 0, false>);                                    \
   } while (0)
+#endif
 #define HZ_ANY_NEW(cr)                                                                         \
   do {                                                                                         \
     if (c.state_dtype == MAMBA_SSU_F16) {                                                      \
