@@ -214,6 +214,10 @@ int plan_rpw(const Case &c, int max_rpw, int min_warps_per_sm, int num_sms) {
 
 int g_num_sms = 132;
 
+// Whether a call with `tiles` in flight runs hz_kernel_grouped (the launchers' dispatch: 8 tiles,
+// rows of 4 stages or more; HZ_TIF=8 forces 8 tiles on shorter rows too, which take hz_kernel).
+bool takes_grouped(int tiles, const Case &c) { return tiles == 8 && c.dstate * c.esize() >= 256; }
+
 // The base revision's launcher rules, as scripts/hz_ab.sh finds them in its sources: grouped
 // copies for the calls with 8 tiles (its header has hz_kernel_grouped), the SR calls' 8 tiles
 // from 128 MiB (kLargeSrCallStateBytes), the 512-byte-row rule (kWideRowStages), the kernels of
@@ -302,8 +306,8 @@ int plan_tif(const Case &c, bool new_side) {
                          ((new_side || kBaseWideRows) && wide_small(c)))
                ? 8
                : 4;
-  const bool sr_grouped =
-      (new_side || kBaseSrGrouped) && c.bf16_in && (c.rounds == 5 || c.rounds == 10) && c.dstate != 96;
+  const bool sr_grouped = (new_side || kBaseSrGrouped) && c.bf16_in &&
+                          (c.rounds == 5 || c.rounds == 10) && c.dstate != 96;
   return sr_grouped && long_rows && bytes >= (int64_t(128) << 20) ? 8 : 4;
 }
 
@@ -364,7 +368,7 @@ template <int S, int R, bool BF, class Go>
 void go_base(Go &go, const ::mamba_ssu::hz_base::Args &a, const Case &c) {
   using namespace ::mamba_ssu::hz_base;
   if constexpr (R == 0 || kBaseSrGrouped) {
-    if (a.tiles_in_flight == kTilesInFlightLarge && c.dstate * c.esize() >= 256) {
+    if (takes_grouped(a.tiles_in_flight, c)) {
       go(hz_kernel_grouped<S, R, BF>);
       return;
     }
@@ -405,12 +409,10 @@ void go_base(Go &go, const ::mamba_ssu::hz_base::Args &a, const Case &c) {
       else go(hz_kernel_any_stages<MAMBA_SSU_F32, 0, false>);                                  \
     }                                                                                          \
   } while (0)
-// (rows of 4 stages or more, which the launcher's 8-tile rule implies: HZ_TIF=8 forces 8 tiles
-// on shorter rows too, which take hz_kernel; HZ_NEW_TIF=8 gives the rounding calls 8 tiles.)
+// (takes_grouped; HZ_NEW_TIF=8 gives the rounding calls 8 tiles.)
 #define HZ_GO_NEW(S, R, BF)                                                          \
-  (a.tiles_in_flight == kTilesInFlightLarge && c.dstate * c.esize() >= 256           \
-       ? go(hz_kernel_grouped<S, R, BF>)                                             \
-       : go(hz_kernel<S, R, BF>))
+  (takes_grouped(a.tiles_in_flight, c) ? go(hz_kernel_grouped<S, R, BF>)             \
+                                       : go(hz_kernel<S, R, BF>))
 HZ_SIDE(::mamba_ssu::hz_base, launch_base, HZ_GO_BASE, HZ_ANY_BASE)
 HZ_SIDE(::mamba_ssu::hz, launch_new, HZ_GO_NEW, HZ_ANY_NEW)
 
