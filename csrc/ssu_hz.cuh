@@ -333,6 +333,25 @@ __device__ __forceinline__ void hz_body(const Args &a) {
   if constexpr (kEarlyScalars) load_scalars();
   uint32_t x_bits = E::load_input_bits(a, a.x, x_row + rb0 * kTileRows + g);
   uint32_t z_bits = has_z ? E::load_input_bits(a, a.z, z_row + rb0 * kTileRows + g) : 0u;
+  // The kernels of any stage count that may round stochastically, bf16 inputs compiled in:
+  // B and C of the head's group, the lane's columns lane + 32 i for i < kPreCols, loaded here
+  // as bits, so that their latency overlaps the slot index's and the seed's instead of
+  // following dt's; staged below once dt' is known (columns from 256 on, above dstate 256, by
+  // the loop there). Measured faster only in these kernels (docs/perf-notes.md, "the
+  // horizontal kernel with SR: two Philox calls at a time"); the others load B and C there.
+  constexpr bool kPreloadBC = kBf16 && kEarlyScalars && kAnyStages;
+  constexpr int kPreCols = kPreloadBC ? 8 : 0;
+  uint32_t b_bits[kPreCols > 0 ? kPreCols : 1], c_bits[kPreCols > 0 ? kPreCols : 1];
+  if constexpr (kPreloadBC) {
+    const int64_t brow = b * a.B_stride_batch + (h / a.heads_per_group) * dstate;
+    const int64_t crow = b * a.C_stride_batch + (h / a.heads_per_group) * dstate;
+#pragma unroll
+    for (int i = 0; i < kPreCols; ++i) {
+      const int n = lane + 32 * i;
+      b_bits[i] = n < dstate ? E::load_input_bits(a, a.B, brow + n) : 0u;
+      c_bits[i] = n < dstate ? E::load_input_bits(a, a.C, crow + n) : 0u;
+    }
+  }
   int64_t seed_at_pointer = 0;
   if (kF16 && rounds > 0 && threadIdx.x == 0 && a.seed_source == MAMBA_SSU_SEED_POINTER)
     seed_at_pointer = *a.rand_seed;
@@ -481,7 +500,18 @@ __device__ __forceinline__ void hz_body(const Args &a) {
     const int64_t brow = b * a.B_stride_batch + grp * dstate;
     const int64_t crow = b * a.C_stride_batch + grp * dstate;
     float *const f = reinterpret_cast<float *>(bc);
-    for (int n = lane; n < dstate; n += 32) {
+#pragma unroll
+    for (int i = 0; i < kPreCols; ++i) {
+      const int n = lane + 32 * i;
+      if (n < dstate) {
+        const float bv = __fmul_rn(E::input_value(a, b_bits[i]), dt);
+        const float cv = E::input_value(a, c_bits[i]);
+        const int j = kTwoByte ? 4 * (n >> 1) + (n & 1) : 2 * n;
+        f[j] = bv;
+        f[j + (kTwoByte ? 2 : 1)] = cv;
+      }
+    }
+    for (int n = lane + 32 * kPreCols; n < dstate; n += 32) {
       const float bv = __fmul_rn(E::load_input(a, a.B, brow + n), dt);
       const float cv = E::load_input(a, a.C, crow + n);
       const int i = kTwoByte ? 4 * (n >> 1) + (n & 1) : 2 * n;
@@ -557,42 +587,89 @@ __device__ __forceinline__ void hz_body(const Args &a) {
     uint32_t w[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) w[j] = *reinterpret_cast<const uint32_t *>(trow + woff[j]);
+    // The kernels with a round count and bf16 inputs compiled in, but the grouped copies with 5
+    // rounds and the kernels of any stage count (not faster there): the words four at a time,
+    // their two Philox calls issued together, so that the two dependent chains of rounds
+    // interleave; the same values, sums in the same order and the same calls as the loop below
+    // (docs/perf-notes.md, "the horizontal kernel with SR: two Philox calls at a time").
+    constexpr bool kPairedPhilox =
+        kF16 && kRounds > 0 && kBf16 && !kAnyStages && !(kGrouped && kRounds == 5);
+    if constexpr (kPairedPhilox) {
 #pragma unroll
-    for (int j = 0; j < 8; j += 2) {
-      const uint32_t s0 = w[j], s1 = w[j + 1];
-      if constexpr (kTwoByte) {
-        const float4 q0 = *reinterpret_cast<const float4 *>(bck + 4 * woff[j]);
-        const float4 q1 = *reinterpret_cast<const float4 *>(bck + 4 * woff[j + 1]);
-        float n[4];
-        n[0] = __fmaf_rn(x, q0.x, __fmul_rn(dA, E::lo(s0)));
-        n[1] = __fmaf_rn(x, q0.y, __fmul_rn(dA, E::hi(s0)));
-        n[2] = __fmaf_rn(x, q1.x, __fmul_rn(dA, E::lo(s1)));
-        n[3] = __fmaf_rn(x, q1.y, __fmul_rn(dA, E::hi(s1)));
-        acc = __fmaf_rn(q0.z, n[0], acc);
-        acc = __fmaf_rn(q0.w, n[1], acc);
-        acc = __fmaf_rn(q1.z, n[2], acc);
-        acc = __fmaf_rn(q1.w, n[3], acc);
+      for (int jj = 0; jj < 8; jj += 4) {
+        float n[8];
+#pragma unroll
+        for (int p = 0; p < 2; ++p) {
+          const int j = jj + 2 * p;
+          const uint32_t s0 = w[j], s1 = w[j + 1];
+          const float4 q0 = *reinterpret_cast<const float4 *>(bck + 4 * woff[j]);
+          const float4 q1 = *reinterpret_cast<const float4 *>(bck + 4 * woff[j + 1]);
+          n[4 * p + 0] = __fmaf_rn(x, q0.x, __fmul_rn(dA, E::lo(s0)));
+          n[4 * p + 1] = __fmaf_rn(x, q0.y, __fmul_rn(dA, E::hi(s0)));
+          n[4 * p + 2] = __fmaf_rn(x, q1.x, __fmul_rn(dA, E::lo(s1)));
+          n[4 * p + 3] = __fmaf_rn(x, q1.y, __fmul_rn(dA, E::hi(s1)));
+          acc = __fmaf_rn(q0.z, n[4 * p + 0], acc);
+          acc = __fmaf_rn(q0.w, n[4 * p + 1], acc);
+          acc = __fmaf_rn(q1.z, n[4 * p + 2], acc);
+          acc = __fmaf_rn(q1.w, n[4 * p + 3], acc);
+        }
         if (write) {  // warp-uniform
           if (sr) {
-            const U32x4 r = key.philox(philox_counter(stage_off + woff[j] / 2), rounds);
-            uint32_t flags = 0;
-            sr_two_words<false>(n, r, a.sr_rule, w[j], w[j + 1], flags);
-            if (ssu::sr_needs_exact(flags))
-              sr_two_words<true>(n, r, a.sr_rule, w[j], w[j + 1], flags);
+            const U32x4 r0 = key.philox(philox_counter(stage_off + woff[jj] / 2), rounds);
+            const U32x4 r1 = key.philox(philox_counter(stage_off + woff[jj + 2] / 2), rounds);
+            uint32_t f0 = 0, f1 = 0;
+            sr_two_words<false>(n, r0, a.sr_rule, w[jj], w[jj + 1], f0);
+            sr_two_words<false>(n + 4, r1, a.sr_rule, w[jj + 2], w[jj + 3], f1);
+            if (ssu::sr_needs_exact(f0))
+              sr_two_words<true>(n, r0, a.sr_rule, w[jj], w[jj + 1], f0);
+            if (ssu::sr_needs_exact(f1))
+              sr_two_words<true>(n + 4, r1, a.sr_rule, w[jj + 2], w[jj + 3], f1);
           } else {
-            w[j] = E::pack_rn(n[0], n[1]);
-            w[j + 1] = E::pack_rn(n[2], n[3]);
+            w[jj] = E::pack_rn(n[0], n[1]);
+            w[jj + 1] = E::pack_rn(n[2], n[3]);
+            w[jj + 2] = E::pack_rn(n[4], n[5]);
+            w[jj + 3] = E::pack_rn(n[6], n[7]);
           }
         }
-      } else {
-        const float2 q0 = *reinterpret_cast<const float2 *>(bck + 2 * woff[j]);
-        const float2 q1 = *reinterpret_cast<const float2 *>(bck + 2 * woff[j + 1]);
-        const float n0 = __fmaf_rn(x, q0.x, __fmul_rn(dA, __uint_as_float(s0)));
-        const float n1 = __fmaf_rn(x, q1.x, __fmul_rn(dA, __uint_as_float(s1)));
-        acc = __fmaf_rn(q0.y, n0, acc);
-        acc = __fmaf_rn(q1.y, n1, acc);
-        w[j] = __float_as_uint(n0);
-        w[j + 1] = __float_as_uint(n1);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; j += 2) {
+        const uint32_t s0 = w[j], s1 = w[j + 1];
+        if constexpr (kTwoByte) {
+          const float4 q0 = *reinterpret_cast<const float4 *>(bck + 4 * woff[j]);
+          const float4 q1 = *reinterpret_cast<const float4 *>(bck + 4 * woff[j + 1]);
+          float n[4];
+          n[0] = __fmaf_rn(x, q0.x, __fmul_rn(dA, E::lo(s0)));
+          n[1] = __fmaf_rn(x, q0.y, __fmul_rn(dA, E::hi(s0)));
+          n[2] = __fmaf_rn(x, q1.x, __fmul_rn(dA, E::lo(s1)));
+          n[3] = __fmaf_rn(x, q1.y, __fmul_rn(dA, E::hi(s1)));
+          acc = __fmaf_rn(q0.z, n[0], acc);
+          acc = __fmaf_rn(q0.w, n[1], acc);
+          acc = __fmaf_rn(q1.z, n[2], acc);
+          acc = __fmaf_rn(q1.w, n[3], acc);
+          if (write) {  // warp-uniform
+            if (sr) {
+              const U32x4 r = key.philox(philox_counter(stage_off + woff[j] / 2), rounds);
+              uint32_t flags = 0;
+              sr_two_words<false>(n, r, a.sr_rule, w[j], w[j + 1], flags);
+              if (ssu::sr_needs_exact(flags))
+                sr_two_words<true>(n, r, a.sr_rule, w[j], w[j + 1], flags);
+            } else {
+              w[j] = E::pack_rn(n[0], n[1]);
+              w[j + 1] = E::pack_rn(n[2], n[3]);
+            }
+          }
+        } else {
+          const float2 q0 = *reinterpret_cast<const float2 *>(bck + 2 * woff[j]);
+          const float2 q1 = *reinterpret_cast<const float2 *>(bck + 2 * woff[j + 1]);
+          const float n0 = __fmaf_rn(x, q0.x, __fmul_rn(dA, __uint_as_float(s0)));
+          const float n1 = __fmaf_rn(x, q1.x, __fmul_rn(dA, __uint_as_float(s1)));
+          acc = __fmaf_rn(q0.y, n0, acc);
+          acc = __fmaf_rn(q1.y, n1, acc);
+          w[j] = __float_as_uint(n0);
+          w[j + 1] = __float_as_uint(n1);
+        }
       }
     }
 
