@@ -1,7 +1,8 @@
 // hz_ab.cu — a same-run A/B of the single-token horizontal kernel (csrc/ssu_hz.cuh) against a
 // base revision's copy of that header: bit-for-bit comparison of state and out on a set of
 // calls (pads, destination slots, z, D, dt_bias, no state update, every state dtype, run-time
-// and compiled-in round counts, dstate 64/96/128/256, head dims 64..256), then CUDA-event
+// and compiled-in round counts, dstate 64/96/128/256 and the other stage counts, head dims
+// 64..256), then CUDA-event
 // timings of both kernels, interleaved, on the calls the benchmarks use.
 //
 //   bash scripts/hz_ab.sh BASE_REV            (here: builds .gpu/hz_ab)
@@ -65,6 +66,8 @@ struct Case {
     return b;
   }
   int esize() const { return state_dtype == MAMBA_SSU_F32 ? 4 : 2; }
+  // A dstate the launcher sends to the kernel of any stage count (checks.h: uneven_dstate).
+  bool uneven() const { return dstate != 64 && dstate != 128 && dstate != 256; }
 };
 
 uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -238,12 +241,12 @@ constexpr bool kBaseSrGrouped = HZ_BASE_SR_GROUPED != 0;
 constexpr bool kBaseWideRows = HZ_BASE_WIDE_ROWS != 0;
 
 // The launcher's calls without stochastic rounding, bf16 inputs (the kernels compiled in here),
-// in rows of 512 bytes under 64 MiB (ssu_single_hz.cu: kWideRowStages; not dstate 96): up to 32
+// in rows of 512 bytes under 64 MiB (ssu_single_hz.cu: kWideRowStages; not uneven): up to 32
 // rows per warp by 8 warps per SM and 8 tiles in flight (the new side, and a base with the rule).
 bool wide_small(const Case &c) {
   const int64_t bytes = int64_t(c.batch) * c.nheads * c.dim * c.dstate * c.esize();
   const bool rounds = c.state_dtype == MAMBA_SSU_F16 && c.rounds > 0;
-  return c.bf16_in && !rounds && c.dstate != 96 && c.dstate * c.esize() == 512 &&
+  return c.bf16_in && !rounds && !c.uneven() && c.dstate * c.esize() == 512 &&
          bytes < (int64_t(64) << 20);
 }
 
@@ -292,7 +295,7 @@ size_t smem_for(A &a, const Case &c, S2 s2, S1 s1, SetT set) {
 // The launcher's choice (ssu_single_hz.cu): 8 tiles in flight for calls that read >= 64 MiB of
 // state in rows of >= 256 bytes without stochastic rounding (and the smaller ones in rows of
 // 512 bytes: wide_small), else 4; with stochastic rounding 8 from 128 MiB where the round count
-// is compiled in (5 or 10, bf16 inputs) at a dstate of 4 or 8 stages (not 96), else 4. The new
+// is compiled in (5 or 10, bf16 inputs) at a dstate of 4 or 8 stages (not uneven), else 4. The new
 // side follows the working tree's launcher; the base's side its revision's (the HZ_BASE_* rules
 // above; a base without them keeps 4 tiles with stochastic rounding, as the launchers up to
 // b082efa). HZ_TIF overrides both sides (4 or 8) for experiments.
@@ -307,7 +310,7 @@ int plan_tif(const Case &c, bool new_side) {
                ? 8
                : 4;
   const bool sr_grouped = (new_side || kBaseSrGrouped) && c.bf16_in &&
-                          (c.rounds == 5 || c.rounds == 10) && c.dstate != 96;
+                          (c.rounds == 5 || c.rounds == 10) && !c.uneven();
   return sr_grouped && long_rows && bytes >= (int64_t(128) << 20) ? 8 : 4;
 }
 
@@ -337,7 +340,7 @@ __global__ void spin(int *flag, long long ns) {
       kern<<<nblocks, kThreadsPerBlock, smem, st>>>(a);                                        \
       CK(cudaGetLastError());                                                                  \
     };                                                                                         \
-    if (c.dstate == 96) {                                                                      \
+    if (c.uneven()) {                                                                          \
       ANY(bf && (c.rounds == 0 || c.rounds == 5 || c.rounds == 10));                           \
       return;                                                                                  \
     }                                                                                          \
@@ -379,7 +382,7 @@ void go_base(Go &go, const ::mamba_ssu::hz_base::Args &a, const Case &c) {
 #else
 #define HZ_GO_BASE(S, R, BF) go(hz_kernel<S, R, BF>)
 #endif
-// The kernel of any stage count (dstate 96): a base's launcher without HZ_BASE_ANY_COMPILED
+// The kernel of any stage count (uneven dstates): a base's launcher without HZ_BASE_ANY_COMPILED
 // runs its run-time instantiations; the new side, as its launcher does (and such a base), the
 // ones with the input dtypes and the round count compiled in where the call allows (`cr`).
 #if HZ_BASE_ANY_COMPILED
@@ -599,6 +602,14 @@ int main(int argc, char **argv) {
     cs.push_back(c);
     c = mk(128, 64, 128, 64, BF, 0);
     cs.push_back(c);
+    // The other uneven dstates (the kernel of any stage count), 2-byte rows of 5, 7 and 9 stages.
+    for (int ds : {160, 224, 288})
+      for (int rounds : {0, 5, 10}) {
+        c = mk(64, ds, 32, 5, F16, rounds);
+        c.pads = true;
+        c.sr_rule = (ds / 32) & 1;
+        cs.push_back(c);
+      }
     for (const Case &k : cs) failures += !check(k);
     std::printf("check: %zu cases, %d differ\n", cs.size(), failures);
   }
@@ -624,6 +635,10 @@ int main(int argc, char **argv) {
     for (int batch : {8, 32})
       for (int rounds : {0, 5}) ts.push_back(mk(64, 96, 128, batch, F16, rounds));
     for (int sd : {BF, F32}) ts.push_back(mk(64, 96, 128, 32, sd, 0));
+    // The other uneven dstates with stochastic rounding (the kernel of any stage count).
+    for (int ds : {192, 288})
+      for (int batch : {8, 32})
+        for (int rounds : {5, 10}) ts.push_back(mk(64, ds, 128, batch, F16, rounds));
     for (const Case &k : ts)
       if (only.empty() || k.name().find(only) != std::string::npos) time_case(k, reps, ncu);
   }
