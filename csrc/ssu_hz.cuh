@@ -613,23 +613,17 @@ __device__ __forceinline__ void hz_body(const Args &a) {
           acc = __fmaf_rn(q1.z, n[4 * p + 2], acc);
           acc = __fmaf_rn(q1.w, n[4 * p + 3], acc);
         }
-        if (write) {  // warp-uniform
-          if (sr) {
-            const U32x4 r0 = key.philox(philox_counter(stage_off + woff[jj] / 2), rounds);
-            const U32x4 r1 = key.philox(philox_counter(stage_off + woff[jj + 2] / 2), rounds);
-            uint32_t f0 = 0, f1 = 0;
-            sr_two_words<false>(n, r0, a.sr_rule, w[jj], w[jj + 1], f0);
-            sr_two_words<false>(n + 4, r1, a.sr_rule, w[jj + 2], w[jj + 3], f1);
-            if (ssu::sr_needs_exact(f0))
-              sr_two_words<true>(n, r0, a.sr_rule, w[jj], w[jj + 1], f0);
-            if (ssu::sr_needs_exact(f1))
-              sr_two_words<true>(n + 4, r1, a.sr_rule, w[jj + 2], w[jj + 3], f1);
-          } else {
-            w[jj] = E::pack_rn(n[0], n[1]);
-            w[jj + 1] = E::pack_rn(n[2], n[3]);
-            w[jj + 2] = E::pack_rn(n[4], n[5]);
-            w[jj + 3] = E::pack_rn(n[6], n[7]);
-          }
+        // A written word is rounded stochastically (a round count compiled in: sr == write).
+        if (sr) {  // warp-uniform
+          const U32x4 r0 = key.philox(philox_counter(stage_off + woff[jj] / 2), rounds);
+          const U32x4 r1 = key.philox(philox_counter(stage_off + woff[jj + 2] / 2), rounds);
+          uint32_t f0 = 0, f1 = 0;
+          sr_two_words<false>(n, r0, a.sr_rule, w[jj], w[jj + 1], f0);
+          sr_two_words<false>(n + 4, r1, a.sr_rule, w[jj + 2], w[jj + 3], f1);
+          if (ssu::sr_needs_exact(f0))
+            sr_two_words<true>(n, r0, a.sr_rule, w[jj], w[jj + 1], f0);
+          if (ssu::sr_needs_exact(f1))
+            sr_two_words<true>(n + 4, r1, a.sr_rule, w[jj + 2], w[jj + 3], f1);
         }
       }
     } else {

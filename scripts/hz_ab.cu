@@ -2,8 +2,8 @@
 // base revision's copy of that header: bit-for-bit comparison of state and out on a set of
 // calls (pads, destination slots, z, D, dt_bias, no state update, every state dtype, run-time
 // and compiled-in round counts, dstate 64/96/128/256 and the other stage counts, head dims
-// 64..256), then CUDA-event
-// timings of both kernels, interleaved, on the calls the benchmarks use.
+// 64..256), then CUDA-event timings of both kernels, interleaved, on the calls the benchmarks
+// use.
 //
 //   bash scripts/hz_ab.sh BASE_REV            (here: builds .gpu/hz_ab)
 //   .gpu/hz_ab [--check-only] [--time-only] [--reps N] [--ncu] [--only TEXT]   (GPU host; --only:
@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "checks.h"
 #include "ssu_hz.cuh"
 #include HZ_BASE_HEADER
 
@@ -66,8 +67,8 @@ struct Case {
     return b;
   }
   int esize() const { return state_dtype == MAMBA_SSU_F32 ? 4 : 2; }
-  // A dstate the launcher sends to the kernel of any stage count (checks.h: uneven_dstate).
-  bool uneven() const { return dstate != 64 && dstate != 128 && dstate != 256; }
+  // A dstate the launcher sends to the kernel of any stage count.
+  bool uneven() const { return ::mamba_ssu::uneven_dstate(dstate); }
 };
 
 uint64_t rng_state = 0x9e3779b97f4a7c15ull;
