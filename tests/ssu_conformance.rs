@@ -1196,7 +1196,7 @@ fn check_manifest(
 /// state storage spans tens of GiB. This runs such a layout through the sparse storage path of
 /// the harness (virtual memory, only the used head blocks mapped) and checks the kernel's fp16
 /// state against the CPU prediction (f64 reference, FlashInfer's random mapping at the real
-/// offsets, software SR) for both layouts, and `out` against the f64 reference.
+/// offsets, software SR) for the three mappings, and `out` against the f64 reference.
 #[test]
 #[ignore = "requires a CUDA GPU"]
 fn slot_stride_near_2_pow_32_sparse_state() {
@@ -1213,6 +1213,17 @@ fn slot_stride_near_2_pow_32_sparse_state() {
 #[ignore = "requires a CUDA GPU"]
 fn philox_offsets_crossing_2_pow_32_inside_a_warp() {
     sparse_stride_case((1 << 32) - 31936);
+}
+
+/// As [`philox_offsets_crossing_2_pow_32_inside_a_warp`], with 2^32 inside one of the
+/// horizontal kernel's stages of 32 columns: slot 1 crosses it in head 3 at row 57, column 80,
+/// so that one Philox call of a lane's stage has the high word 0 and the next one 1 (the
+/// horizontal kernel shares round 2's first product over a stage only when no call of it
+/// crosses).
+#[test]
+#[ignore = "requires a CUDA GPU"]
+fn philox_offsets_crossing_2_pow_32_inside_a_stage() {
+    sparse_stride_case((1 << 32) - 31952);
 }
 
 fn sparse_stride_case(stride: u64) {
@@ -1337,6 +1348,7 @@ fn sparse_stride_case(stride: u64) {
     for (alg, algorithm, other) in [
         ("simple", Algorithm::Simple, Algorithm::Vertical),
         ("vertical", Algorithm::Vertical, Algorithm::Simple),
+        ("horizontal", Algorithm::Horizontal, Algorithm::Simple),
     ] {
         let mut mapped = state.mapped.clone();
         for (lo, hi) in mapped.drain(..) {
