@@ -1216,10 +1216,10 @@ fn philox_offsets_crossing_2_pow_32_inside_a_warp() {
 }
 
 /// As [`philox_offsets_crossing_2_pow_32_inside_a_warp`], with 2^32 inside one of the
-/// horizontal kernel's stages of 32 columns: slot 1 crosses it in head 3 at row 57, column 80,
-/// so that one Philox call of a lane's stage has the high word 0 and the next one 1 (the
-/// horizontal kernel shares round 2's first product over a stage only when no call of it
-/// crosses).
+/// horizontal kernel's stages of 32 columns: slot 1 crosses it in head 3 at row 57, column 80
+/// (slot 2 crosses 2^33 in head 7 at row 51, column 32), so that a lane's Philox calls of one
+/// stage have the counter's high words 0 and 1 (the horizontal kernel computes each call's
+/// 64-bit counter; a kernel that shared the high word over a stage would fail here).
 #[test]
 #[ignore = "requires a CUDA GPU"]
 fn philox_offsets_crossing_2_pow_32_inside_a_stage() {
