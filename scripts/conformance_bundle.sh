@@ -35,9 +35,13 @@
 # one xz stream and a dictionary as large as the archive, so that the CUDA code every binary
 # carries is stored once per archive. The runner runs the parts of the archives named (default:
 # every one there); the script prints one device call per archive, each carrying .gpu-conf/run.sh,
-# .gpu-conf/info and that archive.
+# .gpu-conf/info and that archive. The runner's environment narrows a call to part of what its
+# archives hold, so that a round too long for one device call can be split over calls on a warm
+# host (an archive carried by an earlier call stays there): CONF_PATHS (default "stp mtp"),
+# CONF_RELEASES (default "0.7.2.post1 0.7.4"), CONF_NO_TESTS=1 (skip the --test /
+# --memcheck-test binaries), CONF_NO_PERF=1 (skip the timing).
 set -euo pipefail
-usage() { sed -n '2,37p' "$0" >&2; exit 2; }
+usage() { sed -n '2,42p' "$0" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 specs=("$1"); shift
 groups=(); tests=(); memtests=(); perf=
@@ -165,10 +169,10 @@ mc="compute-sanitizer --tool memcheck --error-exitcode 1"
 declare -A bin=([stp]=ssu_conformance [mtp]=ssu_mtp_conformance)
 declare -A var=([stp]=MAMBA_SSU_FLASHINFER_MANIFEST [mtp]=MAMBA_SSU_FLASHINFER_MTP_MANIFEST)
 declare -A test=([stp]=flashinfer_reference_bit_exact [mtp]=flashinfer_mtp_reference_bit_exact)
-for path in stp mtp; do
+for path in ${CONF_PATHS:-stp mtp}; do
   # The checks of a path: its spec's cases and its conformance binary, both in this call.
   [ -f "$X/specs/spec-$path.json" ] && [ -x "$X/bin/test-${bin[$path]}" ] || continue
-  for rel in 0.7.2.post1 0.7.4; do
+  for rel in ${CONF_RELEASES:-0.7.2.post1 0.7.4}; do
     [ -d "$X/rec-$rel" ] || continue
     r=$X/r-$rel-$path
     # A failed recording (a case FlashInfer's kernel gave different bytes on two calls, say)
@@ -188,14 +192,14 @@ T=$X/tests
 while read -r b filter; do
   [ -n "$b" ] || continue
   step "test $b $filter" "$T/bin/test-$b" $filter --include-ignored
-done < <(cat "$T/tests" 2>/dev/null)
+done < <([ -n "${CONF_NO_TESTS:-}" ] || cat "$T/tests" 2>/dev/null)
 while read -r b filter; do
   [ -n "$b" ] || continue
   step "test $b $filter" "$T/bin/test-$b" $filter --include-ignored &&
   step "memcheck $b $filter" $mc "$T/bin/test-$b" $filter --include-ignored
-done < <(cat "$T/memcheck-tests" 2>/dev/null)
+done < <([ -n "${CONF_NO_TESTS:-}" ] || cat "$T/memcheck-tests" 2>/dev/null)
 P=$X/perf
-if [ -f "$P/perf.json" ]; then
+if [ -z "${CONF_NO_PERF:-}" ] && [ -f "$P/perf.json" ]; then
   step "record perf 0.7.2.post1" bash "$X/rec-0.7.2.post1/run.sh" record "$P/perf.json" --out "$P/rec" &&
   step "flashinfer_warm" env PYTHONPATH="$P/py" python3 python/bench/flashinfer_warm.py "$P"/rec/*/ --json "$O/perf.json"
   grep -E '^\|' "$L"
