@@ -80,14 +80,22 @@ inline int check_dstate(int64_t dstate, int32_t state_dtype) {
 // kernel of any stage count; multi token the 512-column tile with the row's length at run time).
 inline bool long_dstate(int64_t dstate) { return dstate > 256; }
 
-// The calls above dstate 256 the long-row kernels do not serve yet (FlashInfer's module takes
-// them): an int16 block-scaled state (FlashInfer's simple kernel runs past a register array of
-// its lanes there but at 512: docs/flashinfer-ssu.md, "Above dstate 256 in FlashInfer's
-// kernels"). UNSUPPORTED; MAMBA_SSU_SUCCESS otherwise.
-inline int check_long_dstate(int64_t dstate, int32_t state_dtype) {
-  if (long_dstate(dstate) && state_dtype == MAMBA_SSU_I16)
+// The calls above dstate 256 that are not served although FlashInfer's module takes them: an
+// int16 block-scaled state on the single-token path at 288 to 480. FlashInfer's simple kernels
+// keep a lane's new values of an int16 row in a register array of dstate / 32 floats, which its
+// runs of 8 columns (two runs a lane at most, 256 apart) fill exactly at 512 and overrun at the
+// other dstates above 256 (lanes 0..3 at 288 store 16 values into 9): an undefined result
+// (docs/flashinfer-ssu.md, "Above dstate 256: an int16 state"). At 512 the single-token kernel
+// DynLongI16Config serves it; the multi-token kernel keeps the row in its 512-column tile at
+// every dstate above 256 (mtp_kernel_i16<kMtpLongRows>), so `multi_token` calls pass.
+// UNSUPPORTED; MAMBA_SSU_SUCCESS otherwise.
+inline int check_long_dstate(int64_t dstate, int32_t state_dtype, bool multi_token) {
+  if (long_dstate(dstate) && state_dtype == MAMBA_SSU_I16 && !multi_token && dstate != 512)
     return fail(MAMBA_SSU_ERROR_UNSUPPORTED,
-                "dstate: an I16 state above 256 is not served yet, got %lld", ll(dstate));
+                "dstate: a single-token I16 state above 256 is served at 512 only, got %lld "
+                "(FlashInfer's simple kernel writes past its lanes' register array of new values "
+                "there, an undefined result)",
+                ll(dstate));
   return MAMBA_SSU_SUCCESS;
 }
 

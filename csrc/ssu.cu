@@ -155,7 +155,7 @@ int ssu_check(const mamba_ssu_params *p, const mamba_ssu_seed &seed, const SeedN
   if ((s = check_i16_vertical(p->dstate, p->state_dtype,
                               p->algorithm == MAMBA_SSU_ALGO_VERTICAL)))
     return s;
-  if ((s = check_long_dstate(p->dstate, p->state_dtype))) return s;
+  if ((s = check_long_dstate(p->dstate, p->state_dtype, false))) return s;
   // The decode scales (slots, nheads, dim) of an I16 state.
   const bool scaled = scale != nullptr && scale->data != nullptr;
   if (scaled && (s = check_state_scale(*scale, p->nheads, p->dim, p->state_cache_size))) return s;
@@ -376,8 +376,10 @@ int f32_input_form(bool simple, bool below, int64_t dstate, bool pad, bool f1) {
 // pad slot, bit 1 of pad rows (FlashInfer's vertical kernel has a path of its own for a pad
 // slot, without the quantisation). Simple and tiled simple: the fp16 state's forms without SR
 // (F1) on both paths; vertical: F0, on the pad path the fp16 state's (F1 at 160 and 224, F0 at
-// 96 and 192).
+// 96 and 192). At 512 (DynLongI16Config; cases/int16_dsbig_cases.json, both releases' builds):
+// simple and tiled simple F0, not the fp16 state's F1 above 256 (vertical is refused there).
 int i16_uneven_forms(bool simple, bool below, int64_t dstate) {
+  if (long_dstate(dstate)) return 0;
   const int fp16 = first_form_f1(simple, below, 0, dstate, false, false, false) ? 1 : 0;
   return simple ? fp16 | (fp16 << 1) : fp16 << 1;
 }

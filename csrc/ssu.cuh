@@ -794,7 +794,7 @@ struct DynUnevenConfig : DynConfig {
 // (FlashInfer's simple kernel: runs of 8 columns of a 2-byte state, 4 of an fp32 one, lane l's
 // at l * run + 32 * run * j; at dstate 288 lanes 0..3 hold 16 columns and the others 8) with up
 // to 16 columns a lane. One config per state dtype (kStateDtype: F16, BF16 or F32; an I16 state
-// is not served there, checks.h: check_long_dstate), so that the run, the element conversions
+// is DynLongI16Config's, below), so that the run, the element conversions
 // and the stochastic rounding (an F16 state's only) are constants of the kernel (a run-time
 // dtype compiles to an indirect branch per element: docs/perf-notes.md, "above dstate 256: the
 // generic kernel's accesses"): each run is 16 bytes at a 16-byte aligned offset (the launcher
@@ -921,6 +921,21 @@ struct DynUnevenWideConfig : DynUnevenConfig {
 // DynI16Config's kernels keep their code.
 struct DynUnevenI16Config : I16Columns<DynUnevenConfig> {
   __device__ explicit DynUnevenI16Config(const Args &a) : I16Columns<DynUnevenConfig>(a) {}
+};
+
+// An int16 block-scaled state at dstate 512 (checks.h: check_long_dstate; the single-token
+// dstate above 256 at which FlashInfer's simple kernels define the result): FlashInfer's lane
+// runs of 8 columns, 256 apart (lane l holds 8l..8l+7 and 256+8l..256+8l+7: 16 columns),
+// DynUnevenConfig's col() with up to 16 columns a lane, I16Columns' accesses (no SR). Its first
+// accumulate form is read from Args::first_form_f1 as DynI16Config's (one form for every row:
+// FlashInfer's simple kernels have no pad path of their own). A config of its own, in
+// ssu_uneven.cu, so that the other generic kernels keep their code.
+struct DynLongI16Columns : DynUnevenConfig {
+  static constexpr int kMaxCols = 16;
+  __device__ explicit DynLongI16Columns(const Args &a) : DynUnevenConfig(a, kMaxCols) {}
+};
+struct DynLongI16Config : I16Columns<DynLongI16Columns> {
+  __device__ explicit DynLongI16Config(const Args &a) : I16Columns<DynLongI16Columns>(a) {}
 };
 
 // The generic configs of an fp32 state with fp32 inputs (RowForms<DynConfig>,
@@ -1688,7 +1703,8 @@ int launch_uneven(const Args &a, unsigned blocks, int warps_per_block, bool wide
 // fp32 inputs over an fp32 state, DynLongF32InputsConfig; ssu_uneven.cu).
 int launch_long(const Args &a, unsigned blocks, int warps_per_block, bool f32_inputs,
                 cudaStream_t stream);
-// The generic kernel of an int16 state at an uneven dstate (DynUnevenI16Config; ssu_uneven.cu).
+// The generic kernel of an int16 state at an uneven dstate (DynUnevenI16Config; at 512,
+// long_dstate, DynLongI16Config; ssu_uneven.cu).
 int launch_uneven_i16(const Args &a, const ScaleArgs &sc, unsigned blocks, int warps_per_block,
                       cudaStream_t stream);
 // The generic kernel of an fp32 state with fp32 inputs (RowForms over DynConfig, or at an

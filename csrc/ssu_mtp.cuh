@@ -378,8 +378,6 @@ __device__ __forceinline__ void mtp_body(const Args &a, const ScaleArgs &sc = Sc
   static_assert(!kBf16State || (kHot && kRounds == 0), "kBf16State: hot kernels without SR");
   static_assert(!mtp_uneven(kDstate) || (!kHot && kR == 1 && !kSmall),
                 "an uneven dstate: the run-time kernels");
-  static_assert(kDstate != kMtpLongRows || !kI16,
-                "the long-row kernels: no int16 state (check_long_dstate keeps it unsupported)");
   // The lane's tile: kDstate columns, or the next power of two at an uneven dstate (mtp_tile),
   // where a lane's blocks at columns >= kDstate are not loaded, updated, summed nor stored
   // (FlashInfer's kernel skips them): at 96 a 2-byte state's second block for lanes 4..7, an
@@ -1344,9 +1342,15 @@ int launch_uneven(const Args &a, int dstate, bool f32, unsigned nblocks, size_t 
                   cudaStream_t st);
 
 // Launches the run-time mtp_kernel_i16 at an uneven dstate of a 2-byte state (96, 160, 192 or
-// 224), as launch_uneven (ssu_uneven.cu).
+// 224; above 256 launch_long_i16's), as launch_uneven (ssu_uneven.cu).
 int launch_uneven_i16(const Args &a, const ScaleArgs &sc, int dstate, unsigned nblocks,
                       size_t smem, cudaStream_t st);
+
+// Launches the long-row kernel of an int16 state (every dstate above 256, the row's length at
+// run time: mtp_kernel_i16<kMtpLongRows>, or with `uniform` mtp_kernel_i16_uniform<kMtpLongRows>)
+// with allow_long_smem, as launch_uneven (ssu_with_very_long_i16_rows.cu).
+int launch_long_i16(const Args &a, const ScaleArgs &sc, bool uniform, unsigned nblocks,
+                    size_t smem, cudaStream_t st);
 
 // Launches the run-time kernel with the uniform pair update for a.state_dtype (F16 or BF16:
 // mtp_kernel_uniform, F32: mtp_kernel_f32_uniform, I16: mtp_kernel_i16_uniform with `sc`) at

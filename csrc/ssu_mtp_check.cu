@@ -102,7 +102,7 @@ int mtp_check(const mamba_ssu_mtp_params *p, const mamba_ssu_seed &seed, const S
   if (varlen && cu_dtype != MAMBA_SSU_I32 && cu_dtype != MAMBA_SSU_I64)
     return invalid("cu_seqlens_dtype: expected I32, I64 or 0 (index_dtype), got %lld",
                    ll(p->cu_seqlens_dtype));
-  if ((s = check_long_dstate(p->dstate, p->state_dtype))) return s;
+  if ((s = check_long_dstate(p->dstate, p->state_dtype, true))) return s;
 
   // Pointers and alignment.
   const int sb = float_bytes(p->state_dtype);

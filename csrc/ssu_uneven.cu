@@ -4,14 +4,15 @@
 // DynUnevenConfig (ssu.cuh: FlashInfer's lane runs of 1 to 7 columns, lanes with fewer columns
 // where the row ends; at 6 blocks per SM as DynUnevenWideConfig for calls of >= 48 MiB;
 // DynUnevenI16Config for an int16 state; above 256, checks.h: long_dstate, DynLongConfig per
-// state dtype and DynLongF32InputsConfig) and
+// state dtype, DynLongF32InputsConfig and an int16 state's DynLongI16Config) and
 // the horizontal kernel with 2 to 32 stages a row (ssu_hz.cuh: kAnyStages), multi token
 // mtp_kernel and mtp_kernel_i16 at each (ssu_mtp.cuh: the next power of two's tile with the
 // blocks past dstate skipped; above 256 one long-row mtp_kernel per state kind, kMtpLongRows,
-// for every dstate up to 512); and the single-token generic kernels of an fp32 state with fp32
-// inputs at every dstate (RowForms over DynConfig, DynUnevenConfig and DynUnevenWideConfig: a
-// first form per row kind, ssu.cu: f32_input_form; here so that they share this unit's zero
-// pages instead of adding a unit's own). Launched for
+// for every dstate up to 512; an int16 state's in ssu_with_very_long_i16_rows.cu); and the
+// single-token generic kernels of an fp32 state with fp32 inputs at every dstate (RowForms over
+// DynConfig, DynUnevenConfig and DynUnevenWideConfig: a first form per row kind, ssu.cu:
+// f32_input_form; here so that they share this unit's zero pages instead of adding a unit's
+// own). Launched for
 // plans of ssu.cu, ssu_single_hz.cu and ssu_mtp.cu. A translation unit of its own, sorted
 // after the other SSU units, so that their kernels and the device link keep their code and
 // shared-memory layout.
@@ -49,7 +50,10 @@ int launch_long(const Args &a, unsigned blocks, int warps_per_block, bool f32_in
 
 int launch_uneven_i16(const Args &a, const ScaleArgs &sc, unsigned blocks, int warps_per_block,
                       cudaStream_t stream) {
-  ssu_kernel_scaled<DynUnevenI16Config><<<blocks, 32 * warps_per_block, 0, stream>>>(a, sc);
+  if (long_dstate(a.dstate))
+    ssu_kernel_scaled<DynLongI16Config><<<blocks, 32 * warps_per_block, 0, stream>>>(a, sc);
+  else
+    ssu_kernel_scaled<DynUnevenI16Config><<<blocks, 32 * warps_per_block, 0, stream>>>(a, sc);
   return check_launch("selective_state_update launch");
 }
 
@@ -137,6 +141,7 @@ int launch_uneven(const Args &a, int dstate, bool f32, unsigned nblocks, size_t 
 
 int launch_uneven_i16(const Args &a, const ScaleArgs &sc, int dstate, unsigned nblocks,
                       size_t smem, cudaStream_t st) {
+  if (long_dstate(dstate)) return launch_long_i16(a, sc, false, nblocks, smem, st);
   switch (dstate) {
   case 96: mtp_kernel_i16<96><<<nblocks, kThreads, smem, st>>>(a, sc); break;
   case 160: mtp_kernel_i16<160><<<nblocks, kThreads, smem, st>>>(a, sc); break;

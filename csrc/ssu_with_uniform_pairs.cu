@@ -2,8 +2,9 @@
 // update of a column pair, for calls whose inputs are not bf16 (fp16 or fp32: mtp::uniform_pairs;
 // ssu_mtp.cuh: mtp_step_pair): mtp_kernel_uniform (an fp16 or a bf16 state),
 // mtp_kernel_f32_uniform (an fp32 state) and mtp_kernel_i16_uniform (an int16 state), at every
-// dstate the multi-token check passes for the state (above 256 the first two's long-row kernels,
-// kMtpLongRows: one for every dstate up to 512); launched for plans of ssu_mtp.cu. Each is the
+// dstate the multi-token check passes for the state (above 256 their long-row kernels,
+// kMtpLongRows: one for every dstate up to 512; an int16 state's in
+// ssu_with_very_long_i16_rows.cu); launched for plans of ssu_mtp.cu. Each is the
 // code of its state's run-time kernel with only the update's contraction changed. A translation
 // unit of its own whose name sorts after every other kernel unit's, so that the other units and
 // the device link keep their code.
@@ -52,11 +53,11 @@ int no_kernel(int dstate) {
 
 int launch_uniform(const Args &a, const ScaleArgs &sc, int dstate, unsigned nblocks, size_t smem,
                    cudaStream_t st) {
-  // Above 256 (an F16, BF16 or F32 state; check_long_dstate keeps an I16 state out) the
-  // long-row kernels, the row's length at run time.
-  if (long_dstate(dstate) && a.state_dtype != MAMBA_SSU_I16)
-    return a.state_dtype == MAMBA_SSU_F32 ? launch_f32<kMtpLongRows>(a, nblocks, smem, st)
-                                          : launch_2byte<kMtpLongRows>(a, nblocks, smem, st);
+  // Above 256 the long-row kernels, the row's length at run time.
+  if (long_dstate(dstate))
+    return a.state_dtype == MAMBA_SSU_F32   ? launch_f32<kMtpLongRows>(a, nblocks, smem, st)
+           : a.state_dtype == MAMBA_SSU_I16 ? launch_long_i16(a, sc, true, nblocks, smem, st)
+                                            : launch_2byte<kMtpLongRows>(a, nblocks, smem, st);
   if (a.state_dtype == MAMBA_SSU_F32) {
     switch (dstate) {
     case 32: return launch_f32<32>(a, nblocks, smem, st);

@@ -341,13 +341,33 @@ fn dstates_above_256_rules() {
             assert!(check(&a).is_ok(), "fp32 inputs over {dtype}: {:?}", check(&a));
         }
     }
-    // An int16 state with its scales above 256, single and multi token: UNSUPPORTED.
-    for make in [int16, int16_fixed, int16_varlen] {
-        let (s, _, detail) = check(&with_dstate(make(), 288)).expect_err("refused");
+    // An int16 state with its scales above 256: multi token at every dstate up to 512; single
+    // token at 512 only (FlashInfer's simple kernel overruns a register array at 288 to 480),
+    // the others UNSUPPORTED; VERTICAL refused as for every state there.
+    for ds in (288..=512).step_by(32) {
+        for make in [int16_fixed, int16_varlen] {
+            let a = with_dstate(make(), ds);
+            assert!(check(&a).is_ok(), "int16 multi token {ds}: {:?}", check(&a));
+        }
+        let single_i16 = check(&with_dstate(int16(), ds));
+        if ds == 512 {
+            assert!(single_i16.is_ok(), "int16 single token 512: {single_i16:?}");
+            continue;
+        }
+        let (s, _, detail) = single_i16.expect_err("refused");
         assert_eq!(s, UNS, "{detail}");
-        assert!(detail.ends_with("dstate: an I16 state above 256 is not served yet, got 288"),
-                "{detail}");
+        assert!(
+            detail.contains(&format!(
+                "dstate: a single-token I16 state above 256 is served at 512 only, got {ds}"
+            )),
+            "{detail}"
+        );
     }
+    let mut a = with_dstate(int16(), 512);
+    algo(&mut a, sys::MAMBA_SSU_ALGO_VERTICAL);
+    let (s, _, detail) = check(&a).expect_err("refused");
+    assert_eq!(s, INV, "{detail}");
+    assert!(detail.contains("VERTICAL takes at most 256"), "{detail}");
     // Above 512 (FlashInfer's module builds there): UNSUPPORTED whatever the mapping.
     for ds in [544, 1024] {
         let (s, _, detail) = check(&with_dstate(single(), ds)).expect_err("refused");

@@ -1,5 +1,6 @@
 //! GPU: FlashInfer's int16 state on the single-token path ([`SsuArgs::state_scale`]), both
-//! layouts, dstate 64/128/256, head dims 64 and 80, with and without decode scales.
+//! layouts, dstate 64/128/256 and 512 (SIMPLE), head dims 64 and 80, with and without decode
+//! scales; multi token at dstate 64/128/256, 288 and 512.
 //!
 //! 1. Exact: with `A` = 0 (dA = ex2(0) = 1) and `x` = 0 the updated row is the dequantised one
 //!    (s' = fma(1, s, 0)), so every quantised value is computed exactly on the CPU
@@ -383,10 +384,30 @@ fn int16_state_matches_the_f64_reference() {
     let Some((_ctx, stream)) = gpu() else { return };
     let mut rng = Rng(run_seed());
     let mut runs = 0;
-    for (dim, dstate) in [(64, 128), (80, 128), (64, 64), (128, 256), (80, 256)] {
-        for algorithm in [Algorithm::Auto, Algorithm::Simple, Algorithm::Vertical] {
+    // Each shape with AUTO above the switch (batch 70, 280 rows of heads; at 512 the non-tiled
+    // SIMPLE there instead: AUTO resolves to VERTICAL, which FlashInfer refuses above 256),
+    // SIMPLE and VERTICAL at batch 5 (at 512 SIMPLE only: the tiled simple kernel's lanes).
+    let runs_of = |dstate: usize| {
+        if dstate > 256 {
+            vec![(Algorithm::Simple, 70), (Algorithm::Simple, 5)]
+        } else {
+            vec![
+                (Algorithm::Auto, 70),
+                (Algorithm::Simple, 5),
+                (Algorithm::Vertical, 5),
+            ]
+        }
+    };
+    for (dim, dstate) in [
+        (64, 128),
+        (80, 128),
+        (64, 64),
+        (128, 256),
+        (80, 256),
+        (64, 512),
+    ] {
+        for (algorithm, batch) in runs_of(dstate) {
             for (scaled, disable) in [(true, false), (false, false), (true, true)] {
-                let batch = if algorithm == Algorithm::Auto { 70 } else { 5 };
                 let mut p = base(&mut rng, batch, dim, dstate, true);
                 fill_state(&mut rng, &mut p, scaled);
                 p.disable_state_update = disable;
@@ -419,7 +440,8 @@ fn int16_state_matches_the_f64_reference() {
                 })
                 .expect("reference");
                 let label = format!(
-                    "dim {dim} dstate {dstate} {algorithm:?} scaled {scaled} disable {disable}"
+                    "dim {dim} dstate {dstate} {algorithm:?} batch {batch} scaled {scaled} \
+                     disable {disable}"
                 );
                 // FlashInfer's tolerance, plus the fp32 sum's rounding relative to the largest
                 // output (the unscaled problems' terms reach ~1e5 and may cancel).
@@ -481,7 +503,7 @@ fn int16_state_matches_the_f64_reference() {
             }
         }
     }
-    assert_eq!(runs, 45);
+    assert_eq!(runs, 51);
     eprintln!("{runs} runs against the f64 reference passed");
 }
 
@@ -715,7 +737,8 @@ fn int16_multi_token_matches_the_f64_reference() {
     let mut rng = Rng(run_seed());
     let mut runs = 0;
     const T: usize = 4;
-    for (dim, dstate) in [(64, 128), (80, 64), (128, 256)] {
+    // Above 256 the long-row kernel (the 512-column tile, the blocks past dstate skipped at 288).
+    for (dim, dstate) in [(64, 128), (80, 64), (128, 256), (64, 288), (64, 512)] {
         for mode in [Mode::Final, Mode::Dst, Mode::Buffer] {
             for scaled in [true, false] {
                 let batch = 3;
@@ -900,7 +923,7 @@ fn int16_multi_token_matches_the_f64_reference() {
             }
         }
     }
-    assert_eq!(runs, 18);
+    assert_eq!(runs, 30);
     eprintln!("{runs} multi-token runs against the f64 reference passed");
 }
 

@@ -527,8 +527,8 @@ def test_vertical_above_dstate_256_raises_flashinfers_runtime_error(state_dtype,
 @pytest.mark.parametrize("state_dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_fp32_inputs_above_dstate_256_are_taken(multi, state_dtype):
     """Above dstate 256 fp32 inputs are served over every 2-byte and fp32 state, single and
-    multi token, as FlashInfer's module takes them (the int16 state's refusal there:
-    src/contract_tests.rs, dstates_above_256_rules)."""
+    multi token, as FlashInfer's module takes them (the int16 state there:
+    test_int16_state_above_dstate_256)."""
     from test_cpu_mtp import make_mtp
 
     kw = _with_dstate(make_mtp() if multi else make(), 288, multi)
@@ -541,6 +541,29 @@ def test_fp32_inputs_above_dstate_256_are_taken(multi, state_dtype):
             kw[name] = kw[name].float()
     got = outcome(lambda: check(**kw))
     assert got[0] == "ok", got
+
+
+@pytest.mark.parametrize("dstate", [288, 384, 480, 512])
+@pytest.mark.parametrize("multi", [False, True])
+def test_int16_state_above_dstate_256(dstate, multi):
+    """An int16 state with its decode scales above dstate 256: multi token at every dstate up to
+    512 (FlashInfer's 512-column tile), single token at 512 only; at 288 to 480 FlashInfer's simple
+    kernel writes past its lanes' register array (an undefined result), so the single-token call
+    is NotImplementedError naming dstate, through the op as through the check."""
+    from test_cpu_mtp import make_mtp
+
+    kw = _with_dstate(make_mtp() if multi else make(), dstate, multi)
+    kw["rand_seed"] = None
+    s = kw["state"]
+    kw["state"] = s.to(torch.int16)
+    kw["state_scale"] = torch.ones(s.shape[:3], dtype=torch.float32)
+    got = outcome(lambda: check(**kw))
+    if multi or dstate == 512:
+        assert got[0] == "ok", got
+        return
+    assert got[0] is NotImplementedError, got
+    assert got[1].startswith("dstate: a single-token I16 state above 256 is served at 512 only"), got
+    assert _front_door(kw) == got
 
 
 def test_multi_token_heads_per_group_outside_flashinfers_set_is_served():

@@ -170,8 +170,10 @@ pub const MAX_PHILOX_ROUNDS: u32 = crate::ffi::sys::MAMBA_SSU_MAX_PHILOX_ROUNDS;
 /// kernels: an int16 state at 96 to 224 too, but not under the VERTICAL mapping at 96, 160 and
 /// 224, where FlashInfer's kernel indexes past a register array (its result there is undefined).
 /// Above 256 FlashInfer's launcher refuses the VERTICAL mapping
-/// ([`Error::InvalidArgument`](crate::Error::InvalidArgument), as AUTO resolved to it), and an
-/// int16 state is not served there yet ([`Error::Unsupported`](crate::Error::Unsupported)).
+/// ([`Error::InvalidArgument`](crate::Error::InvalidArgument), as AUTO resolved to it); an
+/// int16 state is served there on the multi-token path, and on the single-token path at 512
+/// only: at 288 to 480 FlashInfer's simple kernel indexes past a register array (its result is
+/// undefined; [`Error::Unsupported`](crate::Error::Unsupported)).
 /// An fp32 state takes
 /// [`SUPPORTED_DSTATE_F32`].
 pub const SUPPORTED_DSTATE: [usize; 15] = [

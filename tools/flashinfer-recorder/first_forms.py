@@ -832,12 +832,26 @@ def int16_rule(kind, dstate, dim=None, release="0.7.2.post1", input_dtype=None):
     (`i16_uneven_forms` in csrc/ssu.cu; fp16 and fp32 inputs from cases/forms_gaps_cases.json):
     simple and tiled simple F1, vertical F0 at 192 and not served at 96, 160 and 224 (the crate
     refuses VERTICAL there); the single-token chains are not compared where a lane's run is
-    odd (None: the tool reads runs of even length only). input_dtype None: bf16."""
-    if dstate not in SERVED_DSTATES or dstate > LONG_DSTATE:
+    odd (None: the tool reads runs of even length only). Above 256 (cases/int16_dsbig_cases.json,
+    both releases' builds): multi token at every dstate up to 512 over the 512-column tile;
+    single token at 512 only (at 288 to 480 FlashInfer's simple kernels overrun a register
+    array, checks.h: check_long_dstate), simple and tiled simple F0 (not the fp16 state's F1
+    there), vertical not served (its launcher refuses every dstate above 256). input_dtype None:
+    bf16."""
+    if dstate not in SERVED_DSTATES:
         return None
     if kind == "mtp":
-        n = (1 << (dstate - 1).bit_length()) // 16
+        # The SASS keeps 4 links of each chain (the column pairs of a lane's 8 columns) per
+        # 64-column tile of the next power of two's tile that may hold columns of the row as
+        # the compiler sees a lane's member index, a signed remainder (lane % 8, -7 to 7): the
+        # tiles t with 64 t - 56 < dstate. Up to 256 every tile; at 288 six of eight, at 384
+        # seven (both releases' builds of cases/int16_dsbig_cases.json).
+        tiles = (1 << (dstate - 1).bit_length()) // 64
+        n = 4 * sum(1 for t in range(tiles) if 64 * t - 56 < dstate)
         return f"rn/{mtp_update_rule(input_dtype)}", ",".join(("e" * n, "o" * n))
+    if dstate > LONG_DSTATE:
+        first = {"simple": "F0", "simple_tiled": "F0"}.get(kind) if dstate == 512 else None
+        return None if first is None else (f"rn/S/{first}", "eo" * (dstate // 64))
     if dstate in (64, 128, 256):
         first = {"simple": "F0", "simple_tiled": "F1", "vertical": "F0"}.get(kind)
     elif kind == "vertical":

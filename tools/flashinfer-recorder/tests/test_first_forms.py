@@ -444,7 +444,18 @@ class Int16(unittest.TestCase):
         self.assertEqual(ff.int16_rule("simple_tiled", 96), ("rn/S/F1", None))
         self.assertEqual(ff.int16_rule("vertical", 192), ("rn/S/F0", "eoeoeo"))
         self.assertIsNone(ff.int16_rule("vertical", 224))
-        self.assertIsNone(ff.int16_rule("mtp", 288))
+        # above 256: multi token at every dstate (the 512-column tile), single token at 512 only
+        # (simple and tiled simple F0), never vertical
+        self.assertEqual(ff.int16_rule("mtp", 288), ("rn/S/H", "e" * 24 + "," + "o" * 24))
+        self.assertEqual(ff.int16_rule("mtp", 384), ("rn/S/H", "e" * 28 + "," + "o" * 28))
+        self.assertEqual(ff.int16_rule("mtp", 416), ("rn/S/H", "e" * 32 + "," + "o" * 32))
+        self.assertEqual(ff.int16_rule("mtp", 512, input_dtype="float16"), ("rn/H", "e" * 32 + "," + "o" * 32))
+        self.assertEqual(ff.int16_rule("simple", 512), ("rn/S/F0", "eo" * 8))
+        self.assertEqual(ff.int16_rule("simple_tiled", 512), ("rn/S/F0", "eo" * 8))
+        self.assertIsNone(ff.int16_rule("vertical", 512))
+        self.assertIsNone(ff.int16_rule("simple", 288))
+        self.assertIsNone(ff.int16_rule("simple_tiled", 480))
+        self.assertIsNone(ff.int16_rule("mtp", 544))
 
     def test_group_rows(self):
         types = "S2_fsif"

@@ -483,6 +483,28 @@ class Int16(unittest.TestCase):
         sc = next(t for t in c["inputs"] if t["name"] == "state_scale")
         self.assertEqual((sc["strides"], sc["storage_elems"]), ([528, 64, 1], 5 * 528 + 512))
 
+    def test_int16_dsbig_spec_parses_and_fits(self):
+        """cases/int16_dsbig_cases.json: an int16 state with its scales above dstate 256, single
+        token at 512 only (FlashInfer's result at 288 to 480 is undefined), multi token at 288,
+        384 and 512."""
+        cases = specmod.load_spec(os.path.join(TOOL, "cases", "int16_dsbig_cases.json"))
+        self.assertEqual(len(cases), 14)
+        groups = set()
+        for c in cases:
+            ins = {t["name"]: t for t in c["inputs"]}
+            for t in c["inputs"]:
+                reach = sum((n - 1) * s for n, s in zip(t["shape"], t["strides"]))
+                self.assertLess(reach, t["storage_elems"], f"{c['name']} {t['name']}")
+            self.assertEqual(ins["state"]["dtype"], "int16")
+            self.assertEqual(ins["state_scale"]["shape"], ins["state"]["shape"][:3])
+            self.assertTrue(c["present"]["state_scale"])
+            if c.get("path") == "mtp":
+                self.assertIn(c["dstate"], (288, 384, 512))
+            else:
+                self.assertEqual(c["dstate"], 512)
+            groups.add(specmod.group_key(c)[0])
+        self.assertEqual(len(groups), 8)
+
     def test_spec_errors(self):
         base = {"name": "x", "gen_seed": 1, "state_dtype": "int16", "state_scale_dtype": "float32", "philox_rounds": 0}
         specmod.build_case(base)
