@@ -10,8 +10,9 @@
 //   the timing cases whose name contains TEXT; HZ_TIF=4|8 sets both sides' ring of tiles,
 //   HZ_NEW_TIF=4|8 the new side's alone (8: hz_kernel_grouped on rows of 4 stages or more, with
 //   the compiled-in round counts too); HZ_NEW_RPW=16|32|64 and HZ_NEW_MINW=N the new side's
-//   most rows per warp and warps per SM of its rows-per-warp rule; HZ_WARM=1 times every call on
-//   one copy of the state)
+//   most rows per warp and warps per SM of its rows-per-warp rule; HZ_NEW_RPW_RULE=short16 the
+//   new side's cap of 16 rows for rows under 512 bytes or uneven on calls of <= 256 MiB;
+//   HZ_WARM=1 times every call on one copy of the state)
 //
 // Each side plans and dispatches as its revision's launcher: the working tree's rules on the new
 // side; on the base's side the rules scripts/hz_ab.sh finds in the base's sources (HZ_BASE_*,
@@ -263,6 +264,16 @@ int plan_rpw_side(const Case &c) {
   if constexpr (new_side) {
     if (const char *e = std::getenv("HZ_NEW_RPW")) max_rpw = std::atoi(e);
     if (const char *e = std::getenv("HZ_NEW_MINW")) min_warps = std::atoi(e);
+    // HZ_NEW_RPW_RULE=short16: at most 16 rows a warp where a row is shorter than 512 bytes or
+    // the dstate is uneven, on calls that read at most 256 MiB of state (the calls where the
+    // 16-row cap measured faster in docs/perf-notes.md, "2026-12-07: the horizontal kernel with
+    // SR: what did not help after the paired calls"; the 512-byte rows and the 1 GiB call
+    // measured slower).
+    if (const char *e = std::getenv("HZ_NEW_RPW_RULE"); e && std::strcmp(e, "short16") == 0) {
+      const int64_t bytes = int64_t(c.batch) * c.nheads * c.dim * c.dstate * c.esize();
+      if ((c.dstate * c.esize() < 512 || c.uneven()) && bytes <= (int64_t(256) << 20))
+        max_rpw = std::min(max_rpw, 16);
+    }
   }
   return plan_rpw(c, max_rpw, min_warps, g_num_sms);
 }
