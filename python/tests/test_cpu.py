@@ -546,10 +546,11 @@ def test_fp32_inputs_above_dstate_256_are_taken(multi, state_dtype):
 @pytest.mark.parametrize("dstate", [288, 384, 480, 512])
 @pytest.mark.parametrize("multi", [False, True])
 def test_int16_state_above_dstate_256(dstate, multi):
-    """An int16 state with its decode scales above dstate 256: multi token at every dstate up to
-    512 (FlashInfer's 512-column tile), single token at 512 only; at 288 to 480 FlashInfer's simple
-    kernel writes past its lanes' register array (an undefined result), so the single-token call
-    is NotImplementedError naming dstate, through the op as through the check."""
+    """An int16 state with its decode scales above dstate 256: multi token at every dstate up
+    to 512 (FlashInfer's 512-column tile), single token at 512 only; at 288 to 480 FlashInfer's
+    simple kernel writes past its lanes' register array (an undefined result), so the
+    single-token call is NotImplementedError naming the state (its dstate), through the op as
+    through the check."""
     from test_cpu_mtp import make_mtp
 
     kw = _with_dstate(make_mtp() if multi else make(), dstate, multi)
@@ -562,7 +563,7 @@ def test_int16_state_above_dstate_256(dstate, multi):
         assert got[0] == "ok", got
         return
     assert got[0] is NotImplementedError, got
-    assert got[1].startswith("dstate: a single-token I16 state above 256 is served at 512 only"), got
+    assert got[1].startswith("state: dstate: a single-token I16 state above 256 is served at 512 only"), got
     assert _front_door(kw) == got
 
 
