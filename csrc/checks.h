@@ -85,7 +85,7 @@ inline bool long_dstate(int64_t dstate) { return dstate > 256; }
 // keep a lane's new values of an int16 row in a register array of dstate / 32 floats, which its
 // runs of 8 columns (two runs a lane at most, 256 apart) fill exactly at 512 and overrun at the
 // other dstates above 256 (lanes 0..3 at 288 store 16 values into 9): an undefined result
-// (docs/flashinfer-ssu.md, "Above dstate 256: an int16 state"). At 512 the single-token kernel
+// (docs/flashinfer-ssu.md, "An int16 state above dstate 256"). At 512 the single-token kernel
 // DynLongI16Config serves it; the multi-token kernel keeps the row in its 512-column tile at
 // every dstate above 256 (mtp_kernel_i16<kMtpLongRows>), so `multi_token` calls pass.
 // UNSUPPORTED; MAMBA_SSU_SUCCESS otherwise.
