@@ -448,36 +448,39 @@ class Int16(unittest.TestCase):
             b = gen.block_bytes(77, tag, dtype, 1000, 5000, use_numpy=False)
             self.assertEqual(a, b, (tag, dtype))
 
+    def _check_int16_case(self, c):
+        """The facts every case of an int16 spec holds (the storage reaches, the generator tags,
+        the scales' shape and strides, no SR, the intermediate scales with a buffer); its group id."""
+        ins = {t["name"]: t for t in c["inputs"]}
+        for t in c["inputs"]:
+            reach = sum((n - 1) * s for n, s in zip(t["shape"], t["strides"]))
+            self.assertLess(reach, t["storage_elems"], f"{c['name']} {t['name']}")
+        self.assertEqual(ins["state"]["dtype"], "int16")
+        self.assertEqual(ins["state"]["generator"]["tag"], 11)
+        sc = ins["state_scale"]
+        self.assertEqual((sc["dtype"], sc["generator"]["tag"]), ("float32", 12))
+        self.assertEqual(sc["shape"], ins["state"]["shape"][:3])
+        self.assertEqual(sc["strides"][1:], [c["dim"], 1])
+        self.assertEqual(c["philox_rounds"], 0)
+        self.assertNotIn("rand_seed", ins)
+        self.assertTrue(c["present"]["state_scale"])
+        gid, _ = specmod.group_key(c)
+        self.assertIn("_si16_", gid)
+        self.assertIn("_scf32_pr0", gid)
+        if "intermediate_states_buffer" in ins:
+            ib, isc = ins["intermediate_states_buffer"], ins["intermediate_state_scales"]
+            self.assertEqual(ib["dtype"], "int16")
+            self.assertEqual(isc["shape"], [c["batch"], c["cache_steps"], c["nheads"], c["dim"]])
+            self.assertEqual((isc["dtype"], isc["generator"]["tag"]), ("float32", 13))
+            self.assertTrue(c["present"]["intermediate_state_scales"])
+        elif c.get("path") == "mtp":
+            self.assertFalse(c["present"]["intermediate_state_scales"])
+        return gid
+
     def test_spec_parses_and_fits(self):
         cases = specmod.load_spec(INT16)
         self.assertEqual(len(cases), 42)
-        groups = set()
-        for c in cases:
-            ins = {t["name"]: t for t in c["inputs"]}
-            for t in c["inputs"]:
-                reach = sum((n - 1) * s for n, s in zip(t["shape"], t["strides"]))
-                self.assertLess(reach, t["storage_elems"], f"{c['name']} {t['name']}")
-            self.assertEqual(ins["state"]["dtype"], "int16")
-            self.assertEqual(ins["state"]["generator"]["tag"], 11)
-            sc = ins["state_scale"]
-            self.assertEqual((sc["dtype"], sc["generator"]["tag"]), ("float32", 12))
-            self.assertEqual(sc["shape"], ins["state"]["shape"][:3])
-            self.assertEqual(sc["strides"][1:], [c["dim"], 1])
-            self.assertEqual(c["philox_rounds"], 0)
-            self.assertNotIn("rand_seed", ins)
-            self.assertTrue(c["present"]["state_scale"])
-            gid, key = specmod.group_key(c)
-            self.assertIn("_si16_", gid)
-            self.assertIn("_scf32_pr0", gid)
-            groups.add(gid)
-            if "intermediate_states_buffer" in ins:
-                ib, isc = ins["intermediate_states_buffer"], ins["intermediate_state_scales"]
-                self.assertEqual(ib["dtype"], "int16")
-                self.assertEqual(isc["shape"], [c["batch"], c["cache_steps"], c["nheads"], c["dim"]])
-                self.assertEqual((isc["dtype"], isc["generator"]["tag"]), ("float32", 13))
-                self.assertTrue(c["present"]["intermediate_state_scales"])
-            elif c.get("path") == "mtp":
-                self.assertFalse(c["present"]["intermediate_state_scales"])
+        groups = {self._check_int16_case(c) for c in cases}
         self.assertEqual(len(groups), 16)
         c = next(c for c in cases if c["name"] == "i16_stp_d64_ds128_strided")
         sc = next(t for t in c["inputs"] if t["name"] == "state_scale")
@@ -489,21 +492,13 @@ class Int16(unittest.TestCase):
         384 and 512."""
         cases = specmod.load_spec(os.path.join(TOOL, "cases", "int16_dsbig_cases.json"))
         self.assertEqual(len(cases), 14)
-        groups = set()
+        groups = {self._check_int16_case(c) for c in cases}
+        self.assertEqual(len(groups), 8)
         for c in cases:
-            ins = {t["name"]: t for t in c["inputs"]}
-            for t in c["inputs"]:
-                reach = sum((n - 1) * s for n, s in zip(t["shape"], t["strides"]))
-                self.assertLess(reach, t["storage_elems"], f"{c['name']} {t['name']}")
-            self.assertEqual(ins["state"]["dtype"], "int16")
-            self.assertEqual(ins["state_scale"]["shape"], ins["state"]["shape"][:3])
-            self.assertTrue(c["present"]["state_scale"])
             if c.get("path") == "mtp":
                 self.assertIn(c["dstate"], (288, 384, 512))
             else:
                 self.assertEqual(c["dstate"], 512)
-            groups.add(specmod.group_key(c)[0])
-        self.assertEqual(len(groups), 8)
 
     def test_spec_errors(self):
         base = {"name": "x", "gen_seed": 1, "state_dtype": "int16", "state_scale_dtype": "float32", "philox_rounds": 0}
