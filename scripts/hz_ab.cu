@@ -68,6 +68,11 @@ struct Case {
     return b;
   }
   int esize() const { return state_dtype == MAMBA_SSU_F32 ? 4 : 2; }
+  // The bytes of a state row, of `slots` slots' state, and of the state the call reads (its
+  // batch's slots).
+  int row_bytes() const { return dstate * esize(); }
+  size_t state_bytes(int64_t slots) const { return size_t(slots) * nheads * dim * row_bytes(); }
+  int64_t call_bytes() const { return static_cast<int64_t>(state_bytes(batch)); }
   // A dstate the launcher sends to the kernel of any stage count.
   bool uneven() const { return ::mamba_ssu::uneven_dstate(dstate); }
 };
@@ -137,7 +142,7 @@ Bufs alloc(const Case &c, int64_t slots) {
   CK(cudaMalloc(&b.C, 2 * nbc));
   CK(cudaMalloc(&b.seed, 8));
   b.slots = slots;
-  CK(cudaMalloc(&b.state, size_t(slots) * c.nheads * c.dim * c.dstate * c.esize()));
+  CK(cudaMalloc(&b.state, c.state_bytes(slots)));
   CK(cudaMalloc(&b.idx, 4 * size_t(slots)));
   CK(cudaMalloc(&b.dst_idx, 4 * size_t(slots)));
   fill2(b.x, nx, c.bf16_in, -1.f, 1.f);
@@ -221,7 +226,7 @@ int g_num_sms = 132;
 
 // Whether a call with `tiles` in flight runs hz_kernel_grouped (the launchers' dispatch: 8 tiles,
 // rows of 4 stages or more; HZ_TIF=8 forces 8 tiles on shorter rows too, which take hz_kernel).
-bool takes_grouped(int tiles, const Case &c) { return tiles == 8 && c.dstate * c.esize() >= 256; }
+bool takes_grouped(int tiles, const Case &c) { return tiles == 8 && c.row_bytes() >= 256; }
 
 // The base revision's launcher rules, as scripts/hz_ab.sh finds them in its sources: grouped
 // copies for the calls with 8 tiles (its header has hz_kernel_grouped), the SR calls' 8 tiles
@@ -246,9 +251,9 @@ constexpr bool kBaseWideRows = HZ_BASE_WIDE_ROWS != 0;
 // in rows of 512 bytes under 64 MiB (ssu_single_hz.cu: kWideRowStages; not uneven): up to 32
 // rows per warp by 8 warps per SM and 8 tiles in flight (the new side, and a base with the rule).
 bool wide_small(const Case &c) {
-  const int64_t bytes = int64_t(c.batch) * c.nheads * c.dim * c.dstate * c.esize();
+  const int64_t bytes = c.call_bytes();
   const bool rounds = c.state_dtype == MAMBA_SSU_F16 && c.rounds > 0;
-  return c.bf16_in && !rounds && !c.uneven() && c.dstate * c.esize() == 512 &&
+  return c.bf16_in && !rounds && !c.uneven() && c.row_bytes() == 512 &&
          bytes < (int64_t(64) << 20);
 }
 
@@ -270,8 +275,7 @@ int plan_rpw_side(const Case &c) {
     // SR: what did not help after the paired calls"; the 512-byte rows and the 1 GiB call
     // measured slower).
     if (const char *e = std::getenv("HZ_NEW_RPW_RULE"); e && std::strcmp(e, "short16") == 0) {
-      const int64_t bytes = int64_t(c.batch) * c.nheads * c.dim * c.dstate * c.esize();
-      if ((c.dstate * c.esize() < 512 || c.uneven()) && bytes <= (int64_t(256) << 20))
+      if ((c.row_bytes() < 512 || c.uneven()) && c.call_bytes() <= (int64_t(256) << 20))
         max_rpw = std::min(max_rpw, 16);
     }
   }
@@ -313,9 +317,9 @@ size_t smem_for(A &a, const Case &c, S2 s2, S1 s1, SetT set) {
 // b082efa). HZ_TIF overrides both sides (4 or 8) for experiments.
 int plan_tif(const Case &c, bool new_side) {
   if (const char *e = std::getenv("HZ_TIF")) return std::atoi(e);
-  const int64_t bytes = int64_t(c.batch) * c.nheads * c.dim * c.dstate * c.esize();
+  const int64_t bytes = c.call_bytes();
   const bool rounds = c.state_dtype == MAMBA_SSU_F16 && c.rounds > 0;
-  const bool long_rows = c.dstate * c.esize() >= 256;
+  const bool long_rows = c.row_bytes() >= 256;
   if (!rounds)
     return long_rows && (bytes >= (int64_t(64) << 20) ||
                          ((new_side || kBaseWideRows) && wide_small(c)))
@@ -431,10 +435,6 @@ void go_base(Go &go, const ::mamba_ssu::hz_base::Args &a, const Case &c) {
 HZ_SIDE(::mamba_ssu::hz_base, launch_base, HZ_GO_BASE, HZ_ANY_BASE)
 HZ_SIDE(::mamba_ssu::hz, launch_new, HZ_GO_NEW, HZ_ANY_NEW)
 
-size_t state_bytes(const Case &c, int64_t slots) {
-  return size_t(slots) * c.nheads * c.dim * c.dstate * c.esize();
-}
-
 // Index arrays: copy k of the batch reads slots k * batch + b (pads: every 5th entry -1); dst:
 // the same slot in the cache's second half (no call writes a slot another entry reads).
 void set_indices(const Case &c, Bufs &b, int copies) {
@@ -454,7 +454,7 @@ bool check(const Case &c) {
   const int64_t slots = 2 * int64_t(c.batch) * copies;
   Bufs b = alloc(c, slots);
   set_indices(c, b, copies);
-  const size_t sb = state_bytes(c, slots), ob = 2 * size_t(c.batch) * c.nheads * c.dim;
+  const size_t sb = c.state_bytes(slots), ob = 2 * size_t(c.batch) * c.nheads * c.dim;
   void *init;
   CK(cudaMalloc(&init, sb));
   fill_state(init, sb / c.esize(), c.state_dtype);
@@ -485,7 +485,7 @@ bool check(const Case &c) {
 }
 
 void time_case(const Case &c, int reps, bool ncu) {
-  const size_t one = state_bytes(c, c.batch);
+  const size_t one = c.state_bytes(c.batch);
   const int calls = 20;
   int copies = static_cast<int>(std::max<size_t>(calls, (size_t(256) << 20) / one + 1));
   // HZ_WARM=1: every call on the same copy (the state warm in L2 where it fits, as
@@ -494,8 +494,8 @@ void time_case(const Case &c, int reps, bool ncu) {
   const int64_t slots = int64_t(c.batch) * copies;
   Bufs b = alloc(c, slots);
   set_indices(c, b, copies);
-  CK(cudaMemset(b.state, 0, state_bytes(c, slots)));
-  fill_state(b.state, state_bytes(c, std::min<int64_t>(slots, c.batch)) / c.esize(), c.state_dtype);
+  CK(cudaMemset(b.state, 0, c.state_bytes(slots)));
+  fill_state(b.state, c.state_bytes(std::min<int64_t>(slots, c.batch)) / c.esize(), c.state_dtype);
   if (ncu) {
     launch_base(c, b, b.idx, b.dst_idx, 0);
     launch_new(c, b, b.idx, b.dst_idx, 0);
@@ -531,7 +531,7 @@ void time_case(const Case &c, int reps, bool ncu) {
     }
   for (auto &v : t) std::sort(v.begin(), v.end());
   const float tb = t[0][t[0].size() / 2], tn = t[1][t[1].size() / 2];
-  const double bytes = 2.0 * state_bytes(c, c.batch);
+  const double bytes = 2.0 * c.state_bytes(c.batch);
   std::printf("time %-52s base %8.2f us  new %8.2f us  base/new %.3f  new %6.0f GB/s\n",
               c.name().c_str(), tb, tn, tb / tn, bytes / (tn * 1e3));
   CK(cudaEventDestroy(e0));
