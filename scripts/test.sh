@@ -13,6 +13,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each step's start, in seconds since the script began (CI's budget is 30 minutes on 2 cores).
+mark() { echo "test.sh: [$SECONDS s] $*"; }
+mark "setup"
 eval "$(bash scripts/setup.sh)"
 
 # GPU targets: every build below takes the same list (build.rs's MAMBA_SSU_CUDA_ARCHS; unset: its
@@ -26,21 +29,25 @@ export MAMBA_SSU_CUDA_ARCHS=${MAMBA_SSU_TEST_ARCHS:-$full_archs}
 # library under the key of its command, toolkit and sources (README "Build notes").
 export MAMBA_SSU_NVCC_CACHE=${MAMBA_SSU_NVCC_CACHE:-$PWD/target/nvcc-cache}
 
+mark "fmt, clippy, doc"
 cargo fmt --check
 cargo clippy --all-targets --locked -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked
 
 # The README's commands that need no GPU, as printed.
+mark "README commands"
 bash scripts/readme_commands.sh
 
 # The torch extension (python/): build it (torch 2.11.0 in ~/.cache/mamba-ssu) and run the
 # package's tests; its GPU tests skip without a GPU (and fail under MAMBA_SSU_REQUIRE_GPU=1).
+mark "torch extension: build, tests"
 py=$(MAMBA_SSU_CUDA_ARCHS=$full_archs bash python/build.sh | tail -n 1)
 (cd python/tests && "$py" -m pytest -q -p no:cacheprovider)
 MAMBA_SSU_CUDA_ARCHS=$full_archs bash scripts/check_fatbin.sh target/c-package/lib/libmamba_ssu.a
 
 # The FlashInfer reference recorder's CPU tests (tools/flashinfer-recorder: no wheel download,
 # no nvcc; its build and GPU runs are separate steps, see its README).
+mark "recorder tests"
 "$py" -m unittest discover -s tools/flashinfer-recorder/tests
 
 # The wheel (README "Use it from Python"): built against that torch, installed with pip into a
@@ -51,6 +58,7 @@ MAMBA_SSU_CUDA_ARCHS=$full_archs bash scripts/check_fatbin.sh target/c-package/l
 # the wheel's torch requirement against that torch, and that path's own .pth files (the checkout
 # link python/build.sh writes) are not processed, so mamba_ssu can only come from the wheel; the
 # import check below fails if it comes from anywhere else.
+mark "wheel: build, install, tests"
 whl=$(MAMBA_SSU_CUDA_ARCHS=$full_archs bash python/wheel.sh "$py" | tail -n 1)
 torch_release=$("$py" -c 'import torch; print(torch.__version__.split("+")[0])')
 clean="${MAMBA_SSU_PY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mamba-ssu}/wheel-check-torch-$torch_release"
@@ -71,6 +79,7 @@ PY
 )
 (cd python/tests && CUDA_VISIBLE_DEVICES= MAMBA_SSU_REQUIRE_GPU= MAMBA_SSU_EXPECT_WHEEL=1 "$clean/bin/python" -m pytest -q -p no:cacheprovider)
 
+mark "cargo test"
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
   echo "test.sh: GPU found: running the CPU and GPU tests"
   MAMBA_SSU_REQUIRE_GPU=1 cargo test --release --locked -- --include-ignored
@@ -81,8 +90,10 @@ fi
 
 # The crate as crates.io would get it: the files of Cargo.toml's include list, built from the
 # package alone (cargo package verifies it), and under crates.io's 10 MB upload limit.
+mark "cargo package"
 cargo package --locked --allow-dirty
 crate=$(ls target/package/mamba-ssu-*.crate)
 size=$(stat -c %s "$crate")
 echo "test.sh: $crate: $size bytes"
 [ "$size" -lt 10000000 ] || { echo "test.sh: $crate is over crates.io's 10 MB limit" >&2; exit 1; }
+mark "done"
