@@ -73,6 +73,8 @@ struct Case {
   int row_bytes() const { return dstate * esize(); }
   size_t state_bytes(int64_t slots) const { return size_t(slots) * nheads * dim * row_bytes(); }
   int64_t call_bytes() const { return static_cast<int64_t>(state_bytes(batch)); }
+  // Whether the call rounds stochastically (an fp16 state with a round count).
+  bool sr() const { return state_dtype == MAMBA_SSU_F16 && rounds > 0; }
   // A dstate the launcher sends to the kernel of any stage count.
   bool uneven() const { return ::mamba_ssu::uneven_dstate(dstate); }
 };
@@ -252,7 +254,7 @@ constexpr bool kBaseWideRows = HZ_BASE_WIDE_ROWS != 0;
 // rows per warp by 8 warps per SM and 8 tiles in flight (the new side, and a base with the rule).
 bool wide_small(const Case &c) {
   const int64_t bytes = c.call_bytes();
-  const bool rounds = c.state_dtype == MAMBA_SSU_F16 && c.rounds > 0;
+  const bool rounds = c.sr();
   return c.bf16_in && !rounds && !c.uneven() && c.row_bytes() == 512 &&
          bytes < (int64_t(64) << 20);
 }
@@ -318,7 +320,7 @@ size_t smem_for(A &a, const Case &c, S2 s2, S1 s1, SetT set) {
 int plan_tif(const Case &c, bool new_side) {
   if (const char *e = std::getenv("HZ_TIF")) return std::atoi(e);
   const int64_t bytes = c.call_bytes();
-  const bool rounds = c.state_dtype == MAMBA_SSU_F16 && c.rounds > 0;
+  const bool rounds = c.sr();
   const bool long_rows = c.row_bytes() >= 256;
   if (!rounds)
     return long_rows && (bytes >= (int64_t(64) << 20) ||
